@@ -1,0 +1,1 @@
+"""strata: PyTorch programs lowered through six printable stages into fused GPU kernels."""

@@ -1,0 +1,91 @@
+"""The element types strata knows, and how each maps to torch, NumPy and C.
+
+One short name per type is used in every IR ("f32", "bf16", "i64", "bool"); this module is the
+only place that translates it. bf16 has no NumPy type: NumPy code holds bf16 *values* as float32
+and bf16 *storage* (simulator buffers) as uint16 bit patterns, see `to_bf16_bits`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FLOATS = ("f32", "f16", "bf16", "f64")
+INTS = ("i64", "i32", "i16", "i8", "u8")
+ALL = FLOATS + INTS + ("bool",)
+
+_TORCH_NAMES = {
+    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64",
+    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8", "bool": "bool",
+}
+_NUMPY = {
+    "f32": np.float32, "f16": np.float16, "bf16": np.float32, "f64": np.float64,
+    "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8, "u8": np.uint8,
+    "bool": np.bool_,
+}
+# Storage type in CUDA C for a global buffer of this dtype.
+C_STORAGE = {
+    "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "f64": "double",
+    "i64": "long long", "i32": "int", "i16": "short", "i8": "signed char", "u8": "unsigned char",
+    "bool": "bool",
+}
+ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+            "u8": 1, "bool": 1}
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOATS
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INTS
+
+
+def compute_dtype(dtype: str) -> str:
+    """The type arithmetic on values of `dtype` runs in: fp16/bf16 compute in fp32."""
+    return "f32" if dtype in ("f16", "bf16") else dtype
+
+
+def from_torch(torch_dtype) -> str:
+    name = str(torch_dtype).replace("torch.", "")
+    for short, long in _TORCH_NAMES.items():
+        if long == name:
+            return short
+    raise ValueError(f"unsupported dtype {torch_dtype}")
+
+
+def to_torch(dtype: str):
+    import torch
+    return getattr(torch, _TORCH_NAMES[dtype])
+
+
+def to_numpy(dtype: str):
+    """NumPy type used to hold *values* of `dtype` (bf16 values are held in float32)."""
+    return _NUMPY[dtype]
+
+
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round values to what `dtype` can represent, returned in the NumPy value type."""
+    if dtype == "bf16":
+        return from_bf16_bits(to_bf16_bits(values))
+    if dtype == "bool":
+        return np.asarray(values).astype(np.bool_)
+    if is_int(dtype):
+        return np.trunc(np.asarray(values)).astype(_NUMPY[dtype]) if np.asarray(values).dtype.kind == "f" \
+            else np.asarray(values).astype(_NUMPY[dtype])
+    return np.asarray(values).astype(_NUMPY[dtype])
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float -> bf16 bit patterns (uint16), round to nearest even, NaN kept NaN."""
+    f = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        out = np.where(nan, np.uint16(0x7FC0), out)
+    return out
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> float32 values."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

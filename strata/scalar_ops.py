@@ -1,0 +1,140 @@
+"""The scalar operations every IR shares: one table with arity, NumPy semantics and C spelling.
+
+Tensor IR `Elementwise`, Loop IR statements and Kernel IR expressions all name an op from this
+table, so the NumPy evaluators, the simulator and the CUDA emitter cannot disagree about what
+`maximum` or `round` means. Semantics follow PyTorch: NaN propagates through minimum/maximum,
+round is half-to-even, integer division/modulo are only used on non-negative index arithmetic.
+
+C templates format their arguments as `{0}`, `{1}`, ... and work on the compute type (float for
+all floating types, the integer type for integers); `st_*` helpers live in the CUDA prelude.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+def _torch_unary(name: str) -> Callable:
+    def fn(x):
+        import torch
+        return getattr(torch, name)(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    return fn
+
+
+def _nan_max(a, b):
+    return np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b)) if np.asarray(a).dtype.kind == "f" else np.maximum(a, b)
+
+
+def _nan_min(a, b):
+    return np.where(np.isnan(a) | np.isnan(b), np.nan, np.minimum(a, b)) if np.asarray(a).dtype.kind == "f" else np.minimum(a, b)
+
+
+def _sign(x):
+    return np.sign(x)
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    name: str
+    arity: int
+    numpy: Callable
+    c_float: str            # C template when computing in float
+    c_int: str | None       # C template for integer/bool operands (None: floats only)
+    result: str = "same"    # "same" | "bool" (comparisons, logical ops)
+
+
+def _op(name, arity, fn, c_float, c_int=None, result="same"):
+    return ScalarOp(name, arity, fn, c_float, c_int, result)
+
+
+OPS: dict[str, ScalarOp] = {o.name: o for o in [
+    # arithmetic
+    _op("add", 2, np.add, "({0} + {1})", "({0} + {1})"),
+    _op("subtract", 2, np.subtract, "({0} - {1})", "({0} - {1})"),
+    _op("multiply", 2, np.multiply, "({0} * {1})", "({0} * {1})"),
+    _op("divide", 2, np.divide, "({0} / {1})"),
+    _op("floordiv", 2, np.floor_divide, "floorf({0} / {1})", "({0} / {1})"),
+    _op("mod", 2, np.mod, "st_fmod({0}, {1})", "({0} % {1})"),
+    _op("pow", 2, np.power, "powf({0}, {1})"),
+    _op("minimum", 2, _nan_min, "st_min({0}, {1})", "min({0}, {1})"),
+    _op("maximum", 2, _nan_max, "st_max({0}, {1})", "max({0}, {1})"),
+    _op("negative", 1, np.negative, "(-{0})", "(-{0})"),
+    _op("abs", 1, np.abs, "fabsf({0})", "abs({0})"),
+    _op("sign", 1, _sign, "st_sign({0})", "(({0} > 0) - ({0} < 0))"),
+    _op("reciprocal", 1, lambda x: 1.0 / x, "(1.0f / {0})"),
+    _op("square", 1, np.square, "({0} * {0})", "({0} * {0})"),
+    # transcendental
+    _op("exp", 1, np.exp, "expf({0})"),
+    _op("exp2", 1, np.exp2, "exp2f({0})"),
+    _op("log", 1, np.log, "logf({0})"),
+    _op("log1p", 1, np.log1p, "log1pf({0})"),
+    _op("expm1", 1, np.expm1, "expm1f({0})"),
+    _op("sqrt", 1, np.sqrt, "sqrtf({0})"),
+    _op("rsqrt", 1, lambda x: 1.0 / np.sqrt(x), "rsqrtf({0})"),
+    _op("tanh", 1, np.tanh, "tanhf({0})"),
+    _op("sigmoid", 1, lambda x: 1.0 / (1.0 + np.exp(-x)), "(1.0f / (1.0f + expf(-{0})))"),
+    _op("relu", 1, lambda x: np.where(x < 0, np.zeros_like(x), x), "({0} < 0.0f ? 0.0f : {0})",
+        "({0} < 0 ? 0 : {0})"),
+    _op("erf", 1, _torch_unary("erf"), "erff({0})"),
+    _op("sin", 1, np.sin, "sinf({0})"),
+    _op("cos", 1, np.cos, "cosf({0})"),
+    # rounding
+    _op("floor", 1, np.floor, "floorf({0})", "{0}"),
+    _op("ceil", 1, np.ceil, "ceilf({0})", "{0}"),
+    _op("round", 1, np.rint, "rintf({0})", "{0}"),
+    _op("trunc", 1, np.trunc, "truncf({0})", "{0}"),
+    # comparisons and logic (result bool)
+    _op("eq", 2, np.equal, "({0} == {1})", "({0} == {1})", "bool"),
+    _op("ne", 2, np.not_equal, "({0} != {1})", "({0} != {1})", "bool"),
+    _op("lt", 2, np.less, "({0} < {1})", "({0} < {1})", "bool"),
+    _op("le", 2, np.less_equal, "({0} <= {1})", "({0} <= {1})", "bool"),
+    _op("gt", 2, np.greater, "({0} > {1})", "({0} > {1})", "bool"),
+    _op("ge", 2, np.greater_equal, "({0} >= {1})", "({0} >= {1})", "bool"),
+    _op("logical_and", 2, np.logical_and, "({0} && {1})", "({0} && {1})", "bool"),
+    _op("logical_or", 2, np.logical_or, "({0} || {1})", "({0} || {1})", "bool"),
+    _op("logical_xor", 2, np.logical_xor, "(bool({0}) != bool({1}))", "(bool({0}) != bool({1}))", "bool"),
+    _op("logical_not", 1, np.logical_not, "(!{0})", "(!{0})", "bool"),
+    _op("isnan", 1, np.isnan, "({0} != {0})", "false", "bool"),
+    # conversion: the target dtype is the node's (Tensor IR) or the Cast's (expr.Cast); the
+    # evaluators special-case it with expr.cast_values.
+    _op("cast", 1, lambda x: x, "{0}", "{0}"),
+    # selection: where(cond, a, b); result type is that of a/b
+    _op("where", 3, np.where, "({0} ? {1} : {2})", "({0} ? {1} : {2})"),
+]}
+
+# Reductions: identity element and the binary op that combines two partial results.
+REDUCE_COMBINE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def reduce_identity(op: str, dtype: str):
+    """The identity of reduction `op` for values of `dtype` (as a Python number)."""
+    from . import dtypes
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    floating = dtypes.is_float(dtype)
+    if op in ("max", "argmax"):
+        return float("-inf") if floating else (False if dtype == "bool" else int(np.iinfo(dtypes.to_numpy(dtype)).min))
+    if op in ("min", "argmin"):
+        return float("inf") if floating else (True if dtype == "bool" else int(np.iinfo(dtypes.to_numpy(dtype)).max))
+    raise KeyError(op)
+
+
+def get(name: str) -> ScalarOp:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown scalar op {name!r}") from None
+
+
+def result_dtype(name: str, arg_dtypes: list[str]) -> str:
+    """Dtype of op(name) applied to arguments of the given dtypes (where: of its value args)."""
+    op = get(name)
+    if op.result == "bool":
+        return "bool"
+    if name == "where":
+        return arg_dtypes[1]
+    return arg_dtypes[0]
