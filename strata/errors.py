@@ -1,0 +1,36 @@
+"""The errors a user can hit. Each carries one clear sentence; the CLI prints it and exits non-zero
+(a traceback only with --debug)."""
+
+
+class StrataError(Exception):
+    """Base of every user-facing error; str(e) is the sentence shown to the user."""
+    exit_code = 1
+
+
+class SnippetError(StrataError):
+    """The -c snippet could not be parsed or evaluated."""
+
+
+class UnsupportedOp(StrataError):
+    """An aten op strata has no rule for: `unsupported op aten.X (at <user line>)`."""
+
+    def __init__(self, op: str, where: str = ""):
+        self.op, self.where = op, where
+        super().__init__(f"unsupported op {op}" + (f" (at {where})" if where else ""))
+
+
+class InputMismatch(StrataError):
+    """A call-time argument has the wrong shape or dtype; the message names the argument."""
+
+
+class CompileError(StrataError):
+    """NVRTC rejected generated CUDA; the message names the kernel and carries the log."""
+
+
+class SimError(StrataError):
+    """The simulator caught an out-of-bounds access, a race or a divergent barrier."""
+
+
+class DeviceUnavailable(StrataError):
+    """--device cuda asked for where no runtime / GPU exists."""
+    exit_code = 2
