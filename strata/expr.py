@@ -268,6 +268,19 @@ def free_vars(e: Expr) -> set[str]:
     return out
 
 
+def rename(e: Expr, names: Mapping[str, str]) -> Expr:
+    """The same expression with variables renamed (dtypes kept); no simplification."""
+    if isinstance(e, Var):
+        return Var(names.get(e.name, e.name), e.dtype)
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Op):
+        return Op(e.op, tuple(rename(a, names) for a in e.args), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(rename(e.arg, names), e.dtype)
+    return e.map_children(lambda c: rename(c, names))
+
+
 def substitute(e: Expr, mapping: Mapping[str, Expr], bounds: Mapping[str, int] | None = None) -> Expr:
     """Replace variables by expressions (and re-simplify integer arithmetic)."""
     def go(x: Expr) -> Expr:
@@ -312,7 +325,7 @@ def to_str(e: Expr, prec: int = -10) -> str:
     if isinstance(e, Cast):
         return f"{e.dtype}({to_str(e.arg)})"
     if isinstance(e, Op):
-        if e.op in _INFIX and (_is_int(e.args[0]) or e.op not in ("floordiv", "mod")):
+        if e.op in _INFIX and (_is_int(e.args[0]) or e.args[0].dtype == "bool"):
             sym, p = _INFIX[e.op]
             s = f"{to_str(e.args[0], p)} {sym} {to_str(e.args[1], p + 1)}"
             return f"({s})" if p < prec else s

@@ -1,0 +1,186 @@
+"""Fusion planning: which Tensor IR nodes get a buffer, and the parallel domain of each kernel.
+
+Everything that is not materialized is inlined (recomputed) into its consumers, so a chain of
+elementwise ops, index maps and reductions becomes one loop nest. Inlining stops where it would
+multiply work (the blow-up guard):
+
+* a reduction read at an index that depends on an enclosing reduction's loop variable would be
+  recomputed for every iteration of that loop;
+* a reduction that depends on fewer of the kernel's parallel axes than its siblings would be
+  recomputed once per point of the missing axes.
+
+Such a reduction is materialized (its own kernel) and the refusal is logged with its reason at -v.
+A materialized elementwise tensor whose first consumer kernel has the same shape is stored by
+that kernel instead of getting its own (residual add + RMSNorm is one kernel).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from ..context import Context
+from ..expr import Expr, Op, Var, free_vars, substitute, Const
+from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram,
+                         out_vars, IDX)
+
+
+@dataclass
+class KernelPlan:
+    target: str                         # the materialized node this kernel computes
+    outer: tuple[int, ...]              # output dims that are parallel "outer" loops
+    merged: tuple[str, ...] = ()        # other materialized nodes this kernel also stores
+    reduces: tuple[str, ...] = ()
+
+
+@dataclass
+class FusionPlan:
+    materialized: list[str]             # topological order
+    kernels: list[KernelPlan] = field(default_factory=list)
+
+
+class _Refusal(Exception):
+    def __init__(self, node: str, reason: str):
+        self.node, self.reason = node, reason
+
+
+def _index_through(node, index: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    mapping = {f"i{d}": e for d, e in enumerate(index)}
+    return tuple(substitute(e, mapping) for e in node.index)
+
+
+class _Walker:
+    """Dry run of inlining from one materialized target: which reductions, at which indices."""
+
+    def __init__(self, prog: TensorProgram, materialized: set[str], inline: set[str]):
+        self.prog, self.by_name = prog, prog.by_name
+        self.materialized, self.inline = materialized, inline
+        self.reduce_deps: dict[str, set[str]] = {}
+        self.reached: set[str] = set()          # materialized nodes read (loaded)
+        self.seen: set = set()
+        self.counter = 0
+
+    def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
+        key = (name, index, reduce_vars)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        n = self.by_name[name]
+        if (name in self.materialized and name not in self.inline) or isinstance(n, Input):
+            self.reached.add(name)
+            return
+        if isinstance(n, (Full, Iota)):
+            return
+        if isinstance(n, Elementwise):
+            for a in n.operands():
+                self.walk(a, index, reduce_vars)
+        elif isinstance(n, IndexMap):
+            self.walk(n.arg, _index_through(n, index), reduce_vars)
+        elif isinstance(n, Gather):
+            self.walk(n.indices, index, reduce_vars)
+            # the gathered position depends on every variable the index value depends on
+            idx = sum((Var(v) for v in sorted(set().union(*map(free_vars, index)))), Const(0)) \
+                if index else Const(0)
+            sub = tuple(substitute(e, {**{f"i{d}": x for d, x in enumerate(index)}, IDX.name: _as_int(idx)})
+                        for e in n.index)
+            self.walk(n.src, sub, reduce_vars)
+        elif isinstance(n, Reduce):
+            deps = set().union(*map(free_vars, index)) if index else set()
+            inner = deps & reduce_vars
+            if inner:
+                raise _Refusal(name, f"refused fusing {name} ({n.op}) into its consumer: it would be "
+                                     f"recomputed for every iteration of an enclosing reduction")
+            self.reduce_deps.setdefault(name, set()).update(deps)
+            self.counter += 1
+            r = f"r{self.counter}"
+            src = self.by_name[n.arg]
+            sub = tuple(Var(r) if d in n.axes else index[d] for d in range(len(src.type.shape)))
+            self.walk(n.arg, sub, reduce_vars | {r})
+        else:
+            raise TypeError(f"unknown Tensor IR node {n!r}")
+
+
+def _as_int(e):
+    return e if isinstance(e, Expr) else Const(e)
+
+
+def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
+                merged: tuple[str, ...] = ()) -> tuple[KernelPlan, set[str]]:
+    """The parallel domain of the kernel computing `target`; raises _Refusal on blow-up."""
+    node = prog.node(target)
+    shape = node.type.shape
+    index = tuple(Var(f"o{d}") if s > 1 else Const(0) for d, s in enumerate(shape))
+    w = _Walker(prog, materialized, {target, *merged})
+    w.walk(target, index, frozenset())
+    for m in merged:
+        w.walk(m, index, frozenset())
+    dims = {f"o{d}": d for d, s in enumerate(shape) if s > 1}
+    if not w.reduce_deps:
+        return KernelPlan(target, tuple(dims.values()), merged), w.reached
+    outer_vars = set().union(*w.reduce_deps.values())
+    worst = None
+    for r, deps in w.reduce_deps.items():
+        factor = prod(shape[dims[v]] for v in outer_vars - deps)
+        if factor > 1 and (worst is None or factor > worst[1]):
+            worst = (r, factor)
+    if worst is not None:
+        r, factor = worst
+        raise _Refusal(r, f"refused fusing {r} into {target}: it would be recomputed {factor}x "
+                          f"(it depends on fewer parallel axes than the kernel)")
+    outer = tuple(sorted(dims[v] for v in outer_vars))
+    return KernelPlan(target, outer, merged, tuple(w.reduce_deps)), w.reached
+
+
+def _has_reduce(prog: TensorProgram, name: str, materialized: set[str]) -> bool:
+    by_name, stack, seen = prog.by_name, [name], set()
+    while stack:
+        n = by_name[stack.pop()]
+        if n.name in seen:
+            continue
+        seen.add(n.name)
+        if isinstance(n, Reduce):
+            return True
+        stack.extend(o for o in n.operands() if o not in materialized or o == name)
+    return False
+
+
+def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
+    ctx = ctx or Context()
+    order = [n.name for n in prog.nodes]
+    materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
+    while True:
+        try:
+            reached = {}
+            for t in sorted(materialized, key=order.index):
+                _, reached[t] = plan_kernel(prog, t, materialized)
+            break
+        except _Refusal as r:
+            ctx.log(f"fuse: {r.reason}")
+            materialized.add(r.node)
+    mats = sorted(materialized, key=order.index)
+
+    # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
+    merged_into: dict[str, str] = {}
+    for x in mats:
+        if _has_reduce(prog, x, materialized):
+            continue
+        loaders = [t for t in mats if x in reached[t]]
+        if loaders and prog.node(loaders[0]).type.shape == prog.node(x).type.shape \
+                and loaders[0] not in merged_into:
+            merged_into[x] = loaders[0]
+    kernels = []
+    for t in mats:
+        if t in merged_into:
+            continue
+        extra = tuple(x for x in mats if merged_into.get(x) == t)
+        try:
+            kp, _ = plan_kernel(prog, t, materialized, extra)
+        except _Refusal:
+            for x in extra:
+                merged_into.pop(x)
+            kp, _ = plan_kernel(prog, t, materialized)
+            kernels.extend(plan_kernel(prog, x, materialized)[0] for x in extra)
+        if extra:
+            ctx.log(f"fuse: {', '.join(extra)} stored by the kernel of {t} (same domain)")
+        kernels.append(kp)
+    kernels.sort(key=lambda k: order.index(k.target))
+    return FusionPlan(mats, kernels)

@@ -1,0 +1,257 @@
+"""Loop IR: one loop nest per future kernel, with every fused intermediate gone.
+
+A kernel is a tree of `Loop`s (kind "free" or "reduce") over SSA statements:
+
+    in2 = load x[0, a0, a1]          Load  (optionally predicated: no access where pred is false)
+    v1 = multiply(in2, in2)          Let   (one scalar op of earlier values / constants)
+    acc0 <- add(acc0, v1)            Accum (the accumulator is declared by its reduce Loop)
+    out[0, a0, a2] = v6              Store
+
+The leading chain of free loops is the kernel's parallel domain ("outer" loops); what sits
+inside it runs once per point of that domain: reduce loops, scalar epilogues, inner free loops
+that write the output. Buffers are named after Tensor IR nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import dtypes
+from ..expr import Expr, Var, to_str, format_const
+
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class Load(Stmt):
+    var: str
+    buf: str
+    index: tuple[Expr, ...]
+    dtype: str                       # compute dtype of the value
+    pred: Expr | None = None         # read only where true; the value is 0 elsewhere
+
+
+@dataclass(frozen=True)
+class Let(Stmt):
+    var: str
+    value: Expr                      # one op (or cast) over Vars and Consts
+
+    @property
+    def dtype(self) -> str:
+        return self.value.dtype
+
+
+@dataclass(frozen=True)
+class Accum(Stmt):
+    """acc <- combine(acc, value); for argmax/argmin also tracks the index in `acc`_i."""
+    acc: str
+    op: str                          # sum | prod | max | min | argmax | argmin
+    value: Expr
+    index: Expr | None = None        # position along the reduction (argmax/argmin only)
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    buf: str
+    index: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True)
+class AccInit:
+    acc: str
+    op: str
+    dtype: str                       # compute dtype of the accumulated value
+
+
+@dataclass(frozen=True)
+class Loop(Stmt):
+    var: str
+    extent: int
+    kind: str                        # "free" | "reduce"
+    body: tuple[Stmt, ...]
+    accs: tuple[AccInit, ...] = ()   # accumulators a reduce loop produces
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str                        # input | weight | output | temp
+
+
+@dataclass(frozen=True)
+class LoopKernel:
+    name: str
+    body: tuple[Stmt, ...]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    src: str = field(default="", compare=False)
+
+    def outer_loops(self) -> list[Loop]:
+        """The leading perfect nest of free loops: the kernel's parallel domain."""
+        out, body = [], self.body
+        while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "free":
+            out.append(body[0])
+            body = body[0].body
+        return out
+
+    def has_reduce(self) -> bool:
+        return any(isinstance(s, Loop) and s.kind == "reduce" for s in walk(self.body))
+
+
+@dataclass
+class LoopProgram:
+    buffers: list[BufferInfo]
+    kernels: list[LoopKernel]
+    outputs: list[str]
+    weights: dict = field(default_factory=dict)
+
+    def buffer(self, name: str) -> BufferInfo:
+        return {b.name: b for b in self.buffers}[name]
+
+    def __str__(self) -> str:
+        return "\n\n".join(format_kernel(k) for k in self.kernels)
+
+    def verify(self) -> None:
+        names = {b.name for b in self.buffers}
+        written: set[str] = {b.name for b in self.buffers if b.kind in ("input", "weight")}
+        for k in self.kernels:
+            for r in k.reads:
+                if r not in written:
+                    raise LoopVerifyError(f"{k.name} reads {r} before any kernel writes it")
+            for w in k.writes:
+                if w not in names:
+                    raise LoopVerifyError(f"{k.name} writes unknown buffer {w}")
+            written |= set(k.writes)
+            _verify_scopes(k)
+        missing = set(self.outputs) - written
+        if missing:
+            raise LoopVerifyError(f"outputs never written: {sorted(missing)}")
+
+
+class LoopVerifyError(Exception):
+    pass
+
+
+def walk(body):
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)
+
+
+def _verify_scopes(k: LoopKernel) -> None:
+    from ..expr import free_vars
+
+    def check(body, scope: set[str], accs: set[str]):
+        scope = set(scope)
+        for s in body:
+            used: set[str] = set()
+            if isinstance(s, Load):
+                for e in s.index + ((s.pred,) if s.pred is not None else ()):
+                    used |= free_vars(e)
+            elif isinstance(s, Let):
+                used = free_vars(s.value)
+            elif isinstance(s, Accum):
+                used = free_vars(s.value) | (free_vars(s.index) if s.index is not None else set())
+                if s.acc not in accs:
+                    raise LoopVerifyError(f"{k.name}: {s.acc} accumulated outside its reduce loop")
+            elif isinstance(s, Store):
+                used = free_vars(s.value).union(*[free_vars(e) for e in s.index])
+            if used - scope:
+                raise LoopVerifyError(f"{k.name}: {sorted(used - scope)} used out of scope")
+            if isinstance(s, (Load, Let)):
+                scope.add(s.var)
+            elif isinstance(s, Loop):
+                inner_accs = {a.acc for a in s.accs}
+                check(s.body, scope | {s.var}, inner_accs)
+                scope |= inner_accs | {f"{a.acc}_i" for a in s.accs if a.op in ("argmax", "argmin")}
+
+    check(k.body, set(), set())
+
+
+def canonical_names(k: LoopKernel) -> LoopKernel:
+    """Rename loop variables and SSA values in order of appearance (a0, a1, in0, v0, acc0...),
+    so that two equal kernels print identically whatever order they were built in."""
+    import re
+    from ..expr import rename
+    names: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def define(old: str) -> None:
+        prefix = re.match(r"[a-z]+", old).group(0)
+        n = counts.get(prefix, 0)
+        counts[prefix] = n + 1
+        names[old] = f"{prefix}{n}"
+        names[old + "_i"] = f"{prefix}{n}_i"
+
+    def visit(body):
+        for s in body:
+            if isinstance(s, Loop):
+                define(s.var)
+                for a in s.accs:
+                    define(a.acc)
+                visit(s.body)
+            elif isinstance(s, (Load, Let)):
+                define(s.var)
+
+    visit(k.body)
+
+    def re_body(body):
+        out = []
+        for s in body:
+            if isinstance(s, Load):
+                out.append(Load(names[s.var], s.buf, tuple(rename(e, names) for e in s.index), s.dtype,
+                                None if s.pred is None else rename(s.pred, names)))
+            elif isinstance(s, Let):
+                out.append(Let(names[s.var], rename(s.value, names)))
+            elif isinstance(s, Accum):
+                out.append(Accum(names[s.acc], s.op, rename(s.value, names),
+                                 None if s.index is None else rename(s.index, names)))
+            elif isinstance(s, Store):
+                out.append(Store(s.buf, tuple(rename(e, names) for e in s.index), rename(s.value, names)))
+            elif isinstance(s, Loop):
+                out.append(Loop(names[s.var], s.extent, s.kind, re_body(s.body),
+                                tuple(AccInit(names[a.acc], a.op, a.dtype) for a in s.accs)))
+        return tuple(out)
+
+    return LoopKernel(k.name, re_body(k.body), k.reads, k.writes, k.src)
+
+
+# ---------------------------------------------------------------- printing
+
+def _value(e: Expr) -> str:
+    return to_str(e)
+
+
+def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
+    pad = "    " * depth
+    if isinstance(s, Load):
+        line = f"{pad}{s.var} = load {s.buf}[{', '.join(to_str(e) for e in s.index)}]"
+        if s.pred is not None:
+            line += f" if {to_str(s.pred)}"
+        out.append(line)
+    elif isinstance(s, Let):
+        out.append(f"{pad}{s.var} = {_value(s.value)}")
+    elif isinstance(s, Accum):
+        if s.op in ("argmax", "argmin"):
+            out.append(f"{pad}{s.acc} <- {s.op}({s.acc}, {_value(s.value)}) at {to_str(s.index)}")
+        else:
+            from ..scalar_ops import REDUCE_COMBINE
+            out.append(f"{pad}{s.acc} <- {REDUCE_COMBINE[s.op]}({s.acc}, {_value(s.value)})")
+    elif isinstance(s, Store):
+        out.append(f"{pad}{s.buf}[{', '.join(to_str(e) for e in s.index)}] = {_value(s.value)}")
+    elif isinstance(s, Loop):
+        out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}")
+        for b in s.body:
+            format_stmt(b, depth + 1, out)
+
+
+def format_kernel(k: LoopKernel) -> str:
+    out = [f"=== {k.name} -> {', '.join(k.writes)} ==="]
+    for s in k.body:
+        format_stmt(s, 0, out)
+    return "\n".join(out)
