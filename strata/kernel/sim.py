@@ -1,0 +1,410 @@
+"""The GPU simulator and sanitizer: runs Kernel IR on the CPU in lock-step SIMT.
+
+Every thread of a batch of blocks is one *lane*; every variable is a NumPy array with one element
+per lane, and a statement runs for the *active* lanes only (an index array, or None for all).
+`If` splits the active set, `For` keeps the lanes whose `var < stop` until none is left, `Sync`
+bumps the barrier epoch of each block, shuffles permute lanes within a warp of 32. Blocks are
+independent, so they run in batches of at most MAX_LANES lanes to bound memory.
+
+Math runs in the compute dtype (float32 for f32/f16/bf16, like the GPU; int64 for integers).
+Storage is described in sim_memory.py; `simulate` takes and returns bf16 tensors as float32
+*values* (rounded to bf16), f16 as float16.
+
+As the sanitizer it raises SimError, naming kernel, buffer, index and (block, thread), on:
+  - an out-of-bounds global or shared access (scalar or vector), a store to a read-only param;
+  - a vector access whose index is not a multiple of its width;
+  - a shared read of an element another thread of the block wrote since the last barrier;
+  - two threads of a block writing one shared element between barriers;
+  - two threads writing one global element in one launch, or one thread reading a global
+    element another thread wrote in the same launch (no grid-wide ordering exists);
+  - a barrier reached by only part of a block;
+  - a shuffle with inactive lanes in its warp, or in a block that is not whole warps.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import InputMismatch, SimError
+from ..expr import Expr, evaluate
+from .ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
+                 ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx, walk)
+from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
+
+MAX_LANES = 1 << 20          # lanes (threads) simulated at once
+MAX_SMEM_ELEMS = 1 << 23     # shared-memory elements (all arrays, all blocks) per batch
+
+
+# ---------------------------------------------------------------- public entry points
+
+def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every kernel of `program` in order; return the output buffers by name, shaped.
+
+    Inputs and weights come from `inputs` (exact shape and NumPy dtype: bf16 as float32 values);
+    outputs and temps start poisoned (NaN / sentinel) so that an unwritten element shows."""
+    wanted = {b.name for b in program.buffers if b.kind in ("input", "weight")}
+    extra = sorted(set(inputs) - wanted)
+    if extra:
+        raise InputMismatch(f"unexpected input {extra[0]!r}; the program takes {sorted(wanted)}")
+    memory: dict[str, np.ndarray] = {}
+    for b in program.buffers:
+        if b.kind not in ("input", "weight"):
+            memory[b.name] = poison(b.dtype, b.numel)
+            continue
+        if b.name not in inputs:
+            raise InputMismatch(f"missing input {b.name!r} ({b.dtype}{list(b.shape)})")
+        a = np.asarray(inputs[b.name])
+        want = np.dtype(np.float32 if b.dtype == "bf16" else storage_numpy(b.dtype))
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != want:
+            raise InputMismatch(f"input {b.name!r} is {a.dtype}{list(a.shape)}, expected "
+                                f"{want}{list(b.shape)} ({b.dtype})")
+        memory[b.name] = np.ascontiguousarray(to_storage(a.reshape(-1), b.dtype)).copy()
+    for k in program.kernels:
+        run_kernel(k, memory)
+    out = {}
+    for name in program.outputs:
+        b = program.buffer(name)
+        out[name] = to_user(memory[name], b.dtype).reshape(b.shape)
+    return out
+
+
+def run_kernel(kernel: Kernel, buffers: Mapping[str, np.ndarray]) -> None:
+    """Run one launch of `kernel` in place on flat storage arrays named like its params."""
+    for p in kernel.params:
+        a = buffers.get(p.name)
+        if a is None:
+            raise SimError(f"{kernel.name}: no buffer for parameter {p.name}.")
+        if a.ndim != 1 or a.size != p.numel or a.dtype != storage_numpy(p.dtype):
+            raise SimError(f"{kernel.name}: buffer {p.name} is {a.dtype}{list(a.shape)}, expected "
+                           f"flat {np.dtype(storage_numpy(p.dtype))}[{p.numel}] ({p.dtype}).")
+    launch = _Launch(kernel, buffers)
+    smem_elems = sum(s.size for s in launch.smem_decls.values())
+    per_batch = max(1, min(MAX_LANES // kernel.block, MAX_SMEM_ELEMS // max(1, smem_elems)))
+    with np.errstate(all="ignore"):
+        for b0 in range(0, kernel.grid, per_batch):
+            _Batch(launch, b0, min(per_batch, kernel.grid - b0)).run(kernel.body, None)
+
+
+# ---------------------------------------------------------------- one launch
+
+class _Launch:
+    """State shared by all batches of one launch: global memory and its writers."""
+
+    def __init__(self, kernel: Kernel, buffers):
+        self.kernel = kernel
+        self.params = {p.name: p for p in kernel.params}
+        self.memory = buffers
+        self.writers: dict[str, np.ndarray] = {}    # global buffer -> writing thread id, -1
+        self.smem_decls: dict[str, Smem] = {}
+        for s in walk(kernel.body):
+            if isinstance(s, Smem):
+                old = self.smem_decls.setdefault(s.name, s)
+                if old != s:
+                    raise SimError(f"{kernel.name}: shared array {s.name} is declared twice "
+                                   f"differently.")
+
+    def fail(self, what: str) -> None:
+        raise SimError(f"{self.kernel.name}: {what}.")
+
+
+class _Shared:
+    """One Smem array for every block of a batch, with its sanitizer bookkeeping."""
+
+    def __init__(self, decl: Smem, nblocks: int):
+        self.decl = decl
+        self.data = poison(decl.dtype, nblocks * decl.size).reshape(nblocks, decl.size)
+        self.writer = np.full((nblocks, decl.size), -1, dtype=np.int32)    # thread in block
+        self.epoch = np.full((nblocks, decl.size), -1, dtype=np.int64)     # barrier epoch
+
+
+class _View(Mapping):
+    """The variables as seen by the active lanes (gathered lazily, once per statement)."""
+
+    def __init__(self, env, idx):
+        self.env, self.idx, self.cache = env, idx, {}
+
+    def __getitem__(self, name):
+        if self.idx is None:
+            return self.env[name]
+        v = self.cache.get(name)
+        if v is None:
+            v = self.cache[name] = self.env[name][self.idx]
+        return v
+
+    def __iter__(self):
+        return iter(self.env)
+
+    def __len__(self):
+        return len(self.env)
+
+
+class _Batch:
+    """Blocks [b0, b0 + nblocks) of a launch, executed in lock step."""
+
+    def __init__(self, launch: _Launch, b0: int, nblocks: int):
+        k = launch.kernel
+        self.launch, self.k, self.nb, self.bs = launch, k, nblocks, k.block
+        self.n = nblocks * k.block
+        self.all = np.arange(self.n, dtype=np.int64)
+        self.tid = np.tile(np.arange(k.block, dtype=np.int64), nblocks)
+        self.local = np.repeat(np.arange(nblocks, dtype=np.int64), k.block)
+        self.bid = self.local + b0
+        self.gtid = self.bid * k.block + self.tid
+        self.env: dict[str, np.ndarray] = {}
+        self.types: dict[str, str] = {}
+        self.smem = {n: _Shared(d, nblocks) for n, d in launch.smem_decls.items()}
+        self.epoch = np.zeros(nblocks, dtype=np.int64)
+
+    # ------------------------------------------------------------ helpers
+
+    def lanes(self, idx):
+        return self.all if idx is None else idx
+
+    def count(self, idx) -> int:
+        return self.n if idx is None else len(idx)
+
+    def who(self, lane) -> str:
+        return f"block {int(self.bid[lane])}, thread {int(self.tid[lane])}"
+
+    def first(self, idx, bad) -> int:
+        return int(self.lanes(idx)[int(np.flatnonzero(bad)[0])])
+
+    def ints(self, v, idx) -> np.ndarray:
+        return np.broadcast_to(np.asarray(v).astype(np.int64, copy=False), (self.count(idx),))
+
+    def sub(self, idx, mask):
+        """The active lanes where mask holds (None stays None when all do)."""
+        mask = np.broadcast_to(np.asarray(mask, dtype=bool), (self.count(idx),))
+        if mask.all():
+            return idx
+        return self.lanes(idx)[mask]
+
+    def set_var(self, name: str, dtype: str, value, idx) -> None:
+        value = convert(value, dtype)
+        arr = self.env.get(name)
+        if idx is None:
+            arr = np.empty(self.n, dtype=value.dtype)
+            arr[...] = value
+            self.env[name] = arr
+        else:
+            if arr is None or arr.dtype != value.dtype:
+                arr = self.env[name] = np.zeros(self.n, dtype=value.dtype)
+            arr[idx] = value
+        self.types[name] = dtype
+
+    # ------------------------------------------------------------ expressions
+
+    def eval(self, e: Expr, idx):
+        view = _View(self.env, idx)
+
+        def extra(x, go):
+            if isinstance(x, ThreadIdx):
+                return self.tid if idx is None else self.tid[idx]
+            if isinstance(x, BlockIdx):
+                return self.bid if idx is None else self.bid[idx]
+            if isinstance(x, Load):
+                return self.load(x.buf, self.ints(go(x.index), idx), idx)
+            if isinstance(x, ShflXor):
+                lane = self.lanes(idx) % 32
+                return self.shuffle(go(x.value), lane ^ x.mask, idx)
+            if isinstance(x, ShflIdx):
+                return self.shuffle(go(x.value), self.ints(go(x.lane), idx) % 32, idx)
+            raise SimError(f"{self.k.name}: cannot simulate expression {x!r}.")
+        return evaluate(e, view, extra)
+
+    def check_bounds(self, buf, index, size, idx, what, width=1):
+        bad = (index < 0) | (index + (width - 1) >= size)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            span = f"{buf}[{index[i]}]" if width == 1 else f"{buf}[{index[i]}:{index[i] + width}]"
+            self.launch.fail(f"out-of-bounds {what} {span} (size {size}) by {self.who(self.first(idx, bad))}")
+
+    def load(self, buf: str, index: np.ndarray, idx, width: int = 1, what: str = "load"):
+        lanes = self.lanes(idx)
+        sh = self.smem.get(buf)
+        if sh is not None:
+            self.check_bounds(buf, index, sh.decl.size, idx, f"shared {what} of", width)
+            blk = self.local[lanes]
+            out = []
+            for k in range(width):
+                i = index + k
+                bad = (sh.epoch[blk, i] == self.epoch[blk]) & (sh.writer[blk, i] != self.tid[lanes])
+                if bad.any():
+                    j = int(np.flatnonzero(bad)[0])
+                    self.launch.fail(
+                        f"shared-memory race: {self.who(lanes[j])} reads {buf}[{i[j]}] written by "
+                        f"thread {sh.writer[blk[j], i[j]]} since the last barrier (missing Sync)")
+                out.append(from_storage(sh.data[blk, i], sh.decl.dtype))
+            return out if width > 1 else out[0]
+        p = self.launch.params.get(buf)
+        if p is None:
+            self.launch.fail(f"load from unknown buffer {buf}")
+        self.check_bounds(buf, index, p.numel, idx, what + " of", width)
+        writers = self.launch.writers.get(buf)
+        mem = self.launch.memory[buf]
+        out = []
+        for k in range(width):
+            i = index + k
+            if writers is not None:
+                w = writers[i]
+                bad = (w >= 0) & (w != self.gtid[lanes])
+                if bad.any():
+                    j = int(np.flatnonzero(bad)[0])
+                    self.launch.fail(
+                        f"global race: {self.who(lanes[j])} reads {buf}[{i[j]}] written in the "
+                        f"same launch by block {w[j] // self.bs}, thread {w[j] % self.bs}")
+            out.append(from_storage(mem[i], p.dtype))
+        return out if width > 1 else out[0]
+
+    def store(self, buf: str, index: np.ndarray, values, idx, what: str = "store") -> None:
+        lanes = self.lanes(idx)
+        width = len(values)
+        sh = self.smem.get(buf)
+        if sh is not None:
+            self.check_bounds(buf, index, sh.decl.size, idx, f"shared {what} to", width)
+            blk, tid = self.local[lanes], self.tid[lanes]
+            for k, v in enumerate(values):
+                i = index + k
+                bad = (sh.epoch[blk, i] == self.epoch[blk]) & (sh.writer[blk, i] != tid)
+                if bad.any():
+                    j = int(np.flatnonzero(bad)[0])
+                    self.launch.fail(
+                        f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] also "
+                        f"written by thread {sh.writer[blk[j], i[j]]} since the last barrier")
+                sh.writer[blk, i] = tid
+                bad = sh.writer[blk, i] != tid
+                if bad.any():
+                    j = int(np.flatnonzero(bad)[0])
+                    self.launch.fail(
+                        f"shared-memory race: {self.who(lanes[j])} and thread "
+                        f"{sh.writer[blk[j], i[j]]} write {buf}[{i[j]}] at once")
+                sh.epoch[blk, i] = self.epoch[blk]
+                sh.data[blk, i] = to_storage(np.broadcast_to(v, i.shape), sh.decl.dtype)
+            return
+        p = self.launch.params.get(buf)
+        if p is None:
+            self.launch.fail(f"store to unknown buffer {buf}")
+        if not p.output:
+            self.launch.fail(f"store to read-only parameter {buf} by {self.who(lanes[0])}")
+        self.check_bounds(buf, index, p.numel, idx, what + " to", width)
+        writers = self.launch.writers.get(buf)
+        if writers is None:
+            writers = self.launch.writers[buf] = np.full(p.numel, -1, dtype=np.int64)
+        gtid = self.gtid[lanes]
+        mem = self.launch.memory[buf]
+        for k, v in enumerate(values):
+            i = index + k
+            w = writers[i]
+            bad = (w >= 0) & (w != gtid)
+            if not bad.any():
+                writers[i] = gtid
+                bad = writers[i] != gtid
+                w = writers[i]
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                self.launch.fail(
+                    f"global race: {self.who(lanes[j])} and block {w[j] // self.bs}, thread "
+                    f"{w[j] % self.bs} both write {buf}[{i[j]}] in one launch")
+            mem[i] = to_storage(np.broadcast_to(v, i.shape), p.dtype)
+
+    def shuffle(self, values, src_lane, idx):
+        if self.bs % 32:
+            self.launch.fail(f"warp shuffle in a block of {self.bs} threads (not whole warps)")
+        lanes = self.lanes(idx)
+        values = np.broadcast_to(np.asarray(values), (len(lanes),))
+        src = (lanes - lanes % 32) + np.asarray(src_lane, dtype=np.int64)
+        if idx is None:
+            return values[src]
+        counts = np.bincount(lanes // 32, minlength=self.n // 32)
+        partial = (counts != 0) & (counts != 32)
+        if partial.any():
+            w = int(np.flatnonzero(partial)[0])
+            live = set(lanes[(lanes // 32) == w].tolist())
+            off = next(x for x in range(w * 32, w * 32 + 32) if x not in live)
+            self.launch.fail(f"warp shuffle with inactive lanes: {self.who(off)} is not active "
+                             f"while {counts[w]} lanes of its warp shuffle")
+        pos = np.full(self.n, -1, dtype=np.int64)
+        pos[lanes] = np.arange(len(lanes))
+        return values[pos[src]]
+
+    # ------------------------------------------------------------ statements
+
+    def run(self, body, idx) -> None:
+        for s in body:
+            if idx is not None and len(idx) == 0:
+                return
+            if isinstance(s, Let):
+                self.set_var(s.var, s.dtype, self.eval(s.value, idx), idx)
+            elif isinstance(s, Assign):
+                if s.var not in self.types:
+                    self.launch.fail(f"assignment to undeclared variable {s.var}")
+                self.set_var(s.var, self.types[s.var], self.eval(s.value, idx), idx)
+            elif isinstance(s, Store):
+                self.store(s.buf, self.ints(self.eval(s.index, idx), idx),
+                           [self.eval(s.value, idx)], idx)
+            elif isinstance(s, LoadVec):
+                index = self.vec_index(s.buf, s.index, len(s.vars), idx, "load")
+                vals = self.load(s.buf, index, idx, len(s.vars), "vector load")
+                for var, v in zip(s.vars, vals if len(s.vars) > 1 else [vals]):
+                    self.set_var(var, s.dtype, v, idx)
+            elif isinstance(s, StoreVec):
+                index = self.vec_index(s.buf, s.index, len(s.values), idx, "store")
+                self.store(s.buf, index, [self.eval(v, idx) for v in s.values], idx, "vector store")
+            elif isinstance(s, For):
+                self.run_for(s, idx)
+            elif isinstance(s, If):
+                cond = self.eval(s.cond, idx)
+                cond = np.broadcast_to(np.asarray(cond) != 0, (self.count(idx),))
+                then, orelse = self.sub(idx, cond), self.sub(idx, ~cond)
+                if s.then and (then is None or len(then)):
+                    self.run(s.then, then)
+                if s.orelse and (orelse is None or len(orelse)):
+                    self.run(s.orelse, orelse)
+            elif isinstance(s, Sync):
+                self.sync(idx)
+            elif isinstance(s, (Smem, Comment)):
+                pass
+            else:
+                self.launch.fail(f"cannot simulate statement {s!r}")
+
+    def vec_index(self, buf, index_expr, width, idx, what) -> np.ndarray:
+        index = self.ints(self.eval(index_expr, idx), idx)
+        bad = index % width != 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self.launch.fail(f"misaligned vector {what} of {width} elements at {buf}[{index[i]}] "
+                             f"(index not a multiple of {width}) by {self.who(self.first(idx, bad))}")
+        return index
+
+    def run_for(self, s: For, idx) -> None:
+        if s.step <= 0:
+            self.launch.fail(f"loop {s.var} has step {s.step}; only positive steps are supported")
+        self.set_var(s.var, s.dtype, self.eval(s.start, idx), idx)
+        start = self.env[s.var] if idx is None else self.env[s.var][idx]
+        cur = self.sub(idx, start < self.eval(s.stop, idx))
+        while cur is None or len(cur):
+            self.run(s.body, cur)
+            var = self.env[s.var]
+            if cur is None:
+                var += s.step
+                cur = self.sub(None, var < self.eval(s.stop, None))
+            else:
+                var[cur] += s.step
+                cur = self.sub(cur, var[cur] < self.eval(s.stop, cur))
+
+    def sync(self, idx) -> None:
+        if idx is None:
+            self.epoch += 1
+            return
+        counts = np.bincount(self.local[idx], minlength=self.nb)
+        partial = (counts != 0) & (counts != self.bs)
+        if partial.any():
+            b = int(np.flatnonzero(partial)[0])
+            arrived = np.zeros(self.bs, dtype=bool)
+            arrived[self.tid[idx[self.local[idx] == b]]] = True
+            t_in, t_out = int(np.flatnonzero(arrived)[0]), int(np.flatnonzero(~arrived)[0])
+            self.launch.fail(f"divergent barrier: in block {b + int(self.bid[0])} only "
+                             f"{counts[b]} of {self.bs} threads reach Sync (thread {t_in} does, "
+                             f"thread {t_out} does not)")
+        self.epoch[counts == self.bs] += 1
