@@ -1,0 +1,150 @@
+"""`-c` snippets: one Python expression turned into a module plus example inputs.
+
+`torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))` becomes a module whose forward(x) computes
+`rmsnorm(x)`: every random-tensor call (torch.randn, rand, randint, *_like) is a graph input,
+named x, y, z, x3, x4 ... in order of appearance, and every nn.Module construction is hoisted and
+built once (after torch.manual_seed(0)), so its parameters become weights. Everything else
+(python numbers, torch.full, torch.arange ...) stays in the expression and is captured as part of
+the graph. The code is compiled with the file name "<snippet>" and registered in `linecache`, so
+torch.export's stack traces, hence every node's provenance, point at the snippet itself.
+"""
+from __future__ import annotations
+
+import ast
+import linecache
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..errors import SnippetError
+
+FILENAME = "<snippet>"
+RANDOM_CALLS = {"torch.randn", "torch.rand", "torch.randint", "torch.randn_like",
+                "torch.rand_like", "torch.randint_like", "torch.normal"}
+
+
+def namespace() -> dict:
+    """The names a snippet may use."""
+    return {"torch": torch, "nn": nn, "F": torch.nn.functional, "math": math}
+
+
+@dataclass
+class Snippet:
+    source: str
+    module: nn.Module                  # forward(*inputs) evaluates the expression
+    example_inputs: tuple              # tensors, in input order
+    input_names: list[str]
+
+    def source_lines(self) -> dict[str, str]:
+        """What `capture` registers in linecache so provenance shows the snippet's text."""
+        return {FILENAME: self.source}
+
+
+class SnippetModule(nn.Module):
+    """The snippet as a module: hoisted modules are submodules, forward runs the expression."""
+
+    def __init__(self, fn, modules: dict[str, nn.Module]):
+        super().__init__()
+        self._fn = fn
+        self._names = list(modules)
+        for name, m in modules.items():
+            self.add_module(name, m)
+
+    def forward(self, *inputs):
+        return self._fn(*[getattr(self, n) for n in self._names], *inputs)
+
+
+def input_name(i: int) -> str:
+    return ("x", "y", "z")[i] if i < 3 else f"x{i}"
+
+
+def register_source(filename: str, source: str) -> None:
+    """Make `source` what tracebacks (and torch.export stack traces) show for `filename`."""
+    lines = source.splitlines(True) or [""]
+    linecache.cache[filename] = (len(source), None, lines, filename)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _eval_node(node: ast.expr, ns: dict):
+    expr = ast.Expression(node)
+    ast.fix_missing_locations(expr)
+    return eval(compile(expr, FILENAME, "eval"), ns)
+
+
+class _Hoist(ast.NodeTransformer):
+    """Replaces random-tensor calls by input names and module constructions by module names."""
+
+    def __init__(self, ns: dict):
+        self.ns = ns
+        self.inputs: list[tuple[str, torch.Tensor]] = []
+        self.modules: dict[str, nn.Module] = {}
+
+    def _module_class(self, func: ast.expr):
+        if _dotted(func) is None:
+            return None
+        try:
+            value = _eval_node(func, self.ns)
+        except Exception:
+            return None
+        return value if isinstance(value, type) and issubclass(value, nn.Module) else None
+
+    def visit_Call(self, node: ast.Call):
+        callee = _dotted(node.func)
+        if callee in RANDOM_CALLS:
+            value = _eval_node(node, self.ns)
+            if not isinstance(value, torch.Tensor):
+                raise SnippetError(f"{callee}(...) did not produce a tensor.")
+            name = input_name(len(self.inputs))
+            self.inputs.append((name, value))
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
+        cls = self._module_class(node.func)
+        if cls is not None:
+            module = _eval_node(node, self.ns).eval()
+            base = cls.__name__.lower()
+            name, k = base, 1
+            while name in self.modules or name in self.ns:
+                name, k = f"{base}_{k}", k + 1
+            self.modules[name] = module
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
+        return self.generic_visit(node)
+
+
+def parse_snippet(code: str) -> Snippet:
+    """Parse and evaluate a snippet; any failure is a SnippetError with one sentence."""
+    code = code.strip()
+    try:
+        tree = ast.parse(code, filename=FILENAME, mode="eval")
+    except SyntaxError as e:
+        raise SnippetError(f"the snippet is not a Python expression: {e.msg} "
+                           f"(line {e.lineno}, column {e.offset}).") from None
+    register_source(FILENAME, code)
+    ns = namespace()
+    torch.manual_seed(0)
+    hoist = _Hoist(ns)
+    try:
+        body = hoist.visit(tree.body)
+        params = [ast.arg(n) for n in list(hoist.modules) + [n for n, _ in hoist.inputs]]
+        lam = ast.Lambda(ast.arguments([], params, None, [], [], None, []), body)
+        lam = ast.copy_location(lam, tree.body)
+        fn = _eval_node(lam, ns)
+        fn.__code__ = fn.__code__.replace(co_name="forward")   # export keeps "forward" frames
+        module = SnippetModule(fn, hoist.modules)
+        inputs = tuple(t for _, t in hoist.inputs)
+        with torch.no_grad():
+            module(*inputs)
+    except SnippetError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise SnippetError(f"the snippet failed to evaluate: {type(e).__name__}: {msg}") from None
+    return Snippet(code, module, inputs, [n for n, _ in hoist.inputs])
