@@ -72,6 +72,7 @@ class Loop(Stmt):
     kind: str                        # "free" | "reduce"
     body: tuple[Stmt, ...]
     accs: tuple[AccInit, ...] = ()   # accumulators a reduce loop produces
+    unroll: bool = False             # set by the tile pass mark_unroll
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,111 @@
+"""The whole lowering as one list of named stages and passes: read this file first.
+
+    Torch IR  --decompose-->  Tensor IR  --fuse+lower-->  Loop IR  --TILE_PASSES-->  Tile IR
+              --lower-->  Kernel IR  --emit-->  CUDA C
+
+Each stage's IR is verified after it is built (and after every tile pass). At -v each pass
+prints its time and what it declined; at -vv each tile pass prints a unified diff between
+`>>> t:NNN_name` and `<<< t:NNN_name`.
+"""
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field
+
+from .context import Context
+from .tile.passes.blockify_launch import blockify_launch
+from .tile.passes.cooperative_reduce import cooperative_reduce
+from .tile.passes.mark_unroll import mark_unroll
+from .tile.passes.stage_inputs import stage_inputs
+from .tile.passes.tileify import tileify
+from .tile.passes.vectorize import vectorize
+
+# The schedule, in order. Numbers in -vv output are positions in this list (tileify is 001).
+TILE_PASSES = [
+    ("tileify", tileify),
+    ("cooperative_reduce", cooperative_reduce),
+    ("vectorize", vectorize),
+    ("blockify_launch", blockify_launch),
+    ("stage_inputs", stage_inputs),
+    ("mark_unroll", mark_unroll),
+]
+
+STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda")
+
+
+@dataclass
+class Lowered:
+    """Every stage of one program; `text(stage)` is what `--ir stage` prints."""
+    torch: object
+    tensor: object = None
+    loop: object = None
+    tile: object = None
+    kernel: object = None
+    cuda: str = ""
+    timings: dict = field(default_factory=dict)
+
+    def text(self, stage: str) -> str:
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+        value = getattr(self, stage)
+        return value if isinstance(value, str) else str(value)
+
+
+def _timed(ctx: Context, name: str, fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    dt = (time.perf_counter() - t0) * 1e3
+    ctx.log(f"{name:<28} {dt:8.2f} ms")
+    return out, dt
+
+
+def run_tile_passes(loop_program, ctx: Context):
+    from .tile.ir import TileProgram
+    buffers = {b.name: b for b in loop_program.buffers}
+    before = str(loop_program)
+    kernels = list(loop_program.kernels)
+    for num, (name, fn) in enumerate(TILE_PASSES, start=1):
+        tag = f"t:{num:03d}_{name}"
+        t0 = time.perf_counter()
+        if name == "tileify":
+            kernels = [fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
+                       for k in kernels]
+        else:
+            kernels = [fn(k, ctx) for k in kernels]
+        ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+        after = str(TileProgram(kernels, loop_program))
+        if ctx.verbosity >= 2:
+            diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
+            ctx.log("\n".join([f">>> {tag}", *list(diff)[2:], f"<<< {tag}"]), 2)
+        before = after
+    return TileProgram(kernels, loop_program)
+
+
+def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:
+    """Lower a captured Torch IR program through every stage up to `until`."""
+    from .kernel.lower import lower as lower_kernels
+    from .loop.lower import lower as lower_loops
+    from .target.cuda import emit_program
+    from .tensor.decompose import to_tensor_ir
+
+    ctx = ctx or Context()
+    out = Lowered(torch_program)
+    stop = STAGES.index(until)
+    out.tensor, out.timings["tensor"] = _timed(ctx, "decompose -> tensor", to_tensor_ir, torch_program)
+    out.tensor.verify()
+    if stop < 2:
+        return out
+    out.loop, out.timings["loop"] = _timed(ctx, "fuse -> loop", lower_loops, out.tensor, ctx)
+    out.loop.verify()
+    if stop < 3:
+        return out
+    out.tile, out.timings["tile"] = _timed(ctx, "schedule -> tile", run_tile_passes, out.loop, ctx)
+    if stop < 4:
+        return out
+    out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
+    out.kernel.verify()
+    if stop < 5:
+        return out
+    out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.target)
+    return out

@@ -1,0 +1,24 @@
+"""mark_unroll: annotate loops with a small, fixed trip count for `#pragma unroll`.
+
+A serial loop of at most UNROLL_MAX iterations, or a strided loop whose every thread runs the
+same at-most-UNROLL_MAX iterations, is fully unrolled by the CUDA compiler.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...context import Context
+from ...loop.ir import Loop
+from ..ir import StridedLoop, TileKernel, map_body
+
+
+def mark_unroll(k: TileKernel, ctx: Context) -> TileKernel:
+    limit = ctx.knob("UNROLL_MAX", 8)
+
+    def fn(s):
+        if isinstance(s, StridedLoop) and s.extent % s.step == 0 and s.extent // s.step <= limit:
+            return replace(s, unroll=True)
+        if isinstance(s, Loop) and s.extent <= limit:
+            return replace(s, unroll=True)
+        return s
+    return replace(k, body=map_body(k.body, fn))

@@ -1,0 +1,73 @@
+"""stage_inputs: copy an input slab that a row reads more than once into shared memory.
+
+A buffer qualifies when every load of it in the row reads `base + a` with `a` the variable of
+a loop over the row and `base` fixed for the row, and at least two loops read it (RMSNorm reads
+`x` in the reduction and again in the output loop). The slab is filled cooperatively once per
+row, so it needs one row per block. Declines, saying why, when the slab does not fit the
+shared-memory budget (SMEM_BUDGET bytes) or when rows are packed several to a block.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ... import dtypes
+from ...context import Context
+from ...expr import Const, Var, coefficient, free_vars, simplify, sub
+from ...loop.ir import Load
+from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
+
+
+def _candidates(k: TileKernel):
+    """buf -> (base, size, [loop vars]) for buffers read as base + loop var in row loops."""
+    found: dict[str, list] = {}
+    bad: set[str] = set()
+    for loop in k.body:
+        if not isinstance(loop, StridedLoop):
+            continue
+        for s in loop.body:
+            if not isinstance(s, Load) or s.buf in bad:
+                continue
+            flat = flat_index(s.index, k.shape_of(s.buf))
+            if s.pred is not None or coefficient(flat, loop.var) != 1:
+                bad.add(s.buf)
+                continue
+            base = simplify(sub(flat, Var(loop.var)))
+            if loop.var in free_vars(base) or any(v.startswith("in") or v.startswith("v")
+                                                  for v in free_vars(base)):
+                bad.add(s.buf)
+                continue
+            found.setdefault(s.buf, []).append((base, loop.extent, loop.var))
+    out = {}
+    for buf, uses in found.items():
+        if buf in bad or len({u[2] for u in uses}) < 2:
+            continue
+        if len({(u[0], u[1]) for u in uses}) == 1:
+            out[buf] = (uses[0][0], uses[0][1])
+    return out
+
+
+def stage_inputs(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode != "rows" or k.group != k.block or k.group == 1:
+        return k
+    budget = ctx.knob("SMEM_BUDGET", 32 * 1024)
+    stages, used = [], 0
+    for buf, (base, size) in _candidates(k).items():
+        dt = k.dtype_of(buf)
+        nbytes = size * dtypes.ITEMSIZE[dt]
+        if used + nbytes > budget:
+            ctx.log(f"stage_inputs: {k.name}: declined {buf}: a {nbytes}-byte slab exceeds the "
+                    f"shared-memory budget ({budget - used} bytes left)")
+            continue
+        used += nbytes
+        stages.append(Stage(f"{buf}_smem", buf, base, size, dt))
+    if not stages:
+        return k
+    staged = {s.buf: s for s in stages}
+
+    def rewrite(s):
+        if isinstance(s, Load) and s.buf in staged:
+            st = staged[s.buf]
+            flat = flat_index(s.index, k.shape_of(s.buf))
+            return Load(s.var, st.name, (simplify(sub(flat, st.base)),), s.dtype)
+        return s
+    return replace(k, body=tuple(stages) + map_body(k.body, rewrite))

@@ -1,0 +1,50 @@
+"""tileify: lift the kernel's outer free loops into the parallel domain of a TileKernel.
+
+Statements before the outer loops become the prelude. If a row still holds loops (reductions,
+inner free loops) the kernel is scheduled by rows, otherwise element by element. Perfectly
+nested inner free loops are flattened into one so that a group of threads can share it.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ...context import Context
+from ...expr import Const, Var, floordiv, mod
+from ...loop.ir import Let, Load, Loop, LoopKernel
+from ..ir import TileKernel, map_body, subst_body
+
+
+def _flatten_free(loop: Loop) -> Loop:
+    chain = [loop]
+    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], Loop) and chain[-1].body[0].kind == "free":
+        chain.append(chain[-1].body[0])
+    if len(chain) == 1:
+        return loop
+    extent = prod(l.extent for l in chain)
+    flat = Var(chain[0].var)
+    mapping, stride = {}, extent
+    for l in chain:
+        stride //= l.extent
+        mapping[l.var] = mod(floordiv(flat, stride), l.extent, {flat.name: extent})
+    mapping[chain[0].var] = floordiv(flat, extent // chain[0].extent, {flat.name: extent})
+    body = subst_body(chain[-1].body, mapping, {flat.name: extent})
+    return Loop(chain[0].var, extent, "free", body)
+
+
+def tileify(k: LoopKernel, ctx: Context, buffers: tuple) -> TileKernel:
+    body = k.body
+    prelude = ()
+    if body and isinstance(body[-1], Loop) and body[-1].kind == "free" \
+            and all(isinstance(s, (Let, Load)) for s in body[:-1]):
+        prelude, body = body[:-1], body[-1:]
+    domain = []
+    while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "free":
+        domain.append((body[0].var, body[0].extent))
+        body = body[0].body
+    rows = any(isinstance(s, Loop) for s in body)
+    if rows:
+        body = map_body(body, lambda s: _flatten_free(s) if isinstance(s, Loop) and s.kind == "free" else s)
+    mode = "rows" if rows else "elementwise"
+    ctx.log(f"tileify: {k.name}: {mode} over {' x '.join(str(e) for _, e in domain) or 'one point'}", 2)
+    return TileKernel(k.name, mode, tuple(domain), prelude, body, reads=k.reads, writes=k.writes,
+                      buffers=buffers, src=k.src)
