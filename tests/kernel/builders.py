@@ -85,7 +85,8 @@ def vector_scale(n: int, dtype: str = "f32", width: int = 4, block: int = 128,
         If(E.call("lt", j, I(nv)), (
             Let("base", "i64", E.mul(j, width)),
             LoadVec(names, "x", E.add(base, misalign), c),
-            StoreVec("out", base, tuple(fcall("multiply", V(nm, c), F(3.0)) for nm in names)),
+            StoreVec("out", base, tuple(fcall("multiply", V(nm, c), F(3.0) if c[0] == "f" else I(3))
+                                        for nm in names)),
         )),
     )
     k = Kernel(f"k_vec{width}_{dtype}", (Param("x", dtype, n), Param("out", dtype, n, output=True)),

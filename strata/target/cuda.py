@@ -1,0 +1,516 @@
+"""Kernel IR -> CUDA C: one walk over the tree, printing code a person would write by hand.
+
+`emit_program` gives one translation unit (fp16/bf16 headers, the `st_*` helpers that the C
+templates of scalar_ops.py call, then every kernel); `emit_kernel` prints one kernel.
+
+Types: values are in their compute type (float for f32/f16/bf16, double, bool, integers).
+Integer variables that only hold index arithmetic (built from threadIdx/blockIdx, loop variables
+and constants) are `int`; a kernel where some buffer, or grid * block, reaches 2^31 elements uses
+`long long` for them instead and widens blockIdx.x before it is multiplied. Integer variables
+holding data (loaded from a buffer, shuffled, converted from floats) keep their declared type.
+Global f16/bf16 data is converted at the access (`__half2float`, `__float2bfloat16_rn`), vector
+accesses are one aligned 4/8/16-byte load or store (float4, or uint4 unpacked as __half2 pairs).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .. import dtypes, scalar_ops
+from ..expr import Cast, Const, Expr, Op, Var, children
+from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load,
+                         LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx, walk)
+
+INDENT = "    "
+LINE = 100          # wrap the parameter list beyond this width
+
+PRELUDE = r"""#ifndef INFINITY
+#define INFINITY __builtin_huge_valf()
+#endif
+#ifndef NAN
+#define NAN __builtin_nanf("")
+#endif
+
+// torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.
+__device__ __forceinline__ float st_max(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+__device__ __forceinline__ float st_min(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
+__device__ __forceinline__ float st_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
+__device__ __forceinline__ float st_fmod(float a, float b) {
+    float r = fmodf(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+__device__ __forceinline__ double st_max(double a, double b) { return a != a ? a : (b != b ? b : fmax(a, b)); }
+__device__ __forceinline__ double st_min(double a, double b) { return a != a ? a : (b != b ? b : fmin(a, b)); }
+__device__ __forceinline__ double st_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+__device__ __forceinline__ double st_fmod(double a, double b) {
+    double r = fmod(a, b);
+    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+"""
+
+# C precedence, higher binds tighter.
+ATOM, UNARY, MUL, ADD, REL, EQ, AND, OR, COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
+_INFIX = {"add": ("+", ADD), "subtract": ("-", ADD), "multiply": ("*", MUL), "divide": ("/", MUL),
+          "lt": ("<", REL), "le": ("<=", REL), "gt": (">", REL), "ge": (">=", REL),
+          "eq": ("==", EQ), "ne": ("!=", EQ), "logical_and": ("&&", AND), "logical_or": ("||", OR)}
+_INT_INFIX = {"floordiv": ("/", MUL), "mod": ("%", MUL)}     # indices are non-negative
+_INDEX_OPS = {"add", "subtract", "multiply", "floordiv", "mod", "minimum", "maximum", "negative"}
+_RESERVED = {
+    "auto", "bool", "break", "case", "char", "const", "continue", "default", "delete", "do",
+    "double", "else", "enum", "extern", "false", "float", "for", "goto", "if", "inline", "int",
+    "long", "new", "operator", "private", "public", "register", "return", "short", "signed",
+    "sizeof", "static", "struct", "switch", "template", "this", "true", "typedef", "union",
+    "unsigned", "void", "volatile", "while", "min", "max", "abs", "threadIdx", "blockIdx",
+    "blockDim", "gridDim", "warpSize", "half", "NAN", "INFINITY",
+}
+_CARRIER = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
+_F32_VEC = {2: "float2", 4: "float4"}
+_MAKE_VEC = {("f32", 2): "make_float2", ("f32", 4): "make_float4", ("i32", 2): "make_int2",
+             ("i32", 4): "make_int4", ("i64", 2): "make_longlong2"}
+_INT_VEC = {("i32", 2): "int2", ("i32", 4): "int4", ("i64", 2): "longlong2"}
+_HALF2 = {"f16": "__half2", "bf16": "__nv_bfloat162"}
+_TO_STORAGE = {"f16": "__float2half_rn", "bf16": "__float2bfloat16_rn"}
+_TO_FLOAT = {"f16": "__half2float", "bf16": "__bfloat162float"}
+_PACK2 = {"f16": "__floats2half2_rn", "bf16": "__floats2bfloat162_rn"}
+
+
+def cname(name: str) -> str:
+    """A C identifier for an IR name (reserved words and builtins get a trailing underscore)."""
+    name = re.sub(r"\W", "_", name)
+    if name in _RESERVED or name.startswith("__") or name[:1].isdigit():
+        return name + "_"
+    return name
+
+
+def float_literal(value: float, dtype: str = "f32") -> str:
+    """A valid C literal: `1e-06f`, `2048.0f`, `INFINITY`, `-INFINITY`, `NAN` (f64: no suffix)."""
+    v = float(value)
+    if v != v:
+        return "NAN"
+    if v in (float("inf"), float("-inf")):
+        return "INFINITY" if v > 0 else "-INFINITY"
+    if dtype == "f64":
+        text = repr(v)
+        return text if any(c in text for c in ".e") else text + ".0"
+    text = str(np.float32(v))             # shortest text that round-trips through float32
+    if not any(c in text for c in ".en"):
+        text += ".0"
+    return text + "f"
+
+
+def int_literal(value: int, dtype: str) -> str:
+    v = int(value)
+    if dtype == "bool":
+        return "true" if v else "false"
+    if -2 ** 31 <= v < 2 ** 31:
+        return str(v)
+    return f"{v}LL"
+
+
+def _strip(text: str) -> str:
+    """Drop one pair of parentheses around a whole expression."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for pos, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and pos < len(text) - 1:
+            return text
+    return text[1:-1]
+
+
+def _is_call_template(t: str) -> bool:
+    return re.fullmatch(r"\w+\((\{\d\}(, )?)+\)", t) is not None
+
+
+def _paren(text: str, prec: int, need: int) -> str:
+    return f"({text})" if prec < need else text
+
+
+# ---------------------------------------------------------------- analysis
+
+def needs_64bit_indices(kernel: Kernel) -> bool:
+    """Whether index arithmetic of this kernel can reach 2^31 (then it is done in long long)."""
+    sizes = [p.numel for p in kernel.params] + [kernel.grid * kernel.block]
+    return max(sizes) >= 2 ** 31
+
+
+def data_vars(kernel: Kernel) -> set[str]:
+    """Integer variables that carry data rather than index arithmetic (fixpoint over assigns)."""
+    defs: dict[str, list[Expr]] = {}
+    out: set[str] = set()
+    for s in walk(kernel.body):
+        if isinstance(s, (Let, Assign)):
+            defs.setdefault(s.var, []).append(s.value)
+        elif isinstance(s, LoadVec):
+            out |= set(s.vars)
+
+    def is_data(e: Expr) -> bool:
+        if isinstance(e, (Load, ShflXor, ShflIdx)):
+            return True
+        if isinstance(e, Var):
+            return e.name in out
+        if isinstance(e, Cast) and not dtypes.is_int(e.arg.dtype):
+            return True
+        if isinstance(e, Op) and e.op not in _INDEX_OPS:
+            return True
+        return any(is_data(c) for c in children(e))
+
+    changed = True
+    while changed:
+        changed = False
+        for var, values in defs.items():
+            if var not in out and any(is_data(v) for v in values):
+                out.add(var)
+                changed = True
+    return out
+
+
+# ---------------------------------------------------------------- the emitter
+
+class _Emitter:
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.wide = needs_64bit_indices(kernel)
+        self.index_t = "long long" if self.wide else "int"
+        self.data = data_vars(kernel)
+        self.bufs = {p.name: p.dtype for p in kernel.params}
+        self.smem = {s.name: s for s in walk(kernel.body) if isinstance(s, Smem)}
+        self.bufs.update({n: s.dtype for n, s in self.smem.items()})
+        self.vector_bufs = {s.buf for s in walk(kernel.body) if isinstance(s, (LoadVec, StoreVec))}
+        self.lines: list[str] = []
+        self.signed = False        # print thread/block ids as signed inside a subtraction
+
+    # ------------------------------------------------------------ types
+
+    def ctype(self, var: str, dtype: str) -> str:
+        if dtypes.is_float(dtype):
+            return "double" if dtype == "f64" else "float"
+        if dtype == "bool":
+            return "bool"
+        if var in self.data:
+            return dtypes.C_STORAGE[dtype]
+        return self.index_t
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, e: Expr, need: int = 0) -> str:
+        text, prec = self.ex(e)
+        return _paren(text, prec, need)
+
+    def ex(self, e: Expr) -> tuple[str, int]:
+        if isinstance(e, Const):
+            if dtypes.is_float(e.dtype):
+                text = float_literal(e.value, e.dtype)
+            else:
+                text = int_literal(e.value, e.dtype)
+            return text, (UNARY if text.startswith("-") else ATOM)
+        if isinstance(e, Var):
+            return cname(e.name), ATOM
+        if isinstance(e, (ThreadIdx, BlockIdx)):
+            name = "threadIdx.x" if isinstance(e, ThreadIdx) else "blockIdx.x"
+            if self.wide and isinstance(e, BlockIdx):
+                return f"(long long){name}", UNARY
+            if self.signed:
+                return f"(int){name}", UNARY
+            return name, ATOM
+        if isinstance(e, Load):
+            text = f"{cname(e.buf)}[{self.expr(e.index)}]"
+            conv = _TO_FLOAT.get(self.bufs.get(e.buf, ""))
+            return (f"{conv}({text})" if conv else text), ATOM
+        if isinstance(e, ShflXor):
+            return self.shfl("__shfl_xor_sync", e.value, str(e.mask), e.dtype), ATOM
+        if isinstance(e, ShflIdx):
+            return self.shfl("__shfl_sync", e.value, self.expr(e.lane), e.dtype), ATOM
+        if isinstance(e, Cast):
+            return self.cast(e)
+        if isinstance(e, Op):
+            return self.op(e)
+        raise TypeError(f"{self.k.name}: cannot emit expression {e!r}")
+
+    def shfl(self, fn: str, value: Expr, arg: str, dtype: str) -> str:
+        if dtype == "bool":
+            return f"(bool){fn}(0xffffffffu, (int){self.expr(value, UNARY)}, {arg})"
+        return f"{fn}(0xffffffffu, {self.expr(value)}, {arg})"
+
+    def cast(self, e: Cast) -> tuple[str, int]:
+        src, dst = e.arg.dtype, e.dtype
+        if dst == "bool":
+            zero = "0.0f" if dtypes.is_float(src) else "0"
+            return f"{self.expr(e.arg, EQ + 1)} != {zero}", EQ
+        if dst in ("f16", "bf16"):     # a value rounded to half precision, kept in float
+            inner = f"{_TO_STORAGE[dst]}({self.expr(e.arg)})"
+            return f"{_TO_FLOAT[dst]}({inner})", ATOM
+        target = "float" if dst == "f32" else dtypes.C_STORAGE[dst]
+        if dtypes.is_int(dst) and dtypes.is_int(src) and dst == src:
+            return self.ex(e.arg)
+        if dst == "f32" and dtypes.compute_dtype(src) == "f32":
+            return self.ex(e.arg)
+        return f"({target}){self.expr(e.arg, UNARY)}", UNARY
+
+    def op(self, e: Op) -> tuple[str, int]:
+        a = e.args
+        is_int = dtypes.is_int(a[0].dtype) or a[0].dtype == "bool"
+        saved = self.signed
+        if e.op in ("subtract", "negative") and is_int:
+            self.signed = True
+        try:
+            if e.op in _INFIX or (is_int and e.op in _INT_INFIX):
+                sym, p = _INFIX.get(e.op) or _INT_INFIX[e.op]
+                return f"{self.expr(a[0], p)} {sym} {self.expr(a[1], p + 1)}", p
+            if e.op == "negative":
+                return f"-{self.expr(a[0], UNARY)}", UNARY
+            if e.op == "logical_not":
+                return f"!{self.expr(a[0], UNARY)}", UNARY
+            if e.op == "where":
+                return (f"{self.expr(a[0], OR)} ? {self.expr(a[1], OR)} : {self.expr(a[2], COND)}",
+                        COND)
+            return self.template(e)
+        finally:
+            self.signed = saved
+
+    def template(self, e: Op) -> tuple[str, int]:
+        op = scalar_ops.get(e.op)
+        value_arg = e.args[1] if e.op == "where" else e.args[0]
+        floating = any(dtypes.is_float(x.dtype) for x in e.args) or dtypes.is_float(value_arg.dtype)
+        t = op.c_float if floating or op.c_int is None else op.c_int
+        if _is_call_template(t):
+            args = [self.expr(x) for x in e.args]
+        else:
+            args = [self.expr(x, ATOM) for x in e.args]
+        return t.format(*args), ATOM
+
+    # ------------------------------------------------------------ statements
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append(INDENT * depth + line)
+
+    def body(self, stmts, depth: int, hoisted: set[str] = frozenset()) -> None:
+        for s in stmts:
+            if isinstance(s, Smem) and s.name in hoisted:
+                continue
+            self.stmt(s, depth)
+
+    def stmt(self, s, depth: int) -> None:
+        if isinstance(s, Let):
+            self.emit(f"{self.ctype(s.var, s.dtype)} {cname(s.var)} = {_strip(self.expr(s.value))};", depth)
+        elif isinstance(s, Assign):
+            v = s.value
+            if (isinstance(v, Op) and v.op in ("add", "subtract", "multiply")
+                    and isinstance(v.args[0], Var) and v.args[0].name == s.var):
+                sym = _INFIX[v.op][0]
+                self.emit(f"{cname(s.var)} {sym}= {_strip(self.expr(v.args[1]))};", depth)
+            else:
+                self.emit(f"{cname(s.var)} = {_strip(self.expr(v))};", depth)
+        elif isinstance(s, Store):
+            self.emit(f"{cname(s.buf)}[{self.expr(s.index)}] = {self.stored(s.buf, s.value)};", depth)
+        elif isinstance(s, LoadVec):
+            self.load_vec(s, depth)
+        elif isinstance(s, StoreVec):
+            self.store_vec(s, depth)
+        elif isinstance(s, For):
+            if s.unroll:
+                self.emit("#pragma unroll", depth)
+            v = cname(s.var)
+            t = self.ctype(s.var, s.dtype)
+            inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
+            self.emit(f"for ({t} {v} = {_strip(self.expr(s.start))}; {v} < "
+                      f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
+            self.body(s.body, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, If):
+            self.emit(f"if ({_strip(self.expr(s.cond))}) {{", depth)
+            self.body(s.then, depth + 1)
+            orelse = s.orelse
+            while len(orelse) == 1 and isinstance(orelse[0], If):
+                self.emit(f"}} else if ({_strip(self.expr(orelse[0].cond))}) {{", depth)
+                self.body(orelse[0].then, depth + 1)
+                orelse = orelse[0].orelse
+            if orelse:
+                self.emit("} else {", depth)
+                self.body(orelse, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, Sync):
+            self.emit("__syncthreads();", depth)
+        elif isinstance(s, Smem):
+            align = "__align__(16) " if s.name in self.vector_bufs else ""
+            self.emit(f"__shared__ {align}{dtypes.C_STORAGE[s.dtype]} {cname(s.name)}[{s.size}];", depth)
+        elif isinstance(s, Comment):
+            for line in s.text.splitlines() or [""]:
+                self.emit(f"// {line}", depth)
+        else:
+            raise TypeError(f"{self.k.name}: cannot emit statement {s!r}")
+
+    def stored(self, buf: str, value: Expr) -> str:
+        conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
+        return f"{conv}({self.expr(value)})" if conv else _strip(self.expr(value))
+
+    def load_vec(self, s: LoadVec, depth: int) -> None:
+        sd, w = self.bufs[s.buf], len(s.vars)
+        names = [cname(v) for v in s.vars]
+        t = self.ctype(s.vars[0], s.dtype)
+        at = f"&{cname(s.buf)}[{self.expr(s.index)}]"
+        if w == 1:
+            self.emit(f"{t} {names[0]} = {self.ex(Load(s.buf, s.index, s.dtype))[0]};", depth)
+            return
+        raw = f"{names[0]}_v{w}"
+        if sd == "f32" and w in _F32_VEC:
+            vt = _F32_VEC[w]
+            self.emit(f"const {vt} {raw} = *reinterpret_cast<const {vt}*>({at});", depth)
+            for n, f in zip(names, "xyzw"):
+                self.emit(f"{t} {n} = {raw}.{f};", depth)
+            return
+        if (sd, w) in _INT_VEC:
+            vt = _INT_VEC[sd, w]
+            self.emit(f"const {vt} {raw} = *reinterpret_cast<const {vt}*>({at});", depth)
+            for n, f in zip(names, "xyzw"):
+                self.emit(f"{t} {n} = {raw}.{f};", depth)
+            return
+        nbytes = w * dtypes.ITEMSIZE[sd]
+        carrier = _CARRIER.get(nbytes)
+        if carrier is None:
+            raise TypeError(f"{self.k.name}: no {nbytes}-byte vector access for {s.buf}")
+        self.emit(f"const {carrier} {raw} = *reinterpret_cast<const {carrier}*>({at});", depth)
+        if sd in _HALF2 and w % 2 == 0:
+            h2 = _HALF2[sd]
+            self.emit(f"const {h2}* {raw}_h2 = reinterpret_cast<const {h2}*>(&{raw});", depth)
+            for k, n in enumerate(names):
+                self.emit(f"{t} {n} = {'__high2float' if k % 2 else '__low2float'}({raw}_h2[{k // 2}]);",
+                          depth)
+            return
+        et = dtypes.C_STORAGE[sd]
+        self.emit(f"const {et}* {raw}_e = reinterpret_cast<const {et}*>(&{raw});", depth)
+        conv = _TO_FLOAT.get(sd)
+        for k, n in enumerate(names):
+            self.emit(f"{t} {n} = {f'{conv}({raw}_e[{k}])' if conv else f'{raw}_e[{k}]'};", depth)
+
+    def store_vec(self, s: StoreVec, depth: int) -> None:
+        sd, w = self.bufs[s.buf], len(s.values)
+        vals = [_strip(self.expr(v)) for v in s.values]
+        at = f"&{cname(s.buf)}[{self.expr(s.index)}]"
+        if w == 1:
+            self.emit(f"{cname(s.buf)}[{self.expr(s.index)}] = {self.stored(s.buf, s.values[0])};", depth)
+            return
+        if (sd, w) in _MAKE_VEC:
+            vt = _F32_VEC.get(w) if sd == "f32" else _INT_VEC[sd, w]
+            self.emit(f"*reinterpret_cast<{vt}*>({at}) = {_MAKE_VEC[sd, w]}({', '.join(vals)});", depth)
+            return
+        nbytes = w * dtypes.ITEMSIZE[sd]
+        carrier = _CARRIER.get(nbytes)
+        if carrier is None:
+            raise TypeError(f"{self.k.name}: no {nbytes}-byte vector access for {s.buf}")
+        if sd in _HALF2 and w == 2:
+            self.emit(f"*reinterpret_cast<{_HALF2[sd]}*>({at}) = {_PACK2[sd]}({vals[0]}, {vals[1]});",
+                      depth)
+            return
+        raw = f"{cname(s.buf)}_v{w}"
+        self.emit("{", depth)
+        self.emit(f"{carrier} {raw};", depth + 1)
+        if sd in _HALF2 and w % 2 == 0:
+            h2 = _HALF2[sd]
+            self.emit(f"{h2}* {raw}_h2 = reinterpret_cast<{h2}*>(&{raw});", depth + 1)
+            for k in range(0, w, 2):
+                self.emit(f"{raw}_h2[{k // 2}] = {_PACK2[sd]}({vals[k]}, {vals[k + 1]});", depth + 1)
+        else:
+            et = dtypes.C_STORAGE[sd]
+            conv = _TO_STORAGE.get(sd)
+            self.emit(f"{et}* {raw}_e = reinterpret_cast<{et}*>(&{raw});", depth + 1)
+            for k, v in enumerate(vals):
+                self.emit(f"{raw}_e[{k}] = {f'{conv}({v})' if conv else v};", depth + 1)
+        self.emit(f"*reinterpret_cast<{carrier}*>({at}) = {raw};", depth + 1)
+        self.emit("}", depth)
+
+    # ------------------------------------------------------------ the kernel
+
+    def hoisted_smem(self) -> set[str]:
+        """Shared arrays declared in a nested block, or used before their declaration: they are
+        declared at the top of the kernel so that C scoping matches Kernel IR's."""
+        hoist = {s.name for s in walk(self.k.body) if isinstance(s, Smem)}
+        seen: set[str] = set()
+        for s in self.k.body:
+            if isinstance(s, Smem):
+                if s.name in hoist and s.name not in seen:
+                    hoist.discard(s.name)
+                seen.add(s.name)
+                continue
+            for name in _buffers_used(s):
+                seen.add(name)
+        return hoist
+
+    def kernel(self) -> str:
+        k = self.k
+        params = [f"{'' if p.output else 'const '}{dtypes.C_STORAGE[p.dtype]}* __restrict__ {cname(p.name)}"
+                  for p in k.params]
+        for line in (k.src or "").splitlines():
+            self.lines.append(f"// {line}")
+        if self.wide:
+            self.lines.append("// indices reach 2^31: index arithmetic in long long")
+        head = f'extern "C" __global__ void __launch_bounds__({k.block})'
+        sig = f"{cname(k.name)}({', '.join(params)}) {{"
+        if len(head) + 1 + len(sig) <= LINE:
+            self.lines.append(f"{head} {sig}")
+        else:
+            self.lines.append(head)
+            self._wrap_signature(cname(k.name), params)
+        hoisted = self.hoisted_smem()
+        for s in walk(k.body):
+            if isinstance(s, Smem) and s.name in hoisted:
+                self.stmt(s, 1)
+        self.body(k.body, 1, hoisted)
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def _wrap_signature(self, name: str, params: list[str]) -> None:
+        pad = " " * (len(name) + 1)
+        line = f"{name}("
+        for i, p in enumerate(params):
+            piece = p + (", " if i < len(params) - 1 else ") {")
+            if len(line) + len(piece.rstrip()) > LINE and line.strip() not in (f"{name}(",):
+                self.lines.append(line.rstrip())
+                line = pad
+            line += piece
+        self.lines.append(line)
+
+
+def _buffers_used(s) -> set[str]:
+    out: set[str] = set()
+
+    def ex(e):
+        if isinstance(e, Load):
+            out.add(e.buf)
+        for c in children(e):
+            ex(c)
+    for st in walk([s]):
+        if isinstance(st, (Store, StoreVec, LoadVec)):
+            out.add(st.buf)
+        for f in ("value", "index", "start", "stop", "cond"):
+            if isinstance(getattr(st, f, None), Expr):
+                ex(getattr(st, f))
+        for v in getattr(st, "values", ()) or ():
+            ex(v)
+    return out
+
+
+# ---------------------------------------------------------------- public entry points
+
+def emit_kernel(kernel: Kernel) -> str:
+    """CUDA C for one kernel (needs the includes and prelude of `emit_program` to compile)."""
+    return _Emitter(kernel).kernel()
+
+
+def emit_program(program: KernelProgram, arch: str = "sm_90") -> str:
+    """One translation unit: headers, the st_* helpers, then every kernel in launch order."""
+    names = ", ".join(k.name for k in program.kernels)
+    parts = [f"// strata: {len(program.kernels)} kernel(s) for {arch}: {names}",
+             "#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
+             PRELUDE.rstrip()]
+    seen: dict[str, Kernel] = {}
+    for k in program.kernels:
+        if k.name in seen:        # the same kernel launched twice is defined once
+            if seen[k.name] != k:
+                raise ValueError(f"two different kernels are named {k.name}")
+            continue
+        seen[k.name] = k
+        parts.append(emit_kernel(k))
+    return "\n\n".join(parts) + "\n"
