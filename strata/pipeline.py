@@ -92,6 +92,8 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     ctx = ctx or Context()
     out = Lowered(torch_program)
     stop = STAGES.index(until)
+    if stop < 1:
+        return out
     out.tensor, out.timings["tensor"] = _timed(ctx, "decompose -> tensor", to_tensor_ir, torch_program)
     out.tensor.verify()
     if stop < 2:

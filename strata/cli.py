@@ -1,0 +1,105 @@
+"""The `strata` command: compile a snippet and print any stage, or run it and check it against
+PyTorch. Errors print one sentence and exit non-zero; --debug shows the traceback instead."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .context import Context
+from .errors import DeviceUnavailable, StrataError
+from .pipeline import STAGES
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--code", help="a PyTorch expression; torch.randn(...) calls become inputs")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="-v: pass timings and declined fusions/passes; -vv: a diff per tile pass")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="pin a schedule knob (BLOCK, GROUP, VEC, SMEM_BUDGET, UNROLL_MAX)")
+    p.add_argument("--target", default="sm_90", help="GPU architecture for CUDA (sm_80, sm_90, ...)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strata", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="lower a program and print one stage")
+    c.add_argument("model", nargs="?", help="a model name or directory (not available yet)")
+    _common(c)
+    c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
+    c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
+    r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
+    _common(r)
+    r.add_argument("--device", default="sim", choices=("sim", "cuda"))
+    r.add_argument("--bench", action="store_true", help="time against eager and torch.compile (GPU)")
+    return parser
+
+
+def _context(args) -> Context:
+    knobs = {}
+    for item in args.knob:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise StrataError(f"--knob {item!r}: expected NAME=VALUE")
+        knobs[name] = value
+    return Context(verbosity=args.verbose, knobs=knobs, target=args.target, stream=sys.stdout)
+
+
+def cmd_compile(args) -> int:
+    from .api import compile_snippet
+    if args.model and not args.code:
+        raise DeviceUnavailable(f"compiling a whole model ({args.model}) is not available yet; "
+                                f"use -c with a PyTorch expression")
+    if not args.code:
+        raise StrataError("nothing to compile: give -c CODE")
+    ctx = _context(args)
+    t0 = time.perf_counter()
+    program, _ = compile_snippet(args.code, ctx, until=args.ir)
+    text = program.ir(args.ir)
+    ctx.log(f"{'total':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+        print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .api import check_device, compile_snippet
+    from .check import compare_with_eager, print_report
+    if args.bench and args.device != "cuda":
+        raise DeviceUnavailable("--bench needs a GPU and the CUDA runtime, which is not built yet")
+    check_device(args.device)
+    if not args.code:
+        raise StrataError("nothing to run: give -c CODE")
+    ctx = _context(args)
+    program, snippet = compile_snippet(args.code, ctx)
+    report = compare_with_eager(program, snippet)
+    print_report(program, report)
+    return 0 if report.passed else 1
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"compile": cmd_compile, "run": cmd_run}[args.command](args)
+    except StrataError as e:
+        if args.debug:
+            raise
+        print(f"strata: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:   # a bug in strata: say so in one line, the traceback with --debug
+        if args.debug:
+            raise
+        print(f"strata: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Shared test helpers: compile through every stage, run on the simulator, compare with eager."""
+import numpy as np
+import pytest
+import torch
+
+import strata
+from strata import check
+from strata.context import Context
+
+
+def run_and_compare(fn, inputs, contraction=False, ctx=None):
+    """Compile fn through the whole pipeline, run the kernels in the simulator and assert every
+    output matches eager float64 within the DESIGN.md tolerance. Returns the Program."""
+    prog = strata.compile(fn, inputs, ctx=ctx or Context())
+    prog.lowered.kernel.verify()
+    compile_with_nvrtc(prog)
+    got = prog.run_numpy(inputs)
+    ref = check.eager_reference(fn, inputs)
+    assert len(got) == len(ref)
+    for name, g, r in zip(prog.lowered.kernel.outputs, got, ref):
+        dt = prog.lowered.kernel.buffer(name).dtype if name in {b.name for b in prog.lowered.kernel.buffers} \
+            else "f32"
+        res = check.compare(name, dt, g, r, check.tolerance(dt, contraction))
+        assert res.passed, f"{name}: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"
+    return prog
+
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def compile_with_nvrtc(prog):
+    """Every generated kernel must compile with NVRTC for sm_80 and sm_90."""
+    from strata.runtime.nvrtc import compile_cuda
+    for arch in ARCHS:
+        compile_cuda(prog.source("cuda"), arch, want="ptx")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    np.random.seed(0)
