@@ -1,0 +1,139 @@
+"""Torch IR -> Tensor IR: one rule per aten op, looked up in a table (rules are data).
+
+The rules live in rules_elementwise.py, rules_reduce.py, rules_layout.py, rules_matmul.py and
+rules_const.py; each registers itself with `@rule("aten.op")` and builds nodes with the
+`Builder` (builder.py). This driver binds every node's arguments to its aten schema, runs the
+rule, checks the result against the shape/dtype torch.export recorded, names the rule's last node
+after the aten node, and drops nodes no output needs. An op without a rule is an
+`UnsupportedOp("aten.X", where=<user line>)`, never a silent fallback.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import UnsupportedOp
+from ..frontend.torch_ir import Ref, TorchNode, TorchProgram
+from .builder import RULES, Builder, T
+from .ir import Input, TensorProgram
+from . import rules_const, rules_elementwise, rules_layout, rules_matmul, rules_reduce  # noqa: F401 (register)
+
+
+class Args(dict):
+    """A node's arguments by schema name; tensors are `T`, missing optionals are defaults."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _resolve(v, env):
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_resolve(x, env) for x in v)
+    return v
+
+
+def bind(node: TorchNode, env: dict) -> Args:
+    a = Args()
+    if node.op == "getitem":
+        a["self"], a["index"] = _resolve(node.args[0], env), node.args[1]
+        return a
+    schema = node.target._schema
+    for arg, v in zip(schema.arguments, node.args):
+        a[arg.name] = _resolve(v, env)
+    for k, v in node.kwargs.items():
+        a[k] = _resolve(v, env)
+    for arg in schema.arguments:
+        if arg.name not in a:
+            a[arg.name] = arg.default_value if arg.has_default_value() else None
+    return a
+
+
+def supported_ops() -> list[str]:
+    return sorted(RULES)
+
+
+def _rename_last(b: Builder, start: int, result: T, name: str) -> T:
+    """Give the rule's final node the aten node's name (`rms_norm`, `add`, `matmul`)."""
+    if result.name == name or name in b.values or not b.nodes or b.nodes[-1].name != result.name \
+            or len(b.nodes) <= start:
+        return result
+    b.nodes[-1] = dataclasses.replace(b.nodes[-1], name=name)
+    new = T(name, result.shape, result.dtype)
+    del b.values[result.name]
+    b.values[name] = new
+    for k, v in list(b._cache.items()):
+        if v == result:
+            b._cache[k] = new
+    return new
+
+
+def _check(node: TorchNode, result) -> None:
+    want = node.type
+    if isinstance(want, tuple):
+        got = tuple(result)
+        pairs = list(zip(got, want))
+    else:
+        pairs = [(result, want)]
+    for g, w in pairs:
+        if w is None or g is None:
+            continue
+        if tuple(g.shape) != tuple(w.shape) or g.dtype != w.dtype:
+            raise AssertionError(f"rule for {node.op} at {node.name} produced {g.shape} {g.dtype}, "
+                                 f"torch says {w.shape} {w.dtype}")
+
+
+def _live(nodes, outputs) -> list:
+    by_name = {n.name: n for n in nodes}
+    live, stack = set(), list(outputs)
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        stack.extend(by_name[n].operands())
+    return [n for n in nodes if n.name in live or isinstance(n, Input)]
+
+
+def _numpy(t) -> np.ndarray:
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy().copy()
+
+
+def to_tensor_ir(prog: TorchProgram) -> TensorProgram:
+    """Lower every Torch IR node with its rule; raises UnsupportedOp for ops without one."""
+    b = Builder()
+    env: dict = {}
+    for kind, items in (("input", prog.inputs), ("weight", prog.weight_types)):
+        for name, t in items.items():
+            b.src = kind
+            env[name] = b.emit(Input, name, t.shape, t.dtype, kind=kind)
+    for node in prog.nodes:
+        fn = RULES.get("getitem" if node.op == "getitem" else node.packet)
+        where = str(node.where) if node.where else ""
+        if fn is None:
+            raise UnsupportedOp(node.packet, where=where)
+        b.base, b.out, b.op = node.name, node.type, node.packet
+        b.src = f"{node.packet} @ {node.where.loc}" if node.where else node.packet
+        start = len(b.nodes)
+        try:
+            result = fn(b, bind(node, env))
+        except UnsupportedOp as e:      # a rule that declines a case (int rounding division ...)
+            raise UnsupportedOp(e.op, where=e.where or where) from None
+        _check(node, result)
+        if isinstance(result, T):
+            result = _rename_last(b, start, result, node.name)
+        env[node.name] = result
+    outputs = [env[o].name for o in prog.outputs]
+    nodes = _live(b.nodes, outputs)
+    weights = {name: _numpy(t) for name, t in prog.weights.items()}
+    out = TensorProgram(nodes, outputs, weights)
+    return out

@@ -1,0 +1,223 @@
+"""Rules for pointwise aten ops: arithmetic, math functions, comparisons, logic, casts.
+
+Type promotion follows torch: the result dtype torch.export recorded (`b.out.dtype`) is the
+dtype an op computes in, so operands are cast to it first (int + float -> float, int / int ->
+float); comparisons cast both sides to their promoted type and yield bool.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import UnsupportedOp
+from .builder import T, rule
+
+UNARY = {
+    "aten.neg": "negative", "aten.abs": "abs", "aten.exp": "exp", "aten.exp2": "exp2",
+    "aten.log": "log", "aten.log1p": "log1p", "aten.expm1": "expm1", "aten.sqrt": "sqrt",
+    "aten.rsqrt": "rsqrt", "aten.reciprocal": "reciprocal", "aten.square": "square",
+    "aten.tanh": "tanh", "aten.sigmoid": "sigmoid", "aten.relu": "relu", "aten.erf": "erf",
+    "aten.sin": "sin", "aten.cos": "cos", "aten.floor": "floor", "aten.ceil": "ceil",
+    "aten.trunc": "trunc", "aten.sign": "sign",
+}
+BINARY = {"aten.add": "add", "aten.sub": "subtract", "aten.mul": "multiply",
+          "aten.div": "divide", "aten.minimum": "minimum", "aten.maximum": "maximum"}
+COMPARE = {"aten.eq": "eq", "aten.ne": "ne", "aten.lt": "lt", "aten.le": "le", "aten.gt": "gt",
+           "aten.ge": "ge"}
+LOGICAL = {"aten.logical_and": "logical_and", "aten.logical_or": "logical_or",
+           "aten.logical_xor": "logical_xor", "aten.bitwise_and": "logical_and",
+           "aten.bitwise_or": "logical_or", "aten.bitwise_xor": "logical_xor",
+           "aten.__and__": "logical_and", "aten.__or__": "logical_or",
+           "aten.__xor__": "logical_xor"}
+
+
+def promote(*xs) -> str:
+    """torch's result dtype for operands that are `T`s or Python scalars."""
+    import torch
+    from .. import dtypes
+
+    def dummy(x):
+        if isinstance(x, T):
+            return torch.empty((1,) * x.rank, dtype=dtypes.to_torch(x.dtype))
+        return x
+    cur = dummy(xs[0])
+    for x in xs[1:]:
+        dt = torch.result_type(cur, dummy(x))
+        rank = max([v.rank for v in xs if isinstance(v, T)], default=0)
+        cur = torch.empty((1,) * rank, dtype=dt)
+    return dtypes.from_torch(cur.dtype)
+
+
+def other_of(a):
+    return a["other"] if "other" in a else a.get("exponent")
+
+
+@rule(*UNARY)
+def unary(b, a):
+    return b.arith(UNARY[b.op], a.self, dtype=b.out.dtype, hint=UNARY[b.op])
+
+
+@rule("aten.log2", "aten.log10")
+def log_base(b, a):
+    base = 2.0 if b.op == "aten.log2" else 10.0
+    ln = b.arith("log", a.self, dtype=b.out.dtype, hint="ln")
+    return b.ew("multiply", ln, 1.0 / math.log(base))
+
+
+@rule("aten.round")
+def round_(b, a):
+    decimals = a.get("decimals") or 0
+    if not decimals:
+        return b.arith("round", a.self, dtype=b.out.dtype)
+    scaled = b.arith("multiply", a.self, 10.0 ** decimals, dtype=b.out.dtype, hint="scaled")
+    return b.ew("divide", b.ew("round", scaled), 10.0 ** decimals)
+
+
+@rule("aten.isnan")
+def isnan(b, a):
+    return b.ew("isnan", a.self)
+
+
+@rule(*BINARY)
+def binary(b, a):
+    op, x, y = BINARY[b.op], a.self, a.other
+    dt = b.out.dtype
+    if a.get("alpha") not in (None, 1):
+        y = b.arith("multiply", y, a.alpha, dtype=dt, hint="alpha") if isinstance(y, T) else y * a.alpha
+    mode = a.get("rounding_mode")
+    if mode is not None:
+        from .. import dtypes
+        if not dtypes.is_float(dt):
+            raise UnsupportedOp(f"{b.op} with integer rounding_mode={mode!r}")
+        q = b.arith("divide", x, y, dtype=dt, hint="quot")
+        return b.ew("floor" if mode == "floor" else "trunc", q)
+    return b.arith(op, x, y, dtype=dt, hint=op)
+
+
+@rule("aten.remainder", "aten.fmod")
+def remainder(b, a):
+    from .. import dtypes
+    dt = b.out.dtype
+    if not dtypes.is_float(dt):
+        raise UnsupportedOp(f"{b.op} on integers")
+    q = b.arith("divide", a.self, a.other, dtype=dt, hint="quot")
+    q = b.ew("floor" if b.op == "aten.remainder" else "trunc", q)
+    qb = b.arith("multiply", q, a.other, dtype=dt, hint="qb")
+    return b.arith("subtract", a.self, qb, dtype=dt)
+
+
+@rule("aten.pow")
+def pow_(b, a):
+    x, e, dt = a.self, other_of(a), b.out.dtype
+    if isinstance(x, T) and not isinstance(e, T):
+        if e == 2:
+            return b.arith("square", x, dtype=dt)
+        if e == 1:
+            return b.cast(x, dt)
+    return b.arith("pow", x, e, dtype=dt)
+
+
+@rule(*COMPARE)
+def compare(b, a):
+    dt = promote(a.self, a.other)
+    return b.ew(COMPARE[b.op], *[b.cast(v, dt) if isinstance(v, T) else v for v in (a.self, a.other)])
+
+
+def _as_bool(b, x):
+    return b.cast(x, "bool") if isinstance(x, T) else bool(x)
+
+
+@rule(*LOGICAL)
+def logical(b, a):
+    if b.out.dtype != "bool":
+        raise UnsupportedOp(f"{b.op} on integers")
+    return b.ew(LOGICAL[b.op], _as_bool(b, a.self), _as_bool(b, a.other))
+
+
+@rule("aten.logical_not", "aten.bitwise_not")
+def logical_not(b, a):
+    if b.out.dtype != "bool":
+        raise UnsupportedOp(f"{b.op} on integers")
+    return b.ew("logical_not", _as_bool(b, a.self))
+
+
+@rule("aten.where")
+def where(b, a):
+    dt = b.out.dtype
+    vals = [b.cast(v, dt) if isinstance(v, T) else v for v in (a.self, a.other)]
+    return b.ew("where", _as_bool(b, a.condition), *vals, dtype=dt)
+
+
+@rule("aten.masked_fill")
+def masked_fill(b, a):
+    dt = b.out.dtype
+    value = b.cast(a.value, dt) if isinstance(a.value, T) else a.value
+    return b.ew("where", _as_bool(b, a.mask), value, b.cast(a.self, dt), dtype=dt)
+
+
+@rule("aten.clamp", "aten.clamp_min", "aten.clamp_max", "aten.hardtanh")
+def clamp(b, a):
+    dt = b.out.dtype
+    lo = a.get("min", a.get("min_val"))
+    hi = a.get("max", a.get("max_val"))
+    if b.op == "aten.clamp_max":
+        lo, hi = None, a.max
+    x = b.cast(a.self, dt)
+    if lo is not None:
+        x = b.arith("maximum", x, lo, dtype=dt, hint="lo")
+    if hi is not None:
+        x = b.arith("minimum", x, hi, dtype=dt, hint="hi")
+    return x
+
+
+@rule("aten.lerp")
+def lerp(b, a):
+    dt = b.out.dtype
+    diff = b.arith("subtract", a.end, a.self, dtype=dt, hint="diff")
+    step = b.arith("multiply", diff, a.weight, dtype=dt, hint="step")
+    return b.arith("add", a.self, step, dtype=dt)
+
+
+@rule("aten.gelu")
+def gelu(b, a):
+    dt = b.out.dtype
+    x = b.cast(a.self, dt)
+    if a.get("approximate", "none") == "tanh":
+        cube = b.ew("multiply", b.ew("square", x, hint="sq"), x, hint="cube")
+        inner = b.ew("add", x, b.ew("multiply", cube, 0.044715, hint="c"), hint="inner")
+        t = b.ew("tanh", b.ew("multiply", inner, math.sqrt(2.0 / math.pi), hint="scaled"))
+    else:
+        t = b.ew("erf", b.ew("multiply", x, 1.0 / math.sqrt(2.0), hint="scaled"))
+    half = b.ew("multiply", x, 0.5, hint="half")
+    return b.ew("multiply", half, b.ew("add", t, 1.0, hint="one_plus"))
+
+
+@rule("aten.silu")
+def silu(b, a):
+    x = b.cast(a.self, b.out.dtype)
+    return b.ew("multiply", x, b.ew("sigmoid", x))
+
+
+@rule("aten.leaky_relu")
+def leaky_relu(b, a):
+    x = b.cast(a.self, b.out.dtype)
+    slope = a.get("negative_slope", 0.01)
+    pos = b.ew("gt", x, 0, hint="pos")
+    return b.ew("where", pos, x, b.ew("multiply", x, slope, hint="neg"))
+
+
+@rule("aten.elu")
+def elu(b, a):
+    x = b.cast(a.self, b.out.dtype)
+    alpha, scale, in_scale = a.get("alpha", 1.0), a.get("scale", 1.0), a.get("input_scale", 1.0)
+    em1 = b.ew("expm1", b.ew("multiply", x, in_scale, hint="xs"))
+    neg = b.ew("multiply", em1, alpha * scale, hint="neg")
+    pos = b.ew("multiply", x, scale, hint="posv") if scale != 1 else x
+    return b.ew("where", b.ew("gt", x, 0, hint="pos"), pos, neg)
+
+
+@rule("aten._to_copy", "aten.to", "aten.type_as", "aten._autocast_to_reduced_precision",
+      "aten._autocast_to_full_precision", "aten.clone", "aten.contiguous", "aten.alias",
+      "aten.detach", "aten.lift_fresh_copy", "aten.lift_fresh")
+def convert(b, a):
+    """Dtype conversions are `cast` nodes; same-dtype copies and aliases are the value itself."""
+    return b.cast(a.self, b.out.dtype)

@@ -1,0 +1,266 @@
+"""Rules for layout ops: views, permutes, slices, concatenation, gathers.
+
+Every view-like op is one IndexMap (composed with the IndexMap it reads, so chains of views stay
+one node). cat selects its pieces with Iota comparisons and `where`, each piece read through an
+IndexMap that is only valid inside its own range; triu/tril compare two Iotas; roll keeps its
+index non-negative with (i + n - shift) % n; embedding/index_select/gather are Gather nodes.
+"""
+from __future__ import annotations
+
+from ..expr import Const, Var, call
+from ..tensor.ir import IDX
+from .builder import T, norm_axis, rule
+
+
+def ivars(rank: int) -> list:
+    return [Var(f"i{d}") for d in range(rank)]
+
+
+@rule("aten.view", "aten._unsafe_view", "aten.reshape", "aten.view_copy", "aten._reshape_alias",
+      "aten.squeeze", "aten.unsqueeze", "aten.flatten", "aten.unflatten", "aten.expand_copy")
+def view(b, a):
+    return b.reshape(a.self, b.out.shape)
+
+
+@rule("aten.expand", "aten.expand_as", "aten.broadcast_to")
+def expand(b, a):
+    return b.bcast(a.self, b.out.shape)
+
+
+@rule("aten.permute")
+def permute(b, a):
+    x = a.self
+    index = [None] * x.rank
+    for k, d in enumerate(a.dims):
+        index[norm_axis(d, x.rank)] = Var(f"i{k}")
+    return b.index_map(x, b.out.shape, tuple(index), hint="permute")
+
+
+@rule("aten.transpose", "aten.t", "aten.swapaxes", "aten.numpy_T")
+def transpose(b, a):
+    x = a.self
+    if x.rank < 2:
+        return x
+    d0 = norm_axis(a.get("dim0", 0), x.rank)
+    d1 = norm_axis(a.get("dim1", 1), x.rank)
+    index = ivars(x.rank)
+    index[d0], index[d1] = index[d1], index[d0]
+    return b.index_map(x, b.out.shape, tuple(index), hint="transpose")
+
+
+def _clip(v, n, default):
+    if v is None:
+        return default
+    v = v + n if v < 0 else v
+    return min(max(v, 0), n)
+
+
+@rule("aten.slice", "aten.slice_copy")
+def slice_(b, a):
+    x = a.self
+    d = norm_axis(a.get("dim", 0), x.rank)
+    n = x.shape[d]
+    start = _clip(a.get("start"), n, 0)
+    step = a.get("step") or 1
+    index = ivars(x.rank)
+    index[d] = call("add", call("multiply", index[d], step), start)
+    return b.index_map(x, b.out.shape, tuple(index), hint="slice")
+
+
+@rule("aten.narrow")
+def narrow(b, a):
+    x = a.self
+    d = norm_axis(a.dim, x.rank)
+    start = a.start + x.shape[d] if a.start < 0 else a.start
+    index = ivars(x.rank)
+    index[d] = call("add", index[d], start)
+    return b.index_map(x, b.out.shape, tuple(index), hint="narrow")
+
+
+@rule("aten.select", "aten.select_copy")
+def select(b, a):
+    x = a.self
+    d = norm_axis(a.dim, x.rank)
+    i = a.index + x.shape[d] if a.index < 0 else a.index
+    outv = ivars(x.rank - 1)
+    index = outv[:d] + [Const(i)] + outv[d:]
+    return b.index_map(x, b.out.shape, tuple(index), hint="select")
+
+
+@rule("aten.flip")
+def flip(b, a):
+    x = a.self
+    index = ivars(x.rank)
+    for d in {norm_axis(d, x.rank) for d in a.dims}:
+        index[d] = call("subtract", x.shape[d] - 1, index[d])
+    return b.index_map(x, x.shape, tuple(index), hint="flip")
+
+
+@rule("aten.roll")
+def roll(b, a):
+    x = a.self
+    shifts, dims = list(a.shifts), list(a.get("dims") or [])
+    if not dims:                                   # roll the flattened tensor
+        flat = b.reshape(x, (x.numel,), hint="flat")
+        rolled = _roll(b, flat, shifts[0], 0)
+        return b.reshape(rolled, x.shape)
+    for s, d in zip(shifts, dims):
+        x = _roll(b, x, s, norm_axis(d, x.rank))
+    return x
+
+
+def _roll(b, x: T, shift: int, d: int) -> T:
+    n = x.shape[d]
+    s = shift % n if n else 0
+    if s == 0:
+        return x
+    index = ivars(x.rank)
+    index[d] = call("mod", call("add", index[d], n - s), n)
+    return b.index_map(x, x.shape, tuple(index), hint="roll")
+
+
+@rule("aten.repeat")
+def repeat(b, a):
+    x = a.self
+    shape = b.out.shape
+    lead = len(shape) - x.rank
+    index = tuple(call("mod", Var(f"i{d + lead}"), n) if n != shape[d + lead] else Var(f"i{d + lead}")
+                  for d, n in enumerate(x.shape))
+    return b.index_map(x, shape, index, hint="repeat")
+
+
+@rule("aten.triu", "aten.tril")
+def triu(b, a):
+    x = a.self
+    k = a.get("diagonal", 0) or 0
+    rows = b.iota(x.shape, x.rank - 2, hint="row")
+    cols = b.iota(x.shape, x.rank - 1, hint="col")
+    diff = b.ew("subtract", cols, rows, hint="diag")
+    keep = b.ew("ge" if b.op == "aten.triu" else "le", diff, k, hint="mask")
+    return b.ew("where", keep, x, 0, dtype=x.dtype)
+
+
+def cat_along(b, xs: list, d: int, shape) -> T:
+    """Concatenate along d: a where-chain on iota(d) over pieces valid in their own range."""
+    xs = [x for x in xs if x.numel > 0]       # torch skips empty pieces, (0,) ones included
+    if not xs:
+        return b.full(shape, 0, b.out.dtype)
+    if len(xs) == 1:
+        return xs[0]
+    pieces, offsets, off = [], [], 0
+    for x in xs:
+        i = Var(f"i{d}")
+        index = ivars(len(shape))
+        index[d] = call("subtract", i, off)
+        lo, hi = call("ge", i, off), call("lt", i, off + x.shape[d])
+        valid = hi if off == 0 else (lo if off + x.shape[d] == shape[d] else call("logical_and", lo, hi))
+        pieces.append(b.index_map(x, shape, tuple(index), valid=valid, fill=0, hint=f"part{len(pieces)}"))
+        offsets.append(off)
+        off += x.shape[d]
+    pos = b.iota(shape, d, hint="pos")
+    out = pieces[-1]
+    for piece, end in reversed(list(zip(pieces[:-1], offsets[1:]))):
+        take = b.ew("lt", pos, end, hint=f"lt{end}")
+        out = b.ew("where", take, piece, out, dtype=out.dtype, hint="select")
+    return out
+
+
+@rule("aten.cat", "aten.concat", "aten.concatenate")
+def cat(b, a):
+    shape = b.out.shape
+    d = norm_axis(a.get("dim", 0), len(shape))
+    return cat_along(b, [b.cast(x, b.out.dtype) for x in a.tensors], d, shape)
+
+
+@rule("aten.stack")
+def stack(b, a):
+    shape = b.out.shape
+    d = norm_axis(a.get("dim", 0), len(shape))
+    parts = []
+    for x in a.tensors:
+        one = shape[:d] + (1,) + shape[d + 1:]
+        parts.append(b.reshape(b.cast(x, b.out.dtype), one, hint="unsqueeze"))
+    return cat_along(b, parts, d, shape)
+
+
+@rule("aten.split_with_sizes", "aten.split")
+def split(b, a):
+    x = a.self
+    d = norm_axis(a.get("dim", 0), x.rank)
+    sizes = a.get("split_sizes") or a.get("split_size")
+    if isinstance(sizes, int):
+        sizes = [min(sizes, x.shape[d] - s) for s in range(0, x.shape[d], sizes)]
+    outs, off = [], 0
+    for n in sizes:
+        index = ivars(x.rank)
+        index[d] = call("add", index[d], off)
+        shape = x.shape[:d] + (n,) + x.shape[d + 1:]
+        outs.append(b.index_map(x, shape, tuple(index), hint=f"split{len(outs)}"))
+        off += n
+    return tuple(outs)
+
+
+@rule("aten.unbind")
+def unbind(b, a):
+    x = a.self
+    d = norm_axis(a.get("dim", 0), x.rank)
+    outs = []
+    for i in range(x.shape[d]):
+        outv = ivars(x.rank - 1)
+        index = outv[:d] + [Const(i)] + outv[d:]
+        outs.append(b.index_map(x, x.shape[:d] + x.shape[d + 1:], tuple(index), hint=f"unbind{i}"))
+    return tuple(outs)
+
+
+@rule("getitem")
+def getitem(b, a):
+    return a.self[a.index]
+
+
+def _gather_along(b, src: T, idx: T, d: int, shape) -> T:
+    """out[o] = src[o with dim d replaced by idx[o]]; idx broadcast to `shape` first."""
+    index = ivars(len(shape))
+    index[d] = IDX
+    return b.gather(src, idx, tuple(index))
+
+
+@rule("aten.embedding")
+def embedding(b, a):
+    w, ids = a.weight, a.indices
+    shape = b.out.shape
+    idx = b.index_map(ids, shape, tuple(ivars(ids.rank)), hint="ids")
+    return b.gather(w, idx, (IDX, Var(f"i{len(shape) - 1}")))
+
+
+@rule("aten.index_select")
+def index_select(b, a):
+    x, ids = a.self, a.index
+    shape = b.out.shape
+    d = norm_axis(a.dim, x.rank)
+    idx = b.index_map(ids, shape, (Var(f"i{d}"),) if ids.rank else (), hint="ids")
+    return _gather_along(b, x, idx, d, shape)
+
+
+@rule("aten.gather")
+def gather(b, a):
+    x, ids = a.self, a.index
+    d = norm_axis(a.dim, x.rank)
+    return _gather_along(b, x, ids, d, ids.shape)
+
+
+@rule("aten.index")
+def index(b, a):
+    """x[..., idx, ...] with one integer index tensor (advanced indexing on one dim)."""
+    x = a.self
+    pos = [k for k, t in enumerate(a.indices) if t is not None]
+    if len(pos) != 1 or a.indices[pos[0]].dtype not in ("i64", "i32"):
+        from ..errors import UnsupportedOp
+        raise UnsupportedOp("aten.index (only one integer index tensor is supported)")
+    d, ids = pos[0], a.indices[pos[0]]
+    shape = b.out.shape
+    idx = b.index_map(ids, shape, tuple(Var(f"i{d + k}") for k in range(ids.rank)), hint="ids")
+    n = x.shape[d]
+    wrapped = call("where", call("lt", IDX, 0), call("add", IDX, n), IDX)   # x[-1] is x[n-1]
+    index = ivars(len(shape))
+    index = index[:d] + [wrapped] + index[d + ids.rank:]
+    return b.gather(x, idx, tuple(index))
