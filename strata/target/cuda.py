@@ -120,10 +120,6 @@ def _strip(text: str) -> str:
     return text[1:-1]
 
 
-def _is_call_template(t: str) -> bool:
-    return re.fullmatch(r"\w+\((\{\d\}(, )?)+\)", t) is not None
-
-
 def _paren(text: str, prec: int, need: int) -> str:
     return f"({text})" if prec < need else text
 
@@ -181,6 +177,7 @@ class _Emitter:
         self.vector_bufs = {s.buf for s in walk(kernel.body) if isinstance(s, (LoadVec, StoreVec))}
         self.lines: list[str] = []
         self.signed = False        # print thread/block ids as signed inside a subtraction
+        self.hoisted: set[str] = set()   # shared arrays declared at the top of the kernel
 
     # ------------------------------------------------------------ types
 
@@ -275,22 +272,24 @@ class _Emitter:
         value_arg = e.args[1] if e.op == "where" else e.args[0]
         floating = any(dtypes.is_float(x.dtype) for x in e.args) or dtypes.is_float(value_arg.dtype)
         t = op.c_float if floating or op.c_int is None else op.c_int
-        if _is_call_template(t):
-            args = [self.expr(x) for x in e.args]
-        else:
-            args = [self.expr(x, ATOM) for x in e.args]
-        return t.format(*args), ATOM
+        full = [self.expr(x) for x in e.args]
+        atom = [self.expr(x, ATOM) for x in e.args]
+
+        def arg(m: re.Match) -> str:      # bare where the template already delimits it: f({0}, ...)
+            k = int(m.group(1))
+            before, after = t[:m.start()].rstrip(), t[m.end():].lstrip()
+            return full[k] if before[-1:] in ("(", ",") and after[:1] in (")", ",") else atom[k]
+        return re.sub(r"\{(\d)\}", arg, t), ATOM
 
     # ------------------------------------------------------------ statements
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append(INDENT * depth + line)
 
-    def body(self, stmts, depth: int, hoisted: set[str] = frozenset()) -> None:
+    def body(self, stmts, depth: int) -> None:
         for s in stmts:
-            if isinstance(s, Smem) and s.name in hoisted:
-                continue
-            self.stmt(s, depth)
+            if not (isinstance(s, Smem) and s.name in self.hoisted):
+                self.stmt(s, depth)
 
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Let):
@@ -453,11 +452,10 @@ class _Emitter:
         else:
             self.lines.append(head)
             self._wrap_signature(cname(k.name), params)
-        hoisted = self.hoisted_smem()
-        for s in walk(k.body):
-            if isinstance(s, Smem) and s.name in hoisted:
-                self.stmt(s, 1)
-        self.body(k.body, 1, hoisted)
+        self.hoisted = self.hoisted_smem()
+        for name in sorted(self.hoisted):
+            self.stmt(self.smem[name], 1)
+        self.body(k.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines)
 

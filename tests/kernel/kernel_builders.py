@@ -165,3 +165,39 @@ def rms_norm(rows: int = 32, cols: int = 2048, block: int = 256, eps: float = 1e
     bufs = [Buffer("x", dtype, (1, rows, cols), "input"), Buffer("p_weight", dtype, (cols,), "weight"),
             Buffer("rms_norm", dtype, (1, rows, cols), "output")]
     return program(k, bufs)
+
+
+def scalar_op_zoo(dtype: str = "f32", n: int = 256, block: int = 128) -> tuple[KernelProgram, list[str]]:
+    """Every scalar op of the table that `dtype` supports, applied to loaded values:
+    out[k * n + i] = op_k(a[i], b[i][, c]) (bool results cast back to `dtype`).
+
+    Returns the program and the op names in slot order."""
+    from strata import scalar_ops
+    c = compute_dtype(dtype)
+    floating = c.startswith("f")
+    i = V("i")
+    a, b = V("a", c), V("b", c)
+    ops, stmts = [], []
+    for name, op in scalar_ops.OPS.items():
+        if name == "cast" or (not floating and op.c_int is None):
+            continue
+        if op.arity == 1:
+            val = fcall(name, a)
+        elif name == "where":
+            val = fcall("where", fcall("lt", a, b), a, b)
+        elif name in ("logical_and", "logical_or", "logical_xor"):
+            val = fcall(name, fcall("gt", a, b), fcall("ne", a, b))
+        else:
+            val = fcall(name, a, b)
+        if val.dtype != c:
+            val = E.Cast(val, c)
+        stmts.append(Store("out", E.add(i, len(ops) * n), val))
+        ops.append(name)
+    body = (global_index(block),
+            If(E.call("lt", i, I(n)), (Let("a", c, Load("x", i, c)), Let("b", c, Load("y", i, c)),
+                                       *stmts)))
+    params = (Param("x", dtype, n), Param("y", dtype, n), Param("out", dtype, n * len(ops), output=True))
+    k = Kernel(f"k_zoo_{dtype}", params, -(-n // block), block, body)
+    bufs = [Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "input"),
+            Buffer("out", dtype, (len(ops), n), "output")]
+    return program(k, bufs), ops

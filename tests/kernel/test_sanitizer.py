@@ -9,7 +9,7 @@ from strata.kernel.ir import (BlockIdx, Buffer, For, If, Kernel, Let, Load, Load
                               ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 from strata.kernel.sim import simulate
 
-import builders as B
+import kernel_builders as B
 
 RNG = np.random.default_rng(7)
 i, t = B.V("i"), B.V("t")

@@ -10,7 +10,7 @@ from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, Let, Lo
                               Store, ThreadIdx)
 from strata.kernel.sim import simulate
 
-import builders as B
+import kernel_builders as B
 
 RNG = np.random.default_rng(1234)
 
