@@ -14,6 +14,7 @@ As the sanitizer it raises SimError, naming kernel, buffer, index and (block, th
   - an out-of-bounds global or shared access (scalar or vector), a store to a read-only param;
   - a vector access whose index is not a multiple of its width;
   - a shared read of an element another thread of the block wrote since the last barrier;
+  - a shared write of an element another thread of the block read since the last barrier;
   - two threads of a block writing one shared element between barriers;
   - two threads writing one global element in one launch, or one thread reading a global
     element another thread wrote in the same launch (no grid-wide ordering exists);
@@ -114,8 +115,20 @@ class _Shared:
     def __init__(self, decl: Smem, nblocks: int):
         self.decl = decl
         self.data = poison(decl.dtype, nblocks * decl.size).reshape(nblocks, decl.size)
-        self.writer = np.full((nblocks, decl.size), -1, dtype=np.int32)    # thread in block
-        self.epoch = np.full((nblocks, decl.size), -1, dtype=np.int64)     # barrier epoch
+        self.writer = np.full((nblocks, decl.size), -1, dtype=np.int32)    # last writer thread
+        self.epoch = np.full((nblocks, decl.size), -1, dtype=np.int32)     # ... in this epoch
+        self.reader = np.full((nblocks, decl.size), -1, dtype=np.int32)    # reader, -2: several
+        self.repoch = np.full((nblocks, decl.size), -1, dtype=np.int32)    # ... in this epoch
+
+    def note_reads(self, blk, i, tid, epoch) -> None:
+        """Record that threads `tid` read elements `i` in barrier epoch `epoch`."""
+        old = self.reader[blk, i]
+        new = np.where((self.repoch[blk, i] != epoch) | (old == tid), tid, -2).astype(np.int32)
+        self.reader[blk, i] = new
+        self.repoch[blk, i] = epoch
+        several = self.reader[blk, i] != new           # another lane read it in this statement
+        if several.any():
+            self.reader[blk[several], i[several]] = -2
 
 
 class _View(Mapping):
@@ -154,7 +167,7 @@ class _Batch:
         self.env: dict[str, np.ndarray] = {}
         self.types: dict[str, str] = {}
         self.smem = {n: _Shared(d, nblocks) for n, d in launch.smem_decls.items()}
-        self.epoch = np.zeros(nblocks, dtype=np.int64)
+        self.epoch = np.zeros(nblocks, dtype=np.int32)
 
     # ------------------------------------------------------------ helpers
 
@@ -235,6 +248,7 @@ class _Batch:
                     self.launch.fail(
                         f"shared-memory race: {self.who(lanes[j])} reads {buf}[{i[j]}] written by "
                         f"thread {sh.writer[blk[j], i[j]]} since the last barrier (missing Sync)")
+                sh.note_reads(blk, i, self.tid[lanes], self.epoch[blk])
                 out.append(from_storage(sh.data[blk, i], sh.decl.dtype))
             return out if width > 1 else out[0]
         p = self.launch.params.get(buf)
@@ -272,6 +286,14 @@ class _Batch:
                     self.launch.fail(
                         f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] also "
                         f"written by thread {sh.writer[blk[j], i[j]]} since the last barrier")
+                rd = sh.reader[blk, i]
+                bad = (sh.repoch[blk, i] == self.epoch[blk]) & (rd != -1) & (rd != tid)
+                if bad.any():
+                    j = int(np.flatnonzero(bad)[0])
+                    other = "other threads" if rd[j] == -2 else f"thread {rd[j]}"
+                    self.launch.fail(
+                        f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] read by "
+                        f"{other} since the last barrier (missing Sync)")
                 sh.writer[blk, i] = tid
                 bad = sh.writer[blk, i] != tid
                 if bad.any():

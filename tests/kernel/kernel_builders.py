@@ -100,7 +100,9 @@ def rms_norm(rows: int = 32, cols: int = 2048, block: int = 256, eps: float = 1e
     squares, a warp shuffle butterfly, then a shared-memory tree across the warps.
 
     tree_guard="warp" reproduces the seed listing literally (`if (warp < s)`), where all 32 lanes
-    of a warp write the same smem element: a write-write race the sanitizer must report."""
+    of a warp read and write the same smem element between barriers: a race (benign on hardware
+    because they write equal values, but a race) that the sanitizer must report. The default
+    guards the tree with the thread index (`if (a0 < s)`), one writer per element."""
     f = compute_dtype(dtype)
     nwarps = block // 32
     a0, a1, lane, warp = V("a0", "i32"), V("a1", "i32"), V("lane", "i32"), V("warp", "i32")

@@ -83,6 +83,12 @@ def test_smem_own_write_then_read_is_fine():
     np.testing.assert_array_equal(run(body, IO(128), 2, 64, x)["out"], x["x"])
 
 
+def test_smem_two_threads_store_one_element_at_once():
+    body = [Smem("s", "f32", 64), Let("t", "i64", ThreadIdx()), Store("s", E.floordiv(t, 32), B.F(1.0))]
+    with pytest.raises(SimError, match=r"thread (0|31) and thread (0|31) write s\[0\] at once"):
+        run(body, IO(64), 1, 64, xin(64))
+
+
 def test_smem_two_writers_between_barriers():
     # t writes s[t], then t writes s[(t + 1) % 64]: thread 0's second store hits s[1] of thread 1
     body = [Smem("s", "f32", 64), Let("t", "i64", ThreadIdx()), Store("s", t, B.F(1.0)),
@@ -96,7 +102,8 @@ def test_seed_rms_norm_tree_guarded_by_warp_is_a_write_race():
     """The seed listing's `if (warp < s) acc0_smem[warp] = ...` has 32 lanes write one element."""
     x = RNG.standard_normal((1, 32, 2048)).astype(np.float32)
     w = RNG.standard_normal(2048).astype(np.float32)
-    with pytest.raises(SimError, match=r"thread 0 and thread 31 write acc0_smem\[0\] at once"):
+    # all 32 lanes of warp 0 read acc0_smem[0] and then write it: caught at thread 0's write
+    with pytest.raises(SimError, match=r"shared-memory race: block 0, thread 0 writes acc0_smem\[0\]"):
         simulate(B.rms_norm(tree_guard="warp"), {"x": x, "p_weight": w})
 
 
@@ -203,3 +210,32 @@ def test_shuffle_under_warp_uniform_branch_passes():
     out = run(body, IO(64), 1, 64, {"x": x})["out"]
     np.testing.assert_array_equal(out[:32], x[:32])
     np.testing.assert_array_equal(out[32:], x[32:].reshape(-1, 2)[:, ::-1].reshape(-1))
+
+
+def test_smem_write_after_another_threads_read():
+    """An in-place tree step without a barrier between the read and the write of a neighbour."""
+    body = [Smem("s", "f32", 64), Let("t", "i64", ThreadIdx()), Store("s", t, B.F(1.0)), Sync(),
+            Let("v", "f32", Load("s", E.mod(E.add(t, 1), 64), "f32")),
+            Store("s", t, B.V("v", "f32"))]
+    with pytest.raises(SimError, match=r"shared-memory race: block 0, thread 0 writes s\[0\] read by "
+                                       r"thread 63 since the last barrier"):
+        run(body, IO(64), 1, 64, xin(64))
+
+
+def test_smem_write_after_broadcast_read():
+    body = [Smem("s", "f32", 64), Let("t", "i64", ThreadIdx()), Store("s", t, B.F(1.0)), Sync(),
+            Let("v", "f32", Load("s", B.I(0), "f32")),
+            If(E.call("eq", t, B.I(0)), (Store("s", B.I(0), B.F(2.0)),))]
+    with pytest.raises(SimError, match=r"thread 0 writes s\[0\] read by other threads"):
+        run(body, IO(64), 1, 64, xin(64))
+
+
+def test_smem_read_then_write_with_sync_between_passes():
+    body = [Smem("s", "f32", 64), B.global_index(64), Let("t", "i64", ThreadIdx()),
+            Store("s", t, Load("x", i, "f32")), Sync(),
+            Let("v", "f32", Load("s", E.mod(E.add(t, 1), 64), "f32")), Sync(),
+            Store("s", t, B.V("v", "f32")), Sync(),
+            Store("out", i, Load("s", t, "f32"))]
+    x = xin(128)
+    out = run(body, IO(128), 2, 64, x)["out"]
+    np.testing.assert_array_equal(out, np.roll(x["x"].reshape(2, 64), -1, axis=1).reshape(-1))
