@@ -231,7 +231,8 @@ class _Batch:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             span = f"{buf}[{index[i]}]" if width == 1 else f"{buf}[{index[i]}:{index[i] + width}]"
-            self.launch.fail(f"out-of-bounds {what} {span} (size {size}) by {self.who(self.first(idx, bad))}")
+            who = self.who(self.first(idx, bad))
+            self.launch.fail(f"out-of-bounds {what} {span} (size {size}) by {who}")
 
     def load(self, buf: str, index: np.ndarray, idx, width: int = 1, what: str = "load"):
         lanes = self.lanes(idx)

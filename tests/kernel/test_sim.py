@@ -189,3 +189,28 @@ def test_inputs_are_checked():
         simulate(prog, {"x": x, "y": x[:99]})
     with pytest.raises(InputMismatch, match="unexpected"):
         simulate(prog, {"x": x, "y": x, "z": x})
+
+
+def test_run_kernel_works_in_place_on_flat_storage():
+    from strata.errors import SimError
+    from strata.kernel.sim import run_kernel
+    from strata.kernel.sim_memory import poison, to_storage
+    k = B.copy(100, "bf16").kernels[0]
+    x = randn(100)
+    bufs = {"x": to_storage(x, "bf16"), "out": poison("bf16", 100)}
+    x_bits = bufs["x"].copy()
+    run_kernel(k, bufs)
+    np.testing.assert_array_equal(bufs["out"], x_bits)      # bf16 bits copied through f32
+    np.testing.assert_array_equal(bufs["x"], x_bits)
+    with pytest.raises(SimError, match="buffer x is float32"):
+        run_kernel(k, {"x": x, "out": poison("bf16", 100)})
+    with pytest.raises(SimError, match="no buffer for parameter out"):
+        run_kernel(k, {"x": bufs["x"]})
+
+
+def test_simulate_leaves_inputs_alone():
+    x, y = randn(300), randn(300)
+    x0, y0 = x.copy(), y.copy()
+    simulate(B.elementwise(300), {"x": x, "y": y})
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(y, y0)
