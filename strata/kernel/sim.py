@@ -34,7 +34,7 @@ from .ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
 from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
 
 MAX_LANES = 1 << 20          # lanes (threads) simulated at once
-MAX_SMEM_ELEMS = 1 << 23     # shared-memory elements (all arrays, all blocks) per batch
+MAX_SMEM_ELEMS = 1 << 22     # shared-memory elements (all arrays, all blocks) per batch
 
 
 # ---------------------------------------------------------------- public entry points
