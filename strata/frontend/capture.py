@@ -12,6 +12,7 @@ op and the rule table stays small. Anything else that survives is reported by de
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import warnings
@@ -31,18 +32,23 @@ DECOMPOSE = [
     _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.var_mean, _A.std_mean, _A.rsub,
     _A.xlogy, _A.frac, _A.deg2rad, _A.einsum, _A.cosine_similarity, _A.split, _A.unbind,
     _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.floor_divide, _A.norm,
-    _A.all,
 ]
 # Ops that compute nothing (shape/dtype assertions export inserts): dropped from Torch IR.
 NOOPS = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range_for_size",
          "aten._assert_async", "aten.sym_constrain_range"}
 
 
-def decomposition_table() -> dict:
+@functools.lru_cache(maxsize=None)
+def _table() -> tuple:
     from torch._decomp import core_aten_decompositions
-    core = core_aten_decompositions()
     wanted = set(DECOMPOSE)
-    return {op: fn for op, fn in core.items() if getattr(op, "overloadpacket", None) in wanted}
+    return tuple((op, fn) for op, fn in core_aten_decompositions().items()
+                 if getattr(op, "overloadpacket", None) in wanted)
+
+
+def decomposition_table() -> dict:
+    """The subset of torch's core-aten decompositions strata applies (see DECOMPOSE)."""
+    return dict(_table())
 
 
 def as_forward(fn):

@@ -1,7 +1,7 @@
 """NumPy evaluation of Tensor IR: the reference every later stage is compared against.
 
 precision="f64": every floating value is computed and kept in float64 (the high-precision
-reference; casts between float types do not round). precision="native": each node computes in
+reference); only explicit `cast` nodes, which are the user's own conversions, round. precision="native": each node computes in
 its compute type (f32 for f16/bf16) and rounds its result to its own dtype, as a GPU would when
 it stores the node; bf16 values are held in float32.
 
@@ -94,8 +94,8 @@ def _node(n: Node, vals: dict, inputs: Mapping, weights: Mapping, precision: str
         args = [vals[a] if isinstance(a, str) else a for a in n.args]
         if n.op == "cast":
             v = args[0]
-            if precision == "f64" and dtypes.is_float(dt):
-                return np.asarray(v, dtype=np.float64)
+            if precision == "f64" and dtypes.is_float(dt):     # a user's cast rounds, even here
+                return np.asarray(cast_values(v, dt), dtype=np.float64)
             return cast_values(v, dt)
         op = scalar_ops.get(n.op)
         if op.result != "bool" and n.op != "where":

@@ -77,6 +77,18 @@ def isnan(b, a):
     return b.ew("isnan", a.self)
 
 
+@rule("aten.isinf", "aten.isfinite")
+def isinf(b, a):
+    from .. import dtypes
+    x = a.self
+    if not dtypes.is_float(x.dtype):
+        return b.full(x.shape, b.op == "aten.isfinite", "bool")
+    inf = b.ew("eq", b.ew("abs", x), float("inf"), hint="inf")
+    if b.op == "aten.isinf":
+        return inf
+    return b.ew("logical_not", b.ew("logical_or", inf, b.ew("isnan", x), hint="nonfinite"))
+
+
 @rule(*BINARY)
 def binary(b, a):
     op, x, y = BINARY[b.op], a.self, a.other
