@@ -30,6 +30,9 @@ class _Lowerer:
         self.idx = "i64" if big else "i32"
         self.has_warp_ids = False
         self.takes = 0
+        # the kernel's own index names, renamed if a buffer already uses one
+        taken = {b.name for b in tk.buffers}
+        self.v = {n: n if n not in taken else f"{n}_idx" for n in ("t", "row", "lane", "warp", "gid")}
 
     def flat(self, buf: str, index) -> Expr:
         if buf in self.smem:
@@ -61,7 +64,7 @@ class _Lowerer:
                 init.append(Let(a.acc, a.dtype, _identity(a.op, a.dtype)))
                 if a.op in ("argmax", "argmin"):
                     init.append(Let(a.acc + "_i", "i64", Const(0, "i64")))
-            start = Var("t", self.idx) if isinstance(s, StridedLoop) else Const(0)
+            start = Var(self.v["t"], self.idx) if isinstance(s, StridedLoop) else Const(0)
             step = s.step if isinstance(s, StridedLoop) else 1
             return init + [For(s.var, start, Const(s.extent), step, tuple(self.stmts(s.body)),
                                unroll=s.unroll, dtype=self.idx)]
@@ -72,7 +75,7 @@ class _Lowerer:
             fill = Store(s.name, Var(f, self.idx), Load(s.buf, add(s.base, Var(f, self.idx)),
                                                       dtypes.compute_dtype(s.dtype)))
             return [Smem(s.name, s.dtype, s.size),
-                    For(f, Var("t", self.idx), Const(s.size), self.tk.group, (fill,), dtype=self.idx),
+                    For(f, Var(self.v["t"], self.idx), Const(s.size), self.tk.group, (fill,), dtype=self.idx),
                     Sync()]
         raise TypeError(f"cannot lower {s!r}")
 
@@ -96,7 +99,7 @@ class _Lowerer:
             out += self.butterfly(a, 16)
             if nwarps > 1:
                 self.has_warp_ids = True
-                lane, warp = Var("lane", self.idx), Var("warp", self.idx)
+                lane, warp = Var(self.v["lane"], self.idx), Var(self.v["warp"], self.idx)
                 names = [(a.acc, a.dtype)] + ([(a.acc + "_i", "i64")] if arg else [])
                 for name, dt in names:
                     out.append(Smem(f"{name}_smem", dt, nwarps))
@@ -165,19 +168,20 @@ def _decompose(flat: Expr, domain, bounds) -> list:
 def lower_kernel(tk: TileKernel) -> Kernel:
     low = _Lowerer(tk)
     idx = low.idx
+    v = low.v
     body: list = []
-    t = Var("t", idx)
+    t = Var(v["t"], idx)
     if tk.mode == "rows":
         per_block = tk.block // tk.group
         if per_block == 1:
             row: Expr = BlockIdx()
-            body.append(Let("t", idx, ThreadIdx()))
+            body.append(Let(v["t"], idx, ThreadIdx()))
         else:
-            body.append(Let("t", idx, mod(ThreadIdx(), tk.group)))
+            body.append(Let(v["t"], idx, mod(ThreadIdx(), tk.group)))
             row = add(mul(BlockIdx(), per_block), floordiv(ThreadIdx(), tk.group))
-        body.append(Let("row", idx, row))
-        bounds = {"row": tk.rows}
-        for var, e in _decompose(Var("row", idx), tk.domain, bounds):
+        body.append(Let(v["row"], idx, row))
+        bounds = {v["row"]: tk.rows}
+        for var, e in _decompose(Var(v["row"], idx), tk.domain, bounds):
             body.append(Let(var, idx, e))
         inner = low.stmts(tk.prelude)
         for s in tk.body:
@@ -187,20 +191,20 @@ def lower_kernel(tk: TileKernel) -> Kernel:
             else:
                 inner.extend(low.stmt(s))
         if low.has_warp_ids:
-            body += [Let("lane", idx, mod(ThreadIdx(), 32)), Let("warp", idx, floordiv(ThreadIdx(), 32))]
+            body += [Let(v["lane"], idx, mod(ThreadIdx(), 32)), Let(v["warp"], idx, floordiv(ThreadIdx(), 32))]
         if per_block > 1 and tk.rows % per_block:
-            body.append(If(call("lt", Var("row", idx), Const(tk.rows)), tuple(inner)))
+            body.append(If(call("lt", Var(v["row"], idx), Const(tk.rows)), tuple(inner)))
         else:
             body += inner
     else:
-        body.append(Let("gid", idx, add(mul(BlockIdx(), tk.block), ThreadIdx())))
+        body.append(Let(v["gid"], idx, add(mul(BlockIdx(), tk.block), ThreadIdx())))
         n = tk.rows // tk.vec
-        first = mul(Var("gid", idx), tk.vec)
-        bounds = {"gid": n}
+        first = mul(Var(v["gid"], idx), tk.vec)
+        bounds = {v["gid"]: n}
         binds = [Let(v, idx, e) for v, e in _decompose(first, tk.domain, bounds)]
         inner = binds + low.stmts(tk.prelude) + (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk))
         if n % tk.block:
-            body.append(If(call("lt", Var("gid", idx), Const(n)), tuple(inner)))
+            body.append(If(call("lt", Var(v["gid"], idx), Const(n)), tuple(inner)))
         else:
             body += inner
     params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes)

@@ -82,7 +82,7 @@ class _Walker:
                 if index else Const(0)
             sub = tuple(substitute(e, {**{f"i{d}": x for d, x in enumerate(index)}, IDX.name: _as_int(idx)})
                         for e in n.index)
-            self.walk(n.src, sub, reduce_vars)
+            self.walk(n.data, sub, reduce_vars)
         elif isinstance(n, Reduce):
             deps = set().union(*map(free_vars, index)) if index else set()
             inner = deps & reduce_vars

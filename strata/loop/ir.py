@@ -174,7 +174,7 @@ def _verify_scopes(k: LoopKernel) -> None:
     check(k.body, set(), set())
 
 
-def canonical_names(k: LoopKernel) -> LoopKernel:
+def canonical_names(k: LoopKernel, reserved: set[str] = frozenset()) -> LoopKernel:
     """Rename loop variables and SSA values in order of appearance (a0, a1, in0, v0, acc0...),
     so that two equal kernels print identically whatever order they were built in."""
     import re
@@ -185,6 +185,8 @@ def canonical_names(k: LoopKernel) -> LoopKernel:
     def define(old: str) -> None:
         prefix = re.match(r"[a-z]+", old).group(0)
         n = counts.get(prefix, 0)
+        while f"{prefix}{n}" in reserved or f"{prefix}{n}_i" in reserved:   # buffer names
+            n += 1
         counts[prefix] = n + 1
         names[old] = f"{prefix}{n}"
         names[old + "_i"] = f"{prefix}{n}_i"

@@ -128,7 +128,7 @@ class _Builder:
         elif isinstance(n, Gather):
             idx = self.value(n.indices, index, pred)
             sub = self.through(n.index, index, {IDX.name: _convert(idx, "i64")})
-            out = self.value(n.src, sub, pred)
+            out = self.value(n.data, sub, pred)
         elif isinstance(n, Reduce):
             out = self.reduce(n, index, pred)
         else:
@@ -261,7 +261,7 @@ def build_kernel(prog: TensorProgram, kp: KernelPlan, materialized: set[str], na
         b.close_loop()
     writes = (kp.target, *kp.merged)
     return canonical_names(LoopKernel(name, tuple(b.root.stmts), tuple(b.reads), writes,
-                                      src=target.src))
+                                      src=target.src), reserved=set(prog.by_name))
 
 
 def kernel_name(prog: TensorProgram, kp: KernelPlan, taken: set[str]) -> str:

@@ -25,11 +25,12 @@ from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgr
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
 
-PRELUDE = r"""#ifndef INFINITY
-#define INFINITY __builtin_huge_valf()
+PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (device code only).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
 #endif
 #ifndef NAN
-#define NAN __builtin_nanf("")
+#define NAN __int_as_float(0x7fffffff)
 #endif
 
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.

@@ -8,7 +8,7 @@
     Reduce      sum | prod | max | min | argmax | argmin over axes, always keepdim (size-1 axes)
     IndexMap    out[i0..in] = arg[index(i0..in)] (or `fill` where `valid` is false): broadcast,
                 view, reshape, permute, slice, expand, flip, roll, select, squeeze... none copies
-    Gather      out[o] = src[index(o)] where the index exprs may use Var("idx") = indices[o]
+    Gather      out[o] = data[index(o)] where the index exprs may use Var("idx") = indices[o]
 
 Index expressions use variables i0, i1, ... (one per output dim, `out_vars`). Nodes are frozen;
 a program lists them in topological order. `verify()` checks shapes, dtypes and references.
@@ -99,12 +99,12 @@ class IndexMap(Node):
 
 @dataclass(frozen=True)
 class Gather(Node):
-    src: str = ""
+    data: str = ""
     indices: str = ""             # integer node with the same shape as this node
-    index: tuple[Expr, ...] = ()  # one expr per dim of `src`; may use Var("idx")
+    index: tuple[Expr, ...] = ()  # one expr per dim of `data`; may use Var("idx")
 
     def operands(self):
-        return (self.src, self.indices)
+        return (self.data, self.indices)
 
 
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
@@ -190,7 +190,7 @@ def _verify_node(n: Node, env: dict[str, Node]) -> None:
         src = need(n.arg)
         _verify_index(n, n.index, src.type.shape, allowed=set())
     elif isinstance(n, Gather):
-        src, idx = need(n.src), need(n.indices)
+        src, idx = need(n.data), need(n.indices)
         if idx.type.shape != n.type.shape:
             raise VerifyError(f"{n.name}: indices shape {idx.type.shape} != {n.type.shape}")
         _verify_index(n, n.index, src.type.shape, allowed={"idx"})
@@ -237,7 +237,7 @@ def format_node(n: Node) -> str:
         if n.valid is not None:
             rhs += f" if {to_str(n.valid)} else {_arg(n.fill)}"
     elif isinstance(n, Gather):
-        rhs = f"{n.src}[{', '.join(to_str(e) for e in n.index)}] with idx = {n.indices}"
+        rhs = f"{n.data}[{', '.join(to_str(e) for e in n.index)}] with idx = {n.indices}"
     else:
         rhs = repr(n)
     return f"{n.name} = {rhs} -> {n.type}"
