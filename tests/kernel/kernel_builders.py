@@ -203,3 +203,14 @@ def scalar_op_zoo(dtype: str = "f32", n: int = 256, block: int = 128) -> tuple[K
     bufs = [Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "input"),
             Buffer("out", dtype, (len(ops), n), "output")]
     return program(k, bufs), ops
+
+
+def special_constants(n: int = 64) -> KernelProgram:
+    """out = [max(x, -inf), min(x, inf), isnan(x) ? nan : x]: INFINITY and NAN in the source."""
+    i, a = V("i"), V("a", "f32")
+    body = (global_index(n), Let("a", "f32", Load("x", i, "f32")),
+            Store("out", i, fcall("maximum", a, F(float("-inf")))),
+            Store("out", E.add(i, n), fcall("minimum", a, F(float("inf")))),
+            Store("out", E.add(i, 2 * n), fcall("where", fcall("isnan", a), F(float("nan")), a)))
+    k = Kernel("k_specials", (Param("x", "f32", n), Param("out", "f32", 3 * n, output=True)), 1, n, body)
+    return program(k, [Buffer("x", "f32", (n,), "input"), Buffer("out", "f32", (3, n), "output")])

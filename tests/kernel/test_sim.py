@@ -214,3 +214,12 @@ def test_simulate_leaves_inputs_alone():
     simulate(B.elementwise(300), {"x": x, "y": y})
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(y, y0)
+
+
+def test_special_constants():
+    x = randn(64)
+    x[3] = np.nan
+    out = simulate(B.special_constants(), {"x": x})["out"]
+    np.testing.assert_array_equal(out[0], x)          # NaN propagates through maximum
+    np.testing.assert_array_equal(out[1], x)
+    np.testing.assert_array_equal(out[2], x)

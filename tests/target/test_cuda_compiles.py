@@ -35,6 +35,7 @@ PROGRAMS = {
     "vec_i32x4": lambda: B.vector_scale(1024, "i32", 4),
     "vec_i64x2": lambda: B.vector_scale(1024, "i64", 2),
     "vec_u8x16": lambda: B.vector_scale(1024, "u8", 16),
+    "special_constants": lambda: B.special_constants(),
     "zoo_f32": lambda: B.scalar_op_zoo("f32")[0],
     "zoo_f16": lambda: B.scalar_op_zoo("f16")[0],
     "zoo_i32": lambda: B.scalar_op_zoo("i32")[0],
