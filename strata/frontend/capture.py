@@ -29,7 +29,7 @@ _A = torch.ops.aten
 # Composites decomposed before Tensor IR (their core decompositions use ops decompose.py knows).
 DECOMPOSE = [
     _A.hardswish, _A.hardsigmoid, _A.celu, _A.selu, _A.softplus, _A.mish, _A.relu6, _A.logit,
-    _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.var_mean, _A.std_mean, _A.rsub,
+    _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.rsub,
     _A.xlogy, _A.frac, _A.deg2rad, _A.einsum, _A.cosine_similarity, _A.split, _A.unbind,
     _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.floor_divide, _A.norm,
 ]

@@ -40,12 +40,13 @@ def mean_keep(b, x: T, axes, hint: str = "mean") -> T:
     return b.ew("divide", s, float(count(x, axes)), hint=hint)
 
 
-def var_keep(b, x: T, axes, correction: float) -> T:
+def var_keep(b, x: T, axes, correction: float) -> tuple[T, T]:
+    """(variance, mean), both keepdim: two passes, mean first."""
     mean = mean_keep(b, x, axes)
     diff = b.ew("subtract", x, mean, hint="diff")
     sq = b.ew("square", diff, hint="sq")
     ss = b.reduce("sum", sq, axes, hint="sumsq")
-    return b.ew("divide", ss, float(max(count(x, axes) - correction, 0)), hint="var")
+    return b.ew("divide", ss, float(max(count(x, axes) - correction, 0)), hint="var"), mean
 
 
 @rule("aten.sum", "aten.prod")
@@ -114,14 +115,17 @@ def correction_of(a) -> float:
     return 0.0 if unbiased is False else 1.0
 
 
-@rule("aten.var", "aten.std")
+@rule("aten.var", "aten.std", "aten.var_mean", "aten.std_mean")
 def var(b, a):
-    x = b.cast(a.self, b.out.dtype)
+    x = b.cast(a.self, float_dtype(b))
     axes = axes_of(x, a.get("dim"))
-    v = var_keep(b, x, axes, correction_of(a))
-    if b.op == "aten.std":
+    v, mean = var_keep(b, x, axes, correction_of(a))
+    if b.op.startswith("aten.std"):
         v = b.ew("sqrt", v, hint="std")
-    return finish(b, v, axes, a.get("keepdim", False))
+    keep = a.get("keepdim", False)
+    if b.op.endswith("_mean"):
+        return finish(b, v, axes, keep), finish(b, mean, axes, keep)
+    return finish(b, v, axes, keep)
 
 
 @rule("aten.logsumexp")

@@ -25,7 +25,7 @@ def compare(name: str, got: np.ndarray, ref: torch.Tensor, tol: float) -> None:
     got, want = got.astype(np.float64), want.astype(np.float64)
     assert np.array_equal(np.isnan(got), np.isnan(want)), f"{name}: NaN where torch has none"
     fin = np.isfinite(want)
-    assert np.array_equal(got[~fin], want[~fin]), f"{name}: inf mismatch"
+    assert np.array_equal(got[~fin], want[~fin], equal_nan=True), f"{name}: inf mismatch"
     assert np.isfinite(got[fin]).all(), f"{name}: non-finite where torch is finite"
     diff = np.linalg.norm(got[fin] - want[fin])
     scale = np.linalg.norm(want[fin])
