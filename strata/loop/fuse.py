@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..context import Context
-from ..expr import Expr, Op, Var, free_vars, substitute, Const
+from ..expr import Const, Expr, Var, add, free_vars, substitute
 from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram,
                          out_vars, IDX)
 
@@ -78,9 +78,10 @@ class _Walker:
         elif isinstance(n, Gather):
             self.walk(n.indices, index, reduce_vars)
             # the gathered position depends on every variable the index value depends on
-            idx = sum((Var(v) for v in sorted(set().union(*map(free_vars, index)))), Const(0)) \
-                if index else Const(0)
-            sub = tuple(substitute(e, {**{f"i{d}": x for d, x in enumerate(index)}, IDX.name: _as_int(idx)})
+            idx: Expr = Const(0)
+            for v in sorted(set().union(*map(free_vars, index))) if index else ():
+                idx = add(idx, Var(v))
+            sub = tuple(substitute(e, {**{f"i{d}": x for d, x in enumerate(index)}, IDX.name: idx})
                         for e in n.index)
             self.walk(n.data, sub, reduce_vars)
         elif isinstance(n, Reduce):
@@ -97,10 +98,6 @@ class _Walker:
             self.walk(n.arg, sub, reduce_vars | {r})
         else:
             raise TypeError(f"unknown Tensor IR node {n!r}")
-
-
-def _as_int(e):
-    return e if isinstance(e, Expr) else Const(e)
 
 
 def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
