@@ -31,7 +31,7 @@ DECOMPOSE = [
     _A.hardswish, _A.hardsigmoid, _A.celu, _A.selu, _A.softplus, _A.mish, _A.relu6, _A.logit,
     _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.rsub,
     _A.xlogy, _A.frac, _A.deg2rad, _A.einsum, _A.cosine_similarity, _A.split, _A.unbind,
-    _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.floor_divide, _A.norm,
+    _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.norm,
 ]
 # Ops that compute nothing (shape/dtype assertions export inserts): dropped from Torch IR.
 NOOPS = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range_for_size",

@@ -96,23 +96,48 @@ def binary(b, a):
     if a.get("alpha") not in (None, 1):
         y = b.arith("multiply", y, a.alpha, dtype=dt, hint="alpha") if isinstance(y, T) else y * a.alpha
     mode = a.get("rounding_mode")
-    if mode is not None:
-        from .. import dtypes
-        if not dtypes.is_float(dt):
-            raise UnsupportedOp(f"{b.op} with integer rounding_mode={mode!r}")
-        q = b.arith("divide", x, y, dtype=dt, hint="quot")
-        return b.ew("floor" if mode == "floor" else "trunc", q)
-    return b.arith(op, x, y, dtype=dt, hint=op)
+    if mode is None:
+        return b.arith(op, x, y, dtype=dt, hint=op)
+    from .. import dtypes
+    if not dtypes.is_float(dt):
+        return int_divide(b, x, y, dt, floor=mode == "floor")[0]
+    q = b.arith("divide", x, y, dtype=dt, hint="quot")
+    return b.ew("floor" if mode == "floor" else "trunc", q)
 
 
-@rule("aten.remainder", "aten.fmod")
+def int_divide(b, x, y, dt: str, floor: bool):
+    """(quotient, remainder) of integers, floor or trunc rounded. `mod` may truncate (C) or
+    floor (NumPy): the sign fix-up below is right under both, and the quotient divides an exact
+    multiple, so every evaluator agrees."""
+    x = b.cast(x, dt) if isinstance(x, T) else x
+    y = b.cast(y, dt) if isinstance(y, T) else y
+    r = b.ew("mod", x, y, dtype=dt, hint="rem")
+    nonzero = b.ew("ne", r, 0, hint="rem_nz")
+    if floor:     # the remainder takes the divisor's sign
+        wrong = b.ew("ne", b.ew("lt", r, 0, hint="rem_neg"),
+                     b.ew("lt", y, 0, hint="div_neg") if isinstance(y, T) else y < 0, hint="rem_sign")
+        r = b.ew("where", b.ew("logical_and", nonzero, wrong, hint="fix"),
+                 b.ew("add", r, y, dtype=dt, hint="rem_fixed"), r, dtype=dt, hint="rem_floor")
+    else:         # the remainder takes the dividend's sign
+        wrong = b.ew("ne", b.ew("lt", r, 0, hint="rem_neg"),
+                     b.ew("lt", x, 0, hint="num_neg") if isinstance(x, T) else x < 0, hint="rem_sign")
+        r = b.ew("where", b.ew("logical_and", nonzero, wrong, hint="fix"),
+                 b.ew("subtract", r, y, dtype=dt, hint="rem_fixed"), r, dtype=dt, hint="rem_trunc")
+    exact = b.ew("subtract", x, r, dtype=dt, hint="exact")
+    return b.ew("floordiv", exact, y, dtype=dt, hint="quot"), r
+
+
+@rule("aten.remainder", "aten.fmod", "aten.floor_divide")
 def remainder(b, a):
     from .. import dtypes
     dt = b.out.dtype
     if not dtypes.is_float(dt):
-        raise UnsupportedOp(f"{b.op} on integers")
+        q, r = int_divide(b, a.self, a.other, dt, floor=b.op != "aten.fmod")
+        return q if b.op == "aten.floor_divide" else r
     q = b.arith("divide", a.self, a.other, dtype=dt, hint="quot")
-    q = b.ew("floor" if b.op == "aten.remainder" else "trunc", q)
+    q = b.ew("trunc" if b.op == "aten.fmod" else "floor", q)
+    if b.op == "aten.floor_divide":
+        return q
     qb = b.arith("multiply", q, a.other, dtype=dt, hint="qb")
     return b.arith("subtract", a.self, qb, dtype=dt)
 

@@ -67,14 +67,20 @@ def check_cases(cases: dict, tol=1e-5, precisions=("f64",)):
         flat += list(inputs)
         names += [f"{case}_{k}" for k in range(len(inputs))]
 
-    def program(*args):
-        outs = []
-        for case, fn, start, n in spans:
-            r = fn(*args[start:start + n])
-            outs += list(r) if isinstance(r, (tuple, list)) else [r]
-        return tuple(outs)
+    class Program(torch.nn.Module):        # modules among the cases keep their weights
+        def __init__(self):
+            super().__init__()
+            self.mods = torch.nn.ModuleList([fn for _, fn, _, _ in spans
+                                             if isinstance(fn, torch.nn.Module)])
 
-    prog = capture(program, flat, input_names=names)
+        def forward(self, *args):
+            outs = []
+            for case, fn, start, n in spans:
+                r = fn(*args[start:start + n])
+                outs += list(r) if isinstance(r, (tuple, list)) else [r]
+            return tuple(outs)
+
+    prog = capture(Program(), flat, input_names=names)
     tprog = to_tensor_ir(prog)
     tprog.verify()
     feed = {n: to_numpy(x) for n, x in zip(names, flat)}

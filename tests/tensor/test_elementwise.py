@@ -107,3 +107,12 @@ def test_casts():
     check(lambda x: (x.half(), x.to(torch.bfloat16).float(), x.int(), x.long().float(),
                      (x > 0).float(), x.bool(), x.type_as(torch.zeros(1, dtype=torch.float16)),
                      x.to(torch.float64).float()), x)
+
+
+def test_integer_division():
+    i = torch.randint(-9, 10, (4, 6))
+    j = torch.randint(1, 5, (6,)) * torch.where(torch.rand(6) < 0.5, -1, 1)
+    check_cases({"int": (lambda i, j: (i % j, i % 4, i // j, torch.div(i, j, rounding_mode="trunc"),
+                                        torch.div(i, j, rounding_mode="floor"), torch.fmod(i, j),
+                                        torch.floor_divide(i, 3), torch.remainder(i, -3)), (i, j)),
+                 "float": (lambda x: (x // 0.3, x % 0.7, torch.floor_divide(x, -0.4)), (rnd(5) * 3,))})
