@@ -1,0 +1,46 @@
+"""The strata command: printed stages, verdicts, and one-sentence errors with exit codes."""
+import subprocess
+import sys
+
+import pytest
+
+from strata.cli import main
+
+RMS = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
+
+
+@pytest.mark.parametrize("stage", ["torch", "tensor", "loop", "tile", "kernel", "cuda"])
+def test_compile_prints_every_stage(stage, capsys):
+    assert main(["compile", "-c", RMS, "--ir", stage]) == 0
+    out = capsys.readouterr().out
+    assert "rms_norm" in out
+
+
+def test_compile_writes_file(tmp_path, capsys):
+    path = tmp_path / "kernels.cu"
+    assert main(["compile", "-c", RMS, "--ir", "cuda", "--target", "sm_80", "-o", str(path)]) == 0
+    assert "k_rms_norm_reduce" in path.read_text()
+
+
+def test_run_passes_and_fails(capsys):
+    assert main(["run", "-c", "torch.softmax(torch.randn(4, 1000), dim=-1)", "--device", "sim"]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,code,words", [
+    (["run", "-c", "torch.cumsum(torch.randn(4, 5), 0)"], 1, "unsupported op aten.cumsum"),
+    (["run", "-c", "torch.randn(4"], 1, "not a Python expression"),
+    (["run", "-c", "torch.relu(torch.randn(4))", "--device", "cuda"], 2, "not available"),
+    (["run", "-c", "torch.relu(torch.randn(4))", "--bench"], 2, "GPU"),
+    (["compile", "-c", RMS, "--knob", "BLOCK"], 1, "NAME=VALUE"),
+])
+def test_errors_are_one_sentence(argv, code, words, capsys):
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_is_installed():
+    out = subprocess.run([sys.executable, "-m", "strata.cli", "compile", "-c", "torch.randn(3) * 2",
+                          "--ir", "loop"], capture_output=True, text=True)
+    assert out.returncode == 0 and "=== k_" in out.stdout

@@ -1,0 +1,67 @@
+"""Fusion decisions: what becomes one kernel, what is refused and why (logged at -v)."""
+import numpy as np
+import torch
+
+import strata
+from strata.context import Context
+from strata.loop import eval as loop_eval
+
+
+def _loop(fn, *inputs, ctx=None):
+    ctx = ctx or Context()
+    return strata.compile(fn, inputs, ctx=ctx, until="loop"), ctx
+
+
+def test_rms_norm_reads_like_the_seed():
+    prog, _ = _loop(torch.nn.RMSNorm(2048), torch.randn(1, 32, 2048))
+    text = prog.ir("loop")
+    assert text.splitlines()[0] == "=== k_rms_norm_reduce -> rms_norm ==="
+    assert "for a0 in 0..32:  # free" in text
+    assert "    for a1 in 0..2048:  # reduce" in text
+    assert "acc0 <- add(acc0, v0)" in text
+    assert "rms_norm[0, a0, a2] = " in text
+
+
+def test_matmul_prologue_and_epilogue_fuse_into_one_nest():
+    prog, _ = _loop(lambda x, b, w: torch.relu(torch.matmul(x + b, w)),
+                    torch.randn(16, 64), torch.randn(64), torch.randn(64, 16))
+    assert len(prog.lowered.loop.kernels) == 1
+    text = prog.ir("loop")
+    assert "for a2 in 0..64:  # reduce" in text and "relu(acc0)" in text
+
+
+def test_blow_up_guard_refuses_and_logs_reason():
+    ctx = Context(verbosity=0)
+    # the column mean would be recomputed for every row: it must get its own kernel
+    prog, ctx = _loop(lambda x: x - x.mean(0) - x.mean(1, keepdim=True), torch.randn(6, 9), ctx=ctx)
+    assert len(prog.lowered.loop.kernels) >= 2
+    assert any("refused fusing" in m and "recomputed" in m for m in ctx.messages)
+
+
+def test_nested_reduction_over_reduce_axis_is_refused():
+    ctx = Context()
+    prog, ctx = _loop(lambda x: (x - x.mean(0)).sum(1), torch.randn(5, 7), ctx=ctx)
+    assert any("refused fusing" in m for m in ctx.messages)
+    x = np.random.randn(5, 7)
+    out = loop_eval.run(prog.lowered.loop, {prog.lowered.loop.buffers[0].name: x})
+    ref = (x - x.mean(0)).sum(1)
+    np.testing.assert_allclose(list(out.values())[0], ref, rtol=1e-12)
+
+
+def test_loop_eval_matches_eager_for_layer_norm():
+    ln = torch.nn.LayerNorm(33)
+    x = torch.randn(4, 33)
+    prog, _ = _loop(ln, x)
+    lp = prog.lowered.loop
+    (name,) = prog.torch_program.inputs
+    inputs = {name: x.numpy()}
+    inputs.update({k: v.numpy() for k, v in prog.torch_program.weights.items()})
+    out = list(loop_eval.run(lp, inputs).values())[0]
+    ref = ln.double()(x.double()).detach().numpy()
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-12
+
+
+def test_equal_programs_print_identically():
+    a, _ = _loop(lambda x: torch.softmax(x, -1), torch.randn(3, 10))
+    b, _ = _loop(lambda x: torch.softmax(x, -1), torch.randn(3, 10))
+    assert a.ir("loop") == b.ir("loop")

@@ -1,0 +1,60 @@
+"""Tile passes: each does its job where it applies and says why where it declines."""
+import torch
+
+import strata
+from strata.context import Context
+from strata.pipeline import TILE_PASSES
+
+
+def _tile(fn, *inputs, knobs=None, verbosity=0):
+    ctx = Context(verbosity=verbosity, knobs=knobs or {})
+    prog = strata.compile(fn, inputs, ctx=ctx)
+    return prog, ctx
+
+
+def test_rms_norm_schedule_matches_the_seed():
+    prog, _ = _tile(torch.nn.RMSNorm(2048), torch.randn(1, 32, 2048))
+    text = prog.ir("tile")
+    assert "x_smem = Stage(x, origin=a0 * 2048, slab=2048)" in text
+    assert "StridedLoop(a1 = t; < 2048; += 256):  # reduce" in text
+    assert "acc0 = Combine(acc0:sum, threads=256)" in text
+    (k,) = prog.kernels
+    assert (k.grid, k.block) == (32, 256)
+    cuda = prog.source("cuda")
+    assert "__shfl_xor_sync" in cuda and "__launch_bounds__(256)" in cuda
+    assert 'extern "C" __global__' in cuda and "k_rms_norm_reduce(" in cuda
+
+
+def test_vectorize_applies_and_declines():
+    prog, _ = _tile(lambda x: torch.sigmoid(x) * 2, torch.randn(8, 64))
+    assert "VEC=4" in prog.ir("tile")
+    assert "float4" in prog.source("cuda")
+    prog, ctx = _tile(lambda x: torch.sigmoid(x) * 2, torch.randn(7, 33), verbosity=0)
+    assert any("vectorize" in m and "declined" in m for m in ctx.messages)
+
+
+def test_knob_pins_block_size():
+    prog, _ = _tile(lambda x: x.exp(), torch.randn(5000), knobs={"BLOCK": "128", "VEC": "1"})
+    (k,) = prog.kernels
+    assert k.block == 128 and k.grid == 40
+
+
+def test_short_rows_get_one_thread_each_and_say_why():
+    prog, ctx = _tile(lambda x: x.sum(-1), torch.randn(100, 5))
+    assert "GROUP=1" in prog.ir("tile")
+    assert any("cooperative_reduce" in m and "too short" in m for m in ctx.messages)
+
+
+def test_stage_declines_when_slab_exceeds_budget():
+    prog, ctx = _tile(torch.nn.RMSNorm(4096), torch.randn(2, 4096), knobs={"SMEM_BUDGET": "1024"})
+    assert "Stage(" not in prog.ir("tile")
+    assert any("stage_inputs" in m and "budget" in m for m in ctx.messages)
+
+
+def test_vv_prints_a_diff_per_pass():
+    prog, ctx = _tile(torch.nn.RMSNorm(2048), torch.randn(1, 32, 2048), verbosity=2)
+    log = "\n".join(ctx.messages)
+    for num, (name, _) in enumerate(TILE_PASSES, start=1):
+        assert f">>> t:{num:03d}_{name}" in log and f"<<< t:{num:03d}_{name}" in log
+    stage = log.split(">>> t:005_stage_inputs")[1].split("<<< t:005_stage_inputs")[0]
+    assert "+    x_smem = Stage(x" in stage and "-        in0 = load x[0, a0, a1]" in stage
