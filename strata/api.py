@@ -97,9 +97,13 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda"):
     """Parse and lower a `-c` snippet; returns (Program, example_inputs, snippet)."""
     from .frontend.capture import capture_snippet
     from .frontend.snippet import parse_snippet
+    import time
+    ctx = ctx or Context()
+    t0 = time.perf_counter()
     snippet = parse_snippet(code)
     torch_program = capture_snippet(snippet)
-    return Program(lower_torch_program(torch_program, ctx or Context(), until)), snippet
+    ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    return Program(lower_torch_program(torch_program, ctx, until)), snippet
 
 
 __all__ = ["compile", "Program", "STAGES"]

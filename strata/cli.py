@@ -93,6 +93,10 @@ def main(argv=None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:          # `strata compile ... | head`: the reader left, not an error
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:   # a bug in strata: say so in one line, the traceback with --debug
         if args.debug:
             raise

@@ -31,7 +31,8 @@ class TensorType:
     dtype: str
 
     def __str__(self) -> str:
-        return f"({', '.join(map(str, self.shape))}) {self.dtype}"
+        dims = ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "")
+        return f"({dims}) {self.dtype}"
 
     @property
     def numel(self) -> int:
