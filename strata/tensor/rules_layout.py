@@ -219,6 +219,8 @@ def getitem(b, a):
 
 def _gather_along(b, src: T, idx: T, d: int, shape) -> T:
     """out[o] = src[o with dim d replaced by idx[o]]; idx broadcast to `shape` first."""
+    if src.rank == 0:
+        return b.gather(src, idx, ())
     index = ivars(len(shape))
     index[d] = IDX
     return b.gather(src, idx, tuple(index))
@@ -236,15 +238,16 @@ def embedding(b, a):
 def index_select(b, a):
     x, ids = a.self, a.index
     shape = b.out.shape
-    d = norm_axis(a.dim, x.rank)
-    idx = b.index_map(ids, shape, (Var(f"i{d}"),) if ids.rank else (), hint="ids")
+    d = norm_axis(a.dim, x.rank) if x.rank else 0
+    idx = b.index_map(ids, shape, (Var(f"i{d}"),) if ids.rank and shape else (Const(0),) * ids.rank,
+                      hint="ids")
     return _gather_along(b, x, idx, d, shape)
 
 
 @rule("aten.gather")
 def gather(b, a):
     x, ids = a.self, a.index
-    d = norm_axis(a.dim, x.rank)
+    d = norm_axis(a.dim, x.rank) if x.rank else 0
     return _gather_along(b, x, ids, d, ids.shape)
 
 

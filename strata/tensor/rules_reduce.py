@@ -18,6 +18,8 @@ def axes_of(x: T, dim) -> tuple[int, ...]:
     """Normalised reduction axes; None or [] mean every axis (as torch's sum/mean do)."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return tuple(range(x.rank))
+    if x.rank == 0:                     # a 0-d tensor accepts dim 0 / -1 and reduces nothing
+        return ()
     dims = dim if isinstance(dim, (list, tuple)) else [dim]
     return tuple(sorted({norm_axis(d, x.rank) for d in dims}))
 
@@ -84,6 +86,8 @@ def max_(b, a):
     axes = axes_of(a.self, a.dim)
     keep = a.get("keepdim", False)
     values = finish(b, b.reduce(op, a.self, axes, hint=op), axes, keep)
+    if not axes:
+        return values, b.full(values.shape, 0, "i64", hint="arg" + op)
     index = finish(b, b.reduce("arg" + op, a.self, axes, hint="arg" + op), axes, keep)
     return values, index
 
@@ -92,6 +96,8 @@ def max_(b, a):
 def argmax(b, a):
     op = b.op.split(".")[1]
     x = a.self
+    if x.numel == 1:                    # one element: its index is 0
+        return b.full(b.out.shape, 0, "i64")
     if a.get("dim") is None:            # index into the flattened tensor
         flat = b.reshape(x, (x.numel,), hint="flat")
         red = b.reduce(op, flat, (0,), hint=op)
