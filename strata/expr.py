@@ -154,6 +154,21 @@ def _from_linear(terms: dict, c: int) -> Expr:
     return out
 
 
+def affine_terms(e: Expr) -> tuple[dict, int] | None:
+    """e as ({atom: coefficient}, constant) when e is integer-affine in its atoms, else None."""
+    return _linear(simplify(e))
+
+
+def coefficient(e: Expr, var: str) -> int | None:
+    """The coefficient of `var` in e if e is affine in it, else None."""
+    lin = _linear(simplify(e))
+    if lin is None:
+        return None
+    coeff = lin[0].get(Var(var), 0)
+    others = [a for a in lin[0] if a != Var(var) and var in free_vars(a)]
+    return None if others else coeff
+
+
 def value_range(e: Expr, bounds: Mapping[str, int] | None) -> tuple[int, int] | None:
     """Inclusive integer range of e, given variable extents (var in [0, extent)); None if unknown."""
     bounds = bounds or {}

@@ -10,7 +10,7 @@ with a predicated tail when the domain does not fill the last block.
 from __future__ import annotations
 
 from .. import dtypes, scalar_ops
-from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, free_vars, mod,
+from ..expr import (Cast, Const, Expr, Var, call, coefficient, floordiv, free_vars, mod,
                     rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Stage, StridedLoop, TileKernel, TileProgram, flat_index
@@ -219,7 +219,6 @@ def _vector_body(low: _Lowerer, tk: TileKernel) -> list:
     vec = tk.vec
     varying = {inner}
     out: list = []
-    pending: dict[str, list] = {}
 
     def at(e: Expr, j: int) -> Expr:
         names = {v: f"{v}_{j}" for v in varying if v != inner}

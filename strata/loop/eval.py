@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..expr import Cast, Expr, cast_values, evaluate as eval_expr
+from ..expr import Expr, evaluate as eval_expr
 from .ir import Accum, Let, Load, Loop, LoopProgram, Store
 
 

@@ -21,7 +21,7 @@ from math import prod
 from ..context import Context
 from ..expr import Const, Expr, Var, add, free_vars, substitute
 from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram,
-                         out_vars, IDX)
+                         IDX)
 
 
 @dataclass

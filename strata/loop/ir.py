@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import dtypes
-from ..expr import Expr, Var, to_str, format_const
+from ..expr import Expr, to_str
 
 
 class Stmt:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Const, Var, coefficient, free_vars, simplify, sub
+from ...expr import Var, coefficient, free_vars, simplify, sub
 from ...loop.ir import Load
 from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import prod
 
 from ...context import Context
-from ...expr import Const, Var, floordiv, mod
+from ...expr import Var, floordiv, mod
 from ...loop.ir import Let, Load, Loop, LoopKernel
 from ..ir import TileKernel, map_body, subst_body
 

@@ -10,13 +10,13 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Var, _linear, coefficient, free_vars, simplify
+from ...expr import Var, affine_terms, coefficient, free_vars
 from ...loop.ir import Load, Store
 from ..ir import TileKernel, flat_index, walk
 
 
 def _aligned(flat, inner: str, vec: int, domain_vars: set[str]) -> bool:
-    lin = _linear(simplify(flat))
+    lin = affine_terms(flat)
     if lin is None:
         return False
     terms, const = lin
