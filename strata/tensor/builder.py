@@ -73,6 +73,37 @@ def scalar_for(value, dtype: str):
     return int(value)
 
 
+def reshape_index(in_shape, out_shape) -> tuple:
+    """Index of a row-major reshape, group by group: runs of dims with equal products map onto
+    each other, so (2, 3, 4) -> (6, 4) reads x[i0 // 3, i0 % 3, i1], not one flat index."""
+    index: list = [Const(0) if n == 1 else None for n in in_shape]
+    ins = [d for d, n in enumerate(in_shape) if n != 1]
+    outs = [d for d, n in enumerate(out_shape) if n != 1]
+    i = j = 0
+    while i < len(ins) and j < len(outs):
+        gi, gj = [ins[i]], [outs[j]]
+        pi, pj = in_shape[ins[i]], out_shape[outs[j]]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj:
+                gi.append(ins[i])
+                pi *= in_shape[ins[i]]
+                i += 1
+            else:
+                gj.append(outs[j])
+                pj *= out_shape[outs[j]]
+                j += 1
+        flat, stride = Const(0), 1
+        for d in reversed(gj):
+            flat = call("add", flat, call("multiply", Var(f"i{d}"), stride))
+            stride *= out_shape[d]
+        stride = 1
+        for d in reversed(gi):
+            index[d] = call("mod", call("floordiv", flat, stride), in_shape[d])
+            stride *= in_shape[d]
+    return tuple(Const(0) if e is None else e for e in index)
+
+
 class Builder:
     def __init__(self):
         self.nodes: list[Node] = []
@@ -197,19 +228,7 @@ class Builder:
         shape = tuple(shape)
         if shape == x.shape:
             return x
-        flat: Expr = Const(0)
-        stride = 1
-        for d in reversed(range(len(shape))):
-            if shape[d] != 1:
-                flat = call("add", flat, call("multiply", Var(f"i{d}"), stride))
-            stride *= shape[d]
-        index, stride = [], 1
-        for d in reversed(range(x.rank)):
-            n = x.shape[d]
-            index.append(Const(0) if n == 1 else
-                         call("mod", call("floordiv", flat, stride), n))
-            stride *= n
-        return self.index_map(x, shape, tuple(reversed(index)), hint=hint)
+        return self.index_map(x, shape, reshape_index(x.shape, shape), hint=hint)
 
     def squeeze(self, x: T, axes, hint: str = "squeeze") -> T:
         """Drop size-1 `axes` (what a keepdim reduction leaves behind)."""
@@ -220,5 +239,5 @@ class Builder:
         return self.index_map(x, [x.shape[d] for d in keep], index, hint=hint)
 
     def gather(self, src: T, indices: T, index, hint: str = "gather") -> T:
-        return self.emit(Gather, self.tmp(hint), indices.shape, src.dtype, src=src.name,
+        return self.emit(Gather, self.tmp(hint), indices.shape, src.dtype, data=src.name,
                          indices=indices.name, index=tuple(index))
