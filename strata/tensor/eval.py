@@ -114,7 +114,7 @@ def _node(n: Node, vals: dict, inputs: Mapping, weights: Mapping, precision: str
     if isinstance(n, Gather):
         env = _grid(n.type.shape)
         env["idx"] = np.asarray(vals[n.indices], dtype=np.int64)
-        return _read(n, vals[n.src], n.index, env)
+        return _read(n, vals[n.data], n.index, env)
     raise TypeError(f"cannot evaluate {n!r}")
 
 
