@@ -59,7 +59,7 @@ def test_gather_and_iota():
     s = Elementwise("s", TensorType((3, 2), "f32"), op="add", args=("g", 1.0))
     p = prog(w, ids, g, io, s, outputs=["s", "io"], weights={"w": np.arange(8, dtype=np.float32).reshape(4, 2)})
     out = evaluate(p, {"ids": np.array([[3, 0], [1, 1], [0, 2]])})
-    assert out["s"].tolist() == [[7.0, 2.0], [3.0, 4.0], [1.0, 5.0]]
+    assert out["s"].tolist() == [[7.0, 2.0], [3.0, 4.0], [1.0, 6.0]]
     assert out["io"].tolist() == [[0, 0], [1, 1], [2, 2]]
 
 
