@@ -67,8 +67,7 @@ class Program:
     def __call__(self, *inputs):
         outs = []
         for name, arr in zip(self.lowered.kernel.outputs, self.run_numpy(inputs)):
-            dt = self.lowered.kernel.buffer(name).dtype if name in {b.name for b in self.lowered.kernel.buffers} \
-                else dtypes.from_torch(inputs[0].dtype)
+            dt = self.lowered.kernel.buffer(name).dtype     # outputs and inputs are all buffers
             outs.append(torch.from_numpy(np.ascontiguousarray(arr)).to(dtypes.to_torch(dt)))
         spec = self.torch_program.out_spec
         if spec is None:

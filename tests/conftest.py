@@ -18,8 +18,7 @@ def run_and_compare(fn, inputs, contraction=False, ctx=None):
     ref = check.eager_reference(fn, inputs)
     assert len(got) == len(ref)
     for name, g, r in zip(prog.lowered.kernel.outputs, got, ref):
-        dt = prog.lowered.kernel.buffer(name).dtype if name in {b.name for b in prog.lowered.kernel.buffers} \
-            else "f32"
+        dt = prog.lowered.kernel.buffer(name).dtype
         res = check.compare(name, dt, g, r, check.tolerance(dt, contraction))
         assert res.passed, f"{name}: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"
     return prog

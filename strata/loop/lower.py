@@ -243,7 +243,6 @@ def build_kernel(prog: TensorProgram, kp: KernelPlan, materialized: set[str], na
     shape = target.type.shape
     b = _Builder(prog, materialized, {kp.target, *kp.merged})
     index: list[Expr] = [Const(0)] * len(shape)
-    outer_scope = None
     for d in kp.outer:
         # all outer loops count as one level, so nothing is hoisted between them
         index[d] = Var(b.open_loop(shape[d], "free"))
@@ -264,7 +263,7 @@ def build_kernel(prog: TensorProgram, kp: KernelPlan, materialized: set[str], na
                                       src=target.src), reserved=set(prog.by_name))
 
 
-def kernel_name(prog: TensorProgram, kp: KernelPlan, taken: set[str]) -> str:
+def kernel_name(kp: KernelPlan, taken: set[str]) -> str:
     base = f"k_{kp.target}" + ("_reduce" if kp.reduces else "")
     name, n = base, 1
     while name in taken:
@@ -280,7 +279,7 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
     plan = plan or plan_fusion(prog, ctx)
     materialized = set(plan.materialized)
     taken: set[str] = set()
-    kernels = [build_kernel(prog, kp, materialized, kernel_name(prog, kp, taken)) for kp in plan.kernels]
+    kernels = [build_kernel(prog, kp, materialized, kernel_name(kp, taken)) for kp in plan.kernels]
     buffers = []
     for n in prog.nodes:
         if isinstance(n, Input):

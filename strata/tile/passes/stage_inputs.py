@@ -21,6 +21,7 @@ def _candidates(k: TileKernel):
     """buf -> (base, size, [loop vars]) for buffers read as base + loop var in row loops."""
     found: dict[str, list] = {}
     bad: set[str] = set()
+    row_vars = {v for v, _ in k.domain}
     for loop in k.body:
         if not isinstance(loop, StridedLoop):
             continue
@@ -32,8 +33,7 @@ def _candidates(k: TileKernel):
                 bad.add(s.buf)
                 continue
             base = simplify(sub(flat, Var(loop.var)))
-            if loop.var in free_vars(base) or any(v.startswith("in") or v.startswith("v")
-                                                  for v in free_vars(base)):
+            if not free_vars(base) <= row_vars:       # must be fixed for the whole row
                 bad.add(s.buf)
                 continue
             found.setdefault(s.buf, []).append((base, loop.extent, loop.var))

@@ -48,7 +48,7 @@ def vectorize(k: TileKernel, ctx: Context) -> TileKernel:
         c = coefficient(flat, inner)
         if isinstance(s, Load) and s.pred is not None:
             why = f"{s.buf} is read under a predicate"
-        elif any(not v.startswith("a") for v in free_vars(flat)):
+        elif not free_vars(flat) <= domain_vars:
             why = f"{s.buf} is read at a data-dependent index"
         elif c == 0 and isinstance(s, Load):
             continue
