@@ -94,14 +94,19 @@ def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
 
 def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda"):
     """Parse and lower a `-c` snippet; returns (Program, example_inputs, snippet)."""
+    from .frontend import capture_cache
     from .frontend.capture import capture_snippet
     from .frontend.snippet import parse_snippet
     import time
     ctx = ctx or Context()
     t0 = time.perf_counter()
     snippet = parse_snippet(code)
-    torch_program = capture_snippet(snippet)
-    ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    torch_program = capture_cache.load(code)
+    how = "capture (cached)"
+    if torch_program is None:
+        torch_program, how = capture_snippet(snippet), "capture (torch.export)"
+        capture_cache.store(code, torch_program)
+    ctx.log(f"{how:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     return Program(lower_torch_program(torch_program, ctx, until)), snippet
 
 

@@ -1,4 +1,7 @@
 """Shared test helpers: compile through every stage, run on the simulator, compare with eager."""
+import os
+import tempfile
+
 import numpy as np
 import pytest
 import torch
@@ -6,6 +9,9 @@ import torch
 import strata
 from strata import check
 from strata.context import Context
+
+# Persistent caches (captured snippets, kernels) go to a scratch directory, never the user's.
+os.environ["STRATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="strata-test-cache-")
 
 
 def run_and_compare(fn, inputs, contraction=False, ctx=None):
