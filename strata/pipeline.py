@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .context import Context
 from .tile.passes.blockify_launch import blockify_launch
+from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.stage_inputs import stage_inputs
@@ -24,6 +25,7 @@ from .tile.passes.vectorize import vectorize
 # The schedule, in order. Numbers in -vv output are positions in this list (tileify is 001).
 TILE_PASSES = [
     ("tileify", tileify),
+    ("chunk_reduce", chunk_reduce),
     ("cooperative_reduce", cooperative_reduce),
     ("vectorize", vectorize),
     ("blockify_launch", blockify_launch),
@@ -60,6 +62,10 @@ def _timed(ctx: Context, name: str, fn, *args):
     return out, dt
 
 
+def _as_tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
 def run_tile_passes(loop_program, ctx: Context):
     from .tile.ir import TileProgram
     buffers = {b.name: b for b in loop_program.buffers}
@@ -71,8 +77,8 @@ def run_tile_passes(loop_program, ctx: Context):
         if name == "tileify":
             kernels = [fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
                        for k in kernels]
-        else:
-            kernels = [fn(k, ctx) for k in kernels]
+        else:       # a pass returns one kernel, or several when it splits one (chunk_reduce)
+            kernels = [out for k in kernels for out in _as_tuple(fn(k, ctx))]
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
         after = str(TileProgram(kernels, loop_program))
         if ctx.verbosity >= 2:

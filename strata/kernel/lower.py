@@ -122,7 +122,8 @@ class _Lowerer:
             other = ShflXor(Var(a.acc, a.dtype), m, a.dtype)
             if arg:
                 oi = ShflXor(Var(a.acc + "_i", "i64"), m, "i64")
-                tag = f"{a.acc}_s{m}"
+                self.takes += 1      # unique names: a wide group runs a second butterfly
+                tag = f"{a.acc}_s{m}_{self.takes}"
                 out += [Let(tag, a.dtype, other), Let(tag + "_i", "i64", oi)]
                 out += self.accumulate(a.acc, a.op, Var(tag, a.dtype), None, Var(tag + "_i", "i64"))
             else:
@@ -250,4 +251,10 @@ def _vector_body(low: _Lowerer, tk: TileKernel) -> list:
 def lower(tp: TileProgram) -> KernelProgram:
     lp = tp.loop_program
     buffers = [Buffer(b.name, b.dtype, b.shape, b.kind) for b in lp.buffers]
+    known = {b.name for b in buffers}
+    for tk in tp.kernels:           # temps a tile pass introduced (chunk_reduce's partials)
+        for b in tk.buffers:
+            if b.name not in known:
+                known.add(b.name)
+                buffers.append(Buffer(b.name, b.dtype, b.shape, b.kind))
     return KernelProgram(buffers, [lower_kernel(k) for k in tp.kernels], list(lp.outputs))
