@@ -66,16 +66,27 @@ class _Lowerer:
                     init.append(Let(a.acc + "_i", "i64", Const(0, "i64")))
             start = Var(self.v["t"], self.idx) if isinstance(s, StridedLoop) else Const(0)
             step = s.step if isinstance(s, StridedLoop) else 1
+            vec = getattr(s, "vec", 1)
+            if vec > 1:
+                body = _vector_body(self, s.body, s.var, vec)
+                return init + [For(s.var, mul(start, vec), Const(s.extent), step * vec, tuple(body),
+                                   unroll=s.unroll, dtype=self.idx)]
             return init + [For(s.var, start, Const(s.extent), step, tuple(self.stmts(s.body)),
                                unroll=s.unroll, dtype=self.idx)]
         if isinstance(s, Combine):
             return self.combine(s)
         if isinstance(s, Stage):
-            f = f"{s.name}_f"
-            fill = Store(s.name, Var(f, self.idx), Load(s.buf, add(s.base, Var(f, self.idx)),
-                                                      dtypes.compute_dtype(s.dtype)))
+            f = Var(f"{s.name}_f", self.idx)
+            cdt = dtypes.compute_dtype(s.dtype)
+            if s.vec > 1:
+                parts = tuple(f"{f.name}{j}" for j in range(s.vec))
+                fill = (LoadVec(parts, s.buf, add(s.base, f), cdt),
+                        StoreVec(s.name, f, tuple(Var(p, cdt) for p in parts)))
+            else:
+                fill = (Store(s.name, f, Load(s.buf, add(s.base, f), cdt)),)
+            start = mul(Var(self.v["t"], self.idx), s.vec)
             return [Smem(s.name, s.dtype, s.size),
-                    For(f, Var(self.v["t"], self.idx), Const(s.size), self.tk.group, (fill,), dtype=self.idx),
+                    For(f.name, start, Const(s.size), self.tk.group * s.vec, fill, dtype=self.idx),
                     Sync()]
         raise TypeError(f"cannot lower {s!r}")
 
@@ -203,7 +214,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         first = mul(Var(v["gid"], idx), tk.vec)
         bounds = {v["gid"]: n}
         binds = [Let(v, idx, e) for v, e in _decompose(first, tk.domain, bounds)]
-        inner = binds + low.stmts(tk.prelude) + (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk))
+        inner = binds + low.stmts(tk.prelude) + (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk.body, tk.domain[-1][0], tk.vec))
         if n % tk.block:
             body.append(If(call("lt", Var(v["gid"], idx), Const(n)), tuple(inner)))
         else:
@@ -213,11 +224,10 @@ def lower_kernel(tk: TileKernel) -> Kernel:
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 
-def _vector_body(low: _Lowerer, tk: TileKernel) -> list:
-    """Each thread computes VEC consecutive elements: unit-stride loads and stores become one
-    vector access, values that do not move along the innermost axis are computed once."""
-    inner, _ = tk.domain[-1]
-    vec = tk.vec
+def _vector_body(low: _Lowerer, body, inner: str, vec: int) -> list:
+    """Each thread computes VEC consecutive points of `inner`: unit-stride loads and stores become
+    one vector access, values that do not move along `inner` are computed once, and an Accum
+    takes the VEC values in order (so argmax still sees increasing indices)."""
     varying = {inner}
     out: list = []
 
@@ -225,7 +235,7 @@ def _vector_body(low: _Lowerer, tk: TileKernel) -> list:
         names = {v: f"{v}_{j}" for v in varying if v != inner}
         return substitute(rename(e, names), {inner: add(Var(inner, low.idx), j)})
 
-    for s in tk.body:
+    for s in body:
         if isinstance(s, LLoad):
             flat = low.flat(s.buf, s.index)
             if coefficient(flat, inner) == 0:
@@ -243,6 +253,10 @@ def _vector_body(low: _Lowerer, tk: TileKernel) -> list:
         elif isinstance(s, LStore):
             flat = low.flat(s.buf, s.index)
             out.append(StoreVec(s.buf, flat, tuple(at(s.value, j) for j in range(vec))))
+        elif isinstance(s, Accum):
+            for j in range(vec):
+                index = None if s.index is None else at(s.index, j)
+                out.extend(low.accumulate(s.acc, s.op, at(s.value, j), index))
         else:
             raise TypeError(f"vectorized body cannot hold {s!r}")
     return out

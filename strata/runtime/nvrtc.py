@@ -21,6 +21,8 @@ from ..errors import CompileError
 
 log = logging.getLogger("strata.nvrtc")
 
+COMPILES = 0    # real NVRTC compiles in this process (the kernel cache tests count them)
+
 _KERNEL_RE = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(")
 
 
@@ -83,6 +85,7 @@ def compile_cuda(source: str, arch: str = "sm_90", kernel_names=(), want: str = 
 def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
                        want: str = "cubin") -> tuple[bytes, float]:
     """compile_cuda, also returning the seconds NVRTC took."""
+    global COMPILES
     from cuda.bindings import nvrtc
     if want not in ("cubin", "ptx"):
         raise ValueError(f"want must be 'cubin' or 'ptx', not {want!r}")
@@ -91,6 +94,7 @@ def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
     unit = f"strata_{names[0] if names else 'program'}.cu"
     opts = options(arch)
     t0 = time.perf_counter()
+    COMPILES += 1
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), unit.encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
@@ -102,16 +106,17 @@ def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
         if want == "cubin":
             err, size = nvrtc.nvrtcGetCUBINSize(prog)
             _check(err, "nvrtcGetCUBINSize")
-            image = b" " * size
+            image = bytearray(size)   # never bytes: NVRTC writes into it
             (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
             _check(err, "nvrtcGetCUBIN")
+            image = bytes(image)
         else:
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
-            image = b" " * size
+            image = bytearray(size)   # never bytes: NVRTC writes into it
             (err,) = nvrtc.nvrtcGetPTX(prog, image)
             _check(err, "nvrtcGetPTX")
-            image = image.rstrip(b"\0")
+            image = bytes(image).rstrip(b"\0")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     seconds = time.perf_counter() - t0
@@ -123,7 +128,7 @@ def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
 def _log(nvrtc, prog) -> str:
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    buf = bytearray(size)   # never bytes: NVRTC writes into it
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
     _check(err, "nvrtcGetProgramLog")
     return buf.rstrip(b"\0").decode(errors="replace")

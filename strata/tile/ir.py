@@ -24,7 +24,10 @@ from ..loop.ir import Accum, AccInit, Let, Load, Loop, Store, format_stmt
 
 @dataclass(frozen=True)
 class StridedLoop:
-    """Iterations var = t, t + step, ... < extent, dealt to the `step` threads of a group."""
+    """Iterations var = t, t + step, ... < extent, dealt to the `step` threads of a group.
+
+    With vec > 1 a thread takes vec consecutive iterations at once (t*vec .. t*vec + vec-1, then
+    += step*vec), so that its loads become one 16-byte vector access."""
     var: str
     extent: int
     step: int
@@ -32,6 +35,7 @@ class StridedLoop:
     body: tuple
     accs: tuple[AccInit, ...] = ()
     unroll: bool = False
+    vec: int = 1                        # each thread takes `vec` consecutive iterations at a time
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Stage:
     base: Expr
     size: int
     dtype: str                          # storage dtype
+    vec: int = 1                        # elements per thread per copy (a 16-byte vector when > 1)
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,10 @@ def _format(body, depth: int, out: list[str]) -> None:
     pad = "    " * depth
     for s in body:
         if isinstance(s, StridedLoop):
-            tag = ", unroll" if s.unroll else ""
-            out.append(f"{pad}StridedLoop({s.var} = t; < {s.extent}; += {s.step}):  # {s.kind}{tag}")
+            tag = (", unroll" if s.unroll else "") + (f", vec={s.vec}" if s.vec > 1 else "")
+            start = f"t * {s.vec}" if s.vec > 1 else "t"
+            out.append(f"{pad}StridedLoop({s.var} = {start}; < {s.extent}; += {s.step * s.vec}):  "
+                       f"# {s.kind}{tag}")
             _format(s.body, depth + 1, out)
         elif isinstance(s, Loop):
             out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}" + (", unroll" if s.unroll else ""))
@@ -137,7 +144,8 @@ def _format(body, depth: int, out: list[str]) -> None:
             out.append(f"{pad}{names} = Combine({', '.join(f'{a.acc}:{a.op}' for a in s.accs)}, "
                        f"threads={s.threads})")
         elif isinstance(s, Stage):
-            out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size})")
+            tag = f", vec={s.vec}" if s.vec > 1 else ""
+            out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")
         else:
             format_stmt(s, depth, out)
 

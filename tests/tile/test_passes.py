@@ -15,8 +15,8 @@ def _tile(fn, *inputs, knobs=None, verbosity=0):
 def test_rms_norm_schedule_matches_the_seed():
     prog, _ = _tile(torch.nn.RMSNorm(2048), torch.randn(1, 32, 2048))
     text = prog.ir("tile")
-    assert "x_smem = Stage(x, origin=a0 * 2048, slab=2048)" in text
-    assert "StridedLoop(a1 = t; < 2048; += 256):  # reduce" in text
+    assert "x_smem = Stage(x, origin=a0 * 2048, slab=2048, vec=4)" in text
+    assert "StridedLoop(a1 = t * 4; < 2048; += 1024):  # reduce, unroll, vec=4" in text
     assert "acc0 = Combine(acc0:sum, threads=256)" in text
     (k,) = prog.kernels
     assert (k.grid, k.block) == (32, 256)
@@ -31,6 +31,17 @@ def test_vectorize_applies_and_declines():
     assert "float4" in prog.source("cuda")
     prog, ctx = _tile(lambda x: torch.sigmoid(x) * 2, torch.randn(7, 33), verbosity=0)
     assert any("vectorize" in m and "declined" in m for m in ctx.messages)
+
+
+def test_row_loops_vectorize_and_decline():
+    prog, _ = _tile(torch.nn.RMSNorm(2048), torch.randn(3, 2048).to(torch.bfloat16))
+    assert "StridedLoop(a1 = t * 8; < 2048; += 2048):  # reduce, unroll, vec=8" in prog.ir("tile")
+    assert "uint4" in prog.source("cuda")
+    prog, ctx = _tile(lambda x: x.sum(-1), torch.randn(4, 1001))
+    assert "vec=" not in prog.ir("tile")
+    assert any("vectorize" in m and "extent 1001 is not a multiple of 4" in m for m in ctx.messages)
+    prog, ctx = _tile(lambda x: x.sum(-2), torch.randn(64, 256, 4))
+    assert any("vectorize" in m and "not accessed contiguously" in m for m in ctx.messages)
 
 
 def test_knob_pins_block_size():

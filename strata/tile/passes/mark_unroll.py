@@ -16,7 +16,8 @@ def mark_unroll(k: TileKernel, ctx: Context) -> TileKernel:
     limit = ctx.knob("UNROLL_MAX", 8)
 
     def fn(s):
-        if isinstance(s, StridedLoop) and s.extent % s.step == 0 and s.extent // s.step <= limit:
+        stride = s.step * s.vec if isinstance(s, StridedLoop) else 1
+        if isinstance(s, StridedLoop) and s.extent % stride == 0 and s.extent // stride <= limit:
             return replace(s, unroll=True)
         if isinstance(s, Loop) and s.extent <= limit:
             return replace(s, unroll=True)

@@ -4,7 +4,8 @@ A buffer qualifies when every load of it in the row reads `base + a` with `a` th
 a loop over the row and `base` fixed for the row, and at least two loops read it (RMSNorm reads
 `x` in the reduction and again in the output loop). The slab is filled cooperatively once per
 row, so it needs one row per block. Declines, saying why, when the slab does not fit the
-shared-memory budget (SMEM_BUDGET bytes) or when rows are packed several to a block.
+shared-memory budget (SMEM_BUDGET bytes) or when rows are packed several to a block. The copy
+moves 16 bytes per thread when the slab's origin and size allow it.
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Var, coefficient, free_vars, simplify, sub
+from ...expr import Var, add, coefficient, free_vars, simplify, sub
 from ...loop.ir import Load
 from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
+from .vectorize import aligned
 
 
 def _candidates(k: TileKernel):
@@ -50,6 +52,7 @@ def stage_inputs(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "rows" or k.group != k.block or k.group == 1:
         return k
     budget = ctx.knob("SMEM_BUDGET", 32 * 1024)
+    row_vars = {v for v, _ in k.domain}
     stages, used = [], 0
     for buf, (base, size) in _candidates(k).items():
         dt = k.dtype_of(buf)
@@ -59,7 +62,9 @@ def stage_inputs(k: TileKernel, ctx: Context) -> TileKernel:
                     f"shared-memory budget ({budget - used} bytes left)")
             continue
         used += nbytes
-        stages.append(Stage(f"{buf}_smem", buf, base, size, dt))
+        vec = 16 // dtypes.ITEMSIZE[dt]
+        copy_vec = vec if size % vec == 0 and aligned(add(base, Var("f")), "f", vec, row_vars) else 1
+        stages.append(Stage(f"{buf}_smem", buf, base, size, dt, copy_vec))
     if not stages:
         return k
     staged = {s.buf: s for s in stages}

@@ -1,8 +1,10 @@
 """vectorize: give each thread VEC consecutive elements so loads and stores move 16 bytes.
 
-Applies to elementwise kernels whose innermost axis is a multiple of VEC and whose every access
-either does not move with that axis (a broadcast, loaded once) or moves with unit stride from
-an aligned base. Declines, saying which access prevents it, otherwise.
+Elementwise kernels: the innermost axis must be a multiple of VEC. Row kernels: each strided
+loop of a row (RMSNorm's reduction and its output loop) is vectorised on its own; its extent
+must be a multiple of VEC. In both, every access must either not move with the vectorised
+variable (a broadcast, loaded once) or move with unit stride from a VEC-aligned base. Declines,
+saying which access prevents it, otherwise.
 """
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ from dataclasses import replace
 from ... import dtypes
 from ...context import Context
 from ...expr import Var, affine_terms, coefficient, free_vars
-from ...loop.ir import Load, Store
-from ..ir import TileKernel, flat_index, walk
+from ...loop.ir import Load, Loop, Store
+from ..ir import StridedLoop, TileKernel, flat_index, walk
 
 
-def _aligned(flat, inner: str, vec: int, domain_vars: set[str]) -> bool:
+def aligned(flat, inner: str, vec: int, fixed: set[str]) -> bool:
+    """Is flat = inner + (multiples of vec in the `fixed` variables) + a multiple of vec?"""
     lin = affine_terms(flat)
     if lin is None:
         return False
@@ -23,37 +26,70 @@ def _aligned(flat, inner: str, vec: int, domain_vars: set[str]) -> bool:
     for atom, coeff in terms.items():
         if atom == Var(inner):
             continue
-        if not (isinstance(atom, Var) and atom.name in domain_vars) or coeff % vec:
+        if not (isinstance(atom, Var) and atom.name in fixed) or coeff % vec:
             return False
     return const % vec == 0
 
 
-def vectorize(k: TileKernel, ctx: Context) -> TileKernel:
-    if k.mode != "elementwise" or not k.domain:
-        return k
-    inner, extent = k.domain[-1]
-    accesses = [s for s in walk(k.body) if isinstance(s, (Load, Store))]
-    widest = max((dtypes.ITEMSIZE[k.dtype_of(s.buf)] for s in accesses), default=4)
-    vec = ctx.knob("VEC", max(1, 16 // widest))
-    if vec == 1:
-        return k.with_knob("VEC", 1)
-    domain_vars = {v for v, _ in k.domain}
-    why = None
+def _why_not(k: TileKernel, accesses, inner: str, extent: int, vec: int, fixed: set[str]):
+    """None when the accesses allow VEC along `inner`, else the reason."""
     if extent % vec:
-        why = f"innermost extent {extent} is not a multiple of {vec}"
+        return f"extent {extent} is not a multiple of {vec}"
     for s in accesses:
-        if why:
-            break
         flat = flat_index(s.index, k.shape_of(s.buf))
         c = coefficient(flat, inner)
         if isinstance(s, Load) and s.pred is not None:
-            why = f"{s.buf} is read under a predicate"
-        elif not free_vars(flat) <= domain_vars:
-            why = f"{s.buf} is read at a data-dependent index"
-        elif c == 0 and isinstance(s, Load):
+            return f"{s.buf} is read under a predicate"
+        if not free_vars(flat) <= fixed | {inner}:
+            return f"{s.buf} is read at a data-dependent index"
+        if c == 0 and isinstance(s, Load):
             continue
-        elif c != 1 or not _aligned(flat, inner, vec, domain_vars):
-            why = f"{s.buf} is not accessed contiguously from an aligned base"
+        if c != 1 or not aligned(flat, inner, vec, fixed):
+            return f"{s.buf} is not accessed contiguously from an aligned base"
+    return None
+
+
+def _width(k: TileKernel, accesses, ctx: Context) -> int:
+    widest = max((dtypes.ITEMSIZE[k.dtype_of(s.buf)] for s in accesses), default=4)
+    return ctx.knob("VEC", max(1, 16 // widest))
+
+
+def _rows(k: TileKernel, ctx: Context) -> TileKernel:
+    fixed = {v for v, _ in k.domain}
+    chosen = set()
+
+    def one(s):
+        if not isinstance(s, StridedLoop):
+            return s
+        if any(isinstance(x, (Loop, StridedLoop)) for x in walk(s.body)):
+            ctx.log(f"vectorize: {k.name}: declined loop {s.var}, it holds another loop")
+            return s
+        accesses = [x for x in s.body if isinstance(x, (Load, Store))]
+        moving = [x for x in accesses if coefficient(flat_index(x.index, k.shape_of(x.buf)), s.var) != 0]
+        vec = _width(k, moving, ctx)
+        if vec == 1 or not moving:
+            return s
+        why = _why_not(k, accesses, s.var, s.extent, vec, fixed)
+        if why:
+            ctx.log(f"vectorize: {k.name}: declined loop {s.var}, {why}")
+            return s
+        chosen.add(vec)
+        return replace(s, vec=vec)
+    body = tuple(one(s) for s in k.body)
+    return replace(k, body=body).with_knob("VEC", max(chosen, default=1))
+
+
+def vectorize(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode == "rows":
+        return _rows(k, ctx)
+    if not k.domain:
+        return k
+    inner, extent = k.domain[-1]
+    accesses = [s for s in walk(k.body) if isinstance(s, (Load, Store))]
+    vec = _width(k, accesses, ctx)
+    if vec == 1:
+        return k.with_knob("VEC", 1)
+    why = _why_not(k, accesses, inner, extent, vec, {v for v, _ in k.domain})
     if why:
         ctx.log(f"vectorize: {k.name}: declined, {why}")
         return k.with_knob("VEC", 1)
