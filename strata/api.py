@@ -1,6 +1,6 @@
 """`strata.compile`: capture a function or module, lower it through every stage, and return a
-callable `Program` that runs the generated kernels (on the simulator until the CUDA runtime
-lands) and exposes the text of every stage."""
+callable `Program` that runs the generated kernels (on the CPU simulator, or on a CUDA GPU
+through strata/runtime) and exposes the text of every stage."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,9 @@ import torch
 
 from . import dtypes
 from .context import Context
-from .errors import DeviceUnavailable, InputMismatch, StrataError
-from .pipeline import Lowered, STAGES, lower_torch_program
+from .errors import DeviceUnavailable, StrataError
+from .pipeline import STAGES, Lowered, lower_torch_program
+from .runtime.args import check_args
 
 DEVICES = ("sim", "cuda")
 
@@ -17,17 +18,22 @@ DEVICES = ("sim", "cuda")
 def check_device(device: str) -> None:
     if device not in DEVICES:
         raise StrataError(f"unknown device {device!r}; choose sim or cuda")
-    if device == "cuda":
-        raise DeviceUnavailable("--device cuda is not available yet: the CUDA runtime is not built; "
-                                "use --device sim (the CPU simulator of the generated kernels)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailable("--device cuda needs an NVIDIA GPU visible to torch; none is; "
+                                "use --device sim")
 
 
 class Program:
-    """A compiled program: call it like the original, print any stage with `ir(stage)`."""
+    """A compiled program: call it like the original, print any stage with `ir(stage)`.
 
-    def __init__(self, lowered: Lowered, device: str = "sim"):
-        self.lowered, self.device = lowered, device
+    On device "cuda" a call takes and returns torch CUDA tensors (runtime/program.py does the
+    work; `use_graph` picks CUDA-graph replay for repeated calls); on "sim" the kernels run in
+    the simulator and tensors come back on the CPU."""
+
+    def __init__(self, lowered: Lowered, device: str = "sim", use_graph: bool = True):
+        self.lowered, self.device, self.use_graph = lowered, device, use_graph
         self.torch_program = lowered.torch
+        self._runtime = None
 
     def ir(self, stage: str) -> str:
         return self.lowered.text(stage)
@@ -41,23 +47,43 @@ class Program:
     def kernels(self):
         return self.lowered.kernel.kernels
 
+    @property
+    def runtime(self):
+        """The CudaProgram behind a device="cuda" program (compiled and loaded on first use)."""
+        return self._runtime if self._runtime is not None else self.load()
+
+    def load(self):
+        """Compile the kernels and load them on the GPU now (device "cuda"); returns the
+        CudaProgram. strata.compile calls it so that a failure surfaces at compile time."""
+        if self.device != "cuda":
+            raise StrataError(f"this program was compiled for device {self.device!r}, not cuda")
+        if self.lowered.kernel is None:
+            raise StrataError("this program was not lowered to Kernel IR; compile it with "
+                              "until='cuda' to run it on CUDA")
+        from .runtime.program import CudaProgram
+        self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
+                                    weights=self.torch_program.weights, use_graph=self.use_graph)
+        return self._runtime
+
     def _check_inputs(self, inputs) -> dict[str, np.ndarray]:
         spec = self.torch_program.inputs
-        if len(inputs) != len(spec):
-            raise InputMismatch(f"expected {len(spec)} inputs ({', '.join(spec)}), got {len(inputs)}")
-        out = {}
-        for (name, ty), value in zip(spec.items(), inputs):
-            if not isinstance(value, torch.Tensor):
-                raise InputMismatch(f"input {name} must be a tensor, got {type(value).__name__}")
-            got = (tuple(value.shape), dtypes.from_torch(value.dtype))
-            if got != (tuple(ty.shape), ty.dtype):
-                raise InputMismatch(f"input {name} has shape {got[0]} {got[1]}, the program was "
-                                    f"compiled for {tuple(ty.shape)} {ty.dtype}")
-            out[name] = to_numpy(value)
-        return out
+        check_args(spec, inputs)
+        return {name: to_numpy(value) for name, value in zip(spec, inputs)}
+
+    def run_flat(self, inputs) -> list[torch.Tensor]:
+        """Outputs as torch tensors in program output order (on the device that ran them)."""
+        if self.device == "cuda":
+            return self.runtime.run(inputs)
+        outs = []
+        for name, arr in zip(self.lowered.kernel.outputs, self.run_numpy(inputs)):
+            dt = self.lowered.kernel.buffer(name).dtype     # outputs and inputs are all buffers
+            outs.append(torch.from_numpy(np.ascontiguousarray(arr)).to(dtypes.to_torch(dt)))
+        return outs
 
     def run_numpy(self, inputs) -> list[np.ndarray]:
         """Outputs as NumPy arrays (bf16 as float32 values), in program output order."""
+        if self.device == "cuda":
+            return [to_numpy(t) for t in self.runtime.run(inputs)]
         from .kernel.sim import simulate
         feed = self._check_inputs(inputs)
         feed.update({k: to_numpy(v) for k, v in self.torch_program.weights.items()})
@@ -65,10 +91,7 @@ class Program:
         return [result[o] if o in result else feed[o] for o in self.lowered.kernel.outputs]
 
     def __call__(self, *inputs):
-        outs = []
-        for name, arr in zip(self.lowered.kernel.outputs, self.run_numpy(inputs)):
-            dt = self.lowered.kernel.buffer(name).dtype     # outputs and inputs are all buffers
-            outs.append(torch.from_numpy(np.ascontiguousarray(arr)).to(dtypes.to_torch(dt)))
+        outs = self.run_flat(inputs)
         spec = self.torch_program.out_spec
         if spec is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
@@ -83,21 +106,29 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
-            until: str = "cuda") -> Program:
-    """Capture `fn(*example_inputs)` (a function or nn.Module) and lower it to kernels."""
+            until: str = "cuda", use_graph: bool = True) -> Program:
+    """Capture `fn(*example_inputs)` (a function or nn.Module) and lower it to kernels.
+
+    device="cuda" also compiles and loads the kernels on the current GPU; calls then take and
+    return CUDA tensors. use_graph: replay repeated CUDA calls as one CUDA graph."""
     from .frontend.capture import capture
     check_device(device)
     ctx = ctx or Context()
     torch_program = capture(fn, tuple(example_inputs))
-    return Program(lower_torch_program(torch_program, ctx, until), device)
+    program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
+    if device == "cuda" and until == "cuda":
+        program.load()
+    return program
 
 
-def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda"):
-    """Parse and lower a `-c` snippet; returns (Program, example_inputs, snippet)."""
+def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
+                    device: str = "sim"):
+    """Parse and lower a `-c` snippet; returns (Program, snippet)."""
+    import time
+
     from .frontend import capture_cache
     from .frontend.capture import capture_snippet
     from .frontend.snippet import parse_snippet
-    import time
     ctx = ctx or Context()
     t0 = time.perf_counter()
     snippet = parse_snippet(code)
@@ -107,7 +138,10 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda"):
         torch_program, how = capture_snippet(snippet), "capture (torch.export)"
         capture_cache.store(code, torch_program)
     ctx.log(f"{how:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
-    return Program(lower_torch_program(torch_program, ctx, until)), snippet
+    program = Program(lower_torch_program(torch_program, ctx, until), device)
+    if device == "cuda" and until == "cuda":
+        program.load()
+    return program, snippet
 
 
-__all__ = ["compile", "Program", "STAGES"]
+__all__ = ["STAGES", "Program", "compile"]

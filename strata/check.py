@@ -83,8 +83,22 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray, tol: float)
 
 
 def compare_with_eager(program, snippet) -> Report:
-    """Run the program's kernels and eager PyTorch on the snippet's inputs; compare outputs."""
-    got = program.run_numpy(snippet.example_inputs)
+    """Run the program's kernels and eager PyTorch on the snippet's inputs; compare outputs.
+
+    On device "cuda" the kernels get device copies of the inputs, outputs and temps are poisoned
+    before the run (an element no kernel writes shows as NaN), and the outputs come back to the
+    host for the comparison; the reference is always eager on the CPU in float64."""
+    inputs = snippet.example_inputs
+    if getattr(program, "device", "sim") == "cuda":
+        rt = program.runtime
+        inputs = [x.to(rt.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        poison, rt.poison = rt.poison, True
+        try:
+            got = program.run_numpy(inputs)
+        finally:
+            rt.poison = poison
+    else:
+        got = program.run_numpy(inputs)
     ref = eager_reference(snippet.module, snippet.example_inputs)
     kp = program.lowered.kernel
     has_mm = any(n.op.startswith(CONTRACTIONS) for n in program.torch_program.nodes)
@@ -99,11 +113,22 @@ def print_report(program, report: Report, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
     console = console or Console(highlight=False)
-    table = Table(title="kernels launched (simulator)", title_justify="left")
-    for col in ("kernel", "grid", "block", "smem bytes"):
+    on_gpu = getattr(program, "device", "sim") == "cuda"
+    if on_gpu:
+        rt = program.runtime
+        name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else rt.device
+        title = f"kernels launched (CUDA, {name}, {rt.arch})"
+        rows = [(r["name"], r["grid"], r["block"], r["smem_bytes"], r["registers"])
+                for r in rt.kernel_rows()]
+    else:
+        title = "kernels launched (simulator)"
+        rows = [(k.name, k.grid, k.block, k.smem_bytes) for k in program.kernels]
+    table = Table(title=title, title_justify="left")
+    cols = ("kernel", "grid", "block", "smem bytes") + (("registers",) if on_gpu else ())
+    for col in cols:
         table.add_column(col, justify="left" if col == "kernel" else "right")
-    for k in program.kernels:
-        table.add_row(k.name, str(k.grid), str(k.block), str(k.smem_bytes))
+    for row in rows:
+        table.add_row(*map(str, row))
     console.print(table)
     for o in report.outputs:
         console.print(f"  {o.name} ({o.dtype}): max abs err {o.max_abs:.3g}, rel err {o.rel:.3g} "

@@ -32,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
     _common(r)
     r.add_argument("--device", default="sim", choices=("sim", "cuda"))
-    r.add_argument("--bench", action="store_true", help="time against eager and torch.compile (GPU)")
+    r.add_argument("--bench", action="store_true",
+                   help="after the accuracy check, time against eager and torch.compile (GPU)")
+    r.add_argument("--profile", action="store_true",
+                   help="--bench plus an ncu profile of every kernel, when ncu is installed")
     return parser
 
 
@@ -70,13 +73,17 @@ def cmd_compile(args) -> int:
 def cmd_run(args) -> int:
     from .api import check_device, compile_snippet
     from .check import compare_with_eager, print_report
-    if args.bench and args.device != "cuda":
-        raise DeviceUnavailable("--bench needs a GPU and the CUDA runtime, which is not built yet")
+    if (args.bench or args.profile) and args.device != "cuda":
+        raise DeviceUnavailable("--bench and --profile time kernels on a GPU: add --device cuda "
+                                "(the simulator runs them but cannot time them)")
     check_device(args.device)
     if not args.code:
         raise StrataError("nothing to run: give -c CODE")
     ctx = _context(args)
-    program, snippet = compile_snippet(args.code, ctx)
+    if args.bench or args.profile:
+        from .bench.cli_bench import bench_snippet
+        return bench_snippet(args.code, ctx, profile=args.profile)
+    program, snippet = compile_snippet(args.code, ctx, device=args.device)
     report = compare_with_eager(program, snippet)
     print_report(program, report)
     return 0 if report.passed else 1

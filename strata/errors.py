@@ -34,3 +34,8 @@ class SimError(StrataError):
 class DeviceUnavailable(StrataError):
     """--device cuda asked for where no runtime / GPU exists."""
     exit_code = 2
+
+
+class CudaError(StrataError):
+    """A CUDA driver call failed; the message names the call and the error (for a launch also the
+    kernel, grid and block)."""

@@ -39,11 +39,14 @@ MAX_SMEM_ELEMS = 1 << 22     # shared-memory elements (all arrays, all blocks) p
 
 # ---------------------------------------------------------------- public entry points
 
-def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray],
+             storage: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Run every kernel of `program` in order; return the output buffers by name, shaped.
 
     Inputs and weights come from `inputs` (exact shape and NumPy dtype: bf16 as float32 values);
-    outputs and temps start poisoned (NaN / sentinel) so that an unwritten element shows."""
+    outputs and temps start poisoned (NaN / sentinel) so that an unwritten element shows.
+    `storage` may supply the flat storage array of some outputs/temps (e.g. views into one slab,
+    as the CUDA runtime lays temps out); each is poisoned in place before the first kernel."""
     wanted = {b.name for b in program.buffers if b.kind in ("input", "weight")}
     extra = sorted(set(inputs) - wanted)
     if extra:
@@ -52,6 +55,9 @@ def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray]) -> dict[s
     for b in program.buffers:
         if b.kind not in ("input", "weight"):
             memory[b.name] = poison(b.dtype, b.numel)
+            if storage is not None and b.name in storage:
+                storage[b.name][...] = memory[b.name]
+                memory[b.name] = storage[b.name]
             continue
         if b.name not in inputs:
             raise InputMismatch(f"missing input {b.name!r} ({b.dtype}{list(b.shape)})")

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from strata.cli import main
 
@@ -30,7 +31,6 @@ def test_run_passes_and_fails(capsys):
 @pytest.mark.parametrize("argv,code,words", [
     (["run", "-c", "torch.cumsum(torch.randn(4, 5), 0)"], 1, "unsupported op aten.cumsum"),
     (["run", "-c", "torch.randn(4"], 1, "not a Python expression"),
-    (["run", "-c", "torch.relu(torch.randn(4))", "--device", "cuda"], 2, "not available"),
     (["run", "-c", "torch.relu(torch.randn(4))", "--bench"], 2, "GPU"),
     (["compile", "-c", RMS, "--knob", "BLOCK"], 1, "NAME=VALUE"),
 ])
@@ -44,3 +44,23 @@ def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "strata.cli", "compile", "-c", "torch.randn(3) * 2",
                           "--ir", "loop"], capture_output=True, text=True)
     assert out.returncode == 0 and "=== k_" in out.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu_exits_2_with_one_sentence(capsys):
+    assert main(["run", "-c", "torch.relu(torch.randn(4))", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("strata: --device cuda needs an NVIDIA GPU visible to torch; none is; "
+                   "use --device sim\n")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("code", [
+    RMS,
+    "torch.softmax(torch.randn(4, 1000), dim=-1)",
+    "torch.relu(torch.matmul(torch.randn(16,64) + torch.randn(64), torch.randn(64,16)))",
+])
+def test_run_on_the_gpu_passes(code, capsys):
+    assert main(["run", "-c", code, "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "CUDA" in out and "registers" in out

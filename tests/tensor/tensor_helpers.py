@@ -58,9 +58,11 @@ def rnd(*shape, dtype=torch.float32, low=None, scale=1.0):
     return (torch.randn(*shape) * scale).to(dtype)
 
 
-def check_cases(cases: dict, tol=1e-5, precisions=("f64",)):
+def check_cases(cases: dict, tol=1e-5, precisions=("f64",), pipeline=False):
     """Many small programs captured as one (torch.export's fixed cost dominates small graphs):
-    cases = {name: (fn, inputs)}; a failure names its case."""
+    cases = {name: (fn, inputs)}; a failure names its case. pipeline=True also lowers the same
+    capture through every stage, compiles the CUDA with NVRTC and runs the kernels in the
+    simulator, checking those outputs too."""
     names, flat, spans = [], [], []
     for case, (fn, inputs) in cases.items():
         spans.append((case, fn, len(flat), len(inputs)))
@@ -85,6 +87,8 @@ def check_cases(cases: dict, tol=1e-5, precisions=("f64",)):
     tprog.verify()
     feed = {n: to_numpy(x) for n, x in zip(names, flat)}
     results = {p: evaluate(tprog, feed, p) for p in precisions}
+    if pipeline:
+        results["sim"] = _through_pipeline(prog, feed)
     k = 0
     for case, fn, start, n in spans:
         with torch.no_grad():
@@ -96,3 +100,18 @@ def check_cases(cases: dict, tol=1e-5, precisions=("f64",)):
             for p, outs in results.items():
                 compare(f"{case} ({p})", outs[o], ref, tol)
     return tprog
+
+
+def _through_pipeline(prog, feed: dict) -> dict:
+    """{Tensor IR output name: simulated kernel output} for a captured program."""
+    from strata.kernel.sim import simulate
+    from strata.pipeline import lower_torch_program
+    from strata.runtime.nvrtc import compile_cuda
+    low = lower_torch_program(prog)
+    low.kernel.verify()
+    compile_cuda(low.cuda, "sm_90", want="ptx")
+    feed = {**feed, **{k: to_numpy(v) for k, v in prog.weights.items()}}
+    got = simulate(low.kernel, feed)
+    outs = [got[o] if o in got else feed[o] for o in low.kernel.outputs]
+    tprog = low.tensor
+    return dict(zip(tprog.outputs, outs))

@@ -1,4 +1,6 @@
-"""An external check: PyTorch's own OpInfo sample inputs (CPU, float32) for the in-scope ops.
+"""An external check: PyTorch's own OpInfo sample inputs (CPU, float32) for the in-scope ops,
+through the Tensor IR evaluator (float64) and through the whole pipeline (kernels compiled by
+NVRTC and run in the simulator, float32).
 
 All samples of one op are captured as one program. Samples outside strata's scope (zero-size
 tensors, non-tensor outputs, ops strata reports as unsupported) are skipped with the reason;
@@ -10,7 +12,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from strata.errors import StrataError
+from strata.errors import CompileError, SimError, StrataError
 from tensor_helpers import check_cases
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest")
@@ -77,12 +79,14 @@ def test_opinfo(op):
         pytest.skip(f"no usable sample: {sorted(set(skipped))}")
     tol = 1e-4 if op.name in MATMUL else 1e-5
     try:
-        check_cases(cases, tol=tol)
+        check_cases(cases, tol=tol, pipeline=True)
+    except (SimError, CompileError):   # a kernel that races, reads out of bounds or fails NVRTC
+        raise
     except StrataError:     # an unsupported op, or a data-dependent sample export cannot capture
         unsupported = []
         for name, case in cases.items():       # find the samples strata does not cover
             try:
-                check_cases({name: case}, tol=tol)
+                check_cases({name: case}, tol=tol, pipeline=True)
             except StrataError as e:
                 unsupported.append(f"{name}: {e}")
         if len(unsupported) == len(cases):

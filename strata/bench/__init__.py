@@ -1,0 +1,18 @@
+"""Benchmarks: time strata's kernels against PyTorch eager and torch.compile on a GPU, with the
+accuracy verdict first and every speed paired with the measured device ceiling.
+
+    results.py          the measured numbers (pure records, JSON round-trip)
+    report.py           rich tables, markdown and JSON reports from those numbers (pure)
+    harness.py          CUDA-event timing with an L2 flush; the copy and matmul ceilings
+    work.py             bytes moved and FLOPs of a program
+    variants.py         eager / torch.compile / strata callables; failures become rows
+    runtime_adapter.py  the one place that reads per-kernel rows and times from the runtime
+    accuracy.py         the verdict on CUDA outputs (strata/check.py tolerances)
+    env.py              device, date and versions recorded with every report
+    cases.py            the LLM op suite at TinyLlama and Qwen2.5-7B shapes
+    suite.py            `python -m strata.bench.suite`
+    cli_bench.py        `strata run -c ... --device cuda --bench [--profile]`
+    ncu.py              Nsight Compute per-kernel metrics (run and CSV parse)
+
+Everything GPU-only is imported lazily: `import strata.bench.*` works on a CPU machine.
+"""

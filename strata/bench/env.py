@@ -1,0 +1,65 @@
+"""Where and when a benchmark ran: device, date and the versions that shape its numbers, recorded
+with every report so results from different machines or commits are never confused."""
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .results import Env
+
+
+def strata_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        v = version("strata")
+    except PackageNotFoundError:
+        v = "unknown"
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=here, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, cwd=here,
+                               check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):       # no git, or not a checkout
+        sha, dirty = "", ""
+    return f"{v}+{sha}{'.dirty' if dirty else ''}" if sha else v
+
+
+def _optional_versions() -> dict[str, str]:
+    out = {}
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = "not installed"
+    try:
+        from ..runtime.nvrtc import nvrtc_version
+        out["NVRTC"] = ".".join(map(str, nvrtc_version()))
+    except Exception as e:  # noqa: BLE001 - a missing NVRTC is worth a note, not a failed report
+        out["NVRTC"] = f"unavailable ({type(e).__name__})"
+    return out
+
+
+def collect_env() -> Env:
+    """The environment of a CUDA run (needs a GPU)."""
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    extra = _optional_versions()
+    extra["compute capability"] = f"{props.major}.{props.minor}"
+    l2 = getattr(props, "L2_cache_size", None)
+    if l2:
+        extra["L2"] = f"{l2 / 2**20:.0f} MiB"
+    return Env(device=torch.cuda.get_device_name(idx),
+               date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               torch=torch.__version__, cuda=torch.version.cuda, strata=strata_version(),
+               python=platform.python_version(), extra=extra)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"

@@ -1,0 +1,205 @@
+"""A KernelProgram loaded on a GPU and callable on torch CUDA tensors.
+
+Why: this is the whole runtime a user sees. At construction the program's CUDA is compiled
+(through the persistent cache), loaded with cuModuleLoadData, and its weights are uploaded once.
+A call checks its arguments (one sentence naming a wrong one), allocates the outputs as torch
+tensors and the temps as one slab (planned by liveness, runtime/slab.py), and launches every
+kernel in order on torch's current stream with the tensors' data pointers: no copies except a
+non-contiguous or misaligned argument.
+
+With use_graph=True the first call launches plainly (so a failing launch says which kernel), the
+second captures the launches into a torch.cuda.CUDAGraph over static input, output and slab
+buffers, and every call from then on copies its inputs into the static buffers, replays the
+graph and returns copies of the static outputs (so results of earlier calls stay valid). Shapes
+are fixed at compile time, so one graph serves every call. use_graph=False keeps plain launches.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+
+import torch
+
+from .. import dtypes
+from ..kernel.ir import KernelProgram
+from .args import prepare_args, prepare_weights
+from .launch import Launch, bind, launch_all, unique_kernel_names
+from .slab import plan_slab
+
+
+def compile_cubin(source: str, arch: str, kernel_names: list[str]) -> bytes:
+    """The cubin of `source` for `arch`, from the persistent compile cache."""
+    from .cache import compile_cached
+    return compile_cached(source, arch, kernel_names, want="cubin")
+
+
+def _default_driver():
+    from . import driver
+    return driver
+
+
+def poison_(t: torch.Tensor) -> None:
+    """Fill `t` with 'never written' (NaN, or the extreme integer), like the simulator does."""
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    elif t.dtype != torch.bool:
+        info = torch.iinfo(t.dtype)
+        t.fill_(info.min if info.min < 0 else info.max)
+
+
+class CudaProgram:
+    """Run a KernelProgram on one CUDA device (see the module docstring).
+
+    inputs: name -> (object with .shape and .dtype), in call order; default: the program's input
+    buffers. weights: name -> torch tensor (any device; uploaded once). arch: default the
+    device's (sm_90 on H100). poison: fill outputs and the slab with NaN / sentinels before every
+    run, so that an element no kernel writes shows (for checks, not speed). driver: the module
+    of CUDA calls (runtime/driver.py; tests pass a fake)."""
+
+    def __init__(self, program: KernelProgram, arch: str | None = None, *,
+                 inputs: Mapping | None = None, weights: Mapping[str, torch.Tensor] | None = None,
+                 device=None, use_graph: bool = True, poison: bool = False, driver=None):
+        from ..target.cuda import cname, emit_program
+        self.program = program
+        self.driver = driver or _default_driver()
+        self.device = _resolve_device(device)
+        self.ctx = self.driver.context(self.device)
+        self.arch = arch or self.driver.arch(self.device)
+        self.use_graph, self.poison = use_graph, poison
+        self.spec = dict(inputs) if inputs is not None else {
+            b.name: b for b in program.buffers if b.kind == "input"}
+        self.buffers = {b.name: b for b in program.buffers}
+        self.plan = plan_slab(program)
+        self.weights = prepare_weights(program.buffers, weights or {}, self.device)
+        self.source = emit_program(program, self.arch)
+        names = unique_kernel_names(program.kernels)
+        self.module = self.driver.load_module(compile_cubin(self.source, self.arch, names),
+                                              ", ".join(names))
+        functions = {n: self.driver.get_function(self.module, n) for n in names}
+        self.launches = [Launch(k, functions[cname(k.name)]) for k in program.kernels]
+        self.calls = 0
+        self.graph = None
+        self._static = None           # (inputs, outputs, slab) the graph was captured over
+
+    # ------------------------------------------------------------ calling
+
+    def run(self, inputs) -> list[torch.Tensor]:
+        """Flat outputs, in program output order, as torch tensors on the device."""
+        args = prepare_args(self.spec, list(inputs), self.device)
+        self.driver.make_current(self.ctx)
+        self.calls += 1
+        if self.use_graph and self.device.type == "cuda" and self.calls > 1:
+            return self._replay(args)
+        tensors, outs, slab = self._allocate(args)
+        self._launch(tensors, outs, slab)
+        return self._collect(tensors, outs, clone=False)
+
+    __call__ = run
+
+    def _allocate(self, args):
+        tensors = {**self.weights, **dict(zip(self.spec, args))}
+        outs = {b.name: torch.empty(b.shape, dtype=dtypes.to_torch(b.dtype), device=self.device)
+                for b in self.program.buffers if b.kind == "output"}
+        slab = (torch.empty(self.plan.total_bytes, dtype=torch.uint8, device=self.device)
+                if self.plan.total_bytes else None)
+        return tensors, outs, slab
+
+    def _pointers(self, tensors, outs, slab) -> dict[str, int]:
+        ptrs = {name: t.data_ptr() for name, t in {**tensors, **outs}.items()}
+        if slab is not None:
+            base = slab.data_ptr()
+            ptrs.update({s.name: base + s.offset for s in self.plan.slots})
+        return ptrs
+
+    def _launch(self, tensors, outs, slab, bound=None) -> None:
+        if self.poison:
+            for t in outs.values():
+                poison_(t)
+            if slab is not None:
+                slab.fill_(255)       # all-ones bytes: NaN in every float type, -1 in ints
+        bound = bound or bind(self.launches, self._pointers(tensors, outs, slab))
+        launch_all(self.driver, bound, self.driver.current_stream(self.device))
+
+    def _collect(self, tensors, outs, clone: bool) -> list[torch.Tensor]:
+        result = []
+        for name in self.program.outputs:
+            if name in outs:
+                result.append(outs[name].clone() if clone else outs[name])
+            else:                     # an input or weight returned as it is
+                result.append(tensors[name].clone().reshape(self.buffers[name].shape))
+        return result
+
+    def _replay(self, args) -> list[torch.Tensor]:
+        with torch.cuda.device(self.device):
+            if self.graph is None:
+                self._capture(args)
+            static_in, static_out, _slab = self._static
+            for s, a in zip(static_in, args):
+                s.copy_(a)
+            self.graph.replay()
+            tensors = {**self.weights, **dict(zip(self.spec, static_in))}
+            return self._collect(tensors, static_out, clone=True)
+
+    def _capture(self, args) -> None:
+        static_in = [torch.empty_like(a, memory_format=torch.contiguous_format) for a in args]
+        tensors, static_out, slab = self._allocate(static_in)
+        bound = bind(self.launches, self._pointers(tensors, static_out, slab))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._launch(tensors, static_out, slab, bound)
+        self.graph, self._static = graph, (static_in, static_out, slab)
+
+    # ------------------------------------------------------------ for benchmarks
+
+    def kernel_rows(self) -> list[dict]:
+        """One row per launch: name, grid, block, smem_bytes (static), registers per thread,
+        local_bytes (spills and local arrays, per thread)."""
+        rows = []
+        for lc in self.launches:
+            k = lc.kernel
+            rows.append({"name": k.name, "grid": k.grid, "block": k.block,
+                         "smem_bytes": k.smem_bytes,
+                         "registers": self.driver.function_attribute(lc.function, "NUM_REGS", k.name),
+                         "local_bytes": self.driver.function_attribute(lc.function,
+                                                                       "LOCAL_SIZE_BYTES", k.name)})
+        return rows
+
+    def time_kernels(self, inputs, warmup: int = 3, reps: int = 20) -> list[dict]:
+        """Median milliseconds of each launch, timed with CUDA events around each one (plain
+        launches, no graph, no L2 flush: a benchmark harness adds what it needs)."""
+        args = prepare_args(self.spec, list(inputs), self.device)
+        self.driver.make_current(self.ctx)
+        tensors, outs, slab = self._allocate(args)
+        bound = bind(self.launches, self._pointers(tensors, outs, slab))
+        if not bound:
+            return []
+        with torch.cuda.device(self.device):
+            return self._time(bound, warmup, reps)
+
+    def _time(self, bound, warmup: int, reps: int) -> list[dict]:
+        stream = self.driver.current_stream(self.device)
+        for _ in range(warmup):
+            launch_all(self.driver, bound, stream)
+        events = []
+        for _ in range(reps):
+            for one in bound:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                launch_all(self.driver, [one], stream)
+                end.record()
+                events.append((one[0].kernel.name, start, end))
+        torch.cuda.synchronize(self.device)
+        times: dict[int, list[float]] = {}
+        for i, (_, start, end) in enumerate(events):
+            times.setdefault(i % len(bound), []).append(start.elapsed_time(end))
+        return [{"name": lc.kernel.name, "grid": lc.kernel.grid, "block": lc.kernel.block,
+                 "ms": statistics.median(times[i])} for i, (lc, _) in enumerate(bound)]
+
+
+def _resolve_device(device) -> torch.device:
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -1,0 +1,391 @@
+"""The CUDA runtime (strata/runtime/program.py).
+
+On any machine: CudaProgram runs against `SimDriver`, a stand-in for runtime/driver.py whose
+"device memory" is CPU tensors and whose launch reads kernelParams exactly as cuLaunchKernel does
+(a void*[] of pointers to 64-bit addresses) and runs the kernel in the simulator on the memory at
+those addresses. That checks everything but the driver calls themselves: argument packing and
+order, temps at their slab offsets, outputs, weights, copies of odd arguments, output structure.
+
+On a machine with a CUDA GPU (skipped elsewhere): strata.compile(..., device="cuda") on spine
+programs, compared with eager, with CUDA-graph replay, plain launches, non-contiguous and
+misaligned inputs, rejected arguments, kernel rows, timings and a failing launch's message.
+"""
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+import strata
+from strata import check, dtypes
+from strata.api import compile_snippet, to_numpy
+from strata.errors import DeviceUnavailable, InputMismatch
+from strata.kernel.sim import run_kernel
+from strata.kernel.sim_memory import storage_numpy
+from strata.runtime import program as runtime_program
+from strata.runtime.program import CudaProgram
+from strata.target.cuda import cname
+
+HAS_GPU = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+
+CHAIN2 = ("torch.softmax(torch.softmax(torch.randn(8, 64), -1) @ torch.randn(64, 32), -1) "
+          "@ torch.randn(32, 16)")
+
+
+# ---------------------------------------------------------------- CPU: a simulated driver
+
+class SimDriver:
+    """runtime/driver.py's interface over CPU memory; launches run in the simulator."""
+
+    def __init__(self, program):
+        self.kernels = {cname(k.name): k for k in program.kernels}
+        self.images, self.launched = [], []
+
+    def context(self, device):
+        return "ctx"
+
+    def make_current(self, ctx):
+        assert ctx == "ctx"
+
+    def arch(self, device):
+        return "sm_90"
+
+    def current_stream(self, device):
+        return 7
+
+    def load_module(self, image, what=""):
+        self.images.append(image)
+        return "module"
+
+    def get_function(self, module, name):
+        assert module == "module" and name in self.kernels
+        return ("function", name)
+
+    def function_attribute(self, function, attribute, kernel=""):
+        return {"NUM_REGS": 32, "LOCAL_SIZE_BYTES": 0}[attribute]
+
+    def launch(self, function, kernel, grid, block, params_address, stream, smem_bytes=0):
+        k = self.kernels[kernel]
+        assert function == ("function", kernel) and (grid, block) == (k.grid, k.block)
+        assert stream == 7 and smem_bytes == 0
+        slots = (ctypes.c_uint64 * len(k.params)).from_address(params_address)
+        memory = {}
+        for p, slot in zip(k.params, slots):
+            address = ctypes.c_uint64.from_address(slot).value
+            nbytes = p.numel * dtypes.ITEMSIZE[p.dtype]
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+            memory[p.name] = raw.view(storage_numpy(p.dtype))
+        run_kernel(k, memory)
+        self.launched.append(kernel)
+
+
+@pytest.fixture
+def no_nvrtc(monkeypatch):
+    monkeypatch.setattr(runtime_program, "compile_cubin", lambda source, arch, names: b"cubin")
+
+
+def _on_sim_driver(code, **kw):
+    program, snippet = compile_snippet(code)
+    kp, tp = program.lowered.kernel, program.torch_program
+    driver = SimDriver(kp)
+    rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=driver,
+                     poison=True, **kw)
+    return program, snippet, rt, driver
+
+
+SIM_DRIVER_CASES = [
+    "torch.nn.RMSNorm(256)(torch.randn(4, 256))",
+    "torch.softmax(torch.randn(4, 1000), dim=-1)",
+    CHAIN2,
+    "torch.nn.LayerNorm(64)(torch.randn(8,64) @ torch.randn(64,64)) @ torch.randn(64,32)",
+    ("torch.softmax(torch.randn(8,64,dtype=torch.bfloat16) @ torch.randn(64,64,dtype=torch.bfloat16), "
+     "-1) @ torch.randn(64,16,dtype=torch.bfloat16)"),
+    ("torch.softmax(torch.embedding(torch.randn(100,16), torch.randn(8,64).argmax(-1)), -1) "
+     "@ torch.randn(16,8)"),
+    "torch.relu(torch.matmul(torch.randn(16,64) + torch.randn(64), torch.randn(64,16)))",
+]
+
+
+@pytest.mark.parametrize("code", SIM_DRIVER_CASES)
+def test_runtime_on_a_simulated_driver_matches_the_simulator(code, no_nvrtc):
+    program, snippet, rt, driver = _on_sim_driver(code)
+    inputs = snippet.example_inputs
+    pristine = [x.clone() for x in inputs]
+    want = program.run_numpy(pristine)
+    ref = check.eager_reference(snippet.module, pristine)
+    got = rt.run(inputs)
+    assert all(torch.equal(x, p) for x, p in zip(inputs, pristine))    # inputs are read-only
+    assert driver.launched == [cname(k.name) for k in program.lowered.kernel.kernels]
+    kp = program.lowered.kernel
+    for name, g, w in zip(kp.outputs, got, want):
+        b = kp.buffer(name)
+        assert g.dtype == dtypes.to_torch(b.dtype) and tuple(g.shape) == tuple(b.shape)
+        np.testing.assert_array_equal(to_numpy(g), w)     # bit for bit: same kernels, same memory
+    has_mm = "@" in code or "matmul" in code
+    for name, g, r in zip(kp.outputs, got, ref):
+        dt = kp.buffer(name).dtype
+        assert check.compare(name, dt, to_numpy(g), r, check.tolerance(dt, has_mm)).passed
+
+
+def test_temps_share_one_slab(no_nvrtc):
+    _, snippet, rt, _ = _on_sim_driver(CHAIN2)
+    assert len(rt.plan.slots) == 5 and rt.plan.total_bytes < rt.plan.unshared_bytes
+    rt.run(snippet.example_inputs)
+
+
+def test_odd_arguments_are_copied_and_results_stay_right(no_nvrtc):
+    code = "torch.nn.RMSNorm(256)(torch.randn(4, 256))"
+    program, snippet, rt, _ = _on_sim_driver(code)
+    x = snippet.example_inputs[0]
+    transposed = x.t().contiguous().t()                          # same values, strides (1, 4)
+    shifted = torch.cat([torch.zeros(1), x.reshape(-1)])[1:].view(4, 256)   # 4 bytes off
+    want = program.run_numpy([x])[0]
+    for arg in (transposed, shifted):
+        np.testing.assert_array_equal(rt.run([arg])[0].numpy(), want)
+
+
+def test_each_call_gets_fresh_outputs(no_nvrtc):
+    _, _, rt, _ = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
+    a = rt.run([torch.randn(4, 1000)])[0]
+    a_copy = a.clone()
+    b = rt.run([torch.randn(4, 1000)])[0]
+    assert a.data_ptr() != b.data_ptr() and torch.equal(a, a_copy) and not torch.equal(a, b)
+
+
+def test_outputs_that_are_inputs_and_tuples(no_nvrtc):
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.RMSNorm(64)
+
+        def forward(self, x, r):
+            h = x + r
+            return self.norm(h), h, x
+
+    inputs = (torch.randn(4, 64), torch.randn(4, 64))
+    prog = strata.compile(Residual(), inputs)
+    kp, tp = prog.lowered.kernel, prog.torch_program
+    rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=SimDriver(kp))
+    out = tp.unflatten(rt.run(inputs))
+    want = prog(*inputs)
+    assert isinstance(out, tuple) and len(out) == 3
+    for o, w in zip(out, want):
+        torch.testing.assert_close(o, w, rtol=0, atol=0)
+    assert out[2].data_ptr() != inputs[0].data_ptr()            # a copy, not the caller's tensor
+
+
+def test_wrong_arguments_are_one_sentence(no_nvrtc):
+    _, _, rt, _ = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
+    with pytest.raises(InputMismatch, match=r"input x has shape \(4, 999\) f32"):
+        rt.run([torch.randn(4, 999)])
+    with pytest.raises(InputMismatch, match="input x is on meta but the program runs on cpu"):
+        rt.run([torch.randn(4, 1000, device="meta")])
+
+
+def test_kernel_rows(no_nvrtc):
+    program, _, rt, _ = _on_sim_driver(CHAIN2)
+    rows = rt.kernel_rows()
+    assert [r["name"] for r in rows] == [k.name for k in program.kernels]
+    for r, k in zip(rows, program.kernels):
+        assert (r["grid"], r["block"], r["smem_bytes"], r["registers"]) == (k.grid, k.block,
+                                                                           k.smem_bytes, 32)
+
+
+def test_the_cubin_comes_from_the_compile_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    _, _, rt, driver = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
+    assert driver.images[0][:4] == b"\x7fELF"                    # a cubin for sm_90
+    assert "k_softmax_reduce" in rt.source
+    assert any(tmp_path.rglob("*.cubin"))
+
+
+def test_check_and_report_of_a_cuda_program(no_nvrtc, capsys):
+    """What `strata run --device cuda` does after compiling, on the simulated driver."""
+    program, snippet, rt, driver = _on_sim_driver(CHAIN2)
+    program.device, program._runtime = "cuda", rt
+    rt.poison = False
+    report = check.compare_with_eager(program, snippet)
+    assert report.passed and rt.poison is False              # poisoned for the check only
+    assert len(driver.launched) == len(program.kernels)
+    check.print_report(program, report)
+    out = capsys.readouterr().out
+    assert "kernels launched (CUDA, cpu, sm_90)" in out and "registers" in out and "PASS" in out
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
+def test_compile_for_cuda_without_a_gpu_is_one_sentence():
+    with pytest.raises(DeviceUnavailable) as e:
+        strata.compile(torch.nn.RMSNorm(64), (torch.randn(2, 64),), device="cuda")
+    assert str(e.value) == ("--device cuda needs an NVIDIA GPU visible to torch; none is; "
+                            "use --device sim")
+    assert e.value.exit_code == 2
+
+
+# ---------------------------------------------------------------- GPU: the real thing
+
+class AddMatmulRelu(torch.nn.Module):
+    def forward(self, x, b, w):
+        return torch.relu(torch.matmul(x + b, w))
+
+
+class Residual(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(n)
+
+    def forward(self, x, r):
+        h = x + r
+        return self.norm(h), h
+
+
+class SoftmaxChain(torch.nn.Module):
+    def forward(self, x, w1, w2):
+        return torch.softmax(torch.softmax(x, -1) @ w1, -1) @ w2
+
+
+def _bf16(m):
+    return m.to(torch.bfloat16)
+
+
+GPU_CASES = {
+    # name: (module factory, input factory, has a contraction)
+    "rmsnorm_f32": (lambda: torch.nn.RMSNorm(2048), lambda: (torch.randn(1, 32, 2048),), False),
+    "rmsnorm_bf16": (lambda: _bf16(torch.nn.RMSNorm(2048)),
+                     lambda: (torch.randn(1, 32, 2048).bfloat16(),), False),
+    "softmax_f32": (lambda: torch.nn.Softmax(-1), lambda: (torch.randn(4, 1000),), False),
+    "softmax_bf16": (lambda: torch.nn.Softmax(-1), lambda: (torch.randn(8, 4096).bfloat16(),), False),
+    "layernorm_f32": (lambda: torch.nn.LayerNorm(1024), lambda: (torch.randn(16, 1024),), False),
+    "layernorm_bf16": (lambda: _bf16(torch.nn.LayerNorm(1024)),
+                       lambda: (torch.randn(16, 1024).bfloat16(),), False),
+    "add_matmul_relu": (AddMatmulRelu, lambda: (torch.randn(16, 64), torch.randn(64),
+                                                torch.randn(64, 16)), True),
+    "residual_rmsnorm": (lambda: Residual(512), lambda: (torch.randn(8, 512), torch.randn(8, 512)),
+                         False),
+    "softmax_chain_temps": (SoftmaxChain, lambda: (torch.randn(8, 64), torch.randn(64, 32),
+                                                   torch.randn(32, 16)), True),
+    "gelu_f16_tail": (lambda: torch.nn.GELU(), lambda: (torch.randn((1 << 20) + 3).half(),), False),
+}
+
+
+def _check_against_eager(module, cpu_inputs, out, has_mm, label="", on_gpu=True):
+    ref = check.eager_reference(module, cpu_inputs)
+    with torch.no_grad():
+        eager = module(*cpu_inputs)
+    flat_out, spec_out = torch.utils._pytree.tree_flatten(out)
+    flat_eager, spec_eager = torch.utils._pytree.tree_flatten(eager)
+    assert spec_out == spec_eager, label
+    assert len(flat_out) == len(ref)
+    for i, (g, e, r) in enumerate(zip(flat_out, flat_eager, ref)):
+        assert g.is_cuda == on_gpu, label
+        assert g.dtype == e.dtype and g.shape == e.shape, f"{label} output {i}"
+        dt = dtypes.from_torch(g.dtype)
+        res = check.compare(f"out{i}", dt, to_numpy(g), r, check.tolerance(dt, has_mm))
+        assert res.passed, f"{label} output {i}: rel {res.rel:.3g}, max abs {res.max_abs:.3g}"
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_gpu_cases_pass_on_the_simulator(name):
+    """The GPU cases' own expectations (output structure, dtypes, tolerances) hold for the same
+    kernels run by the simulator, so a GPU failure below points at the runtime or the GPU."""
+    make, make_inputs, has_mm = GPU_CASES[name]
+    module, cpu_inputs = make(), make_inputs()
+    prog = strata.compile(module, cpu_inputs, device="sim")
+    _check_against_eager(module, cpu_inputs, prog(*cpu_inputs), has_mm, name, on_gpu=False)
+
+
+@gpu
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+@pytest.mark.parametrize("use_graph", [True, False], ids=["graph", "plain"])
+def test_gpu_matches_eager_over_repeated_calls(name, use_graph):
+    make, make_inputs, has_mm = GPU_CASES[name]
+    module = make()
+    prog = strata.compile(module, make_inputs(), device="cuda", use_graph=use_graph)
+    results = []
+    for call in range(4):                       # call 1 plain, 2 captures, 3 and 4 replay
+        cpu_inputs = make_inputs()
+        out = prog(*[x.cuda() for x in cpu_inputs])
+        torch.cuda.synchronize()
+        _check_against_eager(module, cpu_inputs, out, has_mm, f"{name} call {call}")
+        results.append((cpu_inputs, out))
+    assert (prog.runtime.graph is not None) == use_graph
+    # earlier results are not overwritten by later calls (graph outputs are copied out)
+    cpu_inputs, out = results[1]
+    _check_against_eager(module, cpu_inputs, out, has_mm, f"{name} call 1, read again")
+
+
+@gpu
+def test_gpu_non_contiguous_and_misaligned_inputs():
+    module = torch.nn.RMSNorm(2048)
+    prog = strata.compile(module, (torch.randn(32, 2048),), device="cuda")
+    x = torch.randn(32, 2048)
+    transposed = x.t().contiguous().cuda().t()
+    assert not transposed.is_contiguous()
+    shifted = torch.cat([torch.zeros(1), x.reshape(-1)]).cuda()[1:].view(32, 2048)
+    assert shifted.data_ptr() % 16
+    for call in range(3):
+        for arg in (transposed, shifted):
+            out = prog(arg)
+            torch.cuda.synchronize()
+            _check_against_eager(module, (x,), out, False, f"call {call}")
+
+
+@gpu
+def test_gpu_rejects_cpu_tensors_and_wrong_dtypes():
+    prog = strata.compile(torch.nn.Softmax(-1), (torch.randn(4, 1000),), device="cuda")
+    with pytest.raises(InputMismatch, match=r"input \w+ is on cpu but the program runs on cuda"):
+        prog(torch.randn(4, 1000))
+    with pytest.raises(InputMismatch, match=r"input \w+ has shape \(4, 1000\) f16"):
+        prog(torch.randn(4, 1000, device="cuda").half())
+
+
+@gpu
+def test_gpu_poisoned_outputs_are_all_written():
+    module = SoftmaxChain()
+    inputs = (torch.randn(8, 64), torch.randn(64, 32), torch.randn(32, 16))
+    prog = strata.compile(module, inputs, device="cuda")
+    rt = CudaProgram(prog.lowered.kernel, inputs=prog.torch_program.inputs,
+                     weights=prog.torch_program.weights, poison=True)
+    for _ in range(3):
+        out = rt.run([x.cuda() for x in inputs])
+        torch.cuda.synchronize()
+        assert not torch.isnan(out[0]).any()
+        _check_against_eager(module, inputs, out[0], True)
+
+
+@gpu
+def test_gpu_kernel_rows_and_timings():
+    prog = strata.compile(SoftmaxChain(), (torch.randn(8, 64), torch.randn(64, 32),
+                                           torch.randn(32, 16)), device="cuda")
+    rows = prog.runtime.kernel_rows()
+    assert [r["name"] for r in rows] == [k.name for k in prog.kernels]
+    assert all(isinstance(r["registers"], int) and r["registers"] > 0 for r in rows)
+    major, minor = torch.cuda.get_device_capability()
+    assert prog.runtime.arch == f"sm_{major}{minor}"
+    times = prog.runtime.time_kernels([torch.randn(8, 64, device="cuda"),
+                                       torch.randn(64, 32, device="cuda"),
+                                       torch.randn(32, 16, device="cuda")], warmup=1, reps=3)
+    assert [t["name"] for t in times] == [k.name for k in prog.kernels]
+    assert all(t["ms"] > 0 for t in times)
+
+
+@gpu
+def test_gpu_failing_launch_names_kernel_grid_and_block():
+    from strata.errors import CudaError
+    from strata.runtime import driver
+    from strata.runtime.launch import PackedArgs
+    prog = strata.compile(torch.nn.Softmax(-1), (torch.randn(4, 1000),), device="cuda")
+    lc = prog.runtime.launches[0]
+    x = torch.randn(4, 1000, device="cuda")
+    y = torch.empty_like(x)
+    args = PackedArgs([x.data_ptr()] * (len(lc.kernel.params) - 1) + [y.data_ptr()])
+    with pytest.raises(CudaError) as e:       # 4096 threads per block: refused before it runs
+        driver.launch(lc.function, lc.name, 4, 4096, args.address,
+                      torch.cuda.current_stream().cuda_stream)
+    msg = str(e.value)
+    assert msg.startswith("cuLaunchKernel failed with CUDA_ERROR_") and "\n" not in msg
+    assert msg.endswith(f"launching {lc.name} (grid 4, block 4096)")
+    # a refused launch leaves the context usable: a correct call works afterwards
+    out = prog(x)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
