@@ -91,10 +91,16 @@ def cmd_run(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run}[args.command](args), args.debug)
+
+
+def guarded(command, debug: bool) -> int:
+    """Run `command()` and return its exit code; a user error prints its one sentence (a bug, one
+    line), the traceback only with --debug. Shared by every strata entry point."""
     try:
-        return {"compile": cmd_compile, "run": cmd_run}[args.command](args)
+        return command()
     except StrataError as e:
-        if args.debug:
+        if debug:
             raise
         print(f"strata: {e}", file=sys.stderr)
         return e.exit_code
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:   # a bug in strata: say so in one line, the traceback with --debug
-        if args.debug:
+        if debug:
             raise
         print(f"strata: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
               file=sys.stderr)

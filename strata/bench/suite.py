@@ -191,7 +191,8 @@ def main(argv=None) -> int:
     from rich.console import Console
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    try:
+
+    def command() -> int:
         cases, which = select(args)
         if args.list:
             print_list(cases, console)
@@ -199,13 +200,8 @@ def main(argv=None) -> int:
         from .harness import require_cuda
         require_cuda("the benchmark suite")
         return run_suite(cases, which, args.out, args.budget_s, console)
-    except StrataError as e:
-        if args.debug:
-            raise
-        print(f"strata: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    from ..cli import guarded
+    return guarded(command, args.debug)
 
 
 if __name__ == "__main__":
