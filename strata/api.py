@@ -60,10 +60,18 @@ class Program:
         if self.lowered.kernel is None:
             raise StrataError("this program was not lowered to Kernel IR; compile it with "
                               "until='cuda' to run it on CUDA")
+        self._check_runnable()
         from .runtime.program import CudaProgram
         self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
                                     weights=self.torch_program.weights, use_graph=self.use_graph)
         return self._runtime
+
+    def _check_runnable(self) -> None:
+        from .frontend.torch_ir import shape_only
+        empty = [k for k, v in self.torch_program.weights.items() if shape_only(v)]
+        if empty:
+            raise StrataError(f"this program was compiled from shapes only (weight {empty[0]} has "
+                              f"no values); build it with weights to run it")
 
     def _check_inputs(self, inputs) -> dict[str, np.ndarray]:
         spec = self.torch_program.inputs
@@ -85,6 +93,7 @@ class Program:
         if self.device == "cuda":
             return [to_numpy(t) for t in self.runtime.run(inputs)]
         from .kernel.sim import simulate
+        self._check_runnable()
         feed = self._check_inputs(inputs)
         feed.update({k: to_numpy(v) for k, v in self.torch_program.weights.items()})
         result = simulate(self.lowered.kernel, feed)
@@ -109,16 +118,59 @@ def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
             until: str = "cuda", use_graph: bool = True) -> Program:
     """Capture `fn(*example_inputs)` (a function or nn.Module) and lower it to kernels.
 
-    device="cuda" also compiles and loads the kernels on the current GPU; calls then take and
-    return CUDA tensors. use_graph: replay repeated CUDA calls as one CUDA graph."""
+    A Hugging Face causal LM (a transformers model with a language-model head) is captured
+    without its KV cache, and the program returns the logits tensor, `model(ids).logits`, not
+    the ModelOutput. device="cuda" also compiles and loads the kernels on the current GPU; calls
+    then take and return CUDA tensors. use_graph: replay repeated CUDA calls as one CUDA graph."""
     from .frontend.capture import capture
     check_device(device)
     ctx = ctx or Context()
+    if _is_causal_lm(fn):
+        from .models.wrappers import CausalLMLogits
+        fn = CausalLMLogits(fn)
     torch_program = capture(fn, tuple(example_inputs))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
     if device == "cuda" and until == "cuda":
         program.load()
     return program
+
+
+def _is_causal_lm(fn) -> bool:
+    import sys
+    if "transformers" not in sys.modules:      # never import transformers for a plain module
+        return False
+    from .models.hf import is_causal_lm
+    return is_causal_lm(fn)
+
+
+def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
+                  dtype: str | None = None, ctx: Context | None = None, until: str = "cuda",
+                  device: str = "sim", materialise: bool = False, progress=None):
+    """Build MODEL (a bundled name or a directory, strata/models), capture it and lower it.
+
+    materialise=False compiles from shapes only (fake tensors: no weight is allocated);
+    True allocates and loads (or draws) the weights so that the Program can run. progress(text)
+    is told what is happening. Returns (Program, BuiltModel)."""
+    import time
+
+    from .frontend.capture import capture
+    from .models.build import build
+    ctx = ctx or Context()
+    say = progress or (lambda text: None)
+    check_device(device)
+    say(f"building {model}")
+    t0 = time.perf_counter()
+    built = build(model, layer=layer, seq_len=seq_len, dtype=dtype, materialise=materialise)
+    ctx.log(f"{'build model':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    say(f"capturing {built.what} with torch.export")
+    t0 = time.perf_counter()
+    torch_program = capture(built.module, built.example_inputs, input_names=built.input_names)
+    ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    say(f"lowering {len(torch_program.nodes)} aten ops")
+    program = Program(lower_torch_program(torch_program, ctx, until), device)
+    if device == "cuda" and until == "cuda":
+        program.load()
+    return program, built
 
 
 def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
@@ -144,4 +196,4 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     return program, snippet
 
 
-__all__ = ["STAGES", "Program", "compile"]
+__all__ = ["STAGES", "Program", "compile", "compile_model"]

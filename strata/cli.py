@@ -25,8 +25,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="lower a program and print one stage")
-    c.add_argument("model", nargs="?", help="a model name or directory (not available yet)")
+    c.add_argument("model", nargs="?",
+                   help="a bundled model name (TinyLlama/TinyLlama-1.1B-Chat-v1.0, Qwen/Qwen2.5-7B, "
+                        "...) or a directory with config.json and optional *.safetensors")
     _common(c)
+    c.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
+    c.add_argument("--seq-len", type=int, default=128, metavar="S",
+                   help="with MODEL: prompt length the program is compiled for (default 128)")
+    c.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="with MODEL: weight and activation dtype (default: the config's)")
     c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
@@ -51,11 +58,15 @@ def _context(args) -> Context:
 
 def cmd_compile(args) -> int:
     from .api import compile_snippet
-    if args.model and not args.code:
-        raise DeviceUnavailable(f"compiling a whole model ({args.model}) is not available yet; "
-                                f"use -c with a PyTorch expression")
+    if args.model and args.code:
+        raise StrataError("give either MODEL or -c CODE, not both")
+    if not args.model and (args.layer is not None or args.dtype):
+        raise StrataError("--layer and --dtype apply to a MODEL; -c snippets take their own dtypes")
+    if args.model:
+        from .cli_model import compile_model_command
+        return compile_model_command(args, _context(args))
     if not args.code:
-        raise StrataError("nothing to compile: give -c CODE")
+        raise StrataError("nothing to compile: give MODEL or -c CODE")
     ctx = _context(args)
     t0 = time.perf_counter()
     program, _ = compile_snippet(args.code, ctx, until=args.ir)

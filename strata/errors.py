@@ -39,3 +39,12 @@ class DeviceUnavailable(StrataError):
 class CudaError(StrataError):
     """A CUDA driver call failed; the message names the call and the error (for a launch also the
     kernel, grid and block)."""
+
+
+class ModelError(StrataError):
+    """A MODEL argument strata cannot use: an unknown name, a directory without config.json, a
+    config that transformers cannot build."""
+
+
+class CheckpointMismatch(ModelError):
+    """A safetensors checkpoint disagrees with its config; the message names the tensor."""

@@ -15,16 +15,28 @@ from dataclasses import dataclass, field
 
 from .context import Context
 from .tile.passes.blockify_launch import blockify_launch
+from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.mark_unroll import mark_unroll
+from .tile.passes.pad_smem import pad_smem
+from .tile.passes.register_tile import register_tile
+from .tile.passes.split_matmul_k import split_matmul_k
 from .tile.passes.stage_inputs import stage_inputs
+from .tile.passes.stage_matmul_tiles import stage_matmul_tiles
+from .tile.passes.tile_matmul import tile_matmul
 from .tile.passes.tileify import tileify
 from .tile.passes.vectorize import vectorize
 
 # The schedule, in order. Numbers in -vv output are positions in this list (tileify is 001).
 TILE_PASSES = [
     ("tileify", tileify),
+    ("split_matmul_k", split_matmul_k),
+    ("tile_matmul", tile_matmul),
+    ("register_tile", register_tile),
+    ("chunk_matmul_k", chunk_matmul_k),
+    ("stage_matmul_tiles", stage_matmul_tiles),
+    ("pad_smem", pad_smem),
     ("chunk_reduce", chunk_reduce),
     ("cooperative_reduce", cooperative_reduce),
     ("vectorize", vectorize),
@@ -77,7 +89,7 @@ def run_tile_passes(loop_program, ctx: Context):
         if name == "tileify":
             kernels = [fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
                        for k in kernels]
-        else:       # a pass returns one kernel, or several when it splits one (chunk_reduce)
+        else:       # a pass returns one kernel, or several when it splits one (chunk_reduce, split_matmul_k)
             kernels = [out for k in kernels for out in _as_tuple(fn(k, ctx))]
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
         after = str(TileProgram(kernels, loop_program))

@@ -31,7 +31,7 @@ DECOMPOSE = [
     _A.hardswish, _A.hardsigmoid, _A.celu, _A.selu, _A.softplus, _A.mish, _A.relu6, _A.logit,
     _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.rsub,
     _A.xlogy, _A.frac, _A.deg2rad, _A.einsum, _A.cosine_similarity, _A.split, _A.unbind,
-    _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.norm,
+    _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.norm, _A.diff,
 ]
 # Skip run_decompositions when it could not change the graph (tests compare both paths).
 FAST_PATH = True
@@ -188,6 +188,7 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
     rename: dict[str, str] = {}
     inputs: dict[str, TorchType] = {}
     weights: dict = {}
+    seen: dict[int, str] = {}
     user_i = 0
     for spec in sig.input_specs:
         ph = spec.arg.name
@@ -196,8 +197,11 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
             user_i += 1
             continue
         kind = {InputKind.PARAMETER: "p", InputKind.BUFFER: "b"}.get(spec.kind, "c")
-        rename[ph] = _weight_name(kind, spec.target, strip if kind != "c" else "")
         value = state[spec.target] if spec.target in state else consts[spec.target]
+        if id(value) in seen:        # a tied weight (lm_head = embed_tokens): one buffer, first name
+            rename[ph] = seen[id(value)]
+            continue
+        rename[ph] = seen[id(value)] = _weight_name(kind, spec.target, strip if kind != "c" else "")
         weights[rename[ph]] = value.detach()
     taken = set(rename.values())
     nodes: list[TorchNode] = []

@@ -103,6 +103,14 @@ class TorchProgram:
         return format_program(self)
 
 
+def shape_only(t) -> bool:
+    """A meta or fake tensor: a weight with a shape and a dtype but no values (a model compiled
+    from shapes only). Compiling needs nothing more; running does."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, torch.Tensor) and (t.is_meta or isinstance(t, FakeTensor))
+
+
 # ---------------------------------------------------------------- provenance
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
@@ -126,11 +134,14 @@ def user_frame(stack_trace: str | None) -> Where | None:
     for file, line, code in reversed(frames):
         if (file.startswith("<") and file != "<snippet>") or _is_library(file):
             continue
-        try:
-            rel = os.path.relpath(file)
-            file = rel if not rel.startswith("..") else file
-        except ValueError:
-            pass
+        if "-packages" + os.sep in file:       # an installed library (transformers): from its package
+            file = file.split("-packages" + os.sep, 1)[1]
+        else:
+            try:
+                rel = os.path.relpath(file)
+                file = rel if not rel.startswith("..") else file
+            except ValueError:
+                pass
         return Where(file, line, code)
     return None
 

@@ -3,7 +3,9 @@
 Values are per-thread scalars in their *compute* type (f32 for f16/bf16 data, i64/i32, bool):
 a `Load` from an f16 buffer yields f32 and a `Store` of f32 into a bf16 buffer rounds to
 nearest-even. Shared memory is declared with `Smem`; `Sync` is a block barrier; `ShflXor` and
-`ShflIdx` exchange a value within a warp of 32 (all lanes must take part). Launches are 1-D:
+`ShflIdx` exchange a value within a warp of 32 (all lanes must take part). Tensor cores and
+asynchronous copies (sm_80+) are `LdMatrix`, `Mma` and `CpAsync`/`CpAsyncCommit`/`CpAsyncWait`,
+with the PTX ISA's fragment layouts and group semantics. Launches are 1-D:
 `grid` blocks of `block` threads. The CUDA emitter (`target/cuda.py`) and the simulator
 (`kernel/sim.py`) are both one walk over these nodes.
 """
@@ -184,6 +186,69 @@ class Comment(Stmt):
     text: str
 
 
+# Tensor cores and asynchronous copies (sm_80+). The layouts are the PTX ISA's; the simulator's
+# sim_mma.py and sim_async.py spell them out. A fragment *register* is an i32 variable holding
+# the raw 32 bits of two 16-bit elements, the lower-numbered element in the low half.
+
+@dataclass(frozen=True)
+class LdMatrix(Stmt):
+    """ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16: the warp loads len(vars) 8x8
+    matrices of 16-bit elements from shared `buf` and declares `vars` (i32 registers).
+
+    `row` is, in lane 8*i + r, the element index of row r of matrix i (8 contiguous elements,
+    16-byte aligned); lanes from 8*len(vars) on are ignored. Register i of lane L then holds
+    elements (L // 4, 2 * (L % 4) + {0, 1}) of matrix i, or with `trans` elements
+    (2 * (L % 4) + {0, 1}, L // 4). All 32 lanes of the warp must execute it."""
+    vars: tuple[str, ...]
+    buf: str
+    row: Expr
+    trans: bool = False
+
+
+@dataclass(frozen=True)
+class Mma(Stmt):
+    """mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32: per warp D = A @ B + C with
+    A 16x16, B 16x8 in `dtype` (f16 or bf16) and C, D 16x8 in f32.
+
+    `a`: 4 i32 registers, `b`: 2 i32 registers, `c`: 4 f32 variables, `d`: 4 declared f32
+    variables that are assigned (d == c accumulates in place). All 32 lanes must execute it."""
+    d: tuple[str, ...]
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+    c: tuple[str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class CpAsync(Stmt):
+    """cp.async.{cache}.shared.global: copy `nbytes` (4, 8 or 16) from global
+    src[src_index ...] to shared dst[dst_index ...], both aligned to nbytes, same dtype.
+
+    Only `src_bytes` bytes are read (None: all) and the rest is zero-filled, so a predicated
+    copy is `src_bytes = where(ok, nbytes, 0)`. The copy belongs to the group closed by the
+    thread's next CpAsyncCommit and lands when a CpAsyncWait completes that group; other threads
+    see it after a Sync that follows the wait. cache "cg" (L2 only) needs nbytes == 16."""
+    dst: str
+    dst_index: Expr
+    src: str
+    src_index: Expr
+    nbytes: int
+    src_bytes: Expr | None = None
+    cache: str = "ca"
+
+
+@dataclass(frozen=True)
+class CpAsyncCommit(Stmt):
+    """cp.async.commit_group: close this thread's uncommitted copies into one group."""
+
+
+@dataclass(frozen=True)
+class CpAsyncWait(Stmt):
+    """cp.async.wait_group pending: wait until at most `pending` of this thread's most recent
+    groups are still in flight (uncommitted copies are not waited for)."""
+    pending: int = 0
+
+
 # ---------------------------------------------------------------- kernels and programs
 
 @dataclass(frozen=True)
@@ -331,12 +396,71 @@ def verify_kernel(k: Kernel) -> None:
             elif isinstance(s, Sync):
                 if divergent:
                     raise KernelVerifyError(f"{k.name}: __syncthreads() under thread-dependent control flow")
-            elif isinstance(s, (Smem, Comment)):
+            elif isinstance(s, LdMatrix):
+                check_expr(s.row, scope, f"ldmatrix from {s.buf}")
+                scope |= set(s.vars)
+                tainted |= set(s.vars)
+            elif isinstance(s, Mma):
+                missing = set(s.a + s.b + s.c + s.d) - scope
+                if missing:
+                    raise KernelVerifyError(f"{k.name}: mma uses undefined {sorted(missing)}")
+                tainted |= set(s.d)
+            elif isinstance(s, CpAsync):
+                for e in (s.dst_index, s.src_index, s.src_bytes):
+                    if e is not None:
+                        check_expr(e, scope, f"cp.async {s.src} -> {s.dst}")
+            elif isinstance(s, (Smem, Comment, CpAsyncCommit, CpAsyncWait)):
                 pass
             else:
                 raise KernelVerifyError(f"{k.name}: unknown statement {s!r}")
 
     check(k.body, set(), set(), False)
+    _check_warp_ops(k)
+
+
+def _check_warp_ops(k: Kernel) -> None:
+    """The shapes and types mma, ldmatrix and cp.async accept."""
+    smem = {s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)}
+    params = {p.name: p.dtype for p in k.params}
+    declared: dict[str, str] = {}
+    for s in walk(k.body):
+        if isinstance(s, (Let, For)):
+            declared[s.var] = s.dtype
+        elif isinstance(s, LoadVec):
+            declared.update(dict.fromkeys(s.vars, s.dtype))
+        elif isinstance(s, LdMatrix):
+            declared.update(dict.fromkeys(s.vars, "i32"))
+
+    def fail(what: str):
+        raise KernelVerifyError(f"{k.name}: {what}")
+    for s in walk(k.body):
+        if isinstance(s, LdMatrix):
+            if len(s.vars) not in (1, 2, 4):
+                fail(f"ldmatrix loads 1, 2 or 4 matrices, not {len(s.vars)}")
+            if s.buf not in smem or dtypes.ITEMSIZE[smem[s.buf]] != 2:
+                fail(f"ldmatrix reads a shared array of 16-bit elements, not {s.buf}")
+        elif isinstance(s, Mma):
+            if s.dtype not in ("f16", "bf16"):
+                fail(f"mma m16n8k16 takes f16 or bf16 inputs, not {s.dtype}")
+            if (len(s.a), len(s.b), len(s.c), len(s.d)) != (4, 2, 4, 4):
+                fail("mma m16n8k16 takes 4 A registers, 2 B registers, 4 C and 4 D floats")
+            for v in s.a + s.b:
+                if declared.get(v) != "i32":
+                    fail(f"mma operand {v} is not an i32 fragment register")
+            for v in s.c + s.d:
+                if declared.get(v) != "f32":
+                    fail(f"mma accumulator {v} is not f32")
+        elif isinstance(s, CpAsync):
+            if s.dst not in smem or s.src not in params:
+                fail(f"cp.async copies a global parameter to a shared array, not {s.src} -> {s.dst}")
+            if smem[s.dst] != params[s.src]:
+                fail(f"cp.async {s.src} -> {s.dst} changes the dtype")
+            if s.nbytes not in (4, 8, 16) or s.nbytes % dtypes.ITEMSIZE[smem[s.dst]]:
+                fail(f"cp.async copies 4, 8 or 16 bytes of whole elements, not {s.nbytes}")
+            if s.cache not in ("ca", "cg") or (s.cache == "cg" and s.nbytes != 16):
+                fail(f"cp.async.{s.cache} of {s.nbytes} bytes (cg copies 16 bytes only)")
+        elif isinstance(s, CpAsyncWait) and s.pending < 0:
+            fail(f"cp.async.wait_group {s.pending}")
 
 
 def _buf_dtype(name, globals_, k: Kernel) -> str:
@@ -391,6 +515,21 @@ def _format_body(body, depth: int, out: list[str]) -> None:
             out.append(f"{pad}Smem {s.name}[{s.size}] {s.dtype}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
+        elif isinstance(s, LdMatrix):
+            trans = ".trans" if s.trans else ""
+            out.append(f"{pad}{', '.join(s.vars)} = ldmatrix.x{len(s.vars)}{trans} "
+                       f"{s.buf}[{format_expr(s.row)}]  : i32")
+        elif isinstance(s, Mma):
+            out.append(f"{pad}{', '.join(s.d)} <- mma.m16n8k16.{s.dtype} a=({', '.join(s.a)}) "
+                       f"b=({', '.join(s.b)}) c=({', '.join(s.c)})")
+        elif isinstance(s, CpAsync):
+            part = "" if s.src_bytes is None else f", src_bytes={format_expr(s.src_bytes)}"
+            out.append(f"{pad}{s.dst}[{format_expr(s.dst_index)}] <- cp.async.{s.cache}.{s.nbytes} "
+                       f"{s.src}[{format_expr(s.src_index)}]{part}")
+        elif isinstance(s, CpAsyncCommit):
+            out.append(f"{pad}cp.async.commit_group")
+        elif isinstance(s, CpAsyncWait):
+            out.append(f"{pad}cp.async.wait_group {s.pending}")
         else:
             out.append(f"{pad}{s!r}")
 

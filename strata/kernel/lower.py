@@ -178,6 +178,9 @@ def _decompose(flat: Expr, domain, bounds) -> list:
 
 
 def lower_kernel(tk: TileKernel) -> Kernel:
+    if tk.mode == "matmul":
+        from .lower_matmul import lower_matmul_kernel      # it builds on _Lowerer below
+        return lower_matmul_kernel(tk)
     low = _Lowerer(tk)
     idx = low.idx
     v = low.v

@@ -19,7 +19,11 @@ As the sanitizer it raises SimError, naming kernel, buffer, index and (block, th
   - two threads writing one global element in one launch, or one thread reading a global
     element another thread wrote in the same launch (no grid-wide ordering exists);
   - a barrier reached by only part of a block;
-  - a shuffle with inactive lanes in its warp, or in a block that is not whole warps.
+  - a shuffle, ldmatrix or mma with inactive lanes in its warp, or in a block that is not
+    whole warps; an ldmatrix row that is out of bounds or not 16-byte aligned;
+  - a misaligned cp.async, or any shared access to a cp.async destination before the copy
+    has landed (sim_async.py: copies land at the cp.async.wait_group that completes them).
+Tensor-core fragments (ldmatrix, mma) follow the PTX layouts, see sim_mma.py.
 """
 from __future__ import annotations
 
@@ -29,8 +33,11 @@ import numpy as np
 
 from ..errors import InputMismatch, SimError
 from ..expr import Expr, evaluate
-from .ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
-                 ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx, walk)
+from . import sim_mma
+from .ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
+                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
+                 StoreVec, Sync, ThreadIdx, walk)
+from .sim_async import AsyncCopies
 from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
 
 MAX_LANES = 1 << 20          # lanes (threads) simulated at once
@@ -125,6 +132,7 @@ class _Shared:
         self.epoch = np.full((nblocks, decl.size), -1, dtype=np.int32)     # ... in this epoch
         self.reader = np.full((nblocks, decl.size), -1, dtype=np.int32)    # reader, -2: several
         self.repoch = np.full((nblocks, decl.size), -1, dtype=np.int32)    # ... in this epoch
+        self.inflight = None      # bool array once a cp.async targets it: not landed yet
 
     def note_reads(self, blk, i, tid, epoch) -> None:
         """Record that threads `tid` read elements `i` in barrier epoch `epoch`."""
@@ -174,6 +182,7 @@ class _Batch:
         self.types: dict[str, str] = {}
         self.smem = {n: _Shared(d, nblocks) for n, d in launch.smem_decls.items()}
         self.epoch = np.zeros(nblocks, dtype=np.int32)
+        self.copies = AsyncCopies(self)
 
     # ------------------------------------------------------------ helpers
 
@@ -249,6 +258,11 @@ class _Batch:
             out = []
             for k in range(width):
                 i = index + k
+                if sh.inflight is not None and sh.inflight[blk, i].any():
+                    j = int(np.flatnonzero(sh.inflight[blk, i])[0])
+                    self.launch.fail(
+                        f"{self.who(lanes[j])} reads {buf}[{i[j]}] before the cp.async that "
+                        f"writes it has landed (missing cp.async.wait_group)")
                 bad = (sh.epoch[blk, i] == self.epoch[blk]) & (sh.writer[blk, i] != self.tid[lanes])
                 if bad.any():
                     j = int(np.flatnonzero(bad)[0])
@@ -287,20 +301,7 @@ class _Batch:
             blk, tid = self.local[lanes], self.tid[lanes]
             for k, v in enumerate(values):
                 i = index + k
-                bad = (sh.epoch[blk, i] == self.epoch[blk]) & (sh.writer[blk, i] != tid)
-                if bad.any():
-                    j = int(np.flatnonzero(bad)[0])
-                    self.launch.fail(
-                        f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] also "
-                        f"written by thread {sh.writer[blk[j], i[j]]} since the last barrier")
-                rd = sh.reader[blk, i]
-                bad = (sh.repoch[blk, i] == self.epoch[blk]) & (rd != -1) & (rd != tid)
-                if bad.any():
-                    j = int(np.flatnonzero(bad)[0])
-                    other = "other threads" if rd[j] == -2 else f"thread {rd[j]}"
-                    self.launch.fail(
-                        f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] read by "
-                        f"{other} since the last barrier (missing Sync)")
+                self.check_shared_write(buf, sh, i, lanes, blk, tid)
                 sh.writer[blk, i] = tid
                 bad = sh.writer[blk, i] != tid
                 if bad.any():
@@ -337,22 +338,50 @@ class _Batch:
                     f"{w[j] % self.bs} both write {buf}[{i[j]}] in one launch")
             mem[i] = to_storage(np.broadcast_to(v, i.shape), p.dtype)
 
-    def shuffle(self, values, src_lane, idx):
+    def check_shared_write(self, buf, sh, i, lanes, blk, tid) -> None:
+        """Fail if threads `tid` may not write shared elements `i` now: a cp.async to them is in
+        flight, or another thread wrote or read them since the last barrier."""
+        if sh.inflight is not None and sh.inflight[blk, i].any():
+            j = int(np.flatnonzero(sh.inflight[blk, i])[0])
+            self.launch.fail(f"{self.who(lanes[j])} writes {buf}[{i[j]}] while a cp.async to it "
+                             f"is in flight (missing cp.async.wait_group)")
+        bad = (sh.epoch[blk, i] == self.epoch[blk]) & (sh.writer[blk, i] != tid)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            self.launch.fail(
+                f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] also "
+                f"written by thread {sh.writer[blk[j], i[j]]} since the last barrier")
+        rd = sh.reader[blk, i]
+        bad = (sh.repoch[blk, i] == self.epoch[blk]) & (rd != -1) & (rd != tid)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            other = "other threads" if rd[j] == -2 else f"thread {rd[j]}"
+            self.launch.fail(
+                f"shared-memory race: {self.who(lanes[j])} writes {buf}[{i[j]}] read by "
+                f"{other} since the last barrier (missing Sync)")
+
+    def check_whole_warps(self, idx, what: str, verb: str) -> None:
+        """Fail unless every warp with an active lane has all 32 active (warp-collective ops)."""
         if self.bs % 32:
-            self.launch.fail(f"warp shuffle in a block of {self.bs} threads (not whole warps)")
+            self.launch.fail(f"{what} in a block of {self.bs} threads (not whole warps)")
+        if idx is None:
+            return
+        counts = np.bincount(idx // 32, minlength=self.n // 32)
+        partial = (counts != 0) & (counts != 32)
+        if partial.any():
+            w = int(np.flatnonzero(partial)[0])
+            live = set(idx[(idx // 32) == w].tolist())
+            off = next(x for x in range(w * 32, w * 32 + 32) if x not in live)
+            self.launch.fail(f"{what} with inactive lanes: {self.who(off)} is not active "
+                             f"while {counts[w]} lanes of its warp {verb}")
+
+    def shuffle(self, values, src_lane, idx):
+        self.check_whole_warps(idx, "warp shuffle", "shuffle")
         lanes = self.lanes(idx)
         values = np.broadcast_to(np.asarray(values), (len(lanes),))
         src = (lanes - lanes % 32) + np.asarray(src_lane, dtype=np.int64)
         if idx is None:
             return values[src]
-        counts = np.bincount(lanes // 32, minlength=self.n // 32)
-        partial = (counts != 0) & (counts != 32)
-        if partial.any():
-            w = int(np.flatnonzero(partial)[0])
-            live = set(lanes[(lanes // 32) == w].tolist())
-            off = next(x for x in range(w * 32, w * 32 + 32) if x not in live)
-            self.launch.fail(f"warp shuffle with inactive lanes: {self.who(off)} is not active "
-                             f"while {counts[w]} lanes of its warp shuffle")
         pos = np.full(self.n, -1, dtype=np.int64)
         pos[lanes] = np.arange(len(lanes))
         return values[pos[src]]
@@ -392,6 +421,16 @@ class _Batch:
                     self.run(s.orelse, orelse)
             elif isinstance(s, Sync):
                 self.sync(idx)
+            elif isinstance(s, LdMatrix):
+                sim_mma.run_ldmatrix(self, s, idx)
+            elif isinstance(s, Mma):
+                sim_mma.run_mma(self, s, idx)
+            elif isinstance(s, CpAsync):
+                self.copies.issue(s, idx)
+            elif isinstance(s, CpAsyncCommit):
+                self.copies.commit(idx)
+            elif isinstance(s, CpAsyncWait):
+                self.copies.wait(s.pending, idx)
             elif isinstance(s, (Smem, Comment)):
                 pass
             else:

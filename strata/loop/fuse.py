@@ -140,20 +140,37 @@ def _has_reduce(prog: TensorProgram, name: str, materialized: set[str]) -> bool:
     return False
 
 
+class _Indexed:
+    """A TensorProgram whose name -> node table is built once (TensorProgram.by_name rebuilds it
+    on every call; planning a whole model looks nodes up millions of times)."""
+
+    def __init__(self, prog: TensorProgram):
+        self.nodes, self.outputs, self.by_name = prog.nodes, prog.outputs, prog.by_name
+
+    def node(self, name: str):
+        return self.by_name[name]
+
+
 def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     ctx = ctx or Context()
-    order = [n.name for n in prog.nodes]
+    prog = _Indexed(prog)
+    pos = {n.name: k for k, n in enumerate(prog.nodes)}
     materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
-    while True:
+    # Plan the earliest target not yet planned; a refusal materializes one more node (an earlier
+    # one) and planning goes on from there. Materializing only prunes what a kernel inlines, so
+    # a kernel that passed keeps passing: no target is planned twice before the final pass below,
+    # and the refusals come in the order a restart from the first target would find them.
+    passed: set[str] = set()
+    while len(passed) < len(materialized):
+        t = min(materialized - passed, key=pos.__getitem__)
         try:
-            reached = {}
-            for t in sorted(materialized, key=order.index):
-                _, reached[t] = plan_kernel(prog, t, materialized)
-            break
+            plan_kernel(prog, t, materialized)
+            passed.add(t)
         except _Refusal as r:
             ctx.log(f"fuse: {r.reason}")
             materialized.add(r.node)
-    mats = sorted(materialized, key=order.index)
+    mats = sorted(materialized, key=pos.__getitem__)
+    reached = {t: plan_kernel(prog, t, materialized)[1] for t in mats}
 
     # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
     merged_into: dict[str, str] = {}
@@ -179,5 +196,5 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
         if extra:
             ctx.log(f"fuse: {', '.join(extra)} stored by the kernel of {t} (same domain)")
         kernels.append(kp)
-    kernels.sort(key=lambda k: order.index(k.target))
+    kernels.sort(key=lambda k: pos[k.target])
     return FusionPlan(mats, kernels)

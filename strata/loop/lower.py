@@ -287,4 +287,4 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
         elif n.name in materialized:
             kind = "output" if n.name in prog.outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))
-    return LoopProgram(buffers, kernels, list(prog.outputs), dict(prog.weights))
+    return LoopProgram(buffers, kernels, list(prog.outputs), prog.weights)   # read lazily

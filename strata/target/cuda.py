@@ -10,6 +10,9 @@ and constants) are `int`; a kernel where some buffer, or grid * block, reaches 2
 holding data (loaded from a buffer, shuffled, converted from floats) keep their declared type.
 Global f16/bf16 data is converted at the access (`__half2float`, `__float2bfloat16_rn`), vector
 accesses are one aligned 4/8/16-byte load or store (float4, or uint4 unpacked as __half2 pairs).
+Tensor-core and async-copy statements (Mma, LdMatrix, CpAsync*) are inline PTX, one asm
+statement each; fragment registers are `int`. A program using them gets TENSOR_CORE_PRELUDE,
+which refuses (#error) to compile for an architecture below sm_80.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ import re
 import numpy as np
 
 from .. import dtypes, scalar_ops
+from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, Var, children
-from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load,
-                         LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx, walk)
+from ..kernel.ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If,
+                         Kernel, KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor,
+                         Smem, Store, StoreVec, Sync, ThreadIdx, walk)
 
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
@@ -49,6 +54,17 @@ __device__ __forceinline__ double st_fmod(double a, double b) {
     return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
 """
+
+TENSOR_CORE_PRELUDE = r"""// mma.sync m16n8k16, ldmatrix and cp.async are inline PTX for sm_80 and newer.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "strata: these kernels use mma.sync, ldmatrix and cp.async, which need sm_80 or newer"
+#endif
+// The 32-bit .shared address of a __shared__ object, as ldmatrix and cp.async take it.
+__device__ __forceinline__ unsigned st_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+"""
+WARP_OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait)
 
 # C precedence, higher binds tighter.
 ATOM, UNARY, MUL, ADD, REL, EQ, AND, OR, COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
@@ -140,8 +156,10 @@ def data_vars(kernel: Kernel) -> set[str]:
     for s in walk(kernel.body):
         if isinstance(s, (Let, Assign)):
             defs.setdefault(s.var, []).append(s.value)
-        elif isinstance(s, LoadVec):
+        elif isinstance(s, (LoadVec, LdMatrix)):
             out |= set(s.vars)
+        elif isinstance(s, Mma):
+            out |= set(s.a + s.b)
 
     def is_data(e: Expr) -> bool:
         if isinstance(e, (Load, ShflXor, ShflIdx)):
@@ -175,7 +193,9 @@ class _Emitter:
         self.bufs = {p.name: p.dtype for p in kernel.params}
         self.smem = {s.name: s for s in walk(kernel.body) if isinstance(s, Smem)}
         self.bufs.update({n: s.dtype for n, s in self.smem.items()})
-        self.vector_bufs = {s.buf for s in walk(kernel.body) if isinstance(s, (LoadVec, StoreVec))}
+        self.vector_bufs = {s.buf for s in walk(kernel.body)      # accessed 16 bytes at a time
+                            if isinstance(s, (LoadVec, StoreVec, LdMatrix))}
+        self.vector_bufs |= {s.dst for s in walk(kernel.body) if isinstance(s, CpAsync)}
         self.lines: list[str] = []
         self.signed = False        # print thread/block ids as signed inside a subtraction
         self.hoisted: set[str] = set()   # shared arrays declared at the top of the kernel
@@ -339,8 +359,71 @@ class _Emitter:
         elif isinstance(s, Comment):
             for line in s.text.splitlines() or [""]:
                 self.emit(f"// {line}", depth)
+        elif isinstance(s, LdMatrix):
+            names = [cname(v) for v in s.vars]
+            self.emit(f"int {', '.join(names)};", depth)
+            regs = ", ".join(f"%{k}" for k in range(len(names)))
+            self.asm(f"ldmatrix.sync.aligned.m8n8.x{len(names)}{'.trans' if s.trans else ''}"
+                     f".shared.b16 {{{regs}}}, [%{len(names)}];",
+                     [f'"=r"({n})' for n in names], [f'"r"({self.smem_addr(s.buf, s.row)})'], depth)
+        elif isinstance(s, Mma):
+            self.mma(s, depth)
+        elif isinstance(s, CpAsync):
+            src = f"&{cname(s.src)}[{self.expr(s.src_index)}]"
+            ins = [f'"r"({self.smem_addr(s.dst, s.dst_index)})', f'"l"({src})']
+            size = f"{s.nbytes}"
+            if s.src_bytes is not None:
+                ins.append(f'"r"((unsigned){self.expr(s.src_bytes, UNARY)})')
+                size += ", %2"
+            self.asm(f"cp.async.{s.cache}.shared.global [%0], [%1], {size};", [], ins, depth)
+        elif isinstance(s, CpAsyncCommit):
+            self.asm("cp.async.commit_group;", [], [], depth)
+        elif isinstance(s, CpAsyncWait):
+            self.asm(f"cp.async.wait_group {s.pending};", [], [], depth)
         else:
             raise TypeError(f"{self.k.name}: cannot emit statement {s!r}")
+
+    def smem_addr(self, buf: str, index: Expr) -> str:
+        return f"st_smem_addr(&{cname(buf)}[{_strip(self.expr(index))}])"
+
+    def asm(self, text: str, outs: list[str], ins: list[str], depth: int, memory: bool = True) -> None:
+        """One `asm volatile` statement. Those that touch memory also clobber it, so that the
+        compiler keeps plain shared-memory accesses on their side of it."""
+        if not outs and not ins:
+            self.emit(f'asm volatile("{text}" ::: "memory");', depth)
+            return
+        pad = " " * len("asm volatile(")
+        width = LINE - len(INDENT * depth + pad) - 2
+        lines = [f'asm volatile("{text}"']
+        if len(lines[0]) > width + len(pad) and " {" in text:     # mnemonic, then operands
+            head, _, rest = text.partition(" {")
+            lines = [f'asm volatile("{head} "', f'{pad}"{{{rest}"']
+        for ops in (outs, ins):          # filled greedily, continuation lines under the first
+            lines.append(f"{pad}:")
+            for k, op in enumerate(ops):
+                piece = op + ("," if k < len(ops) - 1 else "")
+                if len(lines[-1]) > len(pad) + 1 and len(lines[-1]) + 1 + len(piece) > width + len(pad):
+                    lines.append(f"{pad} ")
+                lines[-1] += " " + piece
+        if memory:
+            lines.append(f'{pad}: "memory"')
+        lines[-1] += ");"
+        for line in lines:
+            self.emit(line, depth)
+
+    def mma(self, s: Mma, depth: int) -> None:
+        """D = A @ B + C; with d == c the accumulators are read-write operands ("+f")."""
+        d, a, b, c = ([cname(v) for v in vs] for vs in (s.d, s.a, s.b, s.c))
+        t = s.dtype
+        if d == c:
+            outs, c_ops = [f'"+f"({v})' for v in d], _operands(0, 4)
+            ins = [f'"r"({v})' for v in a + b]
+        else:
+            outs, c_ops = [f'"=f"({v})' for v in d], _operands(10, 4)
+            ins = [f'"r"({v})' for v in a + b] + [f'"f"({v})' for v in c]
+        self.asm(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{{_operands(0, 4)}}}, "
+                 f"{{{_operands(4, 4)}}}, {{{_operands(8, 2)}}}, {{{c_ops}}};", outs, ins, depth,
+                 memory=False)
 
     def stored(self, buf: str, value: Expr) -> str:
         conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
@@ -472,6 +555,11 @@ class _Emitter:
         self.lines.append(line)
 
 
+def _operands(first: int, n: int) -> str:
+    """'%first, ..., %(first + n - 1)': asm operand numbers."""
+    return ", ".join(f"%{first + k}" for k in range(n))
+
+
 def _buffers_used(s) -> set[str]:
     out: set[str] = set()
 
@@ -481,9 +569,12 @@ def _buffers_used(s) -> set[str]:
         for c in children(e):
             ex(c)
     for st in walk([s]):
-        if isinstance(st, (Store, StoreVec, LoadVec)):
+        if isinstance(st, (Store, StoreVec, LoadVec, LdMatrix)):
             out.add(st.buf)
-        for f in ("value", "index", "start", "stop", "cond"):
+        elif isinstance(st, CpAsync):
+            out |= {st.src, st.dst}
+        for f in ("value", "index", "start", "stop", "cond", "row", "dst_index", "src_index",
+                  "src_bytes"):
             if isinstance(getattr(st, f, None), Expr):
                 ex(getattr(st, f))
         for v in getattr(st, "values", ()) or ():
@@ -504,6 +595,13 @@ def emit_program(program: KernelProgram, arch: str = "sm_90") -> str:
     parts = [f"// strata: {len(program.kernels)} kernel(s) for {arch}: {names}",
              "#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
              PRELUDE.rstrip()]
+    users = [k.name for k in program.kernels if any(isinstance(s, WARP_OPS) for s in walk(k.body))]
+    if users:
+        m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+        if m and int(m.group(1)) < 80:
+            raise CompileError(f"kernel {users[0]} uses mma.sync, ldmatrix or cp.async, which need "
+                               f"sm_80 or newer, not {arch}")
+        parts.append(TENSOR_CORE_PRELUDE.rstrip())
     seen: dict[str, Kernel] = {}
     for k in program.kernels:
         if k.name in seen:        # the same kernel launched twice is defined once

@@ -10,11 +10,12 @@ after the aten node, and drops nodes no output needs. An op without a rule is an
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import UnsupportedOp
-from ..frontend.torch_ir import Ref, TorchNode, TorchProgram
+from ..errors import StrataError, UnsupportedOp
+from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
 from .builder import RULES, Builder, T
 from .ir import Input, TensorProgram
 from . import rules_const, rules_elementwise, rules_layout, rules_matmul, rules_reduce  # noqa: F401 (register)
@@ -100,8 +101,33 @@ def _live(nodes, outputs) -> list:
     return [n for n in nodes if n.name in live or isinstance(n, Input)]
 
 
-def _numpy(t) -> np.ndarray:
+class WeightArrays(Mapping):
+    """Weight values as NumPy arrays (bf16 as float32), converted on first read: only the
+    reference evaluators read them, and a whole model's weights copied up front would double
+    its memory. A meta tensor (a model compiled from shapes only) has no values to read."""
+
+    def __init__(self, tensors: dict):
+        self._tensors, self._arrays = tensors, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = _numpy(name, self._tensors[name])
+        return self._arrays[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+def _numpy(name: str, t) -> np.ndarray:
     import torch
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    if shape_only(t):
+        raise StrataError(f"weight {name} has no values: this program was compiled from shapes "
+                          f"only")
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -134,6 +160,5 @@ def to_tensor_ir(prog: TorchProgram) -> TensorProgram:
         env[node.name] = result
     outputs = [env[o].name for o in prog.outputs]
     nodes = _live(b.nodes, outputs)
-    weights = {name: _numpy(t) for name, t in prog.weights.items()}
-    out = TensorProgram(nodes, outputs, weights)
+    out = TensorProgram(nodes, outputs, WeightArrays(prog.weights))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..expr import Const, Var, call
 from ..tensor.ir import IDX
-from .builder import T, norm_axis, rule
+from .builder import T, broadcast_shapes, norm_axis, rule
 
 
 def ivars(rank: int) -> list:
@@ -253,13 +253,52 @@ def gather(b, a):
 
 @rule("aten.index")
 def index(b, a):
-    """x[..., idx, ...] with one integer index tensor (advanced indexing on one dim)."""
+    """x[..., i, j, ...] with integer index tensors (advanced indexing).
+
+    One index tensor reads x through its value directly. Several are broadcast together and
+    combined into one flat position over the indexed dims (each made non-negative first), which a
+    single Gather unpacks with // and %: the causal and packed-sequence masks Hugging Face models
+    build are such reads (`seq_ids[batch, q]`)."""
     x = a.self
     pos = [k for k, t in enumerate(a.indices) if t is not None]
-    if len(pos) != 1 or a.indices[pos[0]].dtype not in ("i64", "i32"):
+    if not pos or any(a.indices[k].dtype not in ("i64", "i32") for k in pos):
         from ..errors import UnsupportedOp
-        raise UnsupportedOp("aten.index (only one integer index tensor is supported)")
-    d, ids = pos[0], a.indices[pos[0]]
+        raise UnsupportedOp("aten.index (only integer index tensors are supported)")
+    if len(pos) == 1:
+        return _index_one(b, x, pos[0], a.indices[pos[0]])
+    ids = [a.indices[k] for k in pos]
+    bshape = broadcast_shapes(*[t.shape for t in ids])
+    shape = b.out.shape
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0           # where the broadcast index dims sit in the output
+    rest = [d for d in range(x.rank) if d not in pos]
+    bvars = [Var(f"i{first + k}") for k in range(len(bshape))]
+    flat, stride = None, 1
+    for k, t in reversed(list(zip(pos, ids))):
+        lead = len(bshape) - t.rank
+        view = b.index_map(t, shape, tuple(Const(0) if n == 1 and bshape[lead + d] != 1
+                                           else bvars[lead + d] for d, n in enumerate(t.shape)),
+                           hint=f"ids{k}")
+        n = x.shape[k]
+        view = b.cast(view, "i64")
+        wrapped = b.ew("where", b.ew("lt", view, 0, hint=f"neg{k}"),
+                       b.ew("add", view, n, hint=f"wrap{k}"), view, hint=f"pos{k}")
+        term = b.ew("multiply", wrapped, stride, hint=f"term{k}") if stride != 1 else wrapped
+        flat = term if flat is None else b.ew("add", flat, term, hint="flat")
+        stride *= n
+    index: list = [None] * x.rank
+    stride = 1
+    for k in reversed(pos):
+        index[k] = call("mod", call("floordiv", IDX, stride), x.shape[k]) if stride != 1 \
+            else call("mod", IDX, x.shape[k])
+        stride *= x.shape[k]
+    out_d = [d for d in range(len(shape)) if not first <= d < first + len(bshape)]
+    for d, od in zip(rest, out_d):
+        index[d] = Var(f"i{od}")
+    return b.gather(x, flat, tuple(index))
+
+
+def _index_one(b, x: T, d: int, ids: T) -> T:
     shape = b.out.shape
     idx = b.index_map(ids, shape, tuple(Var(f"i{d + k}") for k in range(ids.rank)), hint="ids")
     n = x.shape[d]

@@ -11,6 +11,7 @@ from math import prod
 import torch
 
 from .. import dtypes
+from ..expr import Var, call
 from .builder import T, norm_axis, rule
 
 
@@ -216,3 +217,23 @@ def vector_norm(b, a):
         s = b.reduce("sum", b.ew("pow", ax, p, hint="powp"), axes)
         n = b.ew("pow", s, 1.0 / p, hint="norm")
     return finish(b, n, axes, a.get("keepdim", False))
+
+
+@rule("aten.cumsum")
+def cumsum(b, a):
+    """A prefix sum as a triangular reduction: out[.., i, ..] = sum_j x[.., j, ..] * (j <= i).
+
+    O(n^2) work along the axis, which is cheap for the short axes models scan (position ids,
+    packed-sequence ids); a log-depth Scan node would replace it for long axes."""
+    x = b.cast(a.self, b.out.dtype)
+    if x.rank == 0:
+        return x
+    d = norm_axis(a.dim, x.rank)
+    n = x.shape[d]
+    j = Var(f"i{x.rank}")                                  # the summed position, a new last axis
+    index = [Var(f"i{k}") for k in range(x.rank)]
+    index[d] = j
+    tri = b.index_map(x, x.shape + (n,), tuple(index), valid=call("le", j, Var(f"i{d}")),
+                      fill=0, hint="tri")
+    red = b.reduce("sum", tri, (x.rank,), hint="sum")
+    return b.squeeze(red, (x.rank,))

@@ -11,6 +11,15 @@ A `TileKernel` keeps the Loop IR statements and adds the schedule:
   then shared memory);
 * `Stage`: a slab of a global input copied into shared memory once, read many times.
 
+A contraction (`mode="matmul"`, see `MatmulTile`) is scheduled as a 2-D block tile instead:
+
+* `Points`: the thread's THREAD_M x THREAD_N output points, binding the M and N axes;
+  one after another, or all at once with their values in registers (`registers=True`);
+* `Registers`: accumulators held per point across the K loops;
+* `StageTile`: one K step of an operand computed (prologue included) into shared memory by the
+  whole block, zero outside the matrix; `Sync`: the barrier before the tile is overwritten;
+* `Guard`: statements run only where a condition holds (edges of M, N and K).
+
 Every choice is a knob (`knobs`), printed with the kernel and pinnable with --knob.
 """
 from __future__ import annotations
@@ -18,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from ..expr import Expr, to_str
+from ..expr import Expr, Var, add, mul, rename, to_str
 from ..loop.ir import Accum, AccInit, Let, Load, Loop, Store, format_stmt
 
 
@@ -57,6 +66,83 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class MatmulTile:
+    """The block tile of a contraction: a block of threads_m x threads_n threads computes a
+    tile_m x tile_n tile of the output, starting at (m0, n0) = (tile_m * bm, tile_n * bn) for the
+    block's position (bm, bn); thread (tm, tn) owns the thread_m x thread_n points
+    m = m0 + tm + threads_m * i, n = n0 + tn + threads_n * j. The other domain axes (batch) are
+    fixed per block. `m` is None when the M-side operand is a vector (a decode shape, M = 1)."""
+    m: str | None
+    n: str
+    tile_m: int
+    tile_n: int
+    thread_m: int
+    thread_n: int
+
+    @property
+    def threads_m(self) -> int:
+        return self.tile_m // self.thread_m
+
+    @property
+    def threads_n(self) -> int:
+        return self.tile_n // self.thread_n
+
+    def coord(self, axis: str, point: Expr) -> Expr:
+        """The M (or N) coordinate of the thread's point number `point` along that axis."""
+        if axis == self.m:
+            return add(add(Var("m0"), Var("tm")), mul(point, self.threads_m))
+        return add(add(Var("n0"), Var("tn")), mul(point, self.threads_n))
+
+
+@dataclass(frozen=True)
+class Points:
+    """Run `body` for each of the thread's THREAD_M x THREAD_N points (MatmulTile), with the M
+    and N axes bound to the point's coordinates. With `registers` the points run all at once:
+    a value that depends on M only is computed once per row of points, on N only once per
+    column, and every name is one register per point."""
+    body: tuple
+    registers: bool = False
+
+
+@dataclass(frozen=True)
+class Registers:
+    """Accumulators declared once per point and kept in registers across the K loops."""
+    accs: tuple[AccInit, ...]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Run `body` only where `cond` holds."""
+    cond: Expr
+    body: tuple
+
+
+@dataclass(frozen=True)
+class StageTile:
+    """name[k][x] = value for k < k_extent, x < x_extent (row stride `stride`), computed by `body`
+    with `k_var` = k and the axis `x_var` = origin + x, cooperatively by the whole block, 0 where
+    `bounds` fails; then a barrier. `fast` is the coordinate that moves fastest across threads
+    during the fill ("k" or "x": the one that is contiguous in global memory)."""
+    name: str
+    value: str                          # the SSA value stored
+    dtype: str                          # storage dtype
+    k_var: str
+    k_extent: int
+    x_var: str | None                   # the M or N axis; None for a vector operand
+    x_extent: int
+    origin: str                         # "m0" | "n0"
+    body: tuple
+    bounds: Expr | None
+    fast: str
+    stride: int
+
+
+@dataclass(frozen=True)
+class Sync:
+    """A block barrier: every thread is done with the staged tiles before they are refilled."""
+
+
+@dataclass(frozen=True)
 class TileKernel:
     name: str
     mode: str                           # "rows" | "elementwise"
@@ -70,6 +156,7 @@ class TileKernel:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     buffers: tuple = ()                 # BufferInfo of every buffer the kernel touches
+    matmul: MatmulTile | None = None    # the block tile (mode "matmul")
     src: str = field(default="", compare=False)
 
     def shape_of(self, buf: str) -> tuple[int, ...]:
@@ -83,7 +170,20 @@ class TileKernel:
         return prod(e for _, e in self.domain)
 
     @property
+    def batch(self) -> tuple[tuple[str, int], ...]:
+        """Domain axes fixed per block of a contraction (all but M and N)."""
+        mt = self.matmul
+        return tuple((v, e) for v, e in self.domain if v not in (mt.m, mt.n))
+
+    def extent(self, var: str | None) -> int:
+        return dict(self.domain).get(var, 1)
+
+    @property
     def grid(self) -> int:
+        if self.mode == "matmul":
+            mt = self.matmul
+            return prod(e for _, e in self.batch) * -(-self.extent(mt.m) // mt.tile_m) \
+                * -(-self.extent(mt.n) // mt.tile_n)
         if self.mode == "rows":
             per_block = max(1, self.block // self.group)
             return -(-self.rows // per_block)
@@ -107,10 +207,13 @@ class TileProgram:
         return "\n\n".join(format_kernel(k) for k in self.kernels)
 
 
+NESTED = (Loop, StridedLoop, Points, Guard, StageTile)     # statements holding a body
+
+
 def walk(body):
     for s in body:
         yield s
-        if isinstance(s, (Loop, StridedLoop)):
+        if isinstance(s, NESTED):
             yield from walk(s.body)
 
 
@@ -118,7 +221,7 @@ def map_body(body, fn):
     """Rebuild a body bottom-up, replacing each statement s by fn(s) (a statement or a tuple)."""
     out = []
     for s in body:
-        if isinstance(s, (Loop, StridedLoop)):
+        if isinstance(s, NESTED):
             s = replace(s, body=map_body(s.body, fn))
         r = fn(s)
         out.extend(r if isinstance(r, tuple) else (r,))
@@ -127,7 +230,7 @@ def map_body(body, fn):
 
 # ---------------------------------------------------------------- printing
 
-def _format(body, depth: int, out: list[str]) -> None:
+def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> None:
     pad = "    " * depth
     for s in body:
         if isinstance(s, StridedLoop):
@@ -135,10 +238,10 @@ def _format(body, depth: int, out: list[str]) -> None:
             start = f"t * {s.vec}" if s.vec > 1 else "t"
             out.append(f"{pad}StridedLoop({s.var} = {start}; < {s.extent}; += {s.step * s.vec}):  "
                        f"# {s.kind}{tag}")
-            _format(s.body, depth + 1, out)
+            _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Loop):
             out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}" + (", unroll" if s.unroll else ""))
-            _format(s.body, depth + 1, out)
+            _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Combine):
             names = ", ".join(a.acc for a in s.accs)
             out.append(f"{pad}{names} = Combine({', '.join(f'{a.acc}:{a.op}' for a in s.accs)}, "
@@ -146,14 +249,46 @@ def _format(body, depth: int, out: list[str]) -> None:
         elif isinstance(s, Stage):
             tag = f", vec={s.vec}" if s.vec > 1 else ""
             out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")
+        elif isinstance(s, Points):
+            out.append(f"{pad}Points({_bindings(mt)}{', registers' if s.registers else ''}):")
+            _format(s.body, depth + 1, out, mt)
+        elif isinstance(s, Registers):
+            names = ", ".join(a.acc for a in s.accs)
+            out.append(f"{pad}{names} = Registers({', '.join(f'{a.acc}:{a.op}' for a in s.accs)}, "
+                       f"{mt.thread_m}x{mt.thread_n})")
+        elif isinstance(s, Guard):
+            out.append(f"{pad}if {to_str(s.cond)}:")
+            _format(s.body, depth + 1, out, mt)
+        elif isinstance(s, StageTile):
+            x = f"{s.x_var} - {s.origin}" if s.x_var else "0"
+            tag = f", 0 unless {to_str(s.bounds)}" if s.bounds is not None else ""
+            out.append(f"{pad}{s.name} = StageTile({s.value}[{s.k_var}:{s.k_extent}, {x}:{s.x_extent}], "
+                       f"stride={s.stride}, {s.fast} fastest{tag}):")
+            _format(s.body, depth + 1, out, mt)
+        elif isinstance(s, Sync):
+            out.append(f"{pad}Sync")
         else:
             format_stmt(s, depth, out)
+
+
+def _bindings(mt: MatmulTile) -> str:
+    axes = [(mt.m, "m0 + tm", mt.threads_m, "i"), (mt.n, "n0 + tn", mt.threads_n, "j")]
+    binds = ", ".join(f"{a} = {base} + {step} * {p}" for a, base, step, p in axes if a)
+    return f"{binds}; {mt.thread_m}x{mt.thread_n}"
 
 
 def format_kernel(k: TileKernel) -> str:
     knobs = ", ".join(f"{n}={v}" for n, v in k.knobs)
     out = [f"kernel {k.name}" + (f"  # {knobs}" if knobs else "")]
     _format(k.prelude, 0, out)
+    if k.mode == "matmul":
+        mt = k.matmul
+        tags = {mt.m: "=M", mt.n: "=N"}
+        axes = ", ".join(f"{v}:{e}{tags.get(v, '')}" for v, e in k.domain)
+        out.append(f"Tile(matmul=({axes}) = {mt.tile_m}x{mt.tile_n}/BLOCK, "
+                   f"t:{mt.threads_m}x{mt.threads_n}=THREAD, grid={k.grid}, block={k.block}):")
+        _format(k.body, 1, out, mt)
+        return "\n".join(out)
     axes = ", ".join(f"{v}:{e}" for v, e in k.domain) or "()"
     if k.mode == "rows":
         if k.group == k.block:
@@ -185,8 +320,27 @@ def subst_body(body, mapping: dict, bounds: dict | None = None):
             return Store(s.buf, tuple(sub(e) for e in s.index), sub(s.value))
         if isinstance(s, Stage):
             return replace(s, base=sub(s.base))
+        if isinstance(s, Guard):
+            return replace(s, cond=sub(s.cond))
+        if isinstance(s, StageTile):
+            return replace(s, bounds=sub(s.bounds))
         return s
     return map_body(body, fn)
+
+
+def rename_stmt(s, names: dict):
+    """A Loop IR statement with variables (read or defined) renamed, dtypes kept."""
+    def r(e):
+        return None if e is None else rename(e, names)
+    if isinstance(s, Load):
+        return Load(names.get(s.var, s.var), s.buf, tuple(map(r, s.index)), s.dtype, r(s.pred))
+    if isinstance(s, Let):
+        return Let(names.get(s.var, s.var), r(s.value))
+    if isinstance(s, Accum):
+        return Accum(names.get(s.acc, s.acc), s.op, r(s.value), r(s.index))
+    if isinstance(s, Store):
+        return Store(s.buf, tuple(map(r, s.index)), r(s.value))
+    raise TypeError(f"cannot rename in {s!r}")
 
 
 def flat_index(index: tuple, shape: tuple) -> Expr:

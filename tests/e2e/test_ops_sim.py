@@ -71,6 +71,8 @@ REDUCTIONS = {
     "softmax": lambda x: torch.softmax(x, -1), "softmax_first": lambda x: torch.softmax(x, 0),
     "log_softmax": lambda x: torch.log_softmax(x, -1), "logsumexp": lambda x: torch.logsumexp(x, -1),
     "normalize": lambda x: F.normalize(x, dim=-1), "max_dim": lambda x: x.max(-1).values,
+    "cumsum": lambda x: x.cumsum(-1), "cumsum_first": lambda x: (x > 0).cumsum(0),
+    "diff": lambda x: torch.diff(x, dim=-1, prepend=x[..., :1]),
 }
 
 
@@ -128,6 +130,13 @@ def test_embedding_and_gathers():
     run_and_compare(lambda x, i: torch.gather(x, 1, i), (x, torch.randint(0, 9, (6, 3))))
 
 
+def test_index_with_several_tensors():
+    """x[i, j] and x[i, :, j] (the reads Hugging Face mask builders make), negative indices too."""
+    x = r(5, 6, 7)
+    i, j = torch.randint(-5, 5, (3, 1)), torch.randint(-7, 7, (4,))
+    run_and_compare(lambda x, i, j: (x[i, :, j], x[:, i % 5, j], x[i, i % 6]), (x, i, j))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision(dtype):
     run_and_compare(lambda x, w: torch.softmax(x * w, -1), (r(5, 77).to(dtype), r(77).to(dtype)))
@@ -139,6 +148,7 @@ def test_matmul_seed_example():
     prog = run_and_compare(lambda x, b, w: torch.relu(torch.matmul(x + b, w)),
                            (r(16, 64), r(64), r(64, 16)), contraction=True)
     assert len(prog.kernels) == 1
+    assert "Tile(matmul=" in prog.ir("tile") and "StageTile(" in prog.ir("tile")
 
 
 @pytest.mark.slow

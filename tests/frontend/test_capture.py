@@ -61,7 +61,7 @@ def test_weight_names_with_several_modules():
 
 
 @pytest.mark.parametrize("code,op", [
-    ("torch.cumsum(torch.randn(4, 5), 1)", "aten.cumsum"),
+    ("torch.cumprod(torch.randn(4, 5), 1)", "aten.cumprod"),
     ("torch.sort(torch.randn(7)).values", "aten.sort"),
 ])
 def test_unsupported_op_names_op_and_line(code, op):

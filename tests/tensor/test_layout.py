@@ -60,6 +60,10 @@ def test_gathers():
         "index_select": (lambda x, i: (x.index_select(1, i), x.index_select(0, i[:2] % 4)), (x, g[0].clone())),
         "gather": (lambda x, i: (torch.gather(x, 1, i), torch.gather(x, 0, i[:2] % 4)), (x, g)),
         "index": (lambda x, i: (x[i[0] % 4], x[:, i], x[:, i - 7]), (x, g)),
+        "index_2": (lambda x, i: (x[i % 4, i], x[i[:1] % 4 - 4, i[:, :1] - 7], x[i[0] % 4, i[0]]),
+                    (x, g)),
+        "index_gap": (lambda y, i: (y[i % 3, :, i % 5], y[:, i % 4, i % 5], y[..., i % 4, i]),
+                      (rnd(3, 4, 5, 7), g)),
     })
 
 

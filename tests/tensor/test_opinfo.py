@@ -28,7 +28,7 @@ nn.functional.gelu nn.functional.layer_norm nn.functional.linear nn.functional.n
 nn.functional.relu nn.functional.rms_norm nn.functional.silu ones_like permute pow prod reciprocal
 remainder repeat reshape roll round rsqrt select sigmoid sign sin slice softmax sqrt square
 squeeze stack std std_mean sub sum t tanh transpose tril triu trunc unsqueeze var var_mean view
-where zeros_like""".split()
+where zeros_like cumsum diff""".split()
 MATMUL = {"addmm", "bmm", "matmul", "mm", "nn.functional.linear"}
 MAX_SAMPLES = 6
 OPS = [o for o in op_db if o.name in IN_SCOPE and o.variant_test_name in ("", "unbiased", "binary",

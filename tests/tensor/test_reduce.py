@@ -59,6 +59,16 @@ def test_int_and_bool_reductions():
                  "dtype": (lambda x: x.sum(1, dtype=torch.float64), (rnd(3, 4),))})
 
 
+def test_cumsum_and_diff():
+    x = rnd(3, 5, 4)
+    i = torch.randint(-4, 5, (2, 6))
+    check_cases({"cumsum": (lambda x: (x.cumsum(-1), x.cumsum(0), x.cumsum(1, dtype=torch.float64),
+                                       x[0, 0, 0].cumsum(0)), (x,)),
+                 "cumsum_int": (lambda i: (i.cumsum(1), (i != 1).cumsum(-1)), (i,)),
+                 "diff": (lambda x: (torch.diff(x), torch.diff(x, dim=0, append=x[:1]),
+                                     torch.diff(x, n=2, dim=1)), (x,))})
+
+
 def test_argmax_first_occurrence():
     x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
     check_cases({"ties": (lambda x: (x.argmax(1), x.argmin(1), x.argmax(), x.max(1).indices), (x,))})

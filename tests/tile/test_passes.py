@@ -67,5 +67,6 @@ def test_vv_prints_a_diff_per_pass():
     log = "\n".join(ctx.messages)
     for num, (name, _) in enumerate(TILE_PASSES, start=1):
         assert f">>> t:{num:03d}_{name}" in log and f"<<< t:{num:03d}_{name}" in log
-    stage = log.split(">>> t:006_stage_inputs")[1].split("<<< t:006_stage_inputs")[0]
+    tag = f"t:{[n for n, _ in TILE_PASSES].index('stage_inputs') + 1:03d}_stage_inputs"
+    stage = log.split(f">>> {tag}")[1].split(f"<<< {tag}")[0]
     assert "+    x_smem = Stage(x" in stage and "-        in0 = load x[0, a0, a1]" in stage

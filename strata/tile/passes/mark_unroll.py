@@ -1,7 +1,8 @@
 """mark_unroll: annotate loops with a small, fixed trip count for `#pragma unroll`.
 
 A serial loop of at most UNROLL_MAX iterations, or a strided loop whose every thread runs the
-same at-most-UNROLL_MAX iterations, is fully unrolled by the CUDA compiler.
+same at-most-UNROLL_MAX iterations, is fully unrolled by the CUDA compiler. A loop that stages
+matmul tiles is left rolled: unrolling it would only copy the fills.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 from ...context import Context
 from ...loop.ir import Loop
-from ..ir import StridedLoop, TileKernel, map_body
+from ..ir import StageTile, StridedLoop, TileKernel, map_body, walk
 
 
 def mark_unroll(k: TileKernel, ctx: Context) -> TileKernel:
@@ -19,7 +20,8 @@ def mark_unroll(k: TileKernel, ctx: Context) -> TileKernel:
         stride = s.step * s.vec if isinstance(s, StridedLoop) else 1
         if isinstance(s, StridedLoop) and s.extent % stride == 0 and s.extent // stride <= limit:
             return replace(s, unroll=True)
-        if isinstance(s, Loop) and s.extent <= limit:
+        if isinstance(s, Loop) and s.extent <= limit and \
+                not any(isinstance(x, StageTile) for x in walk(s.body)):
             return replace(s, unroll=True)
         return s
     return replace(k, body=map_body(k.body, fn))

@@ -82,7 +82,7 @@ def _rows(k: TileKernel, ctx: Context) -> TileKernel:
 def vectorize(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode == "rows":
         return _rows(k, ctx)
-    if not k.domain:
+    if k.mode != "elementwise" or not k.domain:
         return k
     inner, extent = k.domain[-1]
     accesses = [s for s in walk(k.body) if isinstance(s, (Load, Store))]

@@ -1,0 +1,182 @@
+"""Tile IR -> Kernel IR for a contraction (mode "matmul"): the block tile becomes block and
+thread indices, register points become one scalar per point, staged tiles become a cooperative
+fill of shared memory followed by a barrier.
+
+blockIdx.x enumerates (batch axes..., M tile, N tile), the N tile fastest, giving the tile's
+origin (m0, n0); threadIdx.x = tm * threads_n + tn. In a register `Points` region a value that
+depends on the M axis only is one scalar per row of points, `<v>_m<i>`; on N only, `<v>_n<j>`;
+on both, `<v>_<i>_<j>`; on neither, one `<v>`. So a K step loads THREAD_M + THREAD_N operand
+values and does THREAD_M x THREAD_N multiply-adds. A `Guard` inside such a region (the edge of
+the matrix) is tested per point. Points run in turn are loops over (i, j).
+"""
+from __future__ import annotations
+
+from .. import dtypes
+from ..expr import Const, Var, add, floordiv, mod, mul, rename, substitute
+from ..loop.ir import Accum, Let as LLet, Load as LLoad
+from ..tile.contraction import uses
+from ..tile.ir import (Guard, Points, Registers, StageTile, Sync as TSync, TileKernel,
+                       rename_stmt, subst_body, walk)
+from .ir import BlockIdx, For, If, Kernel, Let, Param, Smem, Store, Sync, ThreadIdx
+from .lower import _decompose, _identity, _Lowerer, _numel
+
+
+class _MatmulLowerer(_Lowerer):
+    def __init__(self, tk: TileKernel):
+        super().__init__(tk)
+        self.mt = tk.matmul
+        self.tiles = {s.name: s for s in walk(tk.body) if isinstance(s, StageTile)}
+        self.kind: dict[str, str] = {}          # register value -> the axes it depends on
+        taken = {b.name for b in tk.buffers}
+        self.v.update({n: n if n not in taken else f"{n}_idx" for n in ("m0", "n0", "tm", "tn", "i", "j")})
+        self.special: dict = {}                 # Tile IR's m0, n0, tm, tn -> kernel expressions
+        self.binds: dict = {}                   # (i, j) -> special + the point's M and N
+
+    def flat(self, buf: str, index) -> object:
+        st = self.tiles.get(buf)
+        if st is not None:
+            return add(mul(index[0], st.stride), index[1])
+        return super().flat(buf, index)
+
+    # -------------------------------------------------------------- points
+    def coords(self, i, j) -> dict:
+        mt, out = self.mt, {}
+        for axis, p in ((mt.m, i), (mt.n, j)):
+            if axis:
+                out[axis] = substitute(mt.coord(axis, p), self.special)
+        return out
+
+    def depends_on(self, read: set[str]) -> str:
+        """"m", "n", "mn" or "": the point axes that values computed from `read` vary along."""
+        kinds = "".join(self.kind.get(v, "") for v in read)
+        return "m" * (self.mt.m in read or "m" in kinds) + "n" * (self.mt.n in read or "n" in kinds)
+
+    def suffix(self, kind: str, i: int, j: int) -> str:
+        m = "m" in kind and self.mt.thread_m > 1
+        n = "n" in kind and self.mt.thread_n > 1
+        return f"_{i}_{j}" if m and n else f"_m{i}" if m else f"_n{j}" if n else ""
+
+    def names(self, i: int, j: int) -> dict:
+        return {v: v + self.suffix(kind, i, j) for v, kind in self.kind.items()}
+
+    def bind(self, i: int, j: int) -> dict:
+        if (i, j) not in self.binds:
+            self.binds[i, j] = {**self.special, **self.coords(Const(i), Const(j))}
+        return self.binds[i, j]
+
+    def at(self, s, i: int, j: int, names: dict) -> tuple:
+        """Statement s at point (i, j): registers renamed, M and N bound."""
+        return subst_body((rename_stmt(s, names),), self.bind(i, j))
+
+    def register_points(self, p: Points) -> list:
+        mt, out = self.mt, []
+        for s in p.body:
+            if isinstance(s, Guard):
+                out += self.guarded(s)
+                continue
+            kind = self.kind[s.acc] if isinstance(s, Accum) else self.depends_on(uses(s))
+            if isinstance(s, (LLet, LLoad)):
+                self.kind[s.var] = kind
+            for i in range(mt.thread_m if "m" in kind else 1):
+                for j in range(mt.thread_n if "n" in kind else 1):
+                    for x in self.at(s, i, j, self.names(i, j)):
+                        out += self.stmt(x)
+        return out
+
+    def guarded(self, g: Guard) -> list:
+        """An edge guard inside register points: tested, and its body run, point by point."""
+        mt, out = self.mt, []
+        local = {s.var for s in walk(g.body) if isinstance(s, (LLet, LLoad))}
+        for i in range(mt.thread_m):
+            for j in range(mt.thread_n):
+                names = {**self.names(i, j), **{v: v + self.suffix("mn", i, j) for v in local}}
+                cond = substitute(rename(g.cond, names), self.bind(i, j))
+                body = [x for s in g.body for x in self.at(s, i, j, names)]
+                out.append(If(cond, tuple(self.stmts(body))))
+        return out
+
+    def points_in_turn(self, p: Points) -> list:
+        mt = self.mt
+        i = Var(self.v["i"], self.idx) if mt.thread_m > 1 else Const(0)
+        j = Var(self.v["j"], self.idx) if mt.thread_n > 1 else Const(0)
+        body = self.stmts(subst_body(p.body, {**self.special, **self.coords(i, j)}))
+        for var, n in ((j, mt.thread_n), (i, mt.thread_m)):
+            if n > 1:
+                body = [For(var.name, Const(0), Const(n), 1, tuple(body), dtype=self.idx)]
+        return body
+
+    # -------------------------------------------------------------- statements
+    def stmts(self, body) -> list:
+        out: list = []
+        for pos, s in enumerate(body):
+            out += self.stmt(s)
+            last_fill = pos + 1 == len(body) or not isinstance(body[pos + 1], StageTile)
+            if isinstance(s, StageTile) and last_fill:
+                out.append(Sync())          # one barrier after consecutive fills
+        return out
+
+    def stmt(self, s) -> list:
+        if isinstance(s, Points):
+            return self.register_points(s) if s.registers else self.points_in_turn(s)
+        if isinstance(s, Registers):
+            out = []
+            for a in s.accs:
+                self.kind[a.acc] = "mn"
+                out += [Let(a.acc + self.suffix("mn", i, j), a.dtype, _identity(a.op, a.dtype))
+                        for i in range(self.mt.thread_m) for j in range(self.mt.thread_n)]
+            return out
+        if isinstance(s, Guard):
+            return [If(substitute(s.cond, self.special), tuple(self.stmts(s.body)))]
+        if isinstance(s, StageTile):
+            return self.stage(s)
+        if isinstance(s, TSync):
+            return [Sync()]
+        return super().stmt(s)
+
+    def stage(self, st: StageTile) -> list:
+        """Smem and a loop of the whole block over the tile's elements (stmts adds the barrier)."""
+        idx = self.idx
+        f, kv, xv = (Var(f"{st.name}_{s}", idx) for s in ("f", "k", "x"))
+        if st.fast == "k":
+            k, x = mod(f, st.k_extent), floordiv(f, st.k_extent)
+        else:
+            k, x = floordiv(f, st.x_extent), mod(f, st.x_extent)
+        bind = {**self.special, st.k_var: kv}
+        fill = [Let(kv.name, idx, k)]
+        if st.x_var:
+            bind[st.x_var] = add(self.special[st.origin], xv)
+            fill.append(Let(xv.name, idx, x))
+        at = add(mul(kv, st.stride), xv if st.x_var else Const(0))
+        value = st.body[-1]
+        cdt = dtypes.compute_dtype(value.dtype if isinstance(value, LLoad) else value.value.dtype)
+        compute = self.stmts(subst_body(st.body, bind)) + [Store(st.name, at, Var(st.value, cdt))]
+        if st.bounds is None:
+            fill += compute
+        else:
+            fill.append(If(substitute(st.bounds, bind), tuple(compute), (Store(st.name, at, Const(0, cdt)),)))
+        n, block = st.k_extent * st.x_extent, self.tk.block
+        unroll = n % block == 0 and n // block <= 8
+        return [Smem(st.name, st.dtype, st.k_extent * st.stride),
+                For(f.name, Var(self.v["t"], idx), Const(n), block, tuple(fill), unroll=unroll, dtype=idx)]
+
+
+def lower_matmul_kernel(tk: TileKernel) -> Kernel:
+    low = _MatmulLowerer(tk)
+    mt, idx, v = tk.matmul, low.idx, low.v
+    t = Var(v["t"], idx)
+    body: list = [Let(v["t"], idx, ThreadIdx())]
+    tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
+    block = dict(_decompose(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
+    body += [Let(var, idx, block[var]) for var, _ in tk.batch]
+    if mt.m:
+        body.append(Let(v["m0"], idx, mul(block["bm"], mt.tile_m)))
+    body.append(Let(v["n0"], idx, mul(block["bn"], mt.tile_n)))
+    special = {"m0": Var(v["m0"], idx) if mt.m else Const(0), "n0": Var(v["n0"], idx),
+               "tm": Const(0), "tn": t}
+    if mt.threads_m > 1:
+        body += [Let(v["tm"], idx, floordiv(t, mt.threads_n)), Let(v["tn"], idx, mod(t, mt.threads_n))]
+        special.update(tm=Var(v["tm"], idx), tn=Var(v["tn"], idx))
+    low.special = special
+    body += low.stmts(tk.prelude) + low.stmts(tk.body)
+    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

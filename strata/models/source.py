@@ -1,0 +1,75 @@
+"""Where a model comes from: a MODEL argument is a bundled name or a local directory.
+
+The bundled configs in configs/ are the published config.json of each model, transcribed by hand
+(no network here, ever) and named `<org>--<name>.json`. A directory must hold a config.json and
+may hold safetensors weights (one file, or shards with model.safetensors.index.json). A directory
+wins over a bundled name of the same spelling, so a local copy of `Qwen/Qwen2.5-7B` with its
+weights is used as such.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+def bundled_names() -> list[str]:
+    """The bundled model names, as Hugging Face spells them ("Qwen/Qwen2.5-7B")."""
+    return sorted(p.stem.replace("--", "/", 1) for p in CONFIG_DIR.glob("*.json"))
+
+
+@dataclass
+class ModelSource:
+    name: str                     # as the user wrote it
+    config: dict                  # the raw config.json
+    directory: Path | None        # None for a bundled config
+
+    @property
+    def description(self) -> str:
+        return "bundled config" if self.directory is None else f"directory {self.directory}"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelError(f"cannot read {path}: {e}") from None
+
+
+def resolve(model: str) -> ModelSource:
+    """The config (and directory, if any) a MODEL argument names."""
+    path = Path(os.path.expanduser(model))
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ModelError(f"{model} is a directory without a config.json; a model directory "
+                             f"needs one (and optionally *.safetensors weights)")
+        return ModelSource(model, _read_json(cfg), path)
+    by_lower = {n.lower(): n for n in bundled_names()}
+    name = by_lower.get(model.lower())
+    if name is None:
+        raise ModelError(f"unknown model {model!r}: give a local directory with a config.json or "
+                         f"one of the bundled names: {', '.join(bundled_names())}")
+    return ModelSource(model, _read_json(CONFIG_DIR / (name.replace("/", "--", 1) + ".json")), None)
+
+
+def hf_config(source: ModelSource):
+    """The transformers config object of a source (imports transformers)."""
+    from .hf import major_version, transformers
+    raw = dict(source.config)
+    model_type = raw.pop("model_type", None)
+    if model_type is None:
+        raise ModelError(f"{source.name}: config.json has no model_type")
+    if major_version() >= 5 and "torch_dtype" in raw:      # renamed in transformers 5
+        raw["dtype"] = raw.pop("torch_dtype")
+    try:
+        return transformers().AutoConfig.for_model(model_type, **raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{source.name}: transformers cannot read this config "
+                         f"(model_type {model_type!r}): {e}") from None

@@ -1,0 +1,155 @@
+"""Recognise a contraction in a rows kernel: its M and N axes and the two operands of each
+reduce loop. Used by the matmul passes (split_matmul_k, tile_matmul, stage_matmul_tiles).
+
+A row qualifies when its statements are scalar statements and reduce loops (nothing else), and
+every reduce loop accumulates the `sum` of one float product `a * b` in which `a` (prologue
+included) does not depend on the N axis and `b` not on the M axis. M is an axis only `a` reads,
+N one only `b` reads (the innermost such, in domain order); every other axis is a batch axis,
+fixed per block. With no axis of its own on one side the row is a vector-matrix product and M
+is None (a decode shape). Statements before a loop that the loop reads are moved into it first
+(`sink_into_loops`), so that every loop is self-contained.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import dtypes
+from ..expr import Var, free_vars, to_str
+from ..loop.ir import Accum, Let, Load, Loop, Store
+from .ir import TileKernel, rename_stmt
+
+
+@dataclass(frozen=True)
+class Contraction:
+    m: str | None                        # the M axis: only the M-side operand depends on it
+    n: str                               # the N axis: only the N-side operand depends on it
+    body: tuple                          # the row body, loop inputs sunk into the loops
+
+    @property
+    def loops(self) -> list[Loop]:
+        return [s for s in self.body if isinstance(s, Loop)]
+
+
+def uses(s) -> set[str]:
+    """The variables a Loop IR statement reads."""
+    if isinstance(s, Load):
+        return set().union(*map(free_vars, s.index), free_vars(s.pred) if s.pred is not None else set())
+    if isinstance(s, Let):
+        return free_vars(s.value)
+    if isinstance(s, Accum):
+        return free_vars(s.value)
+    if isinstance(s, Store):
+        return set().union(free_vars(s.value), *map(free_vars, s.index))
+    return set()
+
+
+def depends(body, axes: set[str]) -> dict[str, set[str]]:
+    """For each value defined in `body`: the axes among `axes` it depends on, transitively."""
+    deps: dict[str, set[str]] = {}
+    for s in body:
+        if isinstance(s, (Load, Let)):
+            deps[s.var] = set().union(*(deps.get(v, {v} & axes) for v in uses(s)))
+    return deps
+
+
+def closure(body, name: str) -> tuple:
+    """The statements of `body` that compute `name`, in order."""
+    need, out = {name}, []
+    for s in reversed(body):
+        if isinstance(s, (Load, Let)) and s.var in need:
+            need |= uses(s)
+            out.append(s)
+    return tuple(reversed(out))
+
+
+def reads(s) -> set[str]:
+    """The variables a statement reads from outside itself (for a loop: from outside the loop)."""
+    if not isinstance(s, Loop):
+        return uses(s)
+    inner = {x.var for x in s.body if isinstance(x, (Load, Let))} | {s.var}
+    return set().union(*map(reads, s.body)) - inner
+
+
+def sink_into_loops(body) -> tuple:
+    """Move the row statements a reduce loop reads into the top of that loop (copies, renamed
+    `<name>_<loop var>`, when something else reads them too)."""
+    out = list(body)
+    for loop in [s for s in body if isinstance(s, Loop)]:
+        pos = next(i for i, s in enumerate(out) if s is loop)
+        before = {s.var: s for s in out[:pos] if isinstance(s, (Load, Let))}
+        need = _needed(before, reads(loop))
+        if not need:
+            continue
+        chain = [s for s in out[:pos] if isinstance(s, (Load, Let)) and s.var in need]
+        rest = [s for s in out if s is not loop and not any(s is c for c in chain)]
+        shared = need & set().union(*map(reads, rest))
+        names = {v: f"{v}_{loop.var}" for v in shared}
+        moved = tuple(rename_stmt(s, names) for s in chain + list(loop.body))
+        out = [replace(loop, body=moved) if s is loop else s for s in out
+               if not (isinstance(s, (Load, Let)) and s.var in need - shared)]
+    return tuple(out)
+
+
+def _needed(defined: dict, wanted: set[str]) -> set[str]:
+    need, todo = set(), [v for v in wanted if v in defined]
+    while todo:
+        v = todo.pop()
+        if v not in need:
+            need.add(v)
+            todo += [u for u in uses(defined[v]) if u in defined]
+    return need
+
+
+def match(k: TileKernel) -> Contraction | str:
+    """The contraction in a rows kernel, or why it is not one."""
+    if k.mode != "rows" or k.group != 1:
+        return "not a row kernel"
+    loops = [s for s in k.body if isinstance(s, Loop)]
+    if not loops:
+        return "no reduction"
+    if any(l.kind != "reduce" or any(isinstance(s, Loop) for s in l.body) for l in loops):
+        return "the row holds a loop that is not a flat reduction"
+    c = Contraction(None, "", sink_into_loops(k.body))
+    axes = {v for v, _ in k.domain}
+    found = []
+    for loop in c.loops:
+        if len(loop.accs) != 1 or loop.accs[0].op != "sum" or not dtypes.is_float(loop.accs[0].dtype):
+            return f"{loop.var} is not one floating-point sum"
+        ops = product(loop.body)
+        if isinstance(ops, str):
+            return f"{loop.var}: {ops}"
+        found.append((depends(loop.body, axes), *ops))
+    deps, a, b, _ = found[0]
+    a_only, b_only = deps[a] - deps[b], deps[b] - deps[a]
+    if not b_only:
+        a_only, b_only = b_only, a_only
+    if not b_only:
+        return "neither operand has an axis of its own (a dot product)"
+    order = [v for v, _ in k.domain]
+    m = max(a_only, key=order.index) if a_only else None
+    n = max(b_only, key=order.index)
+    for loop, (deps, a, b, p) in zip(c.loops, found):
+        if not any(n not in deps[x] and m not in deps[y] for x, y in ((a, b), (b, a))):
+            return f"the operands of {loop.var} do not split along {m} and {n}"
+        both = [v for v, d in deps.items() if v != p and {m, n} <= d]
+        if both:
+            return f"{both[0]} depends on both {m} and {n} inside the reduction"
+    return replace(c, m=m, n=n)
+
+
+def product(body) -> tuple[str, str, str] | str:
+    """(a, b, p) for a body that accumulates p = multiply(a, b), a and b computed in it."""
+    accums = [s for s in body if isinstance(s, Accum)]
+    if len(accums) != 1:
+        return f"it accumulates {len(accums)} times per step"
+    acc = accums[0]
+    lets = {s.var: s for s in body if isinstance(s, Let)}
+    p = lets.get(acc.value.name) if isinstance(acc.value, Var) else None
+    if p is None or getattr(p.value, "op", None) != "multiply" \
+            or not all(isinstance(x, Var) for x in p.value.args):
+        return f"it accumulates {to_str(p.value if p else acc.value)}, not a product"
+    a, b = (x.name for x in p.value.args)
+    defined = {s.var for s in body if isinstance(s, (Load, Let))}
+    if a not in defined or b not in defined or a == b:
+        return "its product does not read two operands computed in it"
+    return a, b, p.var

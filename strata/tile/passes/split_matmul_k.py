@@ -1,0 +1,89 @@
+"""split_matmul_k: split the K loop of a contraction across blocks when its tiles are too few
+to fill the GPU (decode shapes: M = 1..16 rows against a large weight, or tall-skinny K).
+
+The kernel becomes two. `<name>_splitk` sums each of SPLIT_K consecutive slices of K into a temp
+buffer of partials; it is still a contraction, with the slice as one more batch axis, and the
+matmul passes tile it like any other. The original kernel then starts by adding the SPLIT_K
+partials of its point instead of running the K loop, and applies the epilogue. SPLIT_K divides
+K, so no slice has a tail. Declines, saying why, when the tiles already fill the GPU, when K is
+too short to share (less than K_MIN per slice) or has no such divisor, or when the row holds
+more than one reduction.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+
+from ...context import Context
+from ...expr import Var, add, mul
+from ...loop.ir import Accum, BufferInfo, Load, Store
+from ..contraction import match
+from ..ir import TileKernel, subst_body, walk
+from .chunk_reduce import TARGET_BLOCKS
+from .tile_matmul import choose_tiles
+
+K_MIN = 256          # the shortest slice of K worth a block of its own
+
+
+def _choose_split(k_extent: int, blocks: int, ctx: Context) -> tuple[int, str]:
+    pinned = ctx.knob("SPLIT_K", 0)
+    if pinned:
+        if pinned < 1 or k_extent % pinned:
+            raise ValueError(f"SPLIT_K={pinned}: must divide the reduction extent {k_extent}")
+        return pinned, "" if pinned > 1 else "SPLIT_K=1 pinned"
+    if blocks * 2 >= TARGET_BLOCKS:
+        return 1, f"{blocks} tiles already fill the GPU"
+    if k_extent < 2 * K_MIN:
+        return 1, f"K={k_extent} is too short to share"
+    want = max(2, TARGET_BLOCKS // blocks)
+    divisors = [d for d in range(2, k_extent // K_MIN + 1) if k_extent % d == 0]
+    if not divisors:
+        return 1, f"K={k_extent} has no divisor giving slices of at least {K_MIN}"
+    return min(divisors, key=lambda d: (abs(d - want), d)), ""
+
+
+def split_matmul_k(k: TileKernel, ctx: Context):
+    c = match(k)
+    if isinstance(c, str):
+        return k                    # tile_matmul says why it is not a contraction
+    if len(c.loops) != 1:
+        ctx.log(f"split_matmul_k: {k.name}: declined, the row holds {len(c.loops)} reductions")
+        return k
+    (loop,) = c.loops
+    mt = choose_tiles(k, c.m, c.n, ctx)
+    blocks = prod(e for v, e in k.domain if v not in (c.m, c.n)) \
+        * -(-k.extent(c.m) // mt.tile_m) * -(-k.extent(c.n) // mt.tile_n)
+    split, why = _choose_split(loop.extent, blocks, ctx)
+    if split == 1:
+        if why:
+            ctx.log(f"split_matmul_k: {k.name}: declined, {why}")
+        return k
+    size, (acc,) = loop.extent // split, loop.accs
+    s, a = f"{loop.var}_s", loop.var
+    row = tuple(Var(v) for v, _ in k.domain)
+    partial = BufferInfo(f"{k.name}_partial", (split,) + tuple(e for _, e in k.domain), acc.dtype, "temp")
+
+    # kernel 1: the slice index is one more (batch) axis; the loop covers one slice
+    body = subst_body(loop.body, {a: add(mul(Var(s), size), Var(a))}, {a: size, s: split})
+    reads = tuple(r for r in k.reads if _loads(k.prelude + (loop,), r))
+    first = replace(k, name=f"{k.name}_splitk", domain=((s, split),) + k.domain,
+                    body=(replace(loop, extent=size, body=body),
+                          Store(partial.name, (Var(s),) + row, Var(acc.acc, acc.dtype))),
+                    reads=reads, writes=(partial.name,),
+                    buffers=tuple(b for b in k.buffers if b.name in reads) + (partial,))
+
+    # kernel 2: the original row, adding the partials instead of running the K loop
+    summed = replace(loop, extent=split, body=(
+        Load(f"{acc.acc}_p", partial.name, (Var(a),) + row, acc.dtype),
+        Accum(acc.acc, acc.op, Var(f"{acc.acc}_p", acc.dtype))))
+    rest = tuple(summed if x is loop else x for x in c.body)
+    keep = {r for r in k.reads if _loads(k.prelude + rest, r)}
+    second = replace(k, body=rest, reads=(partial.name,) + tuple(r for r in k.reads if r in keep),
+                     buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes)
+                     + (partial,))
+    ctx.log(f"split_matmul_k: {k.name}: K={loop.extent} split {split} ways over {blocks} tiles")
+    return first.with_knob("SPLIT_K", split), second.with_knob("SPLIT_K", split)
+
+
+def _loads(body, buf: str) -> bool:
+    return any(isinstance(s, Load) and s.buf == buf for s in walk(body))
