@@ -284,6 +284,12 @@ class _Emitter:
             if e.op == "where":
                 return (f"{self.expr(a[0], OR)} ? {self.expr(a[1], OR)} : {self.expr(a[2], COND)}",
                         COND)
+            if is_int and e.op in ("maximum", "minimum") and sum(isinstance(x, Const) for x in a) == 1:
+                # max(long long, int) is ambiguous in C++: give the literal the other side's type
+                var, lit = (a[0], a[1]) if isinstance(a[1], Const) else (a[1], a[0])
+                v = self.expr(var)
+                fn = "max" if e.op == "maximum" else "min"
+                return f"{fn}({v}, (decltype({v})){self.expr(lit, UNARY)})", ATOM
             return self.template(e)
         finally:
             self.signed = saved

@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
@@ -55,3 +56,11 @@ def test_multi_kernel_program_compiles():
     for p in (B.elementwise(100), B.copy(10, "bf16"), B.vector_scale(64, "f16", 8)):
         prog.kernels += p.kernels
     assert compile_cuda(emit_program(prog))[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("fn", [lambda i: i.clamp(0), lambda i: i.clamp(-2, 3),
+                                lambda i: torch.minimum(i, torch.tensor(1))])
+def test_integer_clamp_against_a_literal_compiles(fn):
+    """max(long long, int) is ambiguous for NVRTC: the literal must take the value's type."""
+    from conftest import run_and_compare
+    run_and_compare(fn, (torch.randint(-5, 5, (37,)),))
