@@ -70,15 +70,19 @@ def cmd_compile(args) -> int:
     ctx = _context(args)
     t0 = time.perf_counter()
     program, _ = compile_snippet(args.code, ctx, until=args.ir)
-    text = program.ir(args.ir)
     ctx.log(f"{'total':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+    write_stage(program.ir(args.ir), args)
+    return 0
+
+
+def write_stage(text: str, args) -> None:
+    """The printed stage to `-o FILE` (saying so on stderr) or to stdout."""
     if args.output:
         with open(args.output, "w") as f:
             f.write(text + "\n")
         print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
     else:
         print(text)
-    return 0
 
 
 def cmd_run(args) -> int:

@@ -42,6 +42,7 @@ def compile_model_command(args, base: Context) -> int:
     from rich.console import Console
 
     from .api import compile_model
+    from .cli import write_stage
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if base.verbosity == 0 else nullcontext()
     t0 = time.perf_counter()
@@ -54,12 +55,7 @@ def compile_model_command(args, base: Context) -> int:
         text = program.ir(args.ir)
     seconds = time.perf_counter() - t0
     ctx.log(f"{'total':<28} {seconds * 1e3:8.2f} ms")
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
-        print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
-    else:
-        print(text)
+    write_stage(text, args)
     sys.stdout.flush()
     kernels = program.lowered.kernel.kernels if program.lowered.kernel is not None else None
     made = f"{len(kernels)} kernels" if kernels is not None else f"{args.ir} IR"

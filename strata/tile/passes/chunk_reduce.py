@@ -17,27 +17,9 @@ from ...context import Context
 from ...expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Loop, Store
 from ..ir import TileKernel, subst_body, walk
+from ..split import choose_pieces
 
-TARGET_BLOCKS = 264          # enough blocks for two waves over 132 SMs (H100); a knob overrides
 CHUNK_MIN = 4096             # below this a chunk is too little work for a block
-
-
-def _choose_chunks(extent: int, rows: int, ctx: Context) -> tuple[int, str]:
-    pinned = ctx.knob("CHUNKS", 0)
-    if pinned:
-        if pinned < 1 or extent % pinned:
-            raise ValueError(f"CHUNKS={pinned}: must divide the reduction extent {extent}")
-        return pinned, "" if pinned > 1 else "CHUNKS=1 pinned"
-    chunk_min = ctx.knob("CHUNK_MIN", CHUNK_MIN)
-    if rows * 2 >= TARGET_BLOCKS:
-        return 1, f"{rows} rows already fill the GPU"
-    if extent < 2 * chunk_min:
-        return 1, f"a reduction of {extent} fits one block"
-    want = max(2, TARGET_BLOCKS // rows)
-    divisors = [d for d in range(2, extent // chunk_min + 1) if extent % d == 0]
-    if not divisors:
-        return 1, f"{extent} has no divisor giving chunks of at least {chunk_min}"
-    return min(divisors, key=lambda d: (abs(d - want), d)), ""
 
 
 def chunk_reduce(k: TileKernel, ctx: Context):
@@ -47,7 +29,7 @@ def chunk_reduce(k: TileKernel, ctx: Context):
     if any(a.op in ("argmax", "argmin") for a in loop.accs):
         ctx.log(f"chunk_reduce: {k.name}: declined, argmax/argmin partials would need their indices")
         return k
-    chunks, why = _choose_chunks(loop.extent, k.rows, ctx)
+    chunks, why = choose_pieces(loop.extent, k.rows, ctx, "CHUNKS", ctx.knob("CHUNK_MIN", CHUNK_MIN), "rows")
     if chunks == 1:
         if why:
             ctx.log(f"chunk_reduce: {k.name}: declined, {why}")

@@ -19,27 +19,10 @@ from ...expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import match
 from ..ir import TileKernel, subst_body, walk
-from .chunk_reduce import TARGET_BLOCKS
+from ..split import choose_pieces
 from .tile_matmul import choose_tiles
 
 K_MIN = 256          # the shortest slice of K worth a block of its own
-
-
-def _choose_split(k_extent: int, blocks: int, ctx: Context) -> tuple[int, str]:
-    pinned = ctx.knob("SPLIT_K", 0)
-    if pinned:
-        if pinned < 1 or k_extent % pinned:
-            raise ValueError(f"SPLIT_K={pinned}: must divide the reduction extent {k_extent}")
-        return pinned, "" if pinned > 1 else "SPLIT_K=1 pinned"
-    if blocks * 2 >= TARGET_BLOCKS:
-        return 1, f"{blocks} tiles already fill the GPU"
-    if k_extent < 2 * K_MIN:
-        return 1, f"K={k_extent} is too short to share"
-    want = max(2, TARGET_BLOCKS // blocks)
-    divisors = [d for d in range(2, k_extent // K_MIN + 1) if k_extent % d == 0]
-    if not divisors:
-        return 1, f"K={k_extent} has no divisor giving slices of at least {K_MIN}"
-    return min(divisors, key=lambda d: (abs(d - want), d)), ""
 
 
 def split_matmul_k(k: TileKernel, ctx: Context):
@@ -53,7 +36,7 @@ def split_matmul_k(k: TileKernel, ctx: Context):
     mt = choose_tiles(k, c.m, c.n, ctx)
     blocks = prod(e for v, e in k.domain if v not in (c.m, c.n)) \
         * -(-k.extent(c.m) // mt.tile_m) * -(-k.extent(c.n) // mt.tile_n)
-    split, why = _choose_split(loop.extent, blocks, ctx)
+    split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", K_MIN, "tiles")
     if split == 1:
         if why:
             ctx.log(f"split_matmul_k: {k.name}: declined, {why}")
