@@ -243,9 +243,7 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}" + (", unroll" if s.unroll else ""))
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Combine):
-            names = ", ".join(a.acc for a in s.accs)
-            out.append(f"{pad}{names} = Combine({', '.join(f'{a.acc}:{a.op}' for a in s.accs)}, "
-                       f"threads={s.threads})")
+            out.append(f"{pad}{_accs(s.accs, 'Combine', f'threads={s.threads}')}")
         elif isinstance(s, Stage):
             tag = f", vec={s.vec}" if s.vec > 1 else ""
             out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")
@@ -253,9 +251,7 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             out.append(f"{pad}Points({_bindings(mt)}{', registers' if s.registers else ''}):")
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Registers):
-            names = ", ".join(a.acc for a in s.accs)
-            out.append(f"{pad}{names} = Registers({', '.join(f'{a.acc}:{a.op}' for a in s.accs)}, "
-                       f"{mt.thread_m}x{mt.thread_n})")
+            out.append(f"{pad}{_accs(s.accs, 'Registers', f'{mt.thread_m}x{mt.thread_n}')}")
         elif isinstance(s, Guard):
             out.append(f"{pad}if {to_str(s.cond)}:")
             _format(s.body, depth + 1, out, mt)
@@ -275,6 +271,12 @@ def _bindings(mt: MatmulTile) -> str:
     axes = [(mt.m, "m0 + tm", mt.threads_m, "i"), (mt.n, "n0 + tn", mt.threads_n, "j")]
     binds = ", ".join(f"{a} = {base} + {step} * {p}" for a, base, step, p in axes if a)
     return f"{binds}; {mt.thread_m}x{mt.thread_n}"
+
+
+def _accs(accs, node: str, extra: str) -> str:
+    """ "acc0, acc1 = Node(acc0:sum, acc1:max, extra)": how Combine and Registers print."""
+    names = ", ".join(a.acc for a in accs)
+    return f"{names} = {node}({', '.join(f'{a.acc}:{a.op}' for a in accs)}, {extra})"
 
 
 def format_kernel(k: TileKernel) -> str:
