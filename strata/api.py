@@ -3,6 +3,8 @@ callable `Program` that runs the generated kernels (on the CPU simulator, or on 
 through strata/runtime) and exposes the text of every stage."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -93,11 +95,19 @@ class Program:
         if self.device == "cuda":
             return [to_numpy(t) for t in self.runtime.run(inputs)]
         from .kernel.sim import simulate
+        from .runtime.program import mutated_inputs
         self._check_runnable()
         feed = self._check_inputs(inputs)
         feed.update({k: to_numpy(v) for k, v in self.torch_program.weights.items()})
-        result = simulate(self.lowered.kernel, feed)
-        return [result[o] if o in result else feed[o] for o in self.lowered.kernel.outputs]
+        kp = self.lowered.kernel
+        mutated = mutated_inputs(kp)
+        result = simulate(dataclasses.replace(kp, outputs=kp.outputs + mutated) if mutated else kp,
+                          feed)
+        for name, given in zip(self.torch_program.inputs, inputs):
+            if name in mutated:        # updated in place, as on CUDA (index_copy_ of a KV cache)
+                with torch.no_grad():
+                    given.copy_(torch.from_numpy(np.ascontiguousarray(result[name])))
+        return [result[o] if o in result else feed[o] for o in kp.outputs]
 
     def __call__(self, *inputs):
         outs = self.run_flat(inputs)

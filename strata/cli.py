@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the accuracy check, time against eager and torch.compile (GPU)")
     r.add_argument("--profile", action="store_true",
                    help="--bench plus an ncu profile of every kernel, when ncu is installed")
+    from .cli_generate import add_parser as add_generate
+    add_generate(sub)
     return parser
 
 
@@ -106,7 +108,13 @@ def cmd_run(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run}[args.command](args), args.debug)
+    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run,
+                            "generate": cmd_generate}[args.command](args), args.debug)
+
+
+def cmd_generate(args) -> int:
+    from .cli_generate import generate_command
+    return generate_command(args)
 
 
 def guarded(command, debug: bool) -> int:

@@ -19,6 +19,10 @@ from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.mark_unroll import mark_unroll
+from .tile.passes.mma_async_copy import mma_async_copy
+from .tile.passes.mma_pipeline import mma_pipeline
+from .tile.passes.mma_swizzle import mma_swizzle
+from .tile.passes.mma_tile import mma_tile
 from .tile.passes.pad_smem import pad_smem
 from .tile.passes.register_tile import register_tile
 from .tile.passes.split_matmul_k import split_matmul_k
@@ -27,11 +31,19 @@ from .tile.passes.stage_matmul_tiles import stage_matmul_tiles
 from .tile.passes.tile_matmul import tile_matmul
 from .tile.passes.tileify import tileify
 from .tile.passes.vectorize import vectorize
+from .tile.passes.wgmma_pipeline import wgmma_pipeline
+from .tile.passes.wgmma_tile import wgmma_tile
 
 # The schedule, in order. Numbers in -vv output are positions in this list (tileify is 001).
 TILE_PASSES = [
     ("tileify", tileify),
     ("split_matmul_k", split_matmul_k),
+    ("wgmma_tile", wgmma_tile),
+    ("wgmma_pipeline", wgmma_pipeline),
+    ("mma_tile", mma_tile),
+    ("mma_swizzle", mma_swizzle),
+    ("mma_async_copy", mma_async_copy),
+    ("mma_pipeline", mma_pipeline),
     ("tile_matmul", tile_matmul),
     ("register_tile", register_tile),
     ("chunk_matmul_k", chunk_matmul_k),
@@ -80,15 +92,17 @@ def _as_tuple(x) -> tuple:
 
 def run_tile_passes(loop_program, ctx: Context):
     from .tile.ir import TileProgram
+    from .loop.attention import attention_of
+    from .tile.attention import tile_attention
     buffers = {b.name: b for b in loop_program.buffers}
     before = str(loop_program)
     kernels = list(loop_program.kernels)
     for num, (name, fn) in enumerate(TILE_PASSES, start=1):
         tag = f"t:{num:03d}_{name}"
         t0 = time.perf_counter()
-        if name == "tileify":
-            kernels = [fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
-                       for k in kernels]
+        if name == "tileify":     # a fused attention gets its own schedule (tile/attention.py)
+            kernels = [(tile_attention if attention_of(k) else fn)(
+                k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes))) for k in kernels]
         else:       # a pass returns one kernel, or several when it splits one (chunk_reduce, split_matmul_k)
             kernels = [out for k in kernels for out in _as_tuple(fn(k, ctx))]
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")

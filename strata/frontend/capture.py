@@ -206,6 +206,7 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
     taken = set(rename.values())
     nodes: list[TorchNode] = []
     outputs: list[str] = []
+    mutations: dict[str, str] = {}
 
     def name_of(n) -> str:
         return rename.get(n.name, n.name)
@@ -226,6 +227,9 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
             user_outs = [s.arg.name for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT]
             outputs = [name_of(a) for a in n.args[0] if isinstance(a, torch.fx.Node)
                        and a.name in user_outs]
+            mutations = {rename.get(s.target, s.target): name_of(a)
+                         for s, a in zip(sig.output_specs, n.args[0])
+                         if s.kind == OutputKind.USER_INPUT_MUTATION and isinstance(a, torch.fx.Node)}
             continue
         if n.op != "call_function":
             continue
@@ -247,4 +251,5 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
         out_spec = ep.call_spec.out_spec
     except AttributeError:
         pass
-    return TorchProgram(ep.graph, nodes, inputs, weights, weight_types, outputs, out_spec, ep)
+    return TorchProgram(ep.graph, nodes, inputs, weights, weight_types, outputs, out_spec, ep,
+                        mutations)

@@ -76,6 +76,8 @@ class TorchProgram:
     outputs: list[str]
     out_spec: Any = None                         # pytree spec of the eager output
     exported: Any = field(default=None, repr=False)
+    # inputs the program updates in place (index_copy_, x[:, pos] = v): input -> its new value
+    mutations: dict[str, str] = field(default_factory=dict)
 
     @property
     def input_names(self) -> list[str]:

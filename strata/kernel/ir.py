@@ -5,7 +5,9 @@ a `Load` from an f16 buffer yields f32 and a `Store` of f32 into a bf16 buffer r
 nearest-even. Shared memory is declared with `Smem`; `Sync` is a block barrier; `ShflXor` and
 `ShflIdx` exchange a value within a warp of 32 (all lanes must take part). Tensor cores and
 asynchronous copies (sm_80+) are `LdMatrix`, `Mma` and `CpAsync`/`CpAsyncCommit`/`CpAsyncWait`,
-with the PTX ISA's fragment layouts and group semantics. Launches are 1-D:
+with the PTX ISA's fragment layouts and group semantics; on sm_90a, `TmaLoad` (from a
+tensor-map `Param`), the `Mbar*` mbarrier statements and `Wgmma` (with `WgmmaDesc` descriptors)
+and its fence/commit/wait. Launches are 1-D:
 `grid` blocks of `block` threads. The CUDA emitter (`target/cuda.py`) and the simulator
 (`kernel/sim.py`) are both one walk over these nodes.
 """
@@ -175,10 +177,14 @@ class Sync(Stmt):
 
 @dataclass(frozen=True)
 class Smem(Stmt):
-    """A shared-memory array of `size` elements of storage dtype `dtype`, one per block."""
+    """A shared-memory array of `size` elements of storage dtype `dtype`, one per block.
+    dynamic: carved from the kernel's dynamic shared memory (`extern __shared__`, each array
+    1024-byte aligned, Kernel.dynamic_smem_bytes passed at launch), which may exceed the 48 KB
+    of static shared memory up to MAX_DYNAMIC_SMEM_BYTES."""
     name: str
     dtype: str
     size: int
+    dynamic: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,6 +255,149 @@ class CpAsyncWait(Stmt):
     pending: int = 0
 
 
+# Hopper (sm_90a): TMA, mbarrier and wgmma. The simulator's sim_tma.py and sim_wgmma.py spell out
+# the semantics. An mbarrier is one element of a shared array of dtype i64 that only Mbar* and
+# TmaLoad statements touch; `parity` is the phase parity (0 or 1) that try_wait.parity takes.
+
+SWIZZLES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}     # descriptor layout-type codes
+SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """What a CUtensorMap (cuTensorMapEncodeTiled, tiled mode) describes over its global buffer.
+
+    dims: elements per dimension, innermost (contiguous) first, as the CUDA API takes them;
+    strides: bytes between consecutive indices of dims[1:] (multiples of 16); box: the tile one
+    TMA copies, innermost first (each <= 256); swizzle: how the box is laid out in shared memory
+    ("none", "32B", "64B", "128B": 16-byte chunks XORed with the row within 8). Elements outside
+    dims read as zero."""
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: str = "none"
+
+    @property
+    def box_elems(self) -> int:
+        return prod(self.box)
+
+
+@dataclass(frozen=True)
+class WgmmaDesc(Expr):
+    """The 64-bit wgmma matrix descriptor of shared `buf` at element `index`: start address >> 4
+    (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode
+    (62-63: 0 none, 1 128B, 2 64B, 3 32B). An i64 value: adding j moves the start by 16 * j bytes."""
+    buf: str
+    index: Expr
+    lbo: int
+    sbo: int
+    swizzle: str = "128B"
+    dtype: str = "i64"
+
+    def children(self):
+        return (self.index,)
+
+    def map_children(self, fn):
+        return WgmmaDesc(self.buf, fn(self.index), self.lbo, self.sbo, self.swizzle)
+
+    def to_text(self, fmt):
+        return f"desc({self.buf}[{fmt(self.index)}], lbo={self.lbo}, sbo={self.sbo}, {self.swizzle})"
+
+
+@dataclass(frozen=True)
+class Wgmma(Stmt):
+    """wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}: per warpgroup (128 threads,
+    warps 4w..4w+3) D = A @ B.T + (D if scale_d else 0), A 64x16 and B n x16, both K-major in
+    shared memory through the descriptors `a` and `b` (i64 expressions), D 64 x n in f32.
+
+    `d`: n/2 declared f32 variables, read and written; thread T holds d[i] at row
+    16 * (T % 128 // 32) + T % 32 // 4 + 8 * (i // 2 % 2), col 8 * (i // 4) + 2 * (T % 4) + i % 2.
+    Asynchronous: d may be read only after a WgmmaWait that completes its group, and d written by
+    other statements needs a WgmmaFence before the wgmma. All 128 threads must execute it."""
+    d: tuple[str, ...]
+    a: Expr
+    b: Expr
+    n: int
+    dtype: str = "bf16"
+    scale_d: Expr | None = None       # None: always accumulate (PTX scale-d = 1)
+
+
+@dataclass(frozen=True)
+class WgmmaFence(Stmt):
+    """wgmma.fence.sync.aligned: order earlier register (and shared) accesses before the wgmmas
+    that follow."""
+
+
+@dataclass(frozen=True)
+class WgmmaCommit(Stmt):
+    """wgmma.commit_group.sync.aligned: close this warpgroup's uncommitted wgmmas into a group."""
+
+
+@dataclass(frozen=True)
+class WgmmaWait(Stmt):
+    """wgmma.wait_group.sync.aligned pending: wait until at most `pending` groups are in flight."""
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class MbarInit(Stmt):
+    """mbarrier.init.shared::cta.b64 [bar[index]], count: phase 0 expecting `count` arrivals."""
+    bar: str
+    index: Expr
+    count: int
+
+
+@dataclass(frozen=True)
+class MbarArrive(Stmt):
+    """mbarrier.arrive(.expect_tx).shared::cta.b64: one arrival on bar[index]; with tx_bytes, the
+    phase also waits for that many bytes of asynchronous copies (TmaLoad) to complete."""
+    bar: str
+    index: Expr
+    tx_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class MbarTryWait(Stmt):
+    """var = mbarrier.try_wait.parity.shared::cta.b64 [bar[index]], parity (declares bool var):
+    true once the phase with that parity has completed; then this thread sees what it brought."""
+    var: str
+    bar: str
+    index: Expr
+    parity: Expr
+
+
+@dataclass(frozen=True)
+class MbarWait(Stmt):
+    """Spin on mbarrier.try_wait.parity until the phase with `parity` of bar[index] completes."""
+    bar: str
+    index: Expr
+    parity: Expr
+
+
+@dataclass(frozen=True)
+class TmaLoad(Stmt):
+    """cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes: copy the
+    box of tensor-map parameter `tmap` at element coordinates `coords` (innermost first, may be
+    out of bounds: zero-filled) into shared dst[dst_index ...] (128-byte aligned) with the map's
+    swizzle; completes box bytes of transactions on mbarrier bar[bar_index]. Issued by one thread."""
+    dst: str
+    dst_index: Expr
+    tmap: str
+    coords: tuple[Expr, ...]
+    bar: str
+    bar_index: Expr
+
+
+@dataclass(frozen=True)
+class FenceProxyAsync(Stmt):
+    """fence.proxy.async.shared::cta: make this thread's ordinary shared-memory writes visible to
+    the async proxy (wgmma, TMA) before a barrier."""
+
+
+HOPPER_STMTS = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, MbarInit, MbarArrive, MbarTryWait,
+                MbarWait, TmaLoad, FenceProxyAsync)
+
+
 # ---------------------------------------------------------------- kernels and programs
 
 @dataclass(frozen=True)
@@ -257,6 +406,7 @@ class Param:
     dtype: str        # storage dtype of the global buffer
     numel: int
     output: bool = False
+    tensor_map: TensorMap | None = None   # passed as a CUtensorMap of the buffer (TmaLoad only)
 
 
 @dataclass(frozen=True)
@@ -274,6 +424,21 @@ class Kernel:
     @property
     def smem_bytes(self) -> int:
         return sum(s.size * dtypes.ITEMSIZE[s.dtype] for s in walk(self.body) if isinstance(s, Smem))
+
+    @property
+    def static_smem_bytes(self) -> int:
+        return sum(s.size * dtypes.ITEMSIZE[s.dtype] for s in walk(self.body)
+                   if isinstance(s, Smem) and not s.dynamic)
+
+    @property
+    def dynamic_smem_bytes(self) -> int:
+        """sharedMemBytes of a launch: the dynamic arrays, each rounded up to DYNAMIC_SMEM_ALIGN,
+        plus DYNAMIC_SMEM_ALIGN of slack to align the base (0 without dynamic arrays)."""
+        sizes = [s.size * dtypes.ITEMSIZE[s.dtype] for s in walk(self.body)
+                 if isinstance(s, Smem) and s.dynamic]
+        if not sizes:
+            return 0
+        return DYNAMIC_SMEM_ALIGN + sum(-(-n // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN for n in sizes)
 
 
 @dataclass(frozen=True)
@@ -314,7 +479,9 @@ class KernelVerifyError(Exception):
     pass
 
 
-MAX_SMEM_BYTES = 48 * 1024
+MAX_SMEM_BYTES = 48 * 1024                 # static __shared__ per block
+MAX_DYNAMIC_SMEM_BYTES = 227 * 1024        # static + dynamic per block on sm_90 (opt-in)
+DYNAMIC_SMEM_ALIGN = 1024                  # each dynamic array (the 128B swizzle's span)
 
 
 def walk(body):
@@ -340,8 +507,12 @@ def verify_kernel(k: Kernel) -> None:
     """Check scoping, buffer references, barriers in uniform control flow and resource limits."""
     if not 1 <= k.block <= 1024 or k.grid < 1 or k.grid >= 2 ** 31:
         raise KernelVerifyError(f"{k.name}: launch grid={k.grid} block={k.block} out of range")
-    if k.smem_bytes > MAX_SMEM_BYTES:
-        raise KernelVerifyError(f"{k.name}: {k.smem_bytes} bytes of shared memory > {MAX_SMEM_BYTES}")
+    if k.static_smem_bytes > MAX_SMEM_BYTES:
+        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} bytes of shared memory > "
+                                f"{MAX_SMEM_BYTES}")
+    if k.static_smem_bytes + k.dynamic_smem_bytes > MAX_DYNAMIC_SMEM_BYTES:
+        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} + {k.dynamic_smem_bytes} bytes "
+                                f"of static + dynamic shared memory > {MAX_DYNAMIC_SMEM_BYTES}")
     globals_ = {p.name: p for p in k.params}
     smem = {s.name for s in walk(k.body) if isinstance(s, Smem)}
 
@@ -409,6 +580,8 @@ def verify_kernel(k: Kernel) -> None:
                 for e in (s.dst_index, s.src_index, s.src_bytes):
                     if e is not None:
                         check_expr(e, scope, f"cp.async {s.src} -> {s.dst}")
+            elif isinstance(s, HOPPER_STMTS):
+                _check_hopper_scope(k, s, scope, tainted, check_expr)
             elif isinstance(s, (Smem, Comment, CpAsyncCommit, CpAsyncWait)):
                 pass
             else:
@@ -416,6 +589,115 @@ def verify_kernel(k: Kernel) -> None:
 
     check(k.body, set(), set(), False)
     _check_warp_ops(k)
+    _check_hopper_ops(k)
+
+
+def _check_hopper_scope(k: Kernel, s, scope: set[str], tainted: set[str], check_expr) -> None:
+    """Scoping of the sm_90 statements (their shapes are checked by _check_hopper_ops)."""
+    where = type(s).__name__
+    for e in (getattr(s, f, None) for f in ("a", "b", "scale_d", "index", "parity", "dst_index",
+                                             "bar_index")):
+        if isinstance(e, Expr):
+            check_expr(e, scope, where)
+    for e in getattr(s, "coords", ()):
+        check_expr(e, scope, where)
+    if isinstance(s, Wgmma):
+        missing = set(s.d) - scope
+        if missing:
+            raise KernelVerifyError(f"{k.name}: wgmma uses undefined {sorted(missing)}")
+        tainted |= set(s.d)
+    elif isinstance(s, MbarTryWait):
+        scope.add(s.var)
+        tainted.add(s.var)
+
+
+def _check_hopper_ops(k: Kernel) -> None:
+    """The shapes and operands wgmma, TMA and mbarrier accept, and that tensor maps and
+    mbarrier arrays are touched by nothing else."""
+    smem = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
+    params = {p.name: p for p in k.params}
+    declared = {s.var: s.dtype for s in walk(k.body) if isinstance(s, (Let, For))}
+    bars = {s.bar for s in walk(k.body) if isinstance(s, (MbarInit, MbarArrive, MbarTryWait,
+                                                          MbarWait, TmaLoad))}
+    tmaps = {n for n, p in params.items() if p.tensor_map is not None}
+
+    def fail(what: str):
+        raise KernelVerifyError(f"{k.name}: {what}")
+    for b in sorted(bars):
+        if b not in smem or smem[b].dtype != "i64":
+            fail(f"mbarrier {b} must be a shared array of i64")
+    for name in sorted(tmaps):
+        tm, p = params[name].tensor_map, params[name]
+        if not 1 <= len(tm.dims) <= 5 or len(tm.box) != len(tm.dims) or \
+                len(tm.strides) != len(tm.dims) - 1:
+            fail(f"tensor map {name}: dims, box and strides do not agree in rank")
+        if prod(tm.dims) > p.numel or any(b < 1 or b > 256 for b in tm.box):
+            fail(f"tensor map {name}: dims exceed the buffer or a box side is not in 1..256")
+        if tm.swizzle not in SWIZZLES:
+            fail(f"tensor map {name}: unknown swizzle {tm.swizzle!r}")
+    for s in walk(k.body):
+        touched = set()
+        if isinstance(s, (Store, StoreVec, LoadVec, LdMatrix)):
+            touched.add(s.buf)
+        elif isinstance(s, CpAsync):
+            touched |= {s.src, s.dst}
+        for e in _stmt_exprs(s):
+            touched |= {x.buf for x in _all_loads(e)}
+        bad = touched & (bars | tmaps)
+        if bad:
+            fail(f"{min(bad)} is an mbarrier or tensor map: only TMA and mbarrier "
+                 f"statements may use it")
+        for e in _stmt_exprs(s):
+            for dsc in _all_descs(e):
+                if dsc.buf not in smem or dtypes.ITEMSIZE[smem[dsc.buf].dtype] != 2:
+                    fail(f"wgmma descriptor of {dsc.buf}, which is not a shared array of 16-bit "
+                         f"elements")
+                if dsc.swizzle not in SWIZZLES:
+                    fail(f"wgmma descriptor with unknown swizzle {dsc.swizzle!r}")
+        if isinstance(s, Wgmma):
+            if s.dtype not in ("f16", "bf16"):
+                fail(f"wgmma takes f16 or bf16 inputs, not {s.dtype}")
+            if s.n % 8 or not 8 <= s.n <= 256:
+                fail(f"wgmma m64nNk16 needs N a multiple of 8 in 8..256, not {s.n}")
+            if len(s.d) != s.n // 2:
+                fail(f"wgmma m64n{s.n}k16 takes {s.n // 2} f32 accumulators, not {len(s.d)}")
+            for v in s.d:
+                if declared.get(v) != "f32":
+                    fail(f"wgmma accumulator {v} is not f32")
+            if k.block % 128:
+                fail(f"wgmma needs whole warpgroups, not a block of {k.block} threads")
+        elif isinstance(s, TmaLoad):
+            p = params.get(s.tmap)
+            if p is None or p.tensor_map is None:
+                fail(f"TMA load from {s.tmap}, which is not a tensor-map parameter")
+            if s.dst not in smem or smem[s.dst].dtype != p.dtype:
+                fail(f"TMA load {s.tmap} -> {s.dst}: needs a shared array of {p.dtype}")
+            if len(s.coords) != len(p.tensor_map.dims):
+                fail(f"TMA load from {s.tmap} takes {len(p.tensor_map.dims)} coordinates")
+        elif isinstance(s, MbarInit) and s.count < 1:
+            fail(f"mbarrier.init with count {s.count}")
+        elif isinstance(s, MbarArrive) and s.tx_bytes is not None and not 0 <= s.tx_bytes < 2 ** 20:
+            fail(f"mbarrier expect_tx of {s.tx_bytes} bytes")
+        elif isinstance(s, WgmmaWait) and not 0 <= s.pending <= 7:
+            fail(f"wgmma.wait_group {s.pending}")
+
+
+def _all_descs(e: Expr):
+    if isinstance(e, WgmmaDesc):
+        yield e
+    for c in children(e):
+        yield from _all_descs(c)
+
+
+def _stmt_exprs(s):
+    """The expressions directly in statement s (not in nested bodies)."""
+    for f in ("value", "index", "start", "stop", "cond", "row", "dst_index", "src_index",
+              "src_bytes", "a", "b", "scale_d", "parity", "bar_index"):
+        e = getattr(s, f, None)
+        if isinstance(e, Expr):
+            yield e
+    for f in ("values", "coords"):
+        yield from (getattr(s, f, None) or ())
 
 
 def _check_warp_ops(k: Kernel) -> None:
@@ -512,7 +794,7 @@ def _format_body(body, depth: int, out: list[str]) -> None:
         elif isinstance(s, Sync):
             out.append(f"{pad}Sync")
         elif isinstance(s, Smem):
-            out.append(f"{pad}Smem {s.name}[{s.size}] {s.dtype}")
+            out.append(f"{pad}Smem {s.name}[{s.size}] {s.dtype}" + (" dynamic" if s.dynamic else ""))
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
         elif isinstance(s, LdMatrix):
@@ -530,12 +812,49 @@ def _format_body(body, depth: int, out: list[str]) -> None:
             out.append(f"{pad}cp.async.commit_group")
         elif isinstance(s, CpAsyncWait):
             out.append(f"{pad}cp.async.wait_group {s.pending}")
+        elif isinstance(s, HOPPER_STMTS):
+            out.append(pad + _format_hopper(s))
         else:
             out.append(f"{pad}{s!r}")
 
 
+def _format_hopper(s) -> str:
+    f = format_expr
+    if isinstance(s, Wgmma):
+        d = ", ".join(s.d) if len(s.d) <= 4 else f"{s.d[0]}..{s.d[-1]}"
+        scale = "" if s.scale_d is None else f" scale_d={f(s.scale_d)}"
+        return f"{d} <- wgmma.m64n{s.n}k16.{s.dtype} a={f(s.a)} b={f(s.b)}{scale}"
+    if isinstance(s, WgmmaFence):
+        return "wgmma.fence"
+    if isinstance(s, WgmmaCommit):
+        return "wgmma.commit_group"
+    if isinstance(s, WgmmaWait):
+        return f"wgmma.wait_group {s.pending}"
+    if isinstance(s, MbarInit):
+        return f"mbarrier.init {s.bar}[{f(s.index)}], count={s.count}"
+    if isinstance(s, MbarArrive):
+        tx = "" if s.tx_bytes is None else f".expect_tx {s.tx_bytes}"
+        return f"mbarrier.arrive{tx} {s.bar}[{f(s.index)}]"
+    if isinstance(s, MbarTryWait):
+        return f"{s.var} = mbarrier.try_wait.parity {s.bar}[{f(s.index)}], {f(s.parity)}  : bool"
+    if isinstance(s, MbarWait):
+        return f"mbarrier.wait.parity {s.bar}[{f(s.index)}], {f(s.parity)}"
+    if isinstance(s, TmaLoad):
+        return (f"{s.dst}[{f(s.dst_index)}] <- tma.load {s.tmap}[{', '.join(f(c) for c in s.coords)}]"
+                f" mbar={s.bar}[{f(s.bar_index)}]")
+    return "fence.proxy.async"
+
+
+def _format_param(p: Param) -> str:
+    if p.tensor_map is None:
+        return f"{'out ' if p.output else ''}{p.name}: {p.dtype}[{p.numel}]"
+    tm = p.tensor_map
+    return (f"{p.name}: tensormap {p.dtype} dims={list(tm.dims)} strides={list(tm.strides)} "
+            f"box={list(tm.box)} swizzle={tm.swizzle}")
+
+
 def format_kernel(k: Kernel) -> str:
-    params = ", ".join(f"{'out ' if p.output else ''}{p.name}: {p.dtype}[{p.numel}]" for p in k.params)
+    params = ", ".join(_format_param(p) for p in k.params)
     out = [f"kernel {k.name}({params})  grid={k.grid} block={k.block}"]
     _format_body(k.body, 1, out)
     return "\n".join(out)

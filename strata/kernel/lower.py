@@ -178,6 +178,15 @@ def _decompose(flat: Expr, domain, bounds) -> list:
 
 
 def lower_kernel(tk: TileKernel) -> Kernel:
+    if tk.mode == "attention":
+        from .lower_attention import lower_attention_kernel  # flash attention (tile/attention.py)
+        return lower_attention_kernel(tk)
+    if tk.mode == "mma":
+        from .lower_mma import lower_mma_kernel            # tensor cores (sm_80+)
+        return lower_mma_kernel(tk)
+    if tk.mode == "wgmma":
+        from .lower_wgmma import lower_wgmma_kernel        # TMA + wgmma (sm_90a)
+        return lower_wgmma_kernel(tk)
     if tk.mode == "matmul":
         from .lower_matmul import lower_matmul_kernel      # it builds on _Lowerer below
         return lower_matmul_kernel(tk)

@@ -23,7 +23,9 @@ As the sanitizer it raises SimError, naming kernel, buffer, index and (block, th
     whole warps; an ldmatrix row that is out of bounds or not 16-byte aligned;
   - a misaligned cp.async, or any shared access to a cp.async destination before the copy
     has landed (sim_async.py: copies land at the cp.async.wait_group that completes them).
-Tensor-core fragments (ldmatrix, mma) follow the PTX layouts, see sim_mma.py.
+Tensor-core fragments (ldmatrix, mma) follow the PTX layouts, see sim_mma.py. Hopper's TMA and
+mbarrier phases are in sim_tma.py (reading TMA data before waiting on its phase fails), wgmma and
+its groups in sim_wgmma.py (reading accumulators before wgmma.wait_group fails).
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ from ..expr import Expr, evaluate
 from . import sim_mma
 from .ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                  KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
-                 StoreVec, Sync, ThreadIdx, walk)
+                 StoreVec, Sync, ThreadIdx, WgmmaDesc, walk)
 from .sim_async import AsyncCopies
+from .sim_tma import TMA_STMTS, TmaState
+from .sim_wgmma import WGMMA_STMTS, WgmmaState
 from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
 
 MAX_LANES = 1 << 20          # lanes (threads) simulated at once
@@ -133,6 +137,8 @@ class _Shared:
         self.reader = np.full((nblocks, decl.size), -1, dtype=np.int32)    # reader, -2: several
         self.repoch = np.full((nblocks, decl.size), -1, dtype=np.int32)    # ... in this epoch
         self.inflight = None      # bool array once a cp.async targets it: not landed yet
+        self.tma_slot = self.tma_phase = None   # sim_tma.py: the barrier phase TMA data lands in
+        self.wgmma_reads = None   # sim_wgmma.py: in-flight wgmma reads per element
 
     def note_reads(self, blk, i, tid, epoch) -> None:
         """Record that threads `tid` read elements `i` in barrier epoch `epoch`."""
@@ -183,6 +189,8 @@ class _Batch:
         self.smem = {n: _Shared(d, nblocks) for n, d in launch.smem_decls.items()}
         self.epoch = np.zeros(nblocks, dtype=np.int32)
         self.copies = AsyncCopies(self)
+        self.tma = TmaState(self)
+        self.wgmma = WgmmaState(self)
 
     # ------------------------------------------------------------ helpers
 
@@ -209,6 +217,8 @@ class _Batch:
         return self.lanes(idx)[mask]
 
     def set_var(self, name: str, dtype: str, value, idx) -> None:
+        if name in self.wgmma.acc_names:
+            self.wgmma.on_write(name, idx)
         value = convert(value, dtype)
         arr = self.env.get(name)
         if idx is None:
@@ -224,6 +234,7 @@ class _Batch:
     # ------------------------------------------------------------ expressions
 
     def eval(self, e: Expr, idx):
+        self.wgmma.check_expr(e, idx)
         view = _View(self.env, idx)
 
         def extra(x, go):
@@ -238,6 +249,8 @@ class _Batch:
                 return self.shuffle(go(x.value), lane ^ x.mask, idx)
             if isinstance(x, ShflIdx):
                 return self.shuffle(go(x.value), self.ints(go(x.lane), idx) % 32, idx)
+            if isinstance(x, WgmmaDesc):
+                return self.wgmma.descriptor(x, self.ints(go(x.index), idx))
             raise SimError(f"{self.k.name}: cannot simulate expression {x!r}.")
         return evaluate(e, view, extra)
 
@@ -269,6 +282,8 @@ class _Batch:
                     self.launch.fail(
                         f"shared-memory race: {self.who(lanes[j])} reads {buf}[{i[j]}] written by "
                         f"thread {sh.writer[blk[j], i[j]]} since the last barrier (missing Sync)")
+                if sh.tma_slot is not None:
+                    self.tma.check_read(buf, sh, blk, i, lanes)
                 sh.note_reads(blk, i, self.tid[lanes], self.epoch[blk])
                 out.append(from_storage(sh.data[blk, i], sh.decl.dtype))
             return out if width > 1 else out[0]
@@ -341,6 +356,9 @@ class _Batch:
     def check_shared_write(self, buf, sh, i, lanes, blk, tid) -> None:
         """Fail if threads `tid` may not write shared elements `i` now: a cp.async to them is in
         flight, or another thread wrote or read them since the last barrier."""
+        if sh.tma_slot is not None or sh.wgmma_reads is not None:
+            self.wgmma.check_smem_write(buf, sh, i, lanes, blk)
+            self.tma.check_write(buf, sh, i, lanes, blk)
         if sh.inflight is not None and sh.inflight[blk, i].any():
             j = int(np.flatnonzero(sh.inflight[blk, i])[0])
             self.launch.fail(f"{self.who(lanes[j])} writes {buf}[{i[j]}] while a cp.async to it "
@@ -431,6 +449,10 @@ class _Batch:
                 self.copies.commit(idx)
             elif isinstance(s, CpAsyncWait):
                 self.copies.wait(s.pending, idx)
+            elif isinstance(s, TMA_STMTS):
+                self.tma.run(s, idx)
+            elif isinstance(s, WGMMA_STMTS):
+                self.wgmma.run(s, idx)
             elif isinstance(s, (Smem, Comment)):
                 pass
             else:

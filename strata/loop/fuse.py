@@ -20,8 +20,8 @@ from math import prod
 
 from ..context import Context
 from ..expr import Const, Expr, Var, add, free_vars, substitute
-from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram,
-                         IDX)
+from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
+                         TensorProgram, IDX)
 
 
 @dataclass
@@ -100,10 +100,30 @@ class _Walker:
             raise TypeError(f"unknown Tensor IR node {n!r}")
 
 
+def plan_scatter(prog: TensorProgram, target: str, materialized: set[str]
+                 ) -> tuple[KernelPlan, set[str]]:
+    """A Scatter's kernel runs over the rows it writes (values' shape), computing the values and
+    positions inline; a reduction among them gets its own kernel (loop/scatter.py)."""
+    n = prog.node(target)
+    shape = prog.node(n.values).type.shape
+    index = tuple(Var(f"o{d}") if s > 1 else Const(0) for d, s in enumerate(shape))
+    w = _Walker(prog, materialized, set())
+    w.walk(n.values, index, frozenset())
+    w.walk(n.indices, (index[n.axis],), frozenset())
+    w.reached.add(n.dest)
+    if w.reduce_deps:
+        r = next(iter(w.reduce_deps))
+        raise _Refusal(r, f"refused fusing {r} into the scatter {target}: a scatter kernel "
+                          f"computes only elementwise values inline")
+    return KernelPlan(target, tuple(d for d, s in enumerate(shape) if s > 1)), w.reached
+
+
 def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
                 merged: tuple[str, ...] = ()) -> tuple[KernelPlan, set[str]]:
     """The parallel domain of the kernel computing `target`; raises _Refusal on blow-up."""
     node = prog.node(target)
+    if isinstance(node, Scatter):
+        return plan_scatter(prog, target, materialized)
     shape = node.type.shape
     index = tuple(Var(f"o{d}") if s > 1 else Const(0) for d, s in enumerate(shape))
     w = _Walker(prog, materialized, {target, *merged})
@@ -146,6 +166,7 @@ class _Indexed:
 
     def __init__(self, prog: TensorProgram):
         self.nodes, self.outputs, self.by_name = prog.nodes, prog.outputs, prog.by_name
+        self.mutations = getattr(prog, "mutations", {})
 
     def node(self, name: str):
         return self.by_name[name]
@@ -156,11 +177,24 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     prog = _Indexed(prog)
     pos = {n.name: k for k, n in enumerate(prog.nodes)}
     materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
+    # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
+    from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
+    from .attention_match import find_attention
+    attn = find_attention(prog, materialized, ctx.log)
+    for m in attn.values():
+        materialized.add(m.out)
+        materialized |= reductions_to_materialize(prog, m, materialized)
+    materialized |= {v for v in prog.mutations.values() if not isinstance(prog.node(v), Input)}
+    for n in prog.nodes:          # a scatter and its destination are buffers (loop/scatter.py)
+        if isinstance(n, Scatter):
+            materialized.add(n.name)
+            if not isinstance(prog.node(n.dest), Input):
+                materialized.add(n.dest)
     # Plan the earliest target not yet planned; a refusal materializes one more node (an earlier
     # one) and planning goes on from there. Materializing only prunes what a kernel inlines, so
     # a kernel that passed keeps passing: no target is planned twice before the final pass below,
     # and the refusals come in the order a restart from the first target would find them.
-    passed: set[str] = set()
+    passed: set[str] = set(attn)
     while len(passed) < len(materialized):
         t = min(materialized - passed, key=pos.__getitem__)
         try:
@@ -170,20 +204,25 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             ctx.log(f"fuse: {r.reason}")
             materialized.add(r.node)
     mats = sorted(materialized, key=pos.__getitem__)
-    reached = {t: plan_kernel(prog, t, materialized)[1] for t in mats}
+    reached = {t: reached_buffers(prog, attn[t], materialized) if t in attn
+               else plan_kernel(prog, t, materialized)[1] for t in mats}
 
     # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
     merged_into: dict[str, str] = {}
     for x in mats:
-        if _has_reduce(prog, x, materialized):
+        if _has_reduce(prog, x, materialized) or isinstance(prog.node(x), Scatter):
             continue
         loaders = [t for t in mats if x in reached[t]]
-        if loaders and prog.node(loaders[0]).type.shape == prog.node(x).type.shape \
-                and loaders[0] not in merged_into:
+        if loaders and not isinstance(prog.node(loaders[0]), Scatter) \
+                and prog.node(loaders[0]).type.shape == prog.node(x).type.shape \
+                and loaders[0] not in merged_into and loaders[0] not in attn:
             merged_into[x] = loaders[0]
     kernels = []
     for t in mats:
         if t in merged_into:
+            continue
+        if t in attn:
+            kernels.append(AttentionPlan(t, attn[t]))
             continue
         extra = tuple(x for x in mats if merged_into.get(x) == t)
         try:

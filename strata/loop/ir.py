@@ -250,6 +250,9 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
         out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}")
         for b in s.body:
             format_stmt(b, depth + 1, out)
+    elif hasattr(s, "batch") and hasattr(s, "safe"):      # loop/attention.py
+        from .attention import format_attention
+        format_attention(s, depth, out)
 
 
 def format_kernel(k: LoopKernel) -> str:

@@ -13,8 +13,9 @@ from math import prod
 from .. import dtypes
 from ..context import Context
 from ..expr import Cast, Const, Expr, Op, Var, call, free_vars, simplify, substitute
-from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram,
-                         IDX)
+from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
+                         TensorProgram, IDX)
+from . import scatter
 from .fuse import FusionPlan, KernelPlan, plan as plan_fusion
 from .ir import (Accum, AccInit, BufferInfo, Let, Load, Loop, LoopKernel, LoopProgram, Store,
                  canonical_names)
@@ -279,12 +280,22 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
     plan = plan or plan_fusion(prog, ctx)
     materialized = set(plan.materialized)
     taken: set[str] = set()
-    kernels = [build_kernel(prog, kp, materialized, kernel_name(kp, taken)) for kp in plan.kernels]
+    alias = scatter.aliases(prog)         # scatters stored in place (KV-cache writes)
+    kernels = []
+    for kp in plan.kernels:
+        if hasattr(kp, "build"):          # a fused attention (loop/attention.py)
+            kernels.append(kp.build(prog, materialized, kernel_name(kp, taken), alias))
+        elif isinstance(prog.node(kp.target), Scatter):
+            kernels += scatter.scatter_kernels(prog, kp, materialized, kernel_name(kp, taken), alias)
+        else:
+            kernels.append(build_kernel(prog, kp, materialized, kernel_name(kp, taken)))
+    kernels = scatter.rename_buffers(kernels + scatter.write_back(prog, materialized, alias), alias)
     buffers = []
     for n in prog.nodes:
         if isinstance(n, Input):
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, n.kind))
-        elif n.name in materialized:
+        elif n.name in materialized and n.name not in alias:
             kind = "output" if n.name in prog.outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))
-    return LoopProgram(buffers, kernels, list(prog.outputs), prog.weights)   # read lazily
+    outputs = [alias.get(o, o) for o in prog.outputs]
+    return LoopProgram(buffers, kernels, outputs, prog.weights)   # read lazily

@@ -74,3 +74,11 @@ def decoder(model: nn.Module) -> nn.Module:
 def layer_output(out):
     """A decoder layer's hidden states: transformers 5 returns the tensor, 4.x a tuple."""
     return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def cache_argument(layer: nn.Module, cache) -> dict:
+    """The keyword a decoder layer takes its KV cache by: past_key_values (transformers >= 4.56),
+    past_key_value before."""
+    import inspect
+    params = inspect.signature(layer.forward).parameters
+    return {"past_key_values" if "past_key_values" in params else "past_key_value": cache}

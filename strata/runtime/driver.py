@@ -110,6 +110,14 @@ def function_attribute(function, attribute: str, kernel: str = "") -> int:
                     detail=f" for kernel {kernel}" if kernel else ""))
 
 
+def set_function_attribute(function, attribute: str, value: int, kernel: str = "") -> None:
+    """cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_<attribute>), e.g. MAX_DYNAMIC_SHARED_SIZE_BYTES."""
+    cu = _cu()
+    attr = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{attribute}")
+    call("cuFuncSetAttribute", function, attr, int(value),
+         detail=f" setting {attribute}={value} for kernel {kernel}" if kernel else "")
+
+
 def launch(function, kernel: str, grid: int, block: int, params_address: int, stream: int,
            smem_bytes: int = 0) -> None:
     """cuLaunchKernel on a 1-D grid; `params_address` is the address of the void*[] array of

@@ -12,6 +12,10 @@ second captures the launches into a torch.cuda.CUDAGraph over static input, outp
 buffers, and every call from then on copies its inputs into the static buffers, replays the
 graph and returns copies of the static outputs (so results of earlier calls stay valid). Shapes
 are fixed at compile time, so one graph serves every call. use_graph=False keeps plain launches.
+
+An input the program updates in place (a KV cache written with index_copy_, `mutated_inputs`)
+is never copied: the kernels write the caller's tensor, which must be contiguous on the device,
+and a graph is captured over that tensor itself (captured again if a call passes another one).
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ import torch
 
 from .. import dtypes
 from ..kernel.ir import KernelProgram
+from ..errors import InputMismatch
 from .args import prepare_args, prepare_weights
-from .launch import Launch, bind, launch_all, unique_kernel_names
+from .launch import Launch, allow_dynamic_smem, bind, launch_all, unique_kernel_names
 from .slab import plan_slab
 
 
@@ -31,6 +36,22 @@ def compile_cubin(source: str, arch: str, kernel_names: list[str]) -> bytes:
     """The cubin of `source` for `arch`, from the persistent compile cache."""
     from .cache import compile_cached
     return compile_cached(source, arch, kernel_names, want="cubin")
+
+
+def mutated_inputs(program: KernelProgram) -> list[str]:
+    """Input buffers some kernel writes: the program updates these arguments in place."""
+    written = {p.name for k in program.kernels for p in k.params if p.output}
+    return [b.name for b in program.buffers if b.kind == "input" and b.name in written]
+
+
+def _arch_for(program: KernelProgram, device_arch: str) -> str:
+    """The device's architecture, sm_90a on an sm_90 device when a kernel uses wgmma (the
+    architecture-specific features exist only in code built for sm_90a)."""
+    from ..kernel.ir import Wgmma, walk
+    if device_arch == "sm_90" and any(isinstance(s, Wgmma) for k in program.kernels
+                                      for s in walk(k.body)):
+        return "sm_90a"
+    return device_arch
 
 
 def _default_driver():
@@ -64,11 +85,12 @@ class CudaProgram:
         self.driver = driver or _default_driver()
         self.device = _resolve_device(device)
         self.ctx = self.driver.context(self.device)
-        self.arch = arch or self.driver.arch(self.device)
+        self.arch = arch or _arch_for(program, self.driver.arch(self.device))
         self.use_graph, self.poison = use_graph, poison
         self.spec = dict(inputs) if inputs is not None else {
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}
+        self.mutated = set(mutated_inputs(program))
         self.plan = plan_slab(program)
         self.weights = prepare_weights(program.buffers, weights or {}, self.device)
         self.source = emit_program(program, self.arch)
@@ -77,6 +99,7 @@ class CudaProgram:
                                               ", ".join(names))
         functions = {n: self.driver.get_function(self.module, n) for n in names}
         self.launches = [Launch(k, functions[cname(k.name)]) for k in program.kernels]
+        allow_dynamic_smem(self.driver, self.launches)
         self.calls = 0
         self.graph = None
         self._static = None           # (inputs, outputs, slab) the graph was captured over
@@ -86,6 +109,11 @@ class CudaProgram:
     def run(self, inputs) -> list[torch.Tensor]:
         """Flat outputs, in program output order, as torch tensors on the device."""
         args = prepare_args(self.spec, list(inputs), self.device)
+        for name, given, arg in zip(self.spec, inputs, args):
+            if name in self.mutated and arg.data_ptr() != given.data_ptr():
+                raise InputMismatch(f"input {name} is updated in place, so it must be a "
+                                    f"contiguous tensor with 16-byte aligned data (as "
+                                    f"torch.zeros gives)")
         self.driver.make_current(self.ctx)
         self.calls += 1
         if self.use_graph and self.device.type == "cuda" and self.calls > 1:
@@ -117,7 +145,7 @@ class CudaProgram:
                 poison_(t)
             if slab is not None:
                 slab.fill_(255)       # all-ones bytes: NaN in every float type, -1 in ints
-        bound = bound or bind(self.launches, self._pointers(tensors, outs, slab))
+        bound = bound or bind(self.launches, self._pointers(tensors, outs, slab), self.driver)
         launch_all(self.driver, bound, self.driver.current_stream(self.device))
 
     def _collect(self, tensors, outs, clone: bool) -> list[torch.Tensor]:
@@ -125,25 +153,34 @@ class CudaProgram:
         for name in self.program.outputs:
             if name in outs:
                 result.append(outs[name].clone() if clone else outs[name])
+            elif name in self.mutated:    # the caller's tensor, updated in place
+                result.append(tensors[name])
             else:                     # an input or weight returned as it is
                 result.append(tensors[name].clone().reshape(self.buffers[name].shape))
         return result
 
     def _replay(self, args) -> list[torch.Tensor]:
         with torch.cuda.device(self.device):
+            if self.graph is not None and any(
+                    s.data_ptr() != a.data_ptr() for name, s, a in zip(self.spec, self._static[0], args)
+                    if name in self.mutated):
+                self.graph = None          # another tensor to update in place: capture again
             if self.graph is None:
                 self._capture(args)
             static_in, static_out, _slab = self._static
-            for s, a in zip(static_in, args):
-                s.copy_(a)
+            for name, s, a in zip(self.spec, static_in, args):
+                if name not in self.mutated:
+                    s.copy_(a)
             self.graph.replay()
             tensors = {**self.weights, **dict(zip(self.spec, static_in))}
             return self._collect(tensors, static_out, clone=True)
 
     def _capture(self, args) -> None:
-        static_in = [torch.empty_like(a, memory_format=torch.contiguous_format) for a in args]
+        static_in = [a if name in self.mutated else
+                     torch.empty_like(a, memory_format=torch.contiguous_format)
+                     for name, a in zip(self.spec, args)]
         tensors, static_out, slab = self._allocate(static_in)
-        bound = bind(self.launches, self._pointers(tensors, static_out, slab))
+        bound = bind(self.launches, self._pointers(tensors, static_out, slab), self.driver)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._launch(tensors, static_out, slab, bound)
@@ -170,7 +207,7 @@ class CudaProgram:
         args = prepare_args(self.spec, list(inputs), self.device)
         self.driver.make_current(self.ctx)
         tensors, outs, slab = self._allocate(args)
-        bound = bind(self.launches, self._pointers(tensors, outs, slab))
+        bound = bind(self.launches, self._pointers(tensors, outs, slab), self.driver)
         if not bound:
             return []
         with torch.cuda.device(self.device):

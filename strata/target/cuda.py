@@ -12,7 +12,10 @@ Global f16/bf16 data is converted at the access (`__half2float`, `__float2bfloat
 accesses are one aligned 4/8/16-byte load or store (float4, or uint4 unpacked as __half2 pairs).
 Tensor-core and async-copy statements (Mma, LdMatrix, CpAsync*) are inline PTX, one asm
 statement each; fragment registers are `int`. A program using them gets TENSOR_CORE_PRELUDE,
-which refuses (#error) to compile for an architecture below sm_80.
+which refuses (#error) to compile for an architecture below sm_80. Hopper statements (TmaLoad,
+Mbar*, Wgmma*, FenceProxyAsync) are inline PTX too, with HOPPER_PRELUDE (the CUtensorMap
+parameter type, descriptor construction, the mbarrier wait loop; sm_90+) and, for wgmma, a
+guard that needs sm_90a; shared arrays they touch are 1024-byte aligned for the swizzles.
 """
 from __future__ import annotations
 
@@ -23,9 +26,12 @@ import numpy as np
 from .. import dtypes, scalar_ops
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, Var, children
-from ..kernel.ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If,
-                         Kernel, KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor,
-                         Smem, Store, StoreVec, Sync, ThreadIdx, walk)
+from ..kernel.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, BlockIdx, Comment,
+                         CpAsync, CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel,
+                         KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
+                         MbarTryWait, MbarWait, Mma, ShflIdx, ShflXor, Smem, Store, StoreVec,
+                         Sync, ThreadIdx, TmaLoad, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence,
+                         WgmmaWait, walk)
 
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
@@ -65,6 +71,37 @@ __device__ __forceinline__ unsigned st_smem_addr(const void* p) {
 }
 """
 WARP_OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait)
+
+HOPPER_PRELUDE = r"""// TMA (cp.async.bulk.tensor), mbarrier and wgmma are inline PTX for sm_90 (wgmma: sm_90a).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "strata: these kernels use TMA and mbarrier, which need sm_90 or newer"
+#endif
+// A CUtensorMap (cuda.h) by value: 128 opaque bytes, encoded on the host by cuTensorMapEncodeTiled.
+struct alignas(128) st_tensor_map { unsigned long long opaque[16]; };
+// wgmma matrix descriptor: start address >> 4 (bits 0-13), leading / stride byte offsets >> 4
+// (16-29, 32-45), swizzle mode (62-63: 0 none, 1 128B, 2 64B, 3 32B).
+__device__ __forceinline__ long long st_wgmma_desc(const void* p, unsigned lbo, unsigned sbo,
+                                                   unsigned mode) {
+    unsigned long long a = st_smem_addr(p);
+    return (long long)(((a & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
+                       | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32)
+                       | ((unsigned long long)mode << 62));
+}
+// mbarrier.try_wait.parity: whether the phase with this parity has completed.
+__device__ __forceinline__ bool st_mbar_try_wait(unsigned bar, unsigned parity) {
+    unsigned ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void st_mbar_wait(unsigned bar, unsigned parity) {
+    while (!st_mbar_try_wait(bar, parity)) {
+    }
+}
+"""
+WGMMA_GUARD = r"""#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "strata: these kernels use wgmma, which needs sm_90a (--gpu-architecture=sm_90a)"
+#endif"""
 
 # C precedence, higher binds tighter.
 ATOM, UNARY, MUL, ADD, REL, EQ, AND, OR, COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
@@ -162,7 +199,7 @@ def data_vars(kernel: Kernel) -> set[str]:
             out |= set(s.a + s.b)
 
     def is_data(e: Expr) -> bool:
-        if isinstance(e, (Load, ShflXor, ShflIdx)):
+        if isinstance(e, (Load, ShflXor, ShflIdx, WgmmaDesc)):
             return True
         if isinstance(e, Var):
             return e.name in out
@@ -196,6 +233,7 @@ class _Emitter:
         self.vector_bufs = {s.buf for s in walk(kernel.body)      # accessed 16 bytes at a time
                             if isinstance(s, (LoadVec, StoreVec, LdMatrix))}
         self.vector_bufs |= {s.dst for s in walk(kernel.body) if isinstance(s, CpAsync)}
+        self.swizzled = _async_proxy_bufs(kernel)     # TMA / wgmma operands: 1024-byte aligned
         self.lines: list[str] = []
         self.signed = False        # print thread/block ids as signed inside a subtraction
         self.hoisted: set[str] = set()   # shared arrays declared at the top of the kernel
@@ -245,6 +283,9 @@ class _Emitter:
             return self.cast(e)
         if isinstance(e, Op):
             return self.op(e)
+        if isinstance(e, WgmmaDesc):
+            return (f"st_wgmma_desc(&{cname(e.buf)}[{_strip(self.expr(e.index))}], {e.lbo}, {e.sbo}, "
+                    f"{SWIZZLES[e.swizzle]})"), ATOM
         raise TypeError(f"{self.k.name}: cannot emit expression {e!r}")
 
     def shfl(self, fn: str, value: Expr, arg: str, dtype: str) -> str:
@@ -359,8 +400,13 @@ class _Emitter:
             self.emit("}", depth)
         elif isinstance(s, Sync):
             self.emit("__syncthreads();", depth)
+        elif isinstance(s, Smem) and s.dynamic:     # a slice of the aligned dynamic arrays
+            ct = dtypes.C_STORAGE[s.dtype]
+            self.emit(f"{ct}* {cname(s.name)} = reinterpret_cast<{ct}*>(st_dyn_smem + "
+                      f"{self.dyn_offsets[s.name]});", depth)
         elif isinstance(s, Smem):
             align = "__align__(16) " if s.name in self.vector_bufs else ""
+            align = "__align__(1024) " if s.name in self.swizzled else align
             self.emit(f"__shared__ {align}{dtypes.C_STORAGE[s.dtype]} {cname(s.name)}[{s.size}];", depth)
         elif isinstance(s, Comment):
             for line in s.text.splitlines() or [""]:
@@ -386,6 +432,8 @@ class _Emitter:
             self.asm("cp.async.commit_group;", [], [], depth)
         elif isinstance(s, CpAsyncWait):
             self.asm(f"cp.async.wait_group {s.pending};", [], [], depth)
+        elif isinstance(s, HOPPER_STMTS):
+            self.hopper(s, depth)
         else:
             raise TypeError(f"{self.k.name}: cannot emit statement {s!r}")
 
@@ -430,6 +478,59 @@ class _Emitter:
         self.asm(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{{_operands(0, 4)}}}, "
                  f"{{{_operands(4, 4)}}}, {{{_operands(8, 2)}}}, {{{c_ops}}};", outs, ins, depth,
                  memory=False)
+
+    def hopper(self, s, depth: int) -> None:
+        """TMA, mbarrier and wgmma: one asm statement each (waits call st_mbar_wait)."""
+        if isinstance(s, Wgmma):
+            self.wgmma(s, depth)
+        elif isinstance(s, WgmmaFence):
+            self.asm("wgmma.fence.sync.aligned;", [], [], depth)
+        elif isinstance(s, WgmmaCommit):
+            self.asm("wgmma.commit_group.sync.aligned;", [], [], depth)
+        elif isinstance(s, WgmmaWait):
+            self.asm(f"wgmma.wait_group.sync.aligned {s.pending};", [], [], depth)
+        elif isinstance(s, FenceProxyAsync):
+            self.asm("fence.proxy.async.shared::cta;", [], [], depth)
+        elif isinstance(s, MbarInit):
+            self.asm("mbarrier.init.shared::cta.b64 [%0], %1;", [],
+                     [f'"r"({self.smem_addr(s.bar, s.index)})', f'"r"({s.count})'], depth)
+        elif isinstance(s, MbarArrive):
+            bar = f'"r"({self.smem_addr(s.bar, s.index)})'
+            if s.tx_bytes is None:
+                self.asm("mbarrier.arrive.shared::cta.b64 _, [%0];", [], [bar], depth)
+            else:
+                self.asm("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;", [],
+                         [bar, f'"r"({s.tx_bytes})'], depth)
+        elif isinstance(s, MbarTryWait):
+            self.emit(f"bool {cname(s.var)} = st_mbar_try_wait({self.smem_addr(s.bar, s.index)}, "
+                      f"(unsigned){self.expr(s.parity, UNARY)});", depth)
+        elif isinstance(s, MbarWait):
+            self.emit(f"st_mbar_wait({self.smem_addr(s.bar, s.index)}, "
+                      f"(unsigned){self.expr(s.parity, UNARY)});", depth)
+        elif isinstance(s, TmaLoad):
+            r = len(s.coords)
+            coords = ", ".join(f"%{2 + j}" for j in range(r))
+            self.asm(f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     f"[%0], [%1, {{{coords}}}], [%{2 + r}];", [],
+                     [f'"r"({self.smem_addr(s.dst, s.dst_index)})',
+                      f'"l"(reinterpret_cast<unsigned long long>(&{cname(s.tmap)}))',
+                      *(f'"r"((int){self.expr(c, UNARY)})' for c in s.coords),
+                      f'"r"({self.smem_addr(s.bar, s.bar_index)})'], depth)
+
+    def wgmma(self, s: Wgmma, depth: int) -> None:
+        """D = A @ B.T + D per warpgroup; scale-d is a predicate set from an int. The empty asm
+        after it ties the accumulators to the asynchronous instruction (the compiler must not
+        move or copy them before wgmma.wait_group)."""
+        d = [cname(v) for v in s.d]
+        nd = len(d)
+        scale = "1" if s.scale_d is None else self.expr(s.scale_d, UNARY)
+        self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 2}, 0; "
+                 f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{s.dtype}.{s.dtype} "
+                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 0; }}",
+                 [f'"+f"({v})' for v in d],
+                 [f'"l"({_strip(self.expr(s.a))})', f'"l"({_strip(self.expr(s.b))})',
+                  f'"r"((int){scale})'], depth)
+        self.asm("", [f'"+f"({v})' for v in d], [], depth)
 
     def stored(self, buf: str, value: Expr) -> str:
         conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
@@ -527,10 +628,26 @@ class _Emitter:
                 seen.add(name)
         return hoist
 
+    def dynamic_smem(self) -> None:
+        """The dynamic shared arrays (Smem.dynamic): one extern array whose base is rounded up to
+        DYNAMIC_SMEM_ALIGN at run time (the launch passes that much slack, see
+        Kernel.dynamic_smem_bytes), each array at an aligned offset in declaration order."""
+        at, self.dyn_offsets = 0, {}
+        for s in walk(self.k.body):
+            if isinstance(s, Smem) and s.dynamic and s.name not in self.dyn_offsets:
+                self.dyn_offsets[s.name] = at
+                at += -(-s.size * dtypes.ITEMSIZE[s.dtype] // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN
+        if self.dyn_offsets:
+            a = DYNAMIC_SMEM_ALIGN
+            self.emit(f"extern __shared__ __align__({a}) unsigned char st_dyn_smem_raw[];", 1)
+            self.emit(f"unsigned char* st_dyn_smem = st_dyn_smem_raw + (({a}u - "
+                      f"((unsigned)__cvta_generic_to_shared(st_dyn_smem_raw) & {a - 1}u)) & {a - 1}u);", 1)
+
     def kernel(self) -> str:
         k = self.k
         params = [f"{'' if p.output else 'const '}{dtypes.C_STORAGE[p.dtype]}* __restrict__ {cname(p.name)}"
-                  for p in k.params]
+                  if p.tensor_map is None else
+                  f"const __grid_constant__ st_tensor_map {cname(p.name)}" for p in k.params]
         for line in (k.src or "").splitlines():
             self.lines.append(f"// {line}")
         if self.wide:
@@ -543,6 +660,7 @@ class _Emitter:
             self.lines.append(head)
             self._wrap_signature(cname(k.name), params)
         self.hoisted = self.hoisted_smem()
+        self.dynamic_smem()
         for name in sorted(self.hoisted):
             self.stmt(self.smem[name], 1)
         self.body(k.body, 1)
@@ -559,6 +677,30 @@ class _Emitter:
                 line = pad
             line += piece
         self.lines.append(line)
+
+
+def _descs(e: Expr):
+    if isinstance(e, WgmmaDesc):
+        yield e
+    for c in children(e):
+        yield from _descs(c)
+
+
+def _async_proxy_bufs(kernel: Kernel) -> set[str]:
+    """Shared arrays TMA writes or wgmma descriptors point into (the swizzle acts on address bits,
+    so they start on a 1024-byte boundary, as the simulator assumes)."""
+    out = {s.dst for s in walk(kernel.body) if isinstance(s, TmaLoad)}
+
+    def ex(e):
+        if isinstance(e, WgmmaDesc):
+            out.add(e.buf)
+        for c in children(e):
+            ex(c)
+    for s in walk(kernel.body):
+        for f in ("value", "a", "b"):
+            if isinstance(getattr(s, f, None), Expr):
+                ex(getattr(s, f))
+    return out
 
 
 def _operands(first: int, n: int) -> str:
@@ -579,6 +721,13 @@ def _buffers_used(s) -> set[str]:
             out.add(st.buf)
         elif isinstance(st, CpAsync):
             out |= {st.src, st.dst}
+        elif isinstance(st, TmaLoad):
+            out |= {st.dst, st.bar}
+        elif isinstance(st, (MbarInit, MbarArrive, MbarTryWait, MbarWait)):
+            out.add(st.bar)
+        if isinstance(st, Wgmma):
+            for e in (st.a, st.b):
+                out |= {d.buf for d in _descs(e)}
         for f in ("value", "index", "start", "stop", "cond", "row", "dst_index", "src_index",
                   "src_bytes"):
             if isinstance(getattr(st, f, None), Expr):
@@ -601,13 +750,26 @@ def emit_program(program: KernelProgram, arch: str = "sm_90") -> str:
     parts = [f"// strata: {len(program.kernels)} kernel(s) for {arch}: {names}",
              "#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
              PRELUDE.rstrip()]
-    users = [k.name for k in program.kernels if any(isinstance(s, WARP_OPS) for s in walk(k.body))]
+    users = [k.name for k in program.kernels
+             if any(isinstance(s, WARP_OPS + HOPPER_STMTS) for s in walk(k.body))]
+    hopper = [k.name for k in program.kernels if any(isinstance(s, HOPPER_STMTS) for s in walk(k.body))]
+    wgmma = [k.name for k in program.kernels if any(isinstance(s, Wgmma) for s in walk(k.body))]
+    m = re.fullmatch(r"sm_(\d+)([af]?)", arch)
+    if hopper and m and int(m.group(1)) < 90:
+        raise CompileError(f"kernel {hopper[0]} uses TMA, mbarrier or wgmma, which need sm_90 or "
+                           f"newer, not {arch}")
+    if wgmma and m and (m.group(1) != "90" or m.group(2) != "a"):
+        raise CompileError(f"kernel {wgmma[0]} uses wgmma, which needs sm_90a, not {arch}")
     if users:
         m = re.fullmatch(r"sm_(\d+)[af]?", arch)
         if m and int(m.group(1)) < 80:
             raise CompileError(f"kernel {users[0]} uses mma.sync, ldmatrix or cp.async, which need "
                                f"sm_80 or newer, not {arch}")
         parts.append(TENSOR_CORE_PRELUDE.rstrip())
+    if hopper:
+        parts.append(HOPPER_PRELUDE.rstrip())
+    if wgmma:
+        parts.append(WGMMA_GUARD)
     seen: dict[str, Kernel] = {}
     for k in program.kernels:
         if k.name in seen:        # the same kernel launched twice is defined once

@@ -19,6 +19,8 @@ from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
 from .builder import RULES, Builder, T
 from .ir import Input, TensorProgram
 from . import rules_const, rules_elementwise, rules_layout, rules_matmul, rules_reduce  # noqa: F401 (register)
+from . import rules_attention  # noqa: F401 (register)
+from . import rules_scatter  # noqa: F401 (register)
 
 
 class Args(dict):
@@ -159,6 +161,7 @@ def to_tensor_ir(prog: TorchProgram) -> TensorProgram:
             result = _rename_last(b, start, result, node.name)
         env[node.name] = result
     outputs = [env[o].name for o in prog.outputs]
-    nodes = _live(b.nodes, outputs)
-    out = TensorProgram(nodes, outputs, WeightArrays(prog.weights))
+    mutations = {i: env[v].name for i, v in getattr(prog, "mutations", {}).items()}
+    nodes = _live(b.nodes, outputs + list(mutations.values()))
+    out = TensorProgram(nodes, outputs, WeightArrays(prog.weights), mutations)
     return out

@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import dtypes, scalar_ops
 from ..expr import cast_values, evaluate as eval_expr
-from .ir import Elementwise, Full, Gather, IndexMap, Input, Iota, Node, Reduce, TensorProgram
+from .ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Node, Reduce, Scatter,
+                 TensorProgram)
 
 
 def value_type(dtype: str, precision: str):
@@ -115,6 +116,11 @@ def _node(n: Node, vals: dict, inputs: Mapping, weights: Mapping, precision: str
         env = _grid(n.type.shape)
         env["idx"] = np.asarray(vals[n.indices], dtype=np.int64)
         return _read(n, vals[n.data], n.index, env)
+    if isinstance(n, Scatter):
+        out = np.array(vals[n.dest], copy=True)
+        idx = np.asarray(vals[n.indices], dtype=np.int64)
+        np.moveaxis(out, n.axis, 0)[idx] = np.moveaxis(np.asarray(vals[n.values]), n.axis, 0)
+        return out
     raise TypeError(f"cannot evaluate {n!r}")
 
 

@@ -9,6 +9,8 @@
     IndexMap    out[i0..in] = arg[index(i0..in)] (or `fill` where `valid` is false): broadcast,
                 view, reshape, permute, slice, expand, flip, roll, select, squeeze... none copies
     Gather      out[o] = data[index(o)] where the index exprs may use Var("idx") = indices[o]
+    Scatter     out = dest with the slices indices[j] along `axis` replaced by values[.., j, ..]
+                (index_copy / index_put: a KV-cache write; loop/lower.py writes it in place)
 
 Index expressions use variables i0, i1, ... (one per output dim, `out_vars`). Nodes are frozen;
 a program lists them in topological order. `verify()` checks shapes, dtypes and references.
@@ -108,6 +110,19 @@ class Gather(Node):
         return (self.data, self.indices)
 
 
+@dataclass(frozen=True)
+class Scatter(Node):
+    """out = dest, except out[.., indices[j], ..] (at `axis`) = values[.., j, ..]: the only node
+    whose value is mostly another node's, so that it can be stored in dest's buffer in place."""
+    dest: str = ""
+    values: str = ""              # dest's shape, except indices' length along `axis`
+    indices: str = ""             # 1-D integer node, non-negative positions along `axis`
+    axis: int = 0
+
+    def operands(self):
+        return (self.dest, self.values, self.indices)
+
+
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 IDX = Var("idx")
 
@@ -129,6 +144,7 @@ class TensorProgram:
     nodes: list[Node]
     outputs: list[str]
     weights: dict[str, np.ndarray] = field(default_factory=dict)   # Input(kind="weight") values
+    mutations: dict[str, str] = field(default_factory=dict)  # input updated in place -> new value
 
     def node(self, name: str) -> Node:
         return self.by_name[name]
@@ -158,6 +174,9 @@ class TensorProgram:
         for o in self.outputs:
             if o not in seen:
                 raise VerifyError(f"output {o} is not defined")
+        for i, v in self.mutations.items():
+            if v not in seen or seen[v].type != seen.get(i, seen[v]).type:
+                raise VerifyError(f"in-place update of {i} with {v} does not fit")
 
     def __str__(self) -> str:
         return format_program(self)
@@ -195,6 +214,14 @@ def _verify_node(n: Node, env: dict[str, Node]) -> None:
         if idx.type.shape != n.type.shape:
             raise VerifyError(f"{n.name}: indices shape {idx.type.shape} != {n.type.shape}")
         _verify_index(n, n.index, src.type.shape, allowed={"idx"})
+    elif isinstance(n, Scatter):
+        dest, vals, idx = need(n.dest), need(n.values), need(n.indices)
+        count = idx.type.shape[0] if len(idx.type.shape) == 1 else -1
+        want = tuple(count if d == n.axis else s for d, s in enumerate(dest.type.shape))
+        if dest.type != n.type or len(idx.type.shape) != 1 or vals.type.shape != want \
+                or idx.type.dtype not in ("i64", "i32"):
+            raise VerifyError(f"{n.name}: scatter of {vals.type} into {dest.type} along axis "
+                              f"{n.axis} at {idx.type} does not fit")
 
 
 def _verify_index(n: Node, index, src_shape, allowed: set[str]) -> None:
@@ -239,6 +266,9 @@ def format_node(n: Node) -> str:
             rhs += f" if {to_str(n.valid)} else {_arg(n.fill)}"
     elif isinstance(n, Gather):
         rhs = f"{n.data}[{', '.join(to_str(e) for e in n.index)}] with idx = {n.indices}"
+    elif isinstance(n, Scatter):
+        where = ", ".join("idx" if d == n.axis else ":" for d in range(len(n.type.shape)))
+        rhs = f"{n.dest} with [{where}] = {n.values} with idx = {n.indices}"
     else:
         rhs = repr(n)
     return f"{n.name} = {rhs} -> {n.type}"

@@ -143,6 +143,61 @@ class Sync:
 
 
 @dataclass(frozen=True)
+class MmaTile:
+    """The block tile of a tensor-core contraction (mode "mma"): a block of WARPS_M x WARPS_N
+    warps computes a tile_m x tile_n tile of the output at (m0, n0); each warp a
+    (tile_m / warps_m) x (tile_n / warps_n) piece of m16n8k16 tiles, its accumulators in
+    registers in the PTX C-fragment layout. K advances tile_k at a time through shared memory.
+    `m` is None for a vector M-side operand (one row). `swizzle` is how the shared tiles are
+    laid out: "none", "pad" (rows padded by 16 bytes) or "xor" (16-byte chunks XOR-permuted)."""
+    m: str | None
+    n: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    warps_m: int
+    warps_n: int
+    dtype: str                          # f16 | bf16: the operands in shared memory
+    swizzle: str = "none"
+
+    @property
+    def warp_m(self) -> int:
+        return self.tile_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.tile_n // self.warps_n
+
+
+@dataclass(frozen=True)
+class MmaOperand:
+    """One operand of a tensor-core K loop: `value` (computed by the Loop IR statements `body`,
+    prologue included, with the K axis and `x_var`, its M or N axis, bound) staged per K step as
+    a shared tile, rows along X with K contiguous (`kmajor`) or rows along K. `fill` says how:
+    "ld.st" (plain loads, the prologue, st.shared) or "cp.async" (16-byte asynchronous copies,
+    zero-filled outside the matrix)."""
+    side: str                           # "A" (M side) | "B" (N side)
+    value: str
+    x_var: str | None
+    x_extent: int                       # the M or N extent (1 for a vector operand)
+    body: tuple
+    kmajor: bool
+    fill: str = "ld.st"
+
+
+@dataclass(frozen=True)
+class MmaLoop:
+    """acc = sum over k_var < extent of a * b on tensor cores, tile_k at a time, with `stages`
+    shared buffers in flight (a software pipeline when stages > 1)."""
+    acc: AccInit
+    k_var: str
+    extent: int
+    a: MmaOperand
+    b: MmaOperand
+    stages: int = 1
+
+
+@dataclass(frozen=True)
 class TileKernel:
     name: str
     mode: str                           # "rows" | "elementwise"
@@ -157,6 +212,7 @@ class TileKernel:
     writes: tuple[str, ...] = ()
     buffers: tuple = ()                 # BufferInfo of every buffer the kernel touches
     matmul: MatmulTile | None = None    # the block tile (mode "matmul")
+    attention: object = None            # the schedule of a fused attention (tile/attention.py)
     src: str = field(default="", compare=False)
 
     def shape_of(self, buf: str) -> tuple[int, ...]:
@@ -180,7 +236,9 @@ class TileKernel:
 
     @property
     def grid(self) -> int:
-        if self.mode == "matmul":
+        if self.mode == "attention":
+            return self.attention.grid
+        if self.mode in ("matmul", "mma", "wgmma"):
             mt = self.matmul
             return prod(e for _, e in self.batch) * -(-self.extent(mt.m) // mt.tile_m) \
                 * -(-self.extent(mt.n) // mt.tile_n)
@@ -283,6 +341,13 @@ def format_kernel(k: TileKernel) -> str:
     knobs = ", ".join(f"{n}={v}" for n, v in k.knobs)
     out = [f"kernel {k.name}" + (f"  # {knobs}" if knobs else "")]
     _format(k.prelude, 0, out)
+    if k.mode == "attention":
+        from .attention import format_attention_tile
+        format_attention_tile(k, out)
+        return "\n".join(out)
+    if k.mode in ("mma", "wgmma"):
+        _format_mma(k, out)
+        return "\n".join(out)
     if k.mode == "matmul":
         mt = k.matmul
         tags = {mt.m: "=M", mt.n: "=N"}
@@ -302,6 +367,32 @@ def format_kernel(k: TileKernel) -> str:
     out.append(f"Tile({sched}, grid={k.grid}, block={k.block}):")
     _format(k.body, 1, out)
     return "\n".join(out)
+
+
+def _format_mma(k: TileKernel, out: list[str]) -> None:
+    mt = k.matmul
+    tags = {mt.m: "=M", mt.n: "=N"}
+    axes = ", ".join(f"{v}:{e}{tags.get(v, '')}" for v, e in k.domain)
+    if k.mode == "wgmma":       # warps_m = tile_m / 16: 4 warps per warpgroup of 64 rows
+        out.append(f"Tile(wgmma=({axes}) = {mt.tile_m}x{mt.tile_n}/BLOCK, warpgroups:"
+                   f"{mt.tile_m // 64} of 64x{mt.tile_n} = m64n{mt.tile_n}k16.{mt.dtype}, "
+                   f"grid={k.grid}, block={k.block}):")
+    else:
+        out.append(f"Tile(mma=({axes}) = {mt.tile_m}x{mt.tile_n}/BLOCK, warps:{mt.warps_m}x{mt.warps_n} "
+                   f"of {mt.warp_m}x{mt.warp_n} = {mt.warp_m // 16}x{mt.warp_n // 8} m16n8k16.{mt.dtype}, "
+                   f"grid={k.grid}, block={k.block}):")
+    for s in k.body:
+        if not isinstance(s, MmaLoop):
+            _format((s,), 1, out)
+            continue
+        out.append(f"    {s.acc.acc} = MmaLoop({s.acc.acc}:{s.acc.op}, {s.k_var} in 0..{s.extent} by "
+                   f"{mt.tile_k}, stages={s.stages}, smem={mt.swizzle}):")
+        for op in (s.a, s.b):
+            x = f"{op.x_var} - {'m0' if op.side == 'A' else 'n0'}" if op.x_var else "0"
+            rows, cols = ((x, s.k_var), "K") if op.kmajor else ((s.k_var, x), "X")
+            out.append(f"        {op.side} = {op.value}[{rows[0]}, {rows[1]}]  # {cols} contiguous, "
+                       f"fill={op.fill}")
+            _format(op.body, 3, out)
 
 
 def subst_body(body, mapping: dict, bounds: dict | None = None):

@@ -29,7 +29,7 @@ from strata.target.cuda import cname
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 
-CHAIN2 = ("torch.softmax(torch.softmax(torch.randn(8, 64), -1) @ torch.randn(64, 32), -1) "
+CHAIN2 = ("torch.log_softmax(torch.softmax(torch.randn(8, 64), -1) @ torch.randn(64, 32), -1) "
           "@ torch.randn(32, 16)")
 
 

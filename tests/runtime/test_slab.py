@@ -34,7 +34,7 @@ SNIPPETS = {
     "sum_softmax": "(torch.randn(8,64).softmax(-1) @ torch.randn(64,16)).sum(0).softmax(-1)",
     "layernorm_between_matmuls":
         "torch.nn.LayerNorm(64)(torch.randn(8,64) @ torch.randn(64,64)) @ torch.randn(64,32)",
-    "bf16_softmax_matmul": "torch.softmax(torch.randn(8,64,dtype=torch.bfloat16) @ "
+    "bf16_softmax_matmul": "torch.log_softmax(torch.randn(8,64,dtype=torch.bfloat16) @ "
                            "torch.randn(64,64,dtype=torch.bfloat16), -1) @ "
                            "torch.randn(64,16,dtype=torch.bfloat16)",
     "i64_and_f32_temps": "torch.softmax(torch.embedding(torch.randn(100,16), "

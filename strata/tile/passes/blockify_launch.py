@@ -17,7 +17,7 @@ def _round_up(n: int, m: int) -> int:
 
 
 def blockify_launch(k: TileKernel, ctx: Context) -> TileKernel:
-    if k.mode == "matmul":          # tile_matmul sized the block from the tile
+    if k.mode in ("matmul", "mma", "wgmma", "attention"):   # their tiling pass sized the block
         return k
     if k.mode == "rows" and k.group >= 64:
         block = k.group

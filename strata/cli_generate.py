@@ -1,0 +1,221 @@
+"""`strata generate MODEL`: greedy decoding through strata's kernels with a static KV cache.
+
+Why a command: it is the end-to-end check a user runs on a whole LLM (prefill program + one
+decode-step program, strata/models/decode.py) and the tokens/s figure they compare. It prints
+where the weights come from, the generated ids on one line (and the text when MODEL is a
+directory with tokenizer files: nothing is downloaded), the prefill time and the decode tokens/s;
+`--compare` runs the same greedy decoding with Hugging Face eager (and torch.compile on a GPU)
+and says whether the ids agree. The simulator is for tiny configs only.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from .errors import ModelError, StrataError
+
+# The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
+# takes minutes, so --device sim refuses (tiny test configs have well under a million).
+SIM_MAX_PARAMS = 20_000_000
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("generate", help="greedy decoding of MODEL with a KV cache on strata kernels")
+    g.add_argument("model", help="a bundled model name or a directory with config.json, optional "
+                                 "*.safetensors and tokenizer files")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (needs a tokenizer in the MODEL directory)")
+    src.add_argument("--prompt-ids", metavar="1,2,3", help="prompt token ids, comma-separated")
+    g.add_argument("--max-new-tokens", type=int, default=16, metavar="N",
+                   help="tokens to generate (default 16; fewer if an end-of-sequence id comes)")
+    g.add_argument("--max-len", type=int, metavar="L",
+                   help="KV-cache positions (default: prompt length + max-new-tokens)")
+    g.add_argument("--device", default="sim", choices=("sim", "cuda"))
+    g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="weight and activation dtype (default: the config's)")
+    g.add_argument("--compare", action="store_true",
+                   help="also decode with Hugging Face eager (and torch.compile on a GPU)")
+    g.add_argument("-v", "--verbose", action="count", default=0, help="pass timings")
+    g.add_argument("--debug", action="store_true", help="show Python tracebacks")
+
+
+def _tokenizer(source):
+    """The tokenizer of a MODEL directory, or None (bundled names carry none)."""
+    d = source.directory
+    if d is None or not any((Path(d) / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    from .models.hf import transformers
+    try:
+        return transformers().AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    except Exception as e:       # a broken tokenizer file: say which directory
+        raise ModelError(f"cannot load the tokenizer in {d}: {str(e).splitlines()[0]}") from None
+
+
+def _prompt_ids(args, tokenizer, vocab: int) -> list[int]:
+    if args.prompt is not None:
+        if tokenizer is None:
+            raise StrataError(f"{args.model} has no tokenizer here (bundled configs carry none; a "
+                              f"MODEL directory needs tokenizer files), so --prompt TEXT cannot be "
+                              f"encoded: give --prompt-ids 1,2,3")
+        if not args.prompt.strip():
+            raise StrataError("the prompt is empty: give some text")
+        ids = tokenizer(args.prompt)["input_ids"]
+    else:
+        parts = [p.strip() for p in args.prompt_ids.split(",") if p.strip()]
+        if not parts:
+            raise StrataError("the prompt is empty: give --prompt-ids 1,2,3")
+        try:
+            ids = [int(p) for p in parts]
+        except ValueError:
+            raise StrataError(f"--prompt-ids {args.prompt_ids!r}: expected integers separated "
+                              f"by commas") from None
+    if not ids:
+        raise StrataError("the prompt is empty: it encodes to no tokens")
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise StrataError(f"prompt id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+    return ids
+
+
+def _check_lengths(args, prompt_len: int) -> int:
+    if args.max_new_tokens < 1:
+        raise StrataError(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}")
+    need = prompt_len + args.max_new_tokens
+    max_len = args.max_len if args.max_len is not None else need
+    if max_len < 1:
+        raise StrataError(f"--max-len must be at least 1, not {max_len}")
+    if need > max_len:
+        raise StrataError(f"--max-new-tokens {args.max_new_tokens} does not fit: the prompt "
+                          f"({prompt_len} tokens) and the new tokens need {need} cache positions, "
+                          f"more than --max-len {max_len}")
+    return max_len
+
+
+def _eos(config) -> set[int]:
+    raw = getattr(config, "eos_token_id", None)
+    if raw is None:
+        return set()
+    return set(raw) if isinstance(raw, (list, tuple)) else {int(raw)}
+
+
+def _line(label: str, t_prefill: float, t_decode: float, steps: int) -> str:
+    rate = f"{steps / t_decode:.2f} tokens/s" if steps and t_decode > 0 else "no decode step"
+    return f"{label}: prefill {t_prefill * 1e3:.1f} ms, decode {steps} steps, {rate}"
+
+
+def _hf_eager(lm, prompt_ids, n, eos, device):
+    """Greedy decoding with transformers' own forward and DynamicCache."""
+    import torch
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ids = torch.tensor([prompt_ids], device=device)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = lm(input_ids=ids, use_cache=True)
+        toks = [int(out.logits[0, -1].argmax())]
+        sync()
+        t_prefill = time.perf_counter() - t0
+        past, steps = out.past_key_values, 0
+        t0 = time.perf_counter()
+        while len(toks) < n and toks[-1] not in eos:
+            out = lm(input_ids=torch.tensor([[toks[-1]]], device=device), past_key_values=past,
+                     use_cache=True)
+            past = out.past_key_values
+            toks.append(int(out.logits[0, -1].argmax()))
+            steps += 1
+        sync()
+    return toks, t_prefill, time.perf_counter() - t0, steps
+
+
+def _torch_compile(lm, prompt_ids, n, eos):
+    """transformers' generate with a static cache and its forward under torch.compile (GPU):
+    a warm-up run compiles; prefill time from a 1-token run, decode from the difference."""
+    import torch
+    ids = torch.tensor([prompt_ids], device="cuda")
+    kw = {"do_sample": False, "cache_implementation": "static", "eos_token_id": list(eos) or None}
+    with torch.no_grad():
+        lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=False)
+        lm.generate(ids, max_new_tokens=n, **kw)          # warm-up: compiles
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        lm.generate(ids, max_new_tokens=1, **kw)
+        torch.cuda.synchronize()
+        t_prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = lm.generate(ids, max_new_tokens=n, **kw)
+        torch.cuda.synchronize()
+        total = time.perf_counter() - t0
+    toks = out[0, len(prompt_ids):].tolist()
+    return toks, t_prefill, max(total - t_prefill, 1e-9), max(len(toks) - 1, 0)
+
+
+def _agree(a, b) -> str:
+    if a == b:
+        return "yes"
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"no (first difference at generated token {k})"
+
+
+def generate_command(args) -> int:
+    from rich.console import Console
+
+    from .api import check_device
+    from .cli_model import ProgressContext
+    from .models.build import build
+    from .models.decode import compile_decoder, greedy, new_caches
+    from .models.source import resolve
+    check_device(args.device)
+    console = Console(stderr=True, highlight=False)
+    spinner = console.status("starting") if args.verbose == 0 else nullcontext()
+    with spinner as status:
+        step = status.update if status is not None else (lambda text: None)
+        source = resolve(args.model)         # bad input fails before any weight is made
+        tokenizer = _tokenizer(source)
+        prompt = _prompt_ids(args, tokenizer, int(source.config.get("vocab_size", 0)))
+        max_len = _check_lengths(args, len(prompt))
+        step(f"building {args.model}")
+        built = build(args.model, dtype=args.dtype, materialise=True)
+        lm, config = built.model, built.config
+        n_params = sum(p.numel() for p in lm.parameters())
+        if args.device == "sim" and n_params > SIM_MAX_PARAMS:
+            raise StrataError(f"{args.model} has {n_params / 1e6:.0f}M parameters: the simulator "
+                              f"is for tiny configs (under {SIM_MAX_PARAMS // 1_000_000}M); use "
+                              f"--device cuda")
+        ctx = ProgressContext(verbosity=args.verbose, stream=sys.stdout, on_step=step)
+        t0 = time.perf_counter()
+        prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step)
+        t_compile = time.perf_counter() - t0
+        device = "cuda" if args.device == "cuda" else "cpu"
+        caches = new_caches(config, max_len, next(lm.parameters()).dtype, device)
+        eos = _eos(config)
+        total = args.max_new_tokens
+        ids, t_pre, t_dec, steps = greedy(
+            prefill, decode, caches, prompt, total, eos, device,
+            on_token=lambda k: step(f"decoding on {args.device}: token {k + 1} of {total}"))
+        results = [(f"strata ({args.device})", ids, t_pre, t_dec, steps)]
+        if args.compare:
+            step("decoding with Hugging Face eager")
+            lm = lm.to(device)
+            results.append((f"hf eager ({device})", *_hf_eager(lm, prompt, total, eos, device)))
+            if device == "cuda":
+                step("decoding with torch.compile (compiling first)")
+                try:
+                    results.append(("torch.compile (cuda)", *_torch_compile(lm, prompt, total, eos)))
+                except Exception as e:     # a comparison, not strata's result: say why, go on
+                    print(f"torch.compile: could not run: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}")
+    print(f"model: {built.what}")
+    print(f"weights: {built.weights}")
+    print(f"prompt: {len(prompt)} tokens; cache: {max_len} positions; compiled in {t_compile:.1f} s")
+    for label, toks, t_pre, t_dec, steps in results:
+        print(_line(label, t_pre, t_dec, steps))
+        print(f"  ids: {' '.join(map(str, toks))}")
+        if tokenizer is not None:
+            print(f"  text: {tokenizer.decode(toks, skip_special_tokens=True)!r}")
+    if args.compare:
+        for label, toks, *_ in results[1:]:
+            print(f"ids agree with {label}: {_agree(ids, toks)}")
+        return 0 if all(r[1] == ids for r in results[1:2]) else 1
+    return 0

@@ -1,0 +1,156 @@
+"""Tile IR -> Kernel IR for a Hopper contraction (mode "wgmma", see tile/passes/wgmma_tile.py).
+
+blockIdx.x enumerates (batch axes..., M tile, N tile) as in lower_mma.py. Warpgroup g of the
+block owns rows 64 g .. 64 g + 63 of the tile and all TILE_N columns: one wgmma m64nNk16 per 16
+of K, A and B read from shared memory through descriptors (K-major, the swizzle of a
+2 x TILE_K-byte row). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
+into one of STAGES buffers (dynamic shared memory) and arms that buffer's mbarrier with their
+bytes; every thread waits on the barrier with the parity of the buffer's use count, issues the
+step's wgmmas (fence, commit), waits until only this step's group is in flight, and after a
+barrier thread 0 refills the buffer the previous step read with the tile STAGES steps ahead.
+Accumulator d[4 j + r] of a thread sits where m16n8k16's C fragment r of 8-column tile j would
+for warp tid / 32, so the epilogue is lower_mma.py's, run per element, guarded at the edges.
+"""
+from __future__ import annotations
+
+from ..expr import Const, Var, add, call, floordiv, mod, mul
+from ..tile.ir import MmaLoop, MmaOperand, TileKernel
+from ..tile.passes.wgmma_tile import tma_dims
+from .ir import (
+    BlockIdx,
+    FenceProxyAsync,
+    For,
+    If,
+    Kernel,
+    Let,
+    MbarArrive,
+    MbarInit,
+    MbarWait,
+    Param,
+    Smem,
+    Sync,
+    TensorMap,
+    ThreadIdx,
+    TmaLoad,
+    Wgmma,
+    WgmmaCommit,
+    WgmmaDesc,
+    WgmmaFence,
+    WgmmaWait,
+)
+from .lower import _decompose, _numel
+from .lower_mma import _MmaLowerer, regs
+
+EXTRA = ("wg", "stage", "da", "db", "bar")
+
+
+class _WgmmaLowerer(_MmaLowerer):
+    def __init__(self, tk: TileKernel):
+        super().__init__(tk)
+        taken = {b.name for b in tk.buffers}
+        self.v.update({n: n if n not in taken else f"{n}_idx" for n in EXTRA})
+        mt = self.mt
+        self.swizzle_bytes = 2 * mt.tile_k
+        self.a_stage, self.b_stage = mt.tile_m * mt.tile_k, mt.tile_n * mt.tile_k
+        self.maps: dict[str, TensorMap] = {}      # buffer -> its map (one per buffer: checked)
+        self.axes: dict[tuple, tuple] = {}        # (K var, side) -> the axis of each coordinate
+        for lp in self.loops:
+            for op in (lp.a, lp.b):
+                self.maps[op.body[0].buf], self.axes[lp.k_var, op.side] = self.tensor_map(op, lp)
+
+    def acc(self, li: int, i: int, j: int) -> tuple[str, ...]:
+        return self.d(li)[4 * j:4 * j + 4]
+
+    def d(self, li: int) -> tuple[str, ...]:
+        return regs(f"wd{li}_", self.mt.tile_n // 2)
+
+    def bar(self, li: int) -> str:
+        return f"{self.v['bar']}{li}"
+
+    def tensor_map(self, op: MmaOperand, lp: MmaLoop):
+        mt = self.mt
+        dims = tma_dims(self.tk, op, lp.k_var, lp.extent)
+        xtile = mt.tile_m if op.side == "A" else mt.tile_n
+        box = (mt.tile_k, xtile) + (1,) * (len(dims) - 2)
+        tm = TensorMap(tuple(e for _, e, _ in dims), tuple(2 * c for _, _, c in dims[1:]), box,
+                       f"{self.swizzle_bytes}B")
+        return tm, tuple(v for v, _, _ in dims)
+
+    def issue(self, li: int, lp: MmaLoop, kstep, stage) -> tuple:
+        """Thread 0: arm the stage's barrier with the step's bytes and start both TMA copies."""
+        mt = self.mt
+        out = [MbarArrive(self.bar(li), stage, 2 * (self.a_stage + self.b_stage))]
+        for op, size in ((lp.a, self.a_stage), (lp.b, self.b_stage)):
+            buf = op.body[0].buf
+            axes = self.axes[lp.k_var, op.side]
+            at = {lp.k_var: mul(kstep, mt.tile_k), op.x_var: self.origin(op)}
+            coords = tuple(at.get(v, Var(v, self.idx)) for v in axes)
+            out.append(TmaLoad(self.smem_name(op), mul(stage, size), buf, coords, self.bar(li), stage))
+        return tuple(out)
+
+    def k_loop(self, li: int, lp: MmaLoop) -> list:
+        mt, s = self.mt, lp.stages
+        steps = -(-lp.extent // mt.tile_k)
+        kt, stage, is0 = self.var("kt"), self.var("stage"), call("eq", self.var("tid"), self.const(0))
+        out: list = [Let(v, "f32", Const(0.0, "f32")) for v in self.d(li)]
+        if li:
+            out.append(Sync())              # the previous loop's wgmmas are done with the buffers
+        out.append(If(is0, tuple(x for st in range(min(s, steps))
+                                 for x in self.issue(li, lp, self.const(st), self.const(st)))))
+        sbo = 8 * self.swizzle_bytes        # 8 rows of one swizzle span
+        swz = f"{self.swizzle_bytes}B"
+        a_at = add(mul(stage, self.a_stage), mul(self.var("wg"), 64 * mt.tile_k))
+        body = [Let(stage.name, self.idx, mod(kt, s)),
+                MbarWait(self.bar(li), stage, mod(floordiv(kt, s), 2)),
+                WgmmaFence(),
+                Let(self.v["da"], "i64", WgmmaDesc(self.smem_name(lp.a), a_at, 16, sbo, swz)),
+                Let(self.v["db"], "i64", WgmmaDesc(self.smem_name(lp.b), mul(stage, self.b_stage),
+                                                   16, sbo, swz))]
+        da, db = Var(self.v["da"], "i64"), Var(self.v["db"], "i64")
+        for kk in range(mt.tile_k // 16):   # +32 bytes per k16: +2 in the descriptor's address
+            body.append(Wgmma(self.d(li), add(da, Const(2 * kk, "i64")), add(db, Const(2 * kk, "i64")),
+                              mt.tile_n, mt.dtype))
+        lag = 1 if s > 1 else 0             # the step whose buffer is refilled: kt - lag
+        body += [WgmmaCommit(), WgmmaWait(lag), Sync()]
+        if steps > s:
+            done = add(kt, -lag) if lag else kt
+            ok = call("logical_and", is0, call("lt", add(done, s), self.const(steps)))
+            if lag:
+                ok = call("logical_and", ok, call("ge", kt, self.const(lag)))
+            body.append(If(ok, self.issue(li, lp, add(done, s), mod(done, s))))
+        out.append(For(kt.name, self.const(0), self.const(steps), 1, tuple(body), dtype=self.idx))
+        out.append(WgmmaWait(0))
+        return out
+
+
+def lower_wgmma_kernel(tk: TileKernel) -> Kernel:
+    low = _WgmmaLowerer(tk)
+    mt, idx = tk.matmul, low.idx
+    tid = low.var("tid")
+    body: list = [Let(tid.name, idx, ThreadIdx()),
+                  Let(low.v["lane"], idx, mod(tid, 32)),
+                  Let(low.v["warp_m"], idx, floordiv(tid, 32)),
+                  Let(low.v["warp_n"], idx, low.const(0)),
+                  Let(low.v["wg"], idx, floordiv(tid, 128))]
+    tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
+    block = dict(_decompose(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
+    body += [Let(var, idx, block[var]) for var, _ in tk.batch]
+    body += [Let(low.v["m0"], idx, mul(block["bm"], mt.tile_m)),
+             Let(low.v["n0"], idx, mul(block["bn"], mt.tile_n))]
+    stages = max(lp.stages for lp in low.loops)
+    body += [Smem(low.v["a_smem"], mt.dtype, stages * low.a_stage, dynamic=True),
+             Smem(low.v["b_smem"], mt.dtype, stages * low.b_stage, dynamic=True)]
+    body += [Smem(low.bar(li), "i64", stages) for li in range(len(low.loops))]
+    body += low.stmts(tk.prelude)
+    inits = tuple(MbarInit(low.bar(li), low.const(st), 1) for li in range(len(low.loops))
+                  for st in range(stages))
+    body += [If(call("eq", tid, low.const(0)), inits + (FenceProxyAsync(),)), Sync()]
+    for li, lp in enumerate(low.loops):
+        body += low.k_loop(li, lp)
+    body += [Let(low.v["lane_g"], idx, floordiv(low.var("lane"), 4)),
+             Let(low.v["lane_t"], idx, mod(low.var("lane"), 4))]
+    body += low.epilogue(tuple(s for s in tk.body if not isinstance(s, MmaLoop)))
+    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes,
+                         tensor_map=low.maps.get(b.name))
+                   for b in tk.buffers)
+    return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

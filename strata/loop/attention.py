@@ -1,0 +1,231 @@
+"""Loop IR for a fused attention: one `Attention` statement, the whole kernel.
+
+    out[*b, i, e] = sum_j softmax_j(x(s_ij)) * v[*b, j, e],   s_ij = sum_d q[*b, i, d] * k[*b, j, d]
+
+Each operand (q, k, v, and x as a function of the raw score `s`) is a short list of Loop IR
+statements computed at symbolic indices, with whatever was inlined into it (casts, scale folded
+into q, GQA head maps, RoPE, masks). The scores and weights are never stored: the Tile IR
+schedule (tile/attention.py) runs the softmax online over blocks of keys. `safe` says what a row
+whose scores are all -inf gives: 0 (SDPA's safe softmax) or NaN (a plain softmax, like eager).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import Const, Expr, Var, rename, simplify, substitute, to_str
+from .attention_match import AttentionMatch
+from .ir import Let, Load, Loop, LoopKernel, Stmt, format_stmt
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One value the kernel reads, computed at `vars` by Load/Let statements into `value`."""
+    vars: tuple[str, ...]
+    body: tuple
+    value: Expr
+    dtype: str                      # storage dtype of the tensor (how a tile of it is staged)
+
+
+@dataclass(frozen=True)
+class Attention(Stmt):
+    batch: tuple[tuple[str, int], ...]
+    i: tuple[str, int]              # query axis and Lq
+    j: tuple[str, int]              # key axis and Lk
+    d: tuple[str, int]              # head dim of q and k
+    e: tuple[str, int]              # head dim of v (and of the output)
+    q: Operand                      # at (*batch, i, d)
+    k: Operand                      # at (*batch, j, d)
+    x: Operand                      # at (*batch, i, j), reading the raw score Var(score)
+    v: Operand                      # at (*batch, j, e)
+    score: str
+    safe: bool
+    out: str
+    out_index: tuple[Expr, ...]
+
+
+def format_attention(s: Attention, depth: int, out: list[str]) -> None:
+    pad = "    " * depth
+    batch = ", ".join(f"{v}:{n}" for v, n in s.batch)
+    axes = ", ".join(f"{name}={v}:{n}" for name, (v, n) in zip("ijde", (s.i, s.j, s.d, s.e)))
+    rows = "0" if s.safe else "NaN"
+    out.append(f"{pad}attention(batch=({batch}), {axes}):  # fully masked rows -> {rows}")
+    for name, op in (("q", s.q), ("k", s.k)):
+        _operand(name, op, depth + 1, out)
+    out.append(f"{pad}    {s.score} = sum over {s.d[0]} of q * k")
+    _operand("x", s.x, depth + 1, out)
+    _operand("v", s.v, depth + 1, out)
+    out.append(f"{pad}    {s.out}[{', '.join(to_str(e) for e in s.out_index)}] = "
+               f"sum over {s.j[0]} of softmax_{s.j[0]}(x) * v  # online")
+
+
+def _operand(name: str, op: Operand, depth: int, out: list[str]) -> None:
+    pad = "    " * depth
+    out.append(f"{pad}{name}[{', '.join(op.vars[-2:])}] = {to_str(op.value)}" + (":" if op.body else ""))
+    for st in op.body:
+        format_stmt(st, depth + 1, out)
+
+
+# ---------------------------------------------------------------- building from Tensor IR
+
+def _flatten(body) -> list:
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.extend(_flatten(s.body))
+        else:
+            out.append(s)
+    return out
+
+
+def _build_operand(prog, materialized, counts, node: str, index, axes) -> tuple[list, Expr]:
+    """Statements computing `node` at `index` (over the free variables `axes`), inlining what is
+    not materialized. A reduction is never inlined here (fuse.py materializes it first)."""
+    from .lower import _Builder, _Scope
+    b = _Builder(prog, materialized, set())
+    b.counts = counts
+    for var, extent in axes:
+        scope = _Scope(b.stack[-1], var, extent, "free")
+        b.stack.append(scope)
+        b.home[var], b.bounds[var] = scope, extent
+    value = b.value(node, tuple(index))
+    while len(b.stack) > 1:
+        b.close_loop()
+    body = _flatten(b.root.stmts)
+    if any(isinstance(s, Loop) for s in body):
+        raise AssertionError(f"attention operand {node} holds a loop")
+    return body, value, b.reads
+
+
+def build_attention_kernel(prog, m: AttentionMatch, materialized: set, name: str) -> LoopKernel:
+    br = len(m.batch)
+    names = [f"a{d}" for d in range(br + 4)]
+    taken = set(prog.by_name)
+    names = [n if n not in taken else f"{n}_ax" for n in names]
+    bvars, (i, j, d, e) = names[:br], names[br:]
+    B = [Var(v) for v in bvars]
+    axes_b = list(zip(bvars, m.batch))
+    counts = {"a": br + 4}
+    reads: list[str] = []
+
+    def operand(node, index, axes, dtype, extra=()):
+        body, value, rd = _build_operand(prog, materialized | set(extra), counts, node, index, axes)
+        for r in rd:
+            if r not in reads and r not in extra:
+                reads.append(r)
+        return body, value, dtype
+
+    by = prog.by_name
+    qb, qv, qdt = operand(m.q_bc, [*B, Var(i), Var(d), Const(0)], axes_b + [(i, m.lq), (d, m.d)],
+                          by[m.q_bc].type.dtype)
+    kb, kv, kdt = operand(m.k_bc, [*B, Const(0), Var(d), Var(j)], axes_b + [(j, m.lk), (d, m.d)],
+                          by[m.k_bc].type.dtype)
+    vb, vv, vdt = operand(m.v_bc, [*B, Const(0), Var(j), Var(e)], axes_b + [(j, m.lk), (e, m.dv)],
+                          by[m.v_bc].type.dtype)
+    xb, xv, xdt = operand(m.x, [*B, Var(i), Var(j)], axes_b + [(i, m.lq), (j, m.lk)],
+                          by[m.x].type.dtype, extra=(m.qk,))
+    score = "s"
+    while score in taken:
+        score += "_"
+    ones = {v: Const(0) for v, n in [*axes_b, (i, m.lq), (j, m.lk)] if n == 1}
+    norm = lambda e: to_str(simplify(substitute(e, ones)))
+    want = [norm(x) for x in (*B, Var(i), Const(0), Var(j))]
+    xb2, ren = [], {}
+    for s in xb:
+        if isinstance(s, Load) and s.buf == m.qk:
+            if [norm(x) for x in s.index] != want:
+                raise ValueError(f"the scores read {m.qk} at [{', '.join(map(to_str, s.index))}]")
+            ren[s.var] = score
+            continue
+        xb2.append(_rename(s, ren))
+    xv = rename(xv, ren)
+    att = Attention(tuple(axes_b), (i, m.lq), (j, m.lk), (d, m.d), (e, m.dv),
+                    Operand((*bvars, i, d), tuple(qb), qv, qdt),
+                    Operand((*bvars, j, d), tuple(kb), kv, kdt),
+                    Operand((*bvars, i, j), tuple(xb2), xv, xdt),
+                    Operand((*bvars, j, e), tuple(vb), vv, vdt),
+                    score, m.safe, m.out,
+                    (*B, Var(i), Var(e)) if m.out != m.pv else (*B, Var(i), Const(0), Var(e)))
+    return LoopKernel(name, (att,), tuple(reads), (m.out,), src=by[m.out].src)
+
+
+def _rename(s, names: dict):
+    if not names:
+        return s
+    if isinstance(s, Load):
+        return Load(s.var, s.buf, tuple(rename(x, names) for x in s.index), s.dtype,
+                    None if s.pred is None else rename(s.pred, names))
+    if isinstance(s, Let):
+        return Let(s.var, rename(s.value, names))
+    raise TypeError(f"unexpected statement {s!r} in an attention operand")
+
+
+def attention_of(k: LoopKernel) -> Attention | None:
+    """The Attention statement of a fused attention kernel, else None."""
+    return k.body[0] if len(k.body) == 1 and isinstance(k.body[0], Attention) else None
+
+
+@dataclass
+class AttentionPlan:
+    """fuse.py's plan entry for a fused attention (KernelPlan's counterpart)."""
+    target: str
+    match: AttentionMatch
+    reduces: tuple = ()
+    merged: tuple = ()
+
+    def build(self, prog, materialized: set, name: str, alias: dict | None = None) -> LoopKernel:
+        """The kernel; `alias` maps buffers that live in another (a scatter done in place)."""
+        k = build_attention_kernel(prog, self.match, materialized,
+                                   name if name.endswith("attention") else name + "_attention")
+        return _aliased(k, alias) if alias else k
+
+
+def _aliased(k: LoopKernel, alias: dict) -> LoopKernel:
+    from dataclasses import replace
+    att = attention_of(k)
+
+    def ops(o: Operand) -> Operand:
+        body = tuple(replace(s, buf=alias.get(s.buf, s.buf)) if isinstance(s, Load) else s
+                     for s in o.body)
+        return replace(o, body=body)
+    att = replace(att, q=ops(att.q), k=ops(att.k), x=ops(att.x), v=ops(att.v),
+                  out=alias.get(att.out, att.out))
+    names = lambda bufs: tuple(dict.fromkeys(alias.get(b, b) for b in bufs))
+    return LoopKernel(k.name, (att,), names(k.reads), names(k.writes), src=k.src)
+
+
+def operand_roots(m: AttentionMatch) -> tuple[str, ...]:
+    """The nodes the kernel computes its operands from (x: everything but the raw scores)."""
+    return (m.q_bc, m.k_bc, m.v_bc, m.x)
+
+
+def reductions_to_materialize(prog, m: AttentionMatch, materialized: set) -> set[str]:
+    """Reductions an operand would inline: they get kernels of their own (a q projection, a norm)."""
+    by, out, seen = prog.by_name, set(), set()
+    stack = list(operand_roots(m))
+    while stack:
+        n = stack.pop()
+        if n in seen or n in materialized or n == m.qk:
+            continue
+        seen.add(n)
+        node = by[n]
+        if node.__class__.__name__ == "Reduce":
+            out.add(n)
+            continue
+        stack.extend(node.operands())
+    return out
+
+
+def reached_buffers(prog, m: AttentionMatch, materialized: set) -> set[str]:
+    """The materialized nodes and inputs the fused kernel loads."""
+    by, out, seen = prog.by_name, set(), set()
+    stack = list(operand_roots(m))
+    while stack:
+        n = stack.pop()
+        if n in seen or n == m.qk:
+            continue
+        seen.add(n)
+        if n in materialized or by[n].__class__.__name__ == "Input":
+            out.add(n)
+            continue
+        stack.extend(by[n].operands())
+    return out

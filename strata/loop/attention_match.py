@@ -1,0 +1,232 @@
+"""Find softmax(scores) @ v in Tensor IR, where scores is an elementwise function of one q @ k^T.
+
+This is the shape both SDPA's rule and a user's explicit attention take (tensor/rules_attention.py,
+the matmul and softmax rules), with casts, scales, masks, GQA index maps and torch's safe-softmax
+`where(max == -inf, 0, p)` allowed around the pieces. A match is fused by loop/attention.py into
+one flash-attention kernel; a near miss (a softmax feeding a matmul) is logged with its reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import Const, Var, free_vars, simplify, substitute, to_str
+from ..tensor.ir import Elementwise, IndexMap, Input, Reduce
+
+
+@dataclass(frozen=True)
+class AttentionMatch:
+    out: str            # the output node: out[*batch, i, e], or pv itself (out[*batch, i, 0, e])
+    pv: str             # the sum over keys of p * v (keepdim), out's operand
+    qk: str             # the sum over d of q * k (keepdim): the raw scores
+    q_bc: str           # q broadcast into the (*batch, Lq, D, Lk) product space
+    k_bc: str
+    v_bc: str           # v broadcast into the (*batch, Lq, Lk, Dv) product space
+    x: str              # the softmax input (*batch, Lq, Lk): scores after scale and mask
+    safe: bool          # rows whose scores are all -inf give 0 (SDPA), else NaN (plain softmax)
+    internal: frozenset  # nodes the fused kernel replaces (no other user may read them)
+    batch: tuple
+    lq: int
+    lk: int
+    d: int
+    dv: int
+
+
+class _NoMatch(Exception):
+    pass
+
+
+def _need(cond, why: str):
+    if not cond:
+        raise _NoMatch(why)
+
+
+def _iv(d: int) -> str:
+    return f"i{d}"
+
+
+def _index_is(n: IndexMap, want) -> bool:
+    """n reads its operand at `want` (var names or ints), a size-1 output axis counting as 0."""
+    ones = {f"i{d}": Const(0) for d, s in enumerate(n.type.shape) if s == 1}
+    norm = lambda e: to_str(simplify(substitute(e, ones)))
+    want = [Var(w) if isinstance(w, str) else Const(w) for w in want]
+    return n.valid is None and len(n.index) == len(want) and \
+        all(norm(e) == norm(w) for e, w in zip(n.index, want))
+
+
+def _strip_casts(by, name: str, seen: set) -> str:
+    while isinstance(by[name], Elementwise) and by[name].op == "cast":
+        seen.add(name)
+        name = by[name].args[0]
+    return name
+
+
+def _row_reduce(by, name: str, op: str, arg: str, seen: set) -> None:
+    """name is an IndexMap broadcasting back a keepdim `op` over the last axis of `arg`."""
+    bc = by[name]
+    red_name = name if isinstance(bc, Reduce) else bc.arg    # one key: no broadcast needed
+    _need(isinstance(bc, Reduce) or (isinstance(bc, IndexMap) and bc.valid is None),
+          f"{name} is not a broadcast")
+    red = by[red_name]
+    _need(isinstance(red, Reduce) and red.op == op and red.arg == arg
+          and red.axes == (len(red.type.shape) - 1,), f"{red_name} is not a row {op} of {arg}")
+    seen.update((name, red_name))
+
+
+def _split_product(by, prod: str, lhs_free: int, rhs_free: int, seen: set) -> tuple[str, str]:
+    """The two IndexMap operands of multiply `prod`: the one not using i<lhs_free>, then the other."""
+    n = by[prod]
+    _need(isinstance(n, Elementwise) and n.op == "multiply" and len(n.operands()) == 2,
+          f"{prod} is not a product of two tensors")
+    a, b = n.args
+    for x, y in ((a, b), (b, a)):
+        nx, ny = by[x], by[y]
+        if isinstance(nx, IndexMap) and isinstance(ny, IndexMap) and nx.valid is None \
+                and ny.valid is None:
+            fx = set().union(*map(free_vars, nx.index))
+            fy = set().union(*map(free_vars, ny.index))
+            if f"i{rhs_free}" not in fx and f"i{lhs_free}" not in fy:
+                seen.add(prod)
+                return x, y
+    raise _NoMatch(f"{prod}: operands are not broadcasts of a row and a column side")
+
+
+def _score_nodes(by, x: str, materialized: set) -> tuple[str, set]:
+    """The one unmaterialized reduction x depends on (the raw q @ k^T) and the nodes between."""
+    found, path = [], set()
+    depends: dict[str, bool] = {}
+
+    def visit(name: str) -> bool:
+        if name in depends:
+            return depends[name]
+        n = by[name]
+        if isinstance(n, Input) or (name in materialized):
+            depends[name] = False
+        elif isinstance(n, Reduce):
+            found.append(name)
+            depends[name] = True
+        else:
+            hit = False
+            for o in n.operands():
+                hit = visit(o) or hit
+            depends[name] = hit
+        if depends[name]:
+            path.add(name)
+        return depends[name]
+
+    visit(x)
+    reduces = set(found)
+    _need(len(reduces) == 1, f"the scores {x} depend on {len(reduces)} reductions, not one q @ k^T")
+    return found[0], path
+
+
+def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
+    pv = by[red]
+    _need(isinstance(pv, Reduce) and pv.op == "sum" and len(pv.axes) == 1, f"{red} is not a sum")
+    r = len(pv.type.shape)            # (*batch, Lq, 1, Dv)
+    br = r - 3
+    _need(br >= 0 and pv.axes == (br + 1,), f"{red} is not a matmul over keys")
+    # the kernel stores the squeezed matmul when that is all its user reads, else the keepdim sum
+    out, seen = red, set()
+    (only,) = users[red] if len(users[red]) == 1 else (None,)
+    o = by.get(only)
+    if isinstance(o, IndexMap) and _index_is(o, [_iv(d) for d in range(br + 1)] + [0, _iv(br + 1)]):
+        out, seen = only, {red}
+    p_bc, v_bc = _split_product(by, pv.arg, br, br + 2, seen)
+    p_src = by[p_bc]
+    batch, lq, dv = pv.type.shape[:br], pv.type.shape[br], pv.type.shape[br + 2]
+    _need(_index_is(p_src, [_iv(d) for d in range(br + 2)]), f"{p_bc} is not the weights' broadcast")
+    seen.add(p_bc)
+    p = _strip_casts(by, p_src.arg, seen)
+    safe = False
+    pn = by[p]
+    if isinstance(pn, Elementwise) and pn.op == "where":
+        cond, zero, inner = pn.args
+        _need(isinstance(zero, (int, float)) and zero == 0 and isinstance(cond, str),
+              f"{p}: a where that is not the safe softmax")
+        cbc = by[cond]
+        empty_name = cbc.arg if isinstance(cbc, IndexMap) else cond    # one key: no broadcast
+        empty = by[empty_name]
+        _need(isinstance(empty, Elementwise) and empty.op == "eq" and empty.args[1] == float("-inf"),
+              f"{p}: a where that is not the safe softmax")
+        seen.update((p, cond, empty_name))
+        safe, empty_max = True, empty.args[0]
+        p = _strip_casts(by, inner, seen)
+        pn = by[p]
+    _need(isinstance(pn, Elementwise) and pn.op == "divide", f"{p} is not a softmax")
+    e, sum_bc = pn.args
+    seen.add(p)
+    en = by[e]
+    _need(isinstance(en, Elementwise) and en.op == "exp", f"{e} is not exp of the shifted scores")
+    sh = by[en.args[0]]
+    _need(isinstance(sh, Elementwise) and sh.op == "subtract", f"{en.args[0]} is not x - max")
+    x, max_bc = sh.args
+    seen.update((e, en.args[0]))
+    _row_reduce(by, sum_bc, "sum", e, seen)
+    _row_reduce(by, max_bc, "max", x, seen)
+    if safe:
+        mx = max_bc if isinstance(by[max_bc], Reduce) else by[max_bc].arg
+        _need(empty_max == mx, f"{p}: the safe softmax tests another max")
+    xs = by[x].type.shape
+    _need(xs == (*batch, lq, xs[-1]), f"the scores {x} have shape {xs}")
+    lk = xs[-1]
+    qk, path = _score_nodes(by, x, materialized)
+    qkn = by[qk]
+    _need(qkn.op == "sum" and qkn.axes == (br + 1,) and qkn.type.shape == (*batch, lq, 1, lk),
+          f"{qk} is not q @ k^T over the batch of the output")
+    q_bc, k_bc = _split_product(by, qkn.arg, br, br + 2, seen)
+    d = by[qkn.arg].type.shape[br + 1]
+    seen.update(path)
+    seen.add(qk)
+    for n in seen:
+        outside = [u for u in users[n] if u not in seen and u != out]
+        if outside:
+            raise _NoMatch(f"{n} is also read by {outside[0]}")
+        _need(n not in materialized or n == out, f"{n} is an output of the program")
+    return AttentionMatch(out, red, qk, q_bc, k_bc, v_bc, x, safe, frozenset(seen), tuple(batch),
+                          lq, lk, d, dv)
+
+
+def find_attention(prog, materialized: set, log) -> dict[str, AttentionMatch]:
+    """Every attention in the program, by output node; near misses are logged with the reason."""
+    by, users, out = prog.by_name, _users(prog), {}
+    for n in prog.nodes:
+        if not (isinstance(n, Reduce) and n.op == "sum" and _feeds_softmax(by, n)):
+            continue
+        try:
+            m = match_at(prog, by, users, n.name, materialized)
+        except _NoMatch as why:
+            log(f"fuse: attention at {n.name} declined: {why}")
+            continue
+        if any(m.internal & other.internal for other in out.values()):
+            continue
+        out[m.out] = m
+    return out
+
+
+def _feeds_softmax(by, red: Reduce) -> bool:
+    """Cheap pre-test: the summed product reads, through casts and wheres, a divide by a sum."""
+    prod = by.get(red.arg)
+    if not isinstance(prod, Elementwise) or prod.op != "multiply":
+        return False
+    for a in prod.operands():
+        n = by[a]
+        for _ in range(4):
+            if isinstance(n, IndexMap) or (isinstance(n, Elementwise) and n.op in ("cast", "where")):
+                n = by[n.args[-1] if isinstance(n, Elementwise) else n.arg]
+            else:
+                break
+        if isinstance(n, Elementwise) and n.op == "divide" and isinstance(n.args[1], str):
+            s = by[n.args[1]]
+            if isinstance(s, Reduce) or (isinstance(s, IndexMap) and isinstance(by[s.arg], Reduce)):
+                return True
+    return False
+
+
+def _users(prog) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {n.name: [] for n in prog.nodes}
+    for n in prog.nodes:
+        for o in n.operands():
+            out[o].append(n.name)
+    for o in prog.outputs:
+        out[o].append("<output>")
+    return out

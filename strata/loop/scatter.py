@@ -1,0 +1,127 @@
+"""Loop kernels of a Scatter (index_copy / index_put): only the new rows are stored.
+
+Why: a KV-cache write must not copy the whole cache per decode step. A Scatter whose destination
+is a buffer nothing else reads (a program input such as the cache, or a temp) and that is not
+itself returned is stored *in place*: its buffer is the destination's, the kernel runs over the
+rows written (`values`' shape) and stores `dest[.., pos, ..] = value`, and the program returns the
+destination buffer (for an input: the caller's tensor, updated). Otherwise a copy kernel first
+copies the destination into the Scatter's own buffer. A position is clamped into range so that
+a kernel never writes outside its buffer (callers check positions; the simulator would too).
+"""
+from __future__ import annotations
+
+from ..expr import Const, Var, call
+from ..tensor.ir import Input, Scatter, TensorProgram
+from .ir import Load, Loop, LoopKernel, Store, canonical_names
+
+
+def _chain_inputs(prog: TensorProgram) -> set[str]:
+    """Inputs the program updates in place with a chain of scatters starting at the input."""
+    by_name, out = prog.by_name, set()
+    for inp, value in prog.mutations.items():
+        n = by_name[value]
+        while isinstance(n, Scatter) and n.dest != inp:
+            n = by_name[n.dest]
+        if isinstance(n, Scatter):
+            out.add(inp)
+    return out
+
+
+def aliases(prog: TensorProgram) -> dict[str, str]:
+    """{scatter node: buffer it is stored in} for every Scatter written in place. A caller's
+    tensor (an input) is written only when the program updates it in place (index_copy_,
+    `cache[:, :, pos] = k`): a functional index_copy of an input gets a copy."""
+    users = prog.users()
+    by_name = prog.by_name
+    writable = _chain_inputs(prog)
+    out: dict[str, str] = {}
+    for n in prog.nodes:
+        if not isinstance(n, Scatter):
+            continue
+        if isinstance(by_name[n.dest], Input) and n.dest not in writable:
+            continue
+        if users[n.dest] == [n.name] and n.dest not in prog.outputs:
+            out[n.name] = out.get(n.dest, n.dest)
+    return out
+
+
+def write_back(prog: TensorProgram, materialized: set[str], alias: dict[str, str]
+               ) -> list[LoopKernel]:
+    """A copy kernel per input updated in place whose new value is not already in its buffer
+    (run last: every kernel reading the old value has run)."""
+    out = []
+    for inp, value in prog.mutations.items():
+        if alias.get(value) != inp:
+            out.append(_copy_kernel(prog, prog.node(value), inp, materialized, f"k_update_{inp}"))
+    return out
+
+
+def rename_buffers(kernels: list[LoopKernel], alias: dict[str, str]) -> list[LoopKernel]:
+    """Every access to an aliased Scatter made to the buffer it lives in."""
+    if not alias:
+        return kernels
+
+    def body(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, Load) and s.buf in alias:
+                s = Load(s.var, alias[s.buf], s.index, s.dtype, s.pred)
+            elif isinstance(s, Store) and s.buf in alias:
+                s = Store(alias[s.buf], s.index, s.value)
+            elif isinstance(s, Loop):
+                s = Loop(s.var, s.extent, s.kind, body(s.body), s.accs, s.unroll)
+            out.append(s)
+        return tuple(out)
+
+    def names(bufs):
+        return tuple(dict.fromkeys(alias.get(b, b) for b in bufs))
+
+    return [LoopKernel(k.name, body(k.body), names(k.reads), names(k.writes), src=k.src)
+            for k in kernels]
+
+
+def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
+                    alias: dict[str, str]) -> list[LoopKernel]:
+    """The copy kernel (unless in place) and the kernel that stores the rows."""
+    from .lower import _Builder       # lower.py imports this module
+    n = prog.node(kp.target)
+    out = []
+    if n.name not in alias:
+        out.append(_copy_kernel(prog, prog.node(n.dest), n.name, materialized, f"{name}_copy"))
+    b = _Builder(prog, materialized, set())
+    vshape = prog.node(n.values).type.shape
+    index: list = [Const(0)] * len(vshape)
+    for d in kp.outer:
+        index[d] = Var(b.open_loop(vshape[d], "free"))
+    for v in index:                   # all outer loops count as one level
+        if isinstance(v, Var):
+            b.home[v.name] = b.stack[-1]
+    raw = b.value(n.indices, (index[n.axis],))
+    last = Const(n.type.shape[n.axis] - 1, "i64")
+    pos = b.let(call("minimum", call("maximum", raw, Const(0, "i64")), last), prefix="pos")
+    value = b.value(n.values, tuple(index))
+    dest_index = tuple(pos if d == n.axis else e for d, e in enumerate(index))
+    b.stack[-1].stmts.append(Store(n.name, dest_index, value))
+    while len(b.stack) > 1:
+        b.close_loop()
+    kernel = LoopKernel(name, tuple(b.root.stmts), tuple(b.reads), (n.name,), src=n.src)
+    out.append(canonical_names(kernel, reserved=set(prog.by_name)))
+    return out
+
+
+def _copy_kernel(prog: TensorProgram, src, dest: str, materialized: set[str], name: str
+                 ) -> LoopKernel:
+    """dest[...] = src[...] (src a node with a buffer)."""
+    from .lower import _Builder
+    b = _Builder(prog, materialized, set())
+    index = [Var(b.open_loop(s, "free")) if s > 1 else Const(0) for s in src.type.shape]
+    for v in index:
+        if isinstance(v, Var):
+            b.home[v.name] = b.stack[-1]
+    value = b.value(src.name, tuple(index))
+    b.stack[-1].stmts.append(Store(dest, tuple(index), value))
+    while len(b.stack) > 1:
+        b.close_loop()
+    kernel = LoopKernel(name, tuple(b.root.stmts), tuple(b.reads), (dest,), src=src.src)
+    return canonical_names(kernel, reserved=set(prog.by_name))
+

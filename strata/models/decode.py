@@ -1,0 +1,181 @@
+"""KV-cache decoding of a Hugging Face causal LM as two strata programs sharing a static cache.
+
+Why this shape: a decode step must not recompile per token, so the cache is preallocated
+(max_len positions, chosen by the user) and the position is an *input* tensor. The wrapper
+modules drive the transformers model's own embedding, rotary embedding, decoder layers, norm and
+head, so every family's details (Qwen2's QKV bias, Llama-3 rope scaling, tied embeddings) come
+from transformers; only the cache is ours (`StaticKV`, a duck-typed transformers Cache whose
+`update` writes the new K/V with `index_copy_` into explicit cache tensors).
+
+    prefill(input_ids (1, S), k_0, v_0, k_1, v_1, ...)          -> logits (1, 1, vocab)
+    step(input_ids (1, 1), position (1,), k_0, v_0, ...)        -> logits (1, 1, vocab)
+
+Both update the caches in place (the cache inputs are mutated: on CUDA the kernels write only
+the new rows of the caller's tensors; the simulator writes them back). Caches are
+(1, kv_heads, max_len, head_dim) in the model's dtype and must start finite (zeros): a step
+attends over all max_len positions with the positions after `position` masked to the dtype's
+minimum (softmax weight exactly 0), as transformers' additive masks do. Prefill attends over the
+S new keys only (causal) and writes positions 0..S-1. The logits are the last position's.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import StrataError
+from . import hf
+
+
+class StaticKV:
+    """What transformers' attention calls `past_key_values`: update() writes K/V of layer
+    `layer_idx` at `positions` into the cache tensors (in place) and returns what attention
+    reads: the whole cache for a step, the new keys alone for a prefill."""
+
+    is_compileable = True
+
+    def __init__(self, keys: list, values: list, positions: torch.Tensor, prefill: bool):
+        self.keys, self.values, self.positions, self.prefill = keys, values, positions, prefill
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k.index_copy_(2, self.positions, key_states.to(k.dtype))
+        v.index_copy_(2, self.positions, value_states.to(v.dtype))
+        if self.prefill:
+            return key_states, value_states
+        return k, v
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:     # asked by some transformers paths
+        return 0
+
+
+class _Decode(nn.Module):
+    """Shared body of the prefill and step programs (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, prefill: bool):
+        super().__init__()
+        self.lm = model
+        dec = hf.decoder(model)
+        self.embed, self.layers, self.norm = dec.embed_tokens, dec.layers, dec.norm
+        self.rotary_emb = dec.rotary_emb
+        self.head = model.get_output_embeddings()
+        self.prefill = prefill
+
+    def run(self, input_ids, positions, caches):
+        n = len(self.layers)
+        if len(caches) != 2 * n:
+            raise StrataError(f"expected {2 * n} cache tensors (k and v per layer), got {len(caches)}")
+        s = input_ids.shape[1]
+        hidden = self.embed(input_ids)
+        position_ids = positions.view(1, s)
+        cos, sin = self.rotary_emb(hidden, position_ids)
+        lowest = torch.finfo(hidden.dtype).min
+        if self.prefill:
+            mask = torch.full((s, s), lowest, dtype=hidden.dtype, device=hidden.device).triu(1)
+        else:
+            slots = torch.arange(caches[0].shape[2], device=hidden.device)
+            zero = torch.zeros((), dtype=hidden.dtype, device=hidden.device)
+            mask = torch.where(slots <= positions, zero, lowest).view(1, -1)
+        mask = mask[None, None]
+        cache = StaticKV(list(caches[0::2]), list(caches[1::2]), positions, self.prefill)
+        for layer in self.layers:
+            out = layer(hidden, attention_mask=mask, position_ids=position_ids,
+                        position_embeddings=(cos, sin), cache_position=positions,
+                        **hf.cache_argument(layer, cache))
+            hidden = hf.layer_output(out)
+        return self.head(self.norm(hidden[:, -1:]))
+
+
+class Prefill(_Decode):
+    def __init__(self, model: nn.Module):
+        super().__init__(model, prefill=True)
+
+    def forward(self, input_ids, *caches):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.run(input_ids, positions, caches)
+
+
+class DecodeStep(_Decode):
+    def __init__(self, model: nn.Module):
+        super().__init__(model, prefill=False)
+
+    def forward(self, input_ids, position, *caches):
+        return self.run(input_ids, position, caches)
+
+
+def cache_names(n_layers: int) -> list[str]:
+    return [f"{kv}_cache_{i}" for i in range(n_layers) for kv in ("k", "v")]
+
+
+def new_caches(config, max_len: int, dtype: torch.dtype, device="cpu") -> list[torch.Tensor]:
+    """Zeroed (1, kv_heads, max_len, head_dim) K and V caches, two per layer (k_0, v_0, k_1 ...)."""
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (1, kv_heads, max_len, head_dim)
+    return [torch.zeros(shape, dtype=dtype, device=device)
+            for _ in range(2 * config.num_hidden_layers)]
+
+
+def model_dtype(model: nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str = "sim",
+                    ctx=None, progress=None):
+    """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache.
+    progress(text) is told what is happening."""
+    from ..api import Program, check_device
+    from ..context import Context
+    from ..frontend.capture import capture
+    from ..pipeline import lower_torch_program
+    check_device(device)
+    if prompt_len < 1:
+        raise StrataError("the prompt is empty: give at least one token")
+    if prompt_len > max_len:
+        raise StrataError(f"the prompt has {prompt_len} tokens, more than --max-len {max_len}")
+    ctx = ctx or Context()
+    say = progress or (lambda text: None)
+    config = model.config
+    names = cache_names(config.num_hidden_layers)
+    caches = new_caches(config, max_len, model_dtype(model))
+    ids = torch.zeros((1, prompt_len), dtype=torch.long)
+    programs = []
+    for label, module, inputs, in_names in (
+            ("prefill", Prefill(model), (ids, *caches), ["input_ids", *names]),
+            ("decode step", DecodeStep(model), (ids[:, :1], torch.zeros(1, dtype=torch.long), *caches),
+             ["input_ids", "position", *names])):
+        say(f"capturing the {label} with torch.export")
+        torch_program = capture(module.eval(), inputs, input_names=in_names)
+        say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
+        program = Program(lower_torch_program(torch_program, ctx), device)
+        if device == "cuda":
+            say(f"compiling the {label} kernels")
+            program.load()
+        programs.append(program)
+    return programs[0], programs[1]
+
+
+def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int,
+           eos: set[int] | None = None, device="cpu", on_token=None):
+    """Greedy decoding with the two programs: (generated ids, prefill seconds, decode seconds,
+    decode steps). Stops after max_new_tokens or at an id in `eos`. on_token(count) is told."""
+    import time
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    t0 = time.perf_counter()
+    logits = prefill(ids, *caches)
+    out = [int(logits[0, -1].argmax())]
+    sync()
+    t_prefill = time.perf_counter() - t0
+    pos = len(prompt_ids)
+    t0 = time.perf_counter()
+    steps = 0
+    while len(out) < max_new_tokens and not (eos and out[-1] in eos):
+        if on_token is not None:
+            on_token(len(out))
+        logits = step(torch.tensor([[out[-1]]], device=device),
+                      torch.tensor([pos], device=device), *caches)
+        out.append(int(logits[0, -1].argmax()))
+        pos += 1
+        steps += 1
+    sync()
+    return out, t_prefill, time.perf_counter() - t0, steps

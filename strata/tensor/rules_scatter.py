@@ -1,0 +1,64 @@
+"""Writes at tensor-valued positions: index_copy and index_put as one Scatter node.
+
+Why: a KV cache is written at the decode position, an input of the program, so that one compiled
+step serves every position. `cache.index_copy(2, pos, k)` and `cache[:, :, pos] = k` both become
+`Scatter(dest=cache, values=k, indices=pos, axis=2)`, which loop/lower.py stores in the cache's
+own buffer when nothing else reads the old cache (only the new rows are written).
+Positions must be in range (index_put's negative ones are wrapped first); several index tensors,
+or an index that is not 1-D, are not supported.
+"""
+from __future__ import annotations
+
+from ..errors import UnsupportedOp
+from ..expr import Var
+from .builder import T, broadcast_shapes, norm_axis, rule
+from .ir import Scatter
+
+
+def _positions(b, index: T) -> T:
+    """The index as a 1-D i64 tensor (a 0-d index is one position)."""
+    if index.dtype not in ("i64", "i32"):
+        raise UnsupportedOp(f"{b.op} (only integer index tensors are supported)")
+    if index.rank == 0:
+        index = b.reshape(index, (1,), hint="pos")
+    if index.rank != 1:
+        raise UnsupportedOp(f"{b.op} (only a 1-D index tensor is supported, not {index.rank}-D)")
+    return b.cast(index, "i64")
+
+
+def scatter(b, dest: T, axis: int, index: T, values: T) -> T:
+    """dest with the slices `index` along `axis` replaced by `values` (broadcast and cast)."""
+    want = tuple(index.shape[0] if d == axis else n for d, n in enumerate(dest.shape))
+    if values.rank == dest.rank - 1 and index.shape[0] == 1 and dest.rank:   # index_copy, 0-d index
+        values = b.index_map(values, want, tuple(Var(f"i{d}") for d in range(dest.rank) if d != axis),
+                             hint="rows")
+    if broadcast_shapes(values.shape, want) != want:
+        raise UnsupportedOp(f"{b.op} (values of shape {values.shape} do not fit {want})")
+    values = b.bcast(b.cast(values, dest.dtype), want)
+    return b.emit(Scatter, b.tmp("scatter"), dest.shape, dest.dtype, dest=dest.name,
+                  values=values.name, indices=index.name, axis=axis)
+
+
+@rule("aten.index_copy")
+def index_copy(b, a):
+    dest = a.self
+    axis = norm_axis(a.dim, dest.rank) if dest.rank else 0
+    return scatter(b, dest, axis, _positions(b, a.index), a.source)
+
+
+@rule("aten.index_put")
+def index_put(b, a):
+    """x[..., pos, ...] = v with one integer index tensor (the others None), accumulate=False."""
+    dest = a.self
+    given = [k for k, t in enumerate(a.indices) if t is not None]
+    if a.accumulate or len(given) != 1:
+        raise UnsupportedOp("aten.index_put (only one index tensor, without accumulate)")
+    axis = given[0]
+    index = _positions(b, a.indices[axis])
+    n = dest.shape[axis]
+    wrapped = b.ew("where", b.ew("lt", index, 0, hint="neg"), b.ew("add", index, n, hint="wrap"),
+                   index, hint="pos")
+    values = a["values"]            # (a.values is the dict method)
+    if values.rank < dest.rank:             # torch broadcasts values against the indexed shape
+        values = b.reshape(values, (1,) * (dest.rank - values.rank) + values.shape, hint="vals")
+    return scatter(b, dest, axis, wrapped, values)

@@ -1,0 +1,44 @@
+"""mma_pipeline: software-pipeline the K loop of a tensor-core kernel over STAGES shared buffers.
+
+With STAGES = S the block first issues the fills of K steps 0 .. S-2 (prologue); each step of
+the steady state then waits for its own tile (cp.async.wait_group S-2, a barrier), issues the
+fill of step + S-1 into the buffer read one step earlier, and multiplies; the last S-1 steps
+(epilogue) only wait and multiply. So S-1 tiles are in flight while one is consumed. The default
+is the deepest of 3 or 2 whose buffers fit in SMEM_LIMIT bytes of static shared memory (rows
+with several reductions reuse one set of buffers). Raises when even one stage does not fit.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...context import Context
+from ..ir import MmaLoop, TileKernel
+from .mma_tile import stage_elems
+
+SMEM_LIMIT = 48 * 1024      # static __shared__ per block
+
+
+def stage_bytes(k: TileKernel) -> int:
+    """Bytes of one stage: the largest A tile plus the largest B tile over the kernel's loops."""
+    mt = k.matmul
+    loops = [s for s in k.body if isinstance(s, MmaLoop)]
+    return 2 * (max(stage_elems(s.a, mt) for s in loops) + max(stage_elems(s.b, mt) for s in loops))
+
+
+def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode != "mma":
+        return k
+    per = stage_bytes(k)
+    fit = SMEM_LIMIT // per
+    if fit < 1:
+        raise ValueError(f"{k.name}: one stage of its {k.matmul.tile_m}x{k.matmul.tile_n}x"
+                         f"{k.matmul.tile_k} tiles needs {per} bytes of shared memory (more than "
+                         f"{SMEM_LIMIT}); choose smaller TILE_M/TILE_N/TILE_K")
+    stages = ctx.knob("STAGES", max(1, min(3, fit)))
+    if not 1 <= stages <= fit:
+        raise ValueError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
+                         f"{SMEM_LIMIT} bytes of shared memory")
+    if stages == 1:
+        ctx.log(f"mma_pipeline: {k.name}: declined, one stage ({per} bytes) fits")
+    body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)
+    return replace(k, body=body).with_knob("STAGES", stages)

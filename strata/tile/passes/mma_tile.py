@@ -1,0 +1,170 @@
+"""mma_tile: schedule an fp16/bf16 contraction on tensor cores (mma.sync m16n8k16, sm_80+).
+
+The row kernel becomes a block tile of TILE_M x TILE_N (mode "mma"): WARPS_M x WARPS_N warps,
+each owning a piece of 16x8 accumulator tiles, and per reduce loop one `MmaLoop` whose operands
+are staged TILE_K at a time in shared memory (filled with plain loads for now: later passes pick
+cp.async, the layout and the pipeline depth). The row statements after the loops (bias,
+activation, residual, SiLU(gate) * up ...) run per accumulator element, guarded at the M and N
+edges. INSTR=mma|fma pins the choice. Declines, saying why, for other dtypes (fp32 keeps the
+CUDA-core path; TF32 is not offered), a target below sm_80, accumulators that are not f32, or a
+prologue computed in f32 whose rounding to 16 bits eager would not do (an f32 output).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ...context import Context
+from ...expr import coefficient
+from ...loop.ir import Accum, Let, Load, Loop
+from ..contraction import closure, depends, match, product
+from ..ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
+from .tile_matmul import conjoin, edge, pow2_ceil
+
+HALF = ("f16", "bf16")
+
+
+def sm_version(target: str) -> int:
+    """80 for "sm_80", 90 for "sm_90a"; 0 when the target is not an sm_NN architecture."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", target)
+    return int(m.group(1)) if m else 0
+
+
+def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:
+    """(TILE_M, TILE_N, WARPS_M, WARPS_N): 128x128 tiles of 2x4 warps (64x32 each) for big
+    matrices, narrower for short sides (decode: 16 rows) and for rows with several reductions
+    (each holds its own accumulators)."""
+    tile_m = min(max(pow2_ceil(m), 16), 128)
+    tile_n = min(max(pow2_ceil(n), 16), 128 if loops == 1 else 64)
+    warps_m = max(1, min(2, tile_m // 64))
+    warps_n = max(1, min(4, tile_n // 32))
+    return tile_m, tile_n, warps_m, warps_n
+
+
+def choose_mma_tile(k: TileKernel, m: str | None, n: str, loops: int, dtype: str,
+                    ctx: Context) -> MmaTile:
+    tm, tn, wm, wn = default_tiles(k.extent(m), k.extent(n), loops)
+    tile_m, tile_n = ctx.knob("TILE_M", tm), ctx.knob("TILE_N", tn)
+    warps_m, warps_n, tile_k = ctx.knob("WARPS_M", wm), ctx.knob("WARPS_N", wn), ctx.knob("TILE_K", 32)
+    if warps_m < 1 or warps_n < 1 or tile_m % (16 * warps_m) or tile_n % (8 * warps_n):
+        raise ValueError(f"TILE_M={tile_m}, TILE_N={tile_n}, WARPS_M={warps_m}, WARPS_N={warps_n}: "
+                         f"each warp's tile must be a multiple of 16 x 8 (the mma shape)")
+    if tile_k < 16 or tile_k % 16:
+        raise ValueError(f"TILE_K={tile_k}: must be a multiple of 16 (the mma K) for INSTR=mma")
+    if warps_m * warps_n > 32:
+        raise ValueError(f"WARPS_M={warps_m} x WARPS_N={warps_n}: more than 32 warps in a block")
+    return MmaTile(m, n, tile_m, tile_n, tile_k, warps_m, warps_n, dtype)
+
+
+def tile_rows_cols(op: MmaOperand, mt: MmaTile) -> tuple[int, int]:
+    """(rows, cols) of the operand's shared tile for one stage, before padding."""
+    x = mt.tile_m if op.side == "A" else mt.tile_n
+    return (x, mt.tile_k) if op.kmajor else (mt.tile_k, x)
+
+
+def _half_dtype(k: TileKernel, stmts, out_half: bool) -> str:
+    """The 16-bit dtype the operand computed by stmts has, or why it has none."""
+    loads = [s for s in stmts if isinstance(s, Load)]
+    kinds = {k.dtype_of(s.buf) for s in loads}
+    if len(kinds) != 1 or not kinds <= set(HALF):
+        return f"it reads {', '.join(sorted(kinds)) or 'no buffer'}, not f16 or bf16 alone"
+    if any(isinstance(s, Let) for s in stmts) and not out_half:
+        return "its prologue computes in f32 for an f32 result (rounding it to 16 bits would " \
+               "lose what eager keeps)"
+    return kinds.pop()
+
+
+def _kmajor(k: TileKernel, stmts, k_var: str, x_var: str | None) -> bool:
+    """K contiguous in shared memory unless a load is contiguous along X instead."""
+    for s in stmts:
+        if isinstance(s, Load):
+            flat = flat_index(s.index, k.shape_of(s.buf))
+            if x_var and coefficient(flat, x_var) == 1 and coefficient(flat, k_var) != 1:
+                return False
+    return True
+
+
+def _operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
+    """(acc, A, B, dtype) of one reduce loop, or why it cannot run on tensor cores."""
+    found = product(loop.body)
+    if isinstance(found, str):
+        return found
+    a, b, p = found
+    axes = {v for v, _ in k.domain}
+    if n in depends(loop.body, axes)[a]:
+        a, b = b, a
+    acc = loop.accs[0]
+    if acc.dtype != "f32":
+        return f"{loop.var} accumulates in {acc.dtype}, not f32"
+    ca, cb = closure(loop.body, a), closure(loop.body, b)
+    rest = [s for s in loop.body if not any(s is x for x in ca + cb)
+            and not isinstance(s, Accum) and getattr(s, "var", None) != p]
+    if rest:
+        return f"{loop.var} computes more than its two operands"
+    dts = []
+    for side, stmts in (("A", ca), ("B", cb)):
+        dt = _half_dtype(k, stmts, out_half)
+        if dt not in HALF:
+            return f"operand {side} of {loop.var}: {dt}"
+        dts.append(dt)
+    if dts[0] != dts[1]:
+        return f"{loop.var} multiplies {dts[0]} by {dts[1]}"
+    ops = []
+    for side, value, stmts, x in (("A", a, ca, m), ("B", b, cb, n)):
+        ops.append(MmaOperand(side, value, x, k.extent(x), stmts, _kmajor(k, stmts, loop.var, x)))
+    return acc, ops[0], ops[1], dts[0]
+
+
+def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode != "rows":
+        return k
+    c = match(k)
+    if isinstance(c, str):
+        return k                        # tile_matmul says why it is not a contraction
+    pinned = ctx.knob("INSTR", "")
+    if pinned not in ("", "mma", "fma"):
+        raise ValueError(f"INSTR={pinned}: choose mma or fma")
+    if pinned == "fma":
+        ctx.log(f"mma_tile: {k.name}: declined, INSTR=fma pinned")
+        return k
+    sm = sm_version(ctx.target)
+    if sm < 80:
+        ctx.log(f"mma_tile: {k.name}: declined, target {ctx.target} has no mma.sync (needs sm_80+)")
+        return k
+    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
+    loops, dtype = [], None
+    for loop in c.loops:
+        got = _operands(k, loop, c.m, c.n, out_half)
+        if isinstance(got, str):
+            ctx.log(f"mma_tile: {k.name}: declined, {got}")
+            return k
+        acc, a, b, dt = got
+        if dtype not in (None, dt):
+            ctx.log(f"mma_tile: {k.name}: declined, its reductions mix {dtype} and {dt}")
+            return k
+        dtype = dt
+        loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
+    mt = choose_mma_tile(k, c.m, c.n, len(loops), dtype, ctx)
+    guard = conjoin(edge(c.m, k.extent(c.m), mt.tile_m), edge(c.n, k.extent(c.n), mt.tile_n))
+    rest = tuple(s for s in c.body if not isinstance(s, Loop))
+    epilogue = (Guard(guard, rest),) if guard is not None and rest else rest
+    ctx.log(f"mma_tile: {k.name}: M={c.m}, N={c.n}, {mt.tile_m}x{mt.tile_n} tiles of "
+            f"{mt.warps_m}x{mt.warps_n} warps, mma.m16n8k16.{dtype}", 2)
+    out = replace(k, mode="mma", matmul=mt, body=tuple(loops) + epilogue,
+                  block=32 * mt.warps_m * mt.warps_n)
+    for name, value in (("INSTR", "mma"), ("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n),
+                        ("TILE_K", mt.tile_k), ("WARPS_M", mt.warps_m), ("WARPS_N", mt.warps_n)):
+        out = out.with_knob(name, value)
+    return out
+
+
+
+def row_stride(cols: int, swizzle: str) -> int:
+    """Elements between rows of a shared tile: padded by 16 bytes with SWIZZLE=pad."""
+    return cols + 8 if swizzle == "pad" else cols
+
+
+def stage_elems(op: MmaOperand, mt: MmaTile) -> int:
+    """Elements of one stage of the operand's shared tile."""
+    rows, cols = tile_rows_cols(op, mt)
+    return rows * row_stride(cols, mt.swizzle)

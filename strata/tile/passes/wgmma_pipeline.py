@@ -1,0 +1,40 @@
+"""wgmma_pipeline: how many shared stages a wgmma kernel's TMA pipeline keeps in flight.
+
+Each K step's A and B tiles land in one of STAGES buffers, each with its own mbarrier; the
+block waits on a tile's barrier, issues its wgmmas, and once the previous step's wgmmas are done
+(wgmma.wait_group 1) refills that step's buffer with the tile STAGES steps ahead. The buffers
+live in dynamic shared memory: the default is the deepest of 4 that fits in SMEM_LIMIT bytes
+(and no deeper than the K loop is long). Raises when one stage does not fit.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...context import Context
+from ...kernel.ir import DYNAMIC_SMEM_ALIGN, MAX_DYNAMIC_SMEM_BYTES
+from ..ir import MmaLoop, TileKernel
+
+SMEM_LIMIT = MAX_DYNAMIC_SMEM_BYTES - 2 * DYNAMIC_SMEM_ALIGN    # room for alignment, mbarriers
+
+
+def stage_bytes(k: TileKernel) -> int:
+    mt = k.matmul
+    return (mt.tile_m + mt.tile_n) * mt.tile_k * 2
+
+
+def wgmma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode != "wgmma":
+        return k
+    mt, per = k.matmul, stage_bytes(k)
+    fit = SMEM_LIMIT // per
+    if fit < 1:
+        raise ValueError(f"{k.name}: one stage of its {mt.tile_m}x{mt.tile_n}x{mt.tile_k} tiles needs "
+                         f"{per} bytes of shared memory (more than {SMEM_LIMIT})")
+    steps = max(-(-s.extent // mt.tile_k) for s in k.body if isinstance(s, MmaLoop))
+    stages = ctx.knob("STAGES", max(1, min(4, fit, steps)))
+    if not 1 <= stages <= fit:
+        raise ValueError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
+                         f"{SMEM_LIMIT} bytes of shared memory")
+    ctx.log(f"wgmma_pipeline: {k.name}: {stages} stage(s) of {per} bytes", 2)
+    body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)
+    return replace(k, body=body).with_knob("STAGES", stages)

@@ -1,0 +1,157 @@
+"""wgmma_tile: on sm_90a, schedule an fp16/bf16 contraction on Hopper tensor cores (mode "wgmma").
+
+A block of WARPGROUPS warpgroups computes a TILE_M x TILE_N output tile (TILE_M = 64 x
+WARPGROUPS: each warpgroup one m64nNk16 row of TILE_N columns, accumulators in registers).
+Per reduce loop both operands come into shared memory by TMA (cp.async.bulk.tensor), TILE_K of
+K at a time laid out with the (2 x TILE_K)-byte swizzle wgmma reads (TILE_K = 64: 128B), the
+edges zero-filled by TMA. The epilogue (bias, activation, residual, cast, SiLU(gate) * up) runs
+per accumulator element, guarded at the M and N edges, as in mode "mma".
+
+Declines, saying why (mma_tile then takes the kernel), for a target other than sm_90a, INSTR=mma
+or fma pinned, a vector M side, and operands TMA cannot fetch as they are: a computed prologue,
+a predicated or non-affine load, an operand not K-major (wgmma here reads A and B with K
+contiguous: F.linear's weight is, `x @ w` with w stored (K, N) is not), strides that are not
+multiples of 16 bytes, or a buffer read by the kernel in another way too. INSTR=wgmma pinned
+turns a decline into an error.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...context import Context
+from ...expr import Var, affine_terms
+from ...loop.ir import Load, Loop
+from ..contraction import match
+from ..ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index, walk
+from .mma_tile import HALF, _operands, sm_version
+from .tile_matmul import conjoin, edge
+
+SWIZZLE_OF_TILE_K = {16: "32B", 32: "64B", 64: "128B"}     # a shared row is 2 x TILE_K bytes
+
+
+def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
+    """((var, extent, stride in elements), ...) of the operand's TMA map, innermost (K) first,
+    then X, then the batch axes its load uses; or why TMA cannot fetch it ("" never)."""
+    if len(op.body) != 1 or not isinstance(op.body[0], Load):
+        return "it computes a prologue"
+    load = op.body[0]
+    if load.pred is not None:
+        return "its load is predicated"
+    terms = affine_terms(flat_index(load.index, k.shape_of(load.buf)))
+    if terms is None or not all(isinstance(a, Var) for a in terms[0]):
+        return "its index is not affine in the loop axes"
+    coeffs, const = terms
+    coeffs = {a.name: c for a, c in coeffs.items() if c}
+    if coeffs.get(k_var) != 1:
+        return f"it is not K-major (not contiguous along {k_var}; wgmma reads K-major tiles)"
+    if const:
+        return "its index has a constant offset"
+    batch = {v: e for v, e in k.domain if v != op.x_var}     # (the other of M, N never occurs)
+    dims = [(k_var, k_extent, 1), (op.x_var, op.x_extent, coeffs.get(op.x_var, 0))]
+    if not dims[1][2]:
+        return f"it does not depend on {op.x_var}"
+    rest = sorted((c, v) for v, c in coeffs.items() if v not in (k_var, op.x_var))
+    for c, v in rest:
+        if v not in batch:
+            return f"its index uses {v}, not a batch axis"
+        dims.append((v, batch[v], c))
+    if len(dims) > 5:
+        return "it has more than 5 dimensions"
+    bad = [v for v, _, c in dims[1:] if c % 8]
+    if bad:
+        return f"its stride along {bad[0]} is not a multiple of 16 bytes"
+    return tuple(dims)
+
+
+def _other_loads(k: TileKernel, loops: list[MmaLoop]) -> set[str]:
+    """Buffers the kernel loads outside the operands of its K loops."""
+    rest = [s for s in k.body if not isinstance(s, Loop)]
+    return {s.buf for s in walk(tuple(k.prelude) + tuple(rest)) if isinstance(s, Load)}
+
+
+def why_not_tma(k: TileKernel, loops: list[MmaLoop], tile_of) -> str:
+    """Why the K loops' operands cannot all be fetched by TMA ("" when they can)."""
+    maps: dict[str, tuple] = {}
+    others = _other_loads(k, loops) | set(k.writes)
+    for lp in loops:
+        for op in (lp.a, lp.b):
+            dims = tma_dims(k, op, lp.k_var, lp.extent)
+            if isinstance(dims, str):
+                return f"operand {op.side} of {lp.acc.acc}: {dims}"
+            buf = op.body[0].buf
+            if buf in others:
+                return f"operand {op.side} of {lp.acc.acc}: {buf} is also read or written directly"
+            key = (tuple((e, c) for _, e, c in dims), tile_of(op))
+            if maps.setdefault(buf, key) != key:
+                return f"{buf} is fetched with two different tensor maps"
+    return ""
+
+
+def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context) -> tuple[int, int, int]:
+    """(TILE_M, TILE_N, TILE_K) from the knobs: 64 rows per warpgroup (two for tall matrices),
+    N rounded up to 8 and at most 128 (64 for rows with several reductions), K 64 (128B swizzle)."""
+    wg_default = 2 if k.extent(m) > 64 else 1
+    warpgroups = ctx.knob("WARPGROUPS", ctx.knob("TILE_M", 64 * wg_default) // 64)
+    tile_m = ctx.knob("TILE_M", 64 * warpgroups)
+    tile_n = ctx.knob("TILE_N", min(-(-k.extent(n) // 8) * 8, 128 if loops == 1 else 64))
+    tile_k = ctx.knob("TILE_K", 64)
+    if tile_m != 64 * warpgroups or not 1 <= warpgroups <= 4:
+        raise ValueError(f"TILE_M={tile_m}, WARPGROUPS={warpgroups}: INSTR=wgmma takes 64 rows per "
+                         f"warpgroup, 1 to 4 warpgroups")
+    if tile_n % 8 or not 8 <= tile_n <= 256:
+        raise ValueError(f"TILE_N={tile_n}: wgmma's N is a multiple of 8 in 8..256")
+    if tile_k not in SWIZZLE_OF_TILE_K:
+        raise ValueError(f"TILE_K={tile_k}: INSTR=wgmma takes 16, 32 or 64 (rows of a 32B, 64B or "
+                         f"128B swizzle)")
+    return tile_m, tile_n, tile_k
+
+
+def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode != "rows":
+        return k
+    c = match(k)
+    if isinstance(c, str):
+        return k                        # tile_matmul says why it is not a contraction
+    pinned = ctx.knob("INSTR", "")
+    if pinned not in ("", "wgmma", "mma", "fma"):
+        raise ValueError(f"INSTR={pinned}: choose wgmma, mma or fma")
+
+    def decline(why: str) -> TileKernel:
+        if pinned == "wgmma":
+            raise ValueError(f"INSTR=wgmma: {k.name}: {why}")
+        ctx.log(f"wgmma_tile: {k.name}: declined, {why}")
+        return k
+    if pinned in ("mma", "fma"):
+        return decline(f"INSTR={pinned} pinned")
+    if ctx.target != "sm_90a":
+        return decline(f"target {ctx.target} has no wgmma (needs sm_90a)"
+                       if sm_version(ctx.target) >= 80 else f"target {ctx.target} has no wgmma")
+    if c.m is None:
+        return decline("its M side is a vector (one row)")
+    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
+    loops, dtype = [], None
+    for loop in c.loops:
+        got = _operands(k, loop, c.m, c.n, out_half)
+        if isinstance(got, str):
+            return decline(got)
+        acc, a, b, dt = got
+        if dtype not in (None, dt):
+            return decline(f"its reductions mix {dtype} and {dt}")
+        dtype = dt
+        loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
+    tile_m, tile_n, tile_k = choose_tiles(k, c.m, c.n, len(loops), ctx)
+    why = why_not_tma(k, loops, lambda op: tile_m if op.side == "A" else tile_n)
+    if why:
+        return decline(why)
+    loops = [replace(lp, a=replace(lp.a, fill="tma"), b=replace(lp.b, fill="tma")) for lp in loops]
+    mt = MmaTile(c.m, c.n, tile_m, tile_n, tile_k, tile_m // 16, 1, dtype, SWIZZLE_OF_TILE_K[tile_k])
+    guard = conjoin(edge(c.m, k.extent(c.m), tile_m), edge(c.n, k.extent(c.n), tile_n))
+    rest = tuple(s for s in c.body if not isinstance(s, Loop))
+    epilogue = (Guard(guard, rest),) if guard is not None and rest else rest
+    ctx.log(f"wgmma_tile: {k.name}: M={c.m}, N={c.n}, {tile_m}x{tile_n}x{tile_k} tiles of "
+            f"{tile_m // 64} warpgroup(s), wgmma.m64n{tile_n}k16.{dtype} fed by TMA", 2)
+    out = replace(k, mode="wgmma", matmul=mt, body=tuple(loops) + epilogue, block=2 * tile_m)
+    for name, value in (("INSTR", "wgmma"), ("TILE_M", tile_m), ("TILE_N", tile_n),
+                        ("TILE_K", tile_k), ("WARPGROUPS", tile_m // 64)):
+        out = out.with_knob(name, value)
+    return out

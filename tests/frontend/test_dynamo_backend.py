@@ -1,0 +1,225 @@
+"""torch.compile(..., backend="strata"): dynamo's graphs run as strata Programs on the simulator
+and match eager in float64; unsupported ops raise a strata error naming them (eager only on an
+explicit opt-in, with a warning); the backend is found with and without `import strata`."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import strata  # noqa: F401  (registers the backend when no entry point is installed)
+from strata import check
+from strata.errors import StrataError, UnsupportedOp
+from strata.frontend import dynamo_backend
+from strata.frontend.dynamo_backend import (
+    StrataFallbackWarning,
+    StrataNoGradWarning,
+    UnsupportedGraph,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo(monkeypatch):
+    """A clean dynamo cache per test, no fallback from the environment, and a record of every
+    graph strata compiled (so a test can tell strata ran it, not eager)."""
+    torch._dynamo.reset()
+    monkeypatch.delenv("STRATA_FALLBACK", raising=False)
+    compiled = []
+    real = dynamo_backend._compile
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        compiled.append(out)
+        return out
+
+    monkeypatch.setattr(dynamo_backend, "_compile", spy)
+    yield compiled
+    torch._dynamo.reset()
+
+
+def _assert_matches(name, got, fn, inputs, contraction):
+    ref = check.eager_reference(fn, inputs)
+    flat, _ = torch.utils._pytree.tree_flatten(got)
+    assert len(flat) == len(ref)
+    for i, (g, r) in enumerate(zip(flat, ref)):
+        dt = {torch.float32: "f32"}[g.dtype]
+        res = check.compare(f"{name}[{i}]", dt, g.detach().numpy(), r, check.tolerance(dt, contraction))
+        assert res.passed, f"{name}[{i}]: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(1 + 0.2 * torch.randn(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def test_mlp_matches_eager(_fresh_dynamo):
+    model = MLP().eval()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        out = torch.compile(model, backend="strata")(x)
+    assert len(_fresh_dynamo) == 1 and _fresh_dynamo[0].program is not None
+    names = _fresh_dynamo[0].program.torch_program.input_names
+    assert names == ["fc1_weight", "fc1_bias", "x", "fc2_weight", "fc2_bias"]
+    assert isinstance(out, torch.Tensor) and out.shape == (4, 16)
+    _assert_matches("mlp", out, model, (x,), contraction=True)
+
+
+def test_rms_norm_matches_eager_with_options(_fresh_dynamo):
+    model = RMSNorm(48)
+    x = torch.randn(2, 6, 48)
+    with pytest.warns(StrataNoGradWarning, match="inference only"):
+        out = torch.compile(model, backend="strata", options={"device": "sim", "knobs": {}})(x)
+    assert len(_fresh_dynamo) == 1
+    assert not out.requires_grad       # said by the warning
+    _assert_matches("rmsnorm", out, model, (x,), contraction=False)
+
+
+def test_graph_break_compiles_each_graph(_fresh_dynamo):
+    def fn(x, w):
+        h = torch.tanh(x @ w)
+        torch._dynamo.graph_break()
+        return h.sum(-1), torch.sigmoid(h) * x
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    out = torch.compile(fn, backend="strata")(x, w)
+    assert len(_fresh_dynamo) == 2 and all(c.program is not None for c in _fresh_dynamo)
+    assert isinstance(out, tuple) and len(out) == 2
+    _assert_matches("graph break", out, fn, (x, w), contraction=True)
+
+
+def test_dynamic_shapes_get_a_program_per_shape(_fresh_dynamo):
+    """After a recompile dynamo hands over a shape-dynamic graph; strata specialises it."""
+    def fn(x):
+        return torch.relu(x) * 2 - x.mean(0)
+    compiled = torch.compile(fn, backend="strata")
+    for rows in (3, 5, 7):
+        x = torch.randn(rows, 4)
+        _assert_matches(f"rows={rows}", compiled(x), fn, (x,), contraction=False)
+    assert len(_fresh_dynamo) == 3
+    assert _fresh_dynamo[0].slots == [0] and _fresh_dynamo[-1].slots == [1]   # a SymInt input first
+
+
+def test_output_structure_aliases_and_constants():
+    """The backend on a hand-made graph: an input returned as is stays that very tensor, a
+    constant stays a constant, a value returned twice is computed once."""
+    def fn(x, y):
+        r = torch.relu(x + y)
+        return x, (r, 3), [r, y * 2]
+    gm = torch.fx.symbolic_trace(fn)
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    run = dynamo_backend.strata_backend(gm, [x, y])
+    out = run(x, y)
+    assert out[0] is x and out[1][1] == 3 and isinstance(out[2], list)
+    (entry,) = run.entries.values()
+    assert len(entry.program.torch_program.outputs) == 2
+    _assert_matches("structure", [out[1][0], out[2][0], out[2][1]],
+                    lambda a, b: (torch.relu(a + b), torch.relu(a + b), b * 2), (x, y), False)
+
+
+def _sorted_plus_one(x):
+    return torch.sort(x, dim=-1).values + 1
+
+
+def test_unsupported_op_raises_a_clear_error():
+    x = torch.randn(4, 8)
+    with pytest.raises(Exception) as info:
+        torch.compile(_sorted_plus_one, backend="strata")(x)
+    err = info.value
+    inner = getattr(err, "inner_exception", err)
+    assert isinstance(inner, UnsupportedGraph) and isinstance(inner, UnsupportedOp)
+    assert inner.ops == ["aten.sort"]
+    assert "unsupported op aten.sort (at " in str(err) and "test_dynamo_backend.py" in str(err)
+    assert "torch.sort(x, dim=-1)" in str(err) and "fallback" in str(err)
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_fallback_opt_in_warns_and_matches_eager(how, monkeypatch, _fresh_dynamo):
+    kw = {"options": {"fallback": True}} if how == "option" else {}
+    if how == "env":
+        monkeypatch.setenv("STRATA_FALLBACK", "1")
+    x = torch.randn(4, 8)
+    with pytest.warns(StrataFallbackWarning, match=r"eagerly .*unsupported op aten\.sort"):
+        out = torch.compile(_sorted_plus_one, backend="strata", **kw)(x)
+    assert _fresh_dynamo == []
+    assert torch.equal(out, _sorted_plus_one(x))
+
+
+def test_in_place_update_of_an_input_is_refused():
+    def fn(x):
+        x.mul_(2)
+        return x + 1
+    with pytest.raises(Exception, match="updates its input x in place"):
+        torch.compile(fn, backend="strata")(torch.randn(3))
+
+
+def test_bad_options_are_clear_errors():
+    with pytest.raises(StrataError, match="unknown strata option devic; known: device"):
+        dynamo_backend.options_of({"devic": "sim"})
+    with pytest.raises(StrataError, match="unknown device 'gpu'"):
+        dynamo_backend.options_of({"device": "gpu"})
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    with pytest.raises(StrataError, match="device cuda needs every input of the graph on the GPU"):
+        dynamo_backend.strata_backend(gm, [torch.randn(2)], options={"device": "cuda"})
+
+
+def test_tiny_causal_lm_logits_match_eager(_fresh_dynamo):
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(REPO / "tests" / "models"))
+    from model_helpers import hf_model
+
+    from strata.models.wrappers import CausalLMLogits
+    model = hf_model("llama")
+    ids = torch.randint(0, model.config.vocab_size, (1, 8))
+    with torch.no_grad():
+        logits = torch.compile(model, backend="strata")(ids, use_cache=False).logits
+    assert len(_fresh_dynamo) >= 1 and all(c.program is not None for c in _fresh_dynamo)
+    _assert_matches("logits", logits, CausalLMLogits(model), (ids,), contraction=True)
+
+
+def _python(code: str) -> str:
+    """Run `code` in a fresh interpreter (nothing imported yet); its stdout."""
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+BARE = """
+import sys, torch
+from torch._dynamo.backends.registry import _COMPILER_FNS
+print("strata" in sys.modules, "strata" in _COMPILER_FNS)
+x = torch.randn(4, 8)
+out = torch.compile(lambda x: torch.relu(x) * 2, backend="strata")(x)
+assert torch.allclose(out, torch.relu(x) * 2, rtol=1e-6, atol=0)
+print("strata" in sys.modules, "strata" in _COMPILER_FNS)
+"""
+
+
+def test_entry_point_registers_the_backend_without_import_strata():
+    """torch finds strata through the torch_dynamo_backends entry point (pip install -e .)."""
+    from importlib.metadata import entry_points
+    assert "strata" in entry_points(group="torch_dynamo_backends").names
+    assert _python(BARE).split() == ["False", "False", "True", "True"]
+
+
+def test_import_strata_registers_when_no_entry_point_is_installed():
+    hide = ("import importlib.metadata as md\n_real = md.entry_points\n"
+            "md.entry_points = lambda **kw: md.EntryPoints(()) "
+            "if kw.get('group') == 'torch_dynamo_backends' else _real(**kw)\nimport strata\n")
+    assert _python(hide + BARE).split() == ["True", "True", "True", "True"]
