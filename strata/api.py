@@ -25,6 +25,17 @@ def check_device(device: str) -> None:
                                 "use --device sim")
 
 
+def on_device(ctx: Context, device: str) -> Context:
+    """`ctx` with its target filled in for `device` when the user pinned none: a program that
+    will run on this GPU is compiled for the GPU's own architecture, sm_90a on H100/H200 (so
+    wgmma and TMA are used), sm_80 on A100. Compiling without running keeps DEFAULT_TARGET."""
+    if device == "cuda" and ctx.target is None:
+        from .runtime.driver import arch
+        sm = arch(torch.cuda.current_device())
+        ctx.target = "sm_90a" if sm == "sm_90" else sm
+    return ctx
+
+
 class Program:
     """A compiled program: call it like the original, print any stage with `ir(stage)`.
 
@@ -134,7 +145,7 @@ def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
     then take and return CUDA tensors. use_graph: replay repeated CUDA calls as one CUDA graph."""
     from .frontend.capture import capture
     check_device(device)
-    ctx = ctx or Context()
+    ctx = on_device(ctx or Context(), device)
     if _is_causal_lm(fn):
         from .models.wrappers import CausalLMLogits
         fn = CausalLMLogits(fn)
@@ -165,9 +176,9 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
 
     from .frontend.capture import capture
     from .models.build import build
-    ctx = ctx or Context()
-    say = progress or (lambda text: None)
     check_device(device)
+    ctx = on_device(ctx or Context(), device)
+    say = progress or (lambda text: None)
     say(f"building {model}")
     t0 = time.perf_counter()
     built = build(model, layer=layer, seq_len=seq_len, dtype=dtype, materialise=materialise)
@@ -191,7 +202,7 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     from .frontend import capture_cache
     from .frontend.capture import capture_snippet
     from .frontend.snippet import parse_snippet
-    ctx = ctx or Context()
+    ctx = on_device(ctx or Context(), device)
     t0 = time.perf_counter()
     snippet = parse_snippet(code)
     torch_program = capture_cache.load(code)
@@ -206,4 +217,4 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     return program, snippet
 
 
-__all__ = ["STAGES", "Program", "compile", "compile_model"]
+__all__ = ["STAGES", "Program", "compile", "compile_model", "on_device"]

@@ -17,7 +17,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="-v: pass timings and declined fusions/passes; -vv: a diff per tile pass")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="pin a schedule knob (BLOCK, GROUP, VEC, SMEM_BUDGET, UNROLL_MAX)")
-    p.add_argument("--target", default="sm_90", help="GPU architecture for CUDA (sm_80, sm_90, ...)")
+    p.add_argument("--target", default=None,
+                   help="GPU architecture for CUDA (sm_80, sm_90, sm_90a ...); default: the GPU's own "
+                        "with --device cuda (sm_90a on H100/H200), else sm_90")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 

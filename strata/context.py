@@ -19,16 +19,25 @@ def _env_knobs() -> dict[str, str]:
     return out
 
 
+DEFAULT_TARGET = "sm_90"     # what `strata compile` emits for when no GPU and no --target says otherwise
+
+
 @dataclass
 class Context:
     verbosity: int = 0
     knobs: dict[str, str] = field(default_factory=dict)
-    target: str = "sm_90"
+    target: str | None = None        # GPU architecture; None: see `arch`
     messages: list[str] = field(default_factory=list)
     stream: object = None            # where log lines go at -v (default stderr)
 
     def __post_init__(self):
         self.knobs = {**_env_knobs(), **{k.upper(): v for k, v in self.knobs.items()}}
+
+    @property
+    def arch(self) -> str:
+        """The architecture passes compile for: the pinned target, else DEFAULT_TARGET (the api
+        fills `target` from the GPU itself when a program is compiled to run on one)."""
+        return self.target or DEFAULT_TARGET
 
     def log(self, msg: str, level: int = 1) -> None:
         self.messages.append(msg)

@@ -141,5 +141,5 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     out.kernel.verify()
     if stop < 5:
         return out
-    out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.target)
+    out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)
     return out

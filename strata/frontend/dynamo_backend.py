@@ -221,7 +221,7 @@ class _Compiled:
 
 
 def _compile(gm, args, names, opts) -> _Compiled:
-    from ..api import Program, check_device
+    from ..api import Program, check_device, on_device
     from ..context import Context
     from ..pipeline import lower_torch_program
     from .capture import capture
@@ -242,7 +242,7 @@ def _compile(gm, args, names, opts) -> _Compiled:
     _check_supported(torch_program)
     program = None
     if torch_program.outputs:
-        ctx = Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"]))
+        ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
         ctx.log(describe_options({**opts, "device": device}))
         program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
                           bool(opts["use_graph"]))

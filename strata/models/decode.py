@@ -123,7 +123,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
                     ctx=None, progress=None):
     """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache.
     progress(text) is told what is happening."""
-    from ..api import Program, check_device
+    from ..api import Program, check_device, on_device
     from ..context import Context
     from ..frontend.capture import capture
     from ..pipeline import lower_torch_program
@@ -132,7 +132,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
         raise StrataError("the prompt is empty: give at least one token")
     if prompt_len > max_len:
         raise StrataError(f"the prompt has {prompt_len} tokens, more than --max-len {max_len}")
-    ctx = ctx or Context()
+    ctx = on_device(ctx or Context(), device)
     say = progress or (lambda text: None)
     config = model.config
     names = cache_names(config.num_hidden_layers)

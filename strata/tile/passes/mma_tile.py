@@ -127,9 +127,9 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if pinned == "fma":
         ctx.log(f"mma_tile: {k.name}: declined, INSTR=fma pinned")
         return k
-    sm = sm_version(ctx.target)
+    sm = sm_version(ctx.arch)
     if sm < 80:
-        ctx.log(f"mma_tile: {k.name}: declined, target {ctx.target} has no mma.sync (needs sm_80+)")
+        ctx.log(f"mma_tile: {k.name}: declined, target {ctx.arch} has no mma.sync (needs sm_80+)")
         return k
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     loops, dtype = [], None

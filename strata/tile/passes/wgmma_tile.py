@@ -123,9 +123,9 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
         return k
     if pinned in ("mma", "fma"):
         return decline(f"INSTR={pinned} pinned")
-    if ctx.target != "sm_90a":
-        return decline(f"target {ctx.target} has no wgmma (needs sm_90a)"
-                       if sm_version(ctx.target) >= 80 else f"target {ctx.target} has no wgmma")
+    if ctx.arch != "sm_90a":
+        return decline(f"target {ctx.arch} has no wgmma (needs sm_90a)"
+                       if sm_version(ctx.arch) >= 80 else f"target {ctx.arch} has no wgmma")
     if c.m is None:
         return decline("its M side is a vector (one row)")
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
