@@ -13,7 +13,7 @@ that write the output. Buffers are named after Tensor IR nodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..expr import Expr, to_str
 
@@ -48,6 +48,9 @@ class Accum(Stmt):
     op: str                          # sum | prod | max | min | argmax | argmin
     value: Expr
     index: Expr | None = None        # position along the reduction (argmax/argmin only)
+    operands: str | None = None      # a 16-bit contraction (sum of a product of f16/bf16 tensors):
+                                     # the dtype eager holds each multiplicand in, so a schedule
+                                     # may round them to it (tensor cores) and still match eager
 
 
 @dataclass(frozen=True)
@@ -211,8 +214,8 @@ def canonical_names(k: LoopKernel, reserved: set[str] = frozenset()) -> LoopKern
             elif isinstance(s, Let):
                 out.append(Let(names[s.var], rename(s.value, names)))
             elif isinstance(s, Accum):
-                out.append(Accum(names[s.acc], s.op, rename(s.value, names),
-                                 None if s.index is None else rename(s.index, names)))
+                out.append(replace(s, acc=names[s.acc], value=rename(s.value, names),
+                                   index=None if s.index is None else rename(s.index, names)))
             elif isinstance(s, Store):
                 out.append(Store(s.buf, tuple(rename(e, names) for e in s.index), rename(s.value, names)))
             elif isinstance(s, Loop):
@@ -243,7 +246,8 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
             out.append(f"{pad}{s.acc} <- {s.op}({s.acc}, {_value(s.value)}) at {to_str(s.index)}")
         else:
             from ..scalar_ops import REDUCE_COMBINE
-            out.append(f"{pad}{s.acc} <- {REDUCE_COMBINE[s.op]}({s.acc}, {_value(s.value)})")
+            held = f"  # {s.operands} operands" if s.operands else ""
+            out.append(f"{pad}{s.acc} <- {REDUCE_COMBINE[s.op]}({s.acc}, {_value(s.value)}){held}")
     elif isinstance(s, Store):
         out.append(f"{pad}{s.buf}[{', '.join(to_str(e) for e in s.index)}] = {_value(s.value)}")
     elif isinstance(s, Loop):

@@ -194,7 +194,10 @@ class _Builder:
         if val.dtype != acc_dt:
             val = self.let(Cast(val, acc_dt))
         scope = self.stack[-1]
-        scope.stmts.append(Accum(acc, n.op, val, Var(r) if arg else None))
+        half = n.op == "sum" and isinstance(src, Elementwise) and src.op == "multiply" \
+            and src.type.dtype in ("f16", "bf16")
+        scope.stmts.append(Accum(acc, n.op, val, Var(r) if arg else None,
+                                 src.type.dtype if half else None))
         scope.accs.append(AccInit(acc, n.op, acc_dt))
         self.close_loop()
         self.stack = saved

@@ -408,7 +408,7 @@ def subst_body(body, mapping: dict, bounds: dict | None = None):
         if isinstance(s, Let):
             return Let(s.var, sub(s.value))
         if isinstance(s, Accum):
-            return Accum(s.acc, s.op, sub(s.value), sub(s.index))
+            return replace(s, value=sub(s.value), index=sub(s.index))
         if isinstance(s, Store):
             return Store(s.buf, tuple(sub(e) for e in s.index), sub(s.value))
         if isinstance(s, Stage):
@@ -430,7 +430,7 @@ def rename_stmt(s, names: dict):
     if isinstance(s, Let):
         return Let(names.get(s.var, s.var), r(s.value))
     if isinstance(s, Accum):
-        return Accum(names.get(s.acc, s.acc), s.op, r(s.value), r(s.index))
+        return replace(s, acc=names.get(s.acc, s.acc), value=r(s.value), index=r(s.index))
     if isinstance(s, Store):
         return Store(s.buf, tuple(map(r, s.index)), r(s.value))
     raise TypeError(f"cannot rename in {s!r}")

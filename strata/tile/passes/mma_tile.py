@@ -101,9 +101,12 @@ def _operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
             and not isinstance(s, Accum) and getattr(s, "var", None) != p]
     if rest:
         return f"{loop.var} computes more than its two operands"
+    held = next(s.operands for s in loop.body if isinstance(s, Accum))
     dts = []
     for side, stmts in (("A", ca), ("B", cb)):
-        dt = _half_dtype(k, stmts, out_half)
+        # a 16-bit contraction in eager: each operand is a 16-bit tensor there, so rounding a
+        # computed prologue (RMSNorm's normed x, SiLU(gate) * up) to it is what eager does
+        dt = held if held in HALF else _half_dtype(k, stmts, out_half)
         if dt not in HALF:
             return f"operand {side} of {loop.var}: {dt}"
         dts.append(dt)
