@@ -107,55 +107,24 @@ def _line(label: str, t_prefill: float, t_decode: float, steps: int) -> str:
 
 
 def _hf_eager(lm, prompt_ids, n, eos, device):
-    """Greedy decoding with transformers' own forward and DynamicCache."""
-    import torch
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    ids = torch.tensor([prompt_ids], device=device)
-    with torch.no_grad():
-        t0 = time.perf_counter()
-        out = lm(input_ids=ids, use_cache=True)
-        toks = [int(out.logits[0, -1].argmax())]
-        sync()
-        t_prefill = time.perf_counter() - t0
-        past, steps = out.past_key_values, 0
-        t0 = time.perf_counter()
-        while len(toks) < n and toks[-1] not in eos:
-            out = lm(input_ids=torch.tensor([[toks[-1]]], device=device), past_key_values=past,
-                     use_cache=True)
-            past = out.past_key_values
-            toks.append(int(out.logits[0, -1].argmax()))
-            steps += 1
-        sync()
-    return toks, t_prefill, time.perf_counter() - t0, steps
+    """Greedy decoding with transformers' own forward and DynamicCache (bench/decode_loops.py,
+    shared with `python -m strata.bench.decode`)."""
+    from .bench.decode_loops import hf_eager_greedy
+    return hf_eager_greedy(lm, prompt_ids, n, eos, device)
 
 
 def _torch_compile(lm, prompt_ids, n, eos):
-    """transformers' generate with a static cache and its forward under torch.compile (GPU):
-    a warm-up run compiles; prefill time from a 1-token run, decode from the difference."""
-    import torch
-    ids = torch.tensor([prompt_ids], device="cuda")
-    kw = {"do_sample": False, "cache_implementation": "static", "eos_token_id": list(eos) or None}
-    with torch.no_grad():
-        lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=False)
-        lm.generate(ids, max_new_tokens=n, **kw)          # warm-up: compiles
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        lm.generate(ids, max_new_tokens=1, **kw)
-        torch.cuda.synchronize()
-        t_prefill = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = lm.generate(ids, max_new_tokens=n, **kw)
-        torch.cuda.synchronize()
-        total = time.perf_counter() - t0
-    toks = out[0, len(prompt_ids):].tolist()
-    return toks, t_prefill, max(total - t_prefill, 1e-9), max(len(toks) - 1, 0)
+    """transformers' StaticCache with the decode step under torch.compile(mode="reduce-overhead")
+    on the GPU (bench/decode_loops.py): a warm-up run compiles, the second is timed."""
+    from .bench.decode_loops import StaticCompiled
+    run = StaticCompiled(lm, len(prompt_ids) + n, "cuda")
+    run(prompt_ids, n, eos)
+    return run(prompt_ids, n, eos)
 
 
 def _agree(a, b) -> str:
-    if a == b:
-        return "yes"
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"no (first difference at generated token {k})"
+    from .bench.decode_report import agree
+    return agree(a, b)
 
 
 def generate_command(args) -> int:

@@ -90,33 +90,47 @@ def _split_product(by, prod: str, lhs_free: int, rhs_free: int, seen: set) -> tu
     raise _NoMatch(f"{prod}: operands are not broadcasts of a row and a column side")
 
 
-def _score_nodes(by, x: str, materialized: set) -> tuple[str, set]:
-    """The one unmaterialized reduction x depends on (the raw q @ k^T) and the nodes between."""
-    found, path = [], set()
+def _score_nodes(by, x: str, materialized: set, is_qk) -> tuple[str, set]:
+    """The raw q @ k^T that the scores x are an elementwise function of (the one unmaterialized
+    reduction x depends on that `is_qk` accepts), and the nodes between. Other reductions x
+    reads (a mask computed with a cumsum, as transformers builds it) stay outside the path: they
+    get kernels of their own (reductions_to_materialize) and the fused kernel loads them."""
+    found: list[str] = []
+    seen: set[str] = set()
+
+    def reductions(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        n = by[name]
+        if isinstance(n, Reduce) and name not in materialized:
+            found.append(name)
+        elif not isinstance(n, Input) and name not in materialized:
+            for o in n.operands():
+                reductions(o)
+
+    reductions(x)
+    qks = [r for r in found if is_qk(r)]
+    _need(len(qks) == 1, f"the scores {x} depend on {len(qks)} q @ k^T reductions, not one")
+    qk = qks[0]
     depends: dict[str, bool] = {}
+    path: set[str] = set()
 
     def visit(name: str) -> bool:
-        if name in depends:
-            return depends[name]
-        n = by[name]
-        if isinstance(n, Input) or (name in materialized):
-            depends[name] = False
-        elif isinstance(n, Reduce):
-            found.append(name)
-            depends[name] = True
-        else:
-            hit = False
-            for o in n.operands():
-                hit = visit(o) or hit
-            depends[name] = hit
-        if depends[name]:
-            path.add(name)
+        if name not in depends:
+            n = by[name]
+            if name == qk:
+                depends[name] = True
+            elif isinstance(n, (Input, Reduce)) or name in materialized:
+                depends[name] = False
+            else:
+                depends[name] = any([visit(o) for o in n.operands()])
+            if depends[name]:
+                path.add(name)
         return depends[name]
 
     visit(x)
-    reduces = set(found)
-    _need(len(reduces) == 1, f"the scores {x} depend on {len(reduces)} reductions, not one q @ k^T")
-    return found[0], path
+    return qk, path
 
 
 def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
@@ -169,7 +183,17 @@ def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
     xs = by[x].type.shape
     _need(xs == (*batch, lq, xs[-1]), f"the scores {x} have shape {xs}")
     lk = xs[-1]
-    qk, path = _score_nodes(by, x, materialized)
+    def is_qk(r: str) -> bool:
+        n = by[r]
+        if not (n.op == "sum" and n.axes == (br + 1,) and n.type.shape == (*batch, lq, 1, lk)):
+            return False
+        try:
+            _split_product(by, n.arg, br, br + 2, set())
+        except _NoMatch:
+            return False
+        return True
+
+    qk, path = _score_nodes(by, x, materialized, is_qk)
     qkn = by[qk]
     _need(qkn.op == "sum" and qkn.axes == (br + 1,) and qkn.type.shape == (*batch, lq, 1, lk),
           f"{qk} is not q @ k^T over the batch of the output")

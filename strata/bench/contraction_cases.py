@@ -1,0 +1,217 @@
+"""The cases of `python -m strata.bench.contractions` (issue 3's GPU goals), as pure data.
+
+Why from the bundled configs: the decode-shape goal is about the projections of real Llama/Qwen
+layers, so (K, N) are read from strata/models/configs (hidden, heads, KV heads, head dim,
+intermediate size, QKV bias) rather than typed in. Projections with the same (K, N, bias) are one
+case, labelled with every layer that has it. Building a case (its module and inputs) needs torch
+on the requested device; listing them needs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# (bundled model name, short label): the layers whose decode shapes the goal names
+DECODE_MODELS = (("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "TinyLlama-1.1B"),
+                 ("meta-llama/Llama-3.2-1B", "Llama-3.2-1B"),
+                 ("Qwen/Qwen2.5-7B", "Qwen2.5-7B"))
+DECODE_M = (1, 16)
+MM_SIZE = 4096
+ATTENTION_SEQ = 2048
+# head dim -> the model whose query-head count the attention case takes
+ATTENTION_MODELS = ((64, "TinyLlama/TinyLlama-1.1B-Chat-v1.0"), (128, "Qwen/Qwen2.5-7B"))
+
+GOAL_MM = 0.9           # issue 3: >= 0.9x cuBLAS at 4096^3
+GOAL_DECODE = 1.0       # >= 1.0x cuBLAS at decode shapes (M <= 16)
+GOAL_ATTENTION = 0.8    # >= 0.8x torch's flash SDPA at seq 2048
+
+
+@dataclass(frozen=True)
+class Projection:
+    label: str          # "TinyLlama-1.1B q_proj/o_proj"
+    k: int
+    n: int
+    bias: bool
+
+
+def projections(cfg: dict, short: str) -> list[Projection]:
+    """The linear layers of one decoder layer of a config.json, same-shaped ones merged."""
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    hd = cfg.get("head_dim") or h // heads
+    qwen = cfg.get("model_type") == "qwen2"
+    qkv_bias = qwen or bool(cfg.get("attention_bias", False))
+    o_bias = not qwen and bool(cfg.get("attention_bias", False))
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    layers = [("q_proj", h, heads * hd, qkv_bias), ("k_proj", h, kv * hd, qkv_bias),
+              ("v_proj", h, kv * hd, qkv_bias), ("o_proj", heads * hd, h, o_bias),
+              ("gate_proj", h, cfg["intermediate_size"], mlp_bias),
+              ("up_proj", h, cfg["intermediate_size"], mlp_bias),
+              ("down_proj", cfg["intermediate_size"], h, mlp_bias)]
+    merged: dict[tuple, list[str]] = {}
+    for name, k, n, bias in layers:
+        merged.setdefault((k, n, bias), []).append(name)
+    return [Projection(f"{short} {'/'.join(names)}", k, n, bias)
+            for (k, n, bias), names in merged.items()]
+
+
+def decode_projections(configs: dict[str, dict] | None = None) -> list[Projection]:
+    """Projections of every DECODE_MODELS layer, one per (K, N, bias), labels joined."""
+    configs = configs if configs is not None else _bundled(n for n, _ in DECODE_MODELS)
+    by_shape: dict[tuple, list[str]] = {}
+    for name, short in DECODE_MODELS:
+        for p in projections(configs[name], short):
+            by_shape.setdefault((p.k, p.n, p.bias), []).append(p.label)
+    return [Projection(", ".join(labels), k, n, bias) for (k, n, bias), labels in by_shape.items()]
+
+
+def _bundled(names) -> dict[str, dict]:
+    from ..models.source import resolve
+    return {n: resolve(n).config for n in names}
+
+
+@dataclass(frozen=True)
+class MatmulCase:
+    """torch.mm(a, b) (linear=False) or F.linear(x, W, b) of an nn.Linear (linear=True)."""
+    m: int
+    k: int
+    n: int
+    linear: bool = False
+    bias: bool = False
+    label: str = ""
+    dtype: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        op = "linear" if self.linear else "mm"
+        return f"{op} {self.m}×{self.k}×{self.n}" + (" +bias" if self.bias else "")
+
+    @property
+    def group(self) -> str:
+        return "decode matmul" if self.m <= 16 else "matmul"
+
+    @property
+    def goal(self) -> float:
+        return GOAL_DECODE if self.m <= 16 else GOAL_MM
+
+    @property
+    def reference(self) -> str:
+        return "torch (cuBLAS)"
+
+    def flops(self) -> int:
+        return 2 * self.m * self.k * self.n
+
+    def build(self, device: str = "cuda"):
+        """(module, inputs, timed module): the module is what strata compiles and accuracy
+        checks; the timed one is what torch runs (the same here)."""
+        dt = _torch_dtype(self.dtype)
+        gen = torch.Generator(device=device).manual_seed(0) if device != "meta" else None
+        if self.linear:
+            torch.manual_seed(0)
+            module = nn.Linear(self.k, self.n, bias=self.bias, device=device, dtype=dt).eval()
+            inputs = (_randn((self.m, self.k), dt, device, gen),)
+        else:
+            module = Mm()
+            inputs = (_randn((self.m, self.k), dt, device, gen), _randn((self.k, self.n), dt, device, gen))
+        return module, inputs, module
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """Causal scaled_dot_product_attention, q, k and v of shape (batch, heads, seq, head_dim)."""
+    heads: int
+    seq: int
+    head_dim: int
+    batch: int = 1
+    label: str = ""
+    dtype: str = "bf16"
+
+    @property
+    def name(self) -> str:
+        return f"causal attention {self.batch}×{self.heads}×{self.seq}×{self.head_dim}"
+
+    @property
+    def group(self) -> str:
+        return "attention"
+
+    @property
+    def goal(self) -> float:
+        return GOAL_ATTENTION
+
+    @property
+    def reference(self) -> str:
+        return "torch SDPA (flash)"
+
+    def flops(self) -> int:
+        return attention_flops(self.batch, self.heads, self.seq, self.seq, self.head_dim, causal=True)
+
+    def build(self, device: str = "cuda"):
+        dt = _torch_dtype(self.dtype)
+        gen = torch.Generator(device=device).manual_seed(0) if device != "meta" else None
+        shape = (self.batch, self.heads, self.seq, self.head_dim)
+        inputs = tuple(_randn(shape, dt, device, gen) for _ in range(3))
+        return CausalSDPA(), inputs, FlashSDPA()
+
+
+def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int,
+                    causal: bool) -> int:
+    """Q·Kᵀ and P·V, 2 FLOPs per multiply-add each; causal attention computes half the scores
+    (the convention of FlashAttention's benchmarks)."""
+    full = 4 * batch * heads * q_len * kv_len * head_dim
+    return full // 2 if causal else full
+
+
+class Mm(nn.Module):
+    def forward(self, a, b):
+        return torch.mm(a, b)
+
+
+class CausalSDPA(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class FlashSDPA(nn.Module):
+    """torch's SDPA with the flash backend forced (it raises rather than fall back)."""
+
+    def forward(self, q, k, v):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    from .. import dtypes
+    return dtypes.to_torch(dtype)
+
+
+def _randn(shape, dtype, device, gen):
+    if device == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+
+def cases(quick: bool = False, configs: dict[str, dict] | None = None) -> list:
+    """Every case in table order: 4096³ mm, the decode-shape linears (M = 1 and 16), attention.
+    quick: the mm, TinyLlama's projections at M = 1 and attention at head dim 64."""
+    configs = configs if configs is not None else _bundled(
+        {n for n, _ in DECODE_MODELS} | {n for _, n in ATTENTION_MODELS})
+    out: list = [MatmulCase(MM_SIZE, MM_SIZE, MM_SIZE, label="square, 4096³")]
+    projs = decode_projections(configs)
+    if quick:
+        first = DECODE_MODELS[0][1]
+        projs = [p for p in projs if p.label.startswith(first)]
+    for m in DECODE_M[:1] if quick else DECODE_M:
+        out += [MatmulCase(m, p.k, p.n, linear=True, bias=p.bias, label=p.label) for p in projs]
+    for hd, model in ATTENTION_MODELS[:1] if quick else ATTENTION_MODELS:
+        cfg = configs[model]
+        heads = cfg["num_attention_heads"]
+        got = cfg.get("head_dim") or cfg["hidden_size"] // heads
+        if got != hd:
+            raise ValueError(f"{model} has head dim {got}, not {hd}")
+        short = dict(DECODE_MODELS).get(model, model.split("/")[-1])
+        out.append(AttentionCase(heads, ATTENTION_SEQ, hd, label=f"{short} heads"))
+    return out

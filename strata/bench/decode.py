@@ -1,0 +1,177 @@
+"""`python -m strata.bench.decode [MODEL]`: issue 5's GPU table in one run. Batch-1 greedy decode
+of MODEL (default TinyLlama-1.1B, bf16, 128-token prompt, 256 new tokens) with strata's prefill
+and step programs, Hugging Face eager and torch.compile (reduce-overhead, static cache), the same
+prompt ids for all; prefill ms, decode tokens/s, whether the ids agree, and strata's fraction of
+the bandwidth limit (bench/decode_report.py). Markdown and JSON named with model, device, date.
+
+    python -m strata.bench.decode
+    python -m strata.bench.decode Qwen/Qwen2.5-0.5B --new-tokens 128 --out docs
+
+MODEL is a bundled name (random weights from the fixed seed, said in the report) or a local
+directory with config.json and safetensors weights. A variant that fails is a row saying why.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from .decode_report import HF_EAGER, STRATA, TORCH_COMPILE, DecodeBench, DecodeVariant
+
+DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+SHORT_WARMUP = 4        # a second, short warm-up run: strata's prefill captures its graph on call 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m strata.bench.decode",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"a bundled model name or a local directory (default {DEFAULT_MODEL})")
+    p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
+    p.add_argument("--new-tokens", type=int, default=256, help="tokens to generate (default 256)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
+    p.add_argument("--out", default="docs", help="report folder (default docs)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+def check_args(args) -> None:
+    from ..errors import StrataError
+    for flag, value in (("--prompt-len", args.prompt_len), ("--new-tokens", args.new_tokens),
+                        ("--repeats", args.repeats)):
+        if value < 1:
+            raise StrataError(f"{flag} must be at least 1, not {value}")
+
+
+def prompt_ids(vocab: int, n: int, seed: int = 0) -> list[int]:
+    """The prompt every variant decodes from: n random ids from a fixed seed."""
+    import torch
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def measure(name: str, run, n: int, repeats: int, warmups=None) -> DecodeVariant:
+    """Warm up, then `repeats` timed runs of run(n) -> (ids, prefill s, decode s, steps);
+    medians of prefill ms and tokens/s. A failure is the variant's status."""
+    from .variants import reason
+    try:
+        for w in warmups if warmups is not None else (n, min(n, SHORT_WARMUP)):
+            run(w)
+        runs = [run(n) for _ in range(repeats)]
+    except Exception as e:  # noqa: BLE001 - a failing variant is a row, the others still run
+        return DecodeVariant(name, f"failed: {reason(e)}")
+    steps = runs[-1][3]
+    rates = [r[3] / r[2] for r in runs if r[3] and r[2] > 0]
+    return DecodeVariant(name, "ok", statistics.median(r[1] * 1e3 for r in runs),
+                         statistics.median(rates) if rates else None, steps, len(runs),
+                         list(runs[-1][0]))
+
+
+def use_sdpa(lm) -> str:
+    """Run the HF variants with transformers' default attention (SDPA) where it can switch;
+    strata's programs were captured from the eager-attention model before. Returns the name."""
+    try:
+        lm.set_attn_implementation("sdpa")
+    except Exception:  # noqa: BLE001, S110 - older transformers: keep the model's attention
+        pass
+    return str(getattr(lm.config, "_attn_implementation", "") or "")
+
+
+def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=None,
+              ctx=None) -> DecodeBench:
+    """Build MODEL, then decode with each variant. (Tests run it on the CPU: device="cpu",
+    strata on the simulator, a given `copy_gbps` and `compile_fn`.)"""
+    import torch
+
+    from ..models.build import DTYPES, build
+    from .decode_loops import StaticCompiled, hf_eager_greedy
+    from .decode_report import kv_bytes_per_token, weight_bytes
+    say(f"building {args.model} ({args.dtype})")
+    built = build(args.model, dtype=args.dtype, materialise=True)
+    lm, config = built.model, built.config
+    prompt = prompt_ids(config.vocab_size, args.prompt_len)
+    n, max_len = args.new_tokens, args.prompt_len + args.new_tokens
+    elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
+    if copy_gbps is None:
+        from .harness import measure_copy_gbps
+        say("measuring the device-to-device copy bandwidth")
+        copy_gbps = measure_copy_gbps()
+    bench = DecodeBench(built.what, built.weights, args.dtype, args.prompt_len, n, weight_bytes(lm),
+                        kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps)
+    say(f"weights: {built.weights}")
+    bench.variants.append(measure_strata(lm, args, prompt, device, ctx, say))
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    lm = lm.to(device)
+    bench.hf_attention = use_sdpa(lm)
+    say("decoding with Hugging Face eager")
+    bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
+                                  n, args.repeats))
+    say("decoding with torch.compile (compiling the step first)")
+    try:
+        compiled = StaticCompiled(lm, max_len, device, compile_fn)
+        bench.variants.append(measure(TORCH_COMPILE, lambda k: compiled(prompt, k), n, args.repeats))
+    except Exception as e:  # noqa: BLE001 - likewise
+        from .variants import reason
+        bench.variants.append(DecodeVariant(TORCH_COMPILE, f"failed: {reason(e)}"))
+    return bench
+
+
+def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
+    """Compile the prefill and step programs (simulator unless device is cuda) and measure
+    them; a compile failure is the row's status. Returning frees their GPU weights and caches."""
+    from ..models.build import DTYPES
+    from ..models.decode import compile_decoder, new_caches
+    from .decode_loops import strata_greedy
+    from .variants import strata_status
+    max_len = args.prompt_len + args.new_tokens
+    try:
+        prefill, step = compile_decoder(lm, args.prompt_len, max_len,
+                                        "cuda" if device == "cuda" else "sim", ctx, say)
+    except Exception as e:  # noqa: BLE001 - strata's row says why; the baselines still run
+        return DecodeVariant(STRATA, strata_status(e))
+    caches = new_caches(lm.config, max_len, DTYPES[args.dtype], device)
+    say("decoding with strata")
+    return measure(STRATA, lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device),
+                   args.new_tokens, args.repeats)
+
+
+def stem(model: str, env) -> str:
+    from .env import slug
+    return f"decode-{slug(model.rstrip('/').split('/')[-1])}-{slug(env.device)}-{env.date[:10]}"
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+
+    from ..cli import guarded
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+    def command() -> int:
+        check_args(args)
+        from ..models.source import resolve
+        resolve(args.model)                  # an unknown MODEL fails before the GPU check
+        from .harness import require_cuda
+        require_cuda("the decode benchmark")
+        from ..context import Context
+        from .decode_report import goals, rich_table, write
+        from .env import collect_env, strata_target
+        env = collect_env()
+        env.extra["strata target"] = strata_target()
+        console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata "
+                      f"{env.strata}  target {env.extra['strata target']}")
+        with console.status("starting") as status:
+            bench = run_bench(args, status.update, ctx=Context(target=env.extra["strata target"]))
+        console.print(f"model: {bench.model}\nweights: {bench.weights}")
+        console.print(rich_table(bench))
+        for goal, verdict in goals(bench):
+            console.print(f"goal: {goal}: {verdict}")
+        md, js = write(args.out, stem(args.model, env), bench, env)
+        console.print(f"wrote {md} and {js}")
+        return 0
+    return guarded(command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

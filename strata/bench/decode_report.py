@@ -1,0 +1,208 @@
+"""The numbers and the table of `python -m strata.bench.decode` (issue 5's GPU goal): decode
+tokens/s of strata, Hugging Face eager and torch.compile, and strata's fraction of the bandwidth
+limit.
+
+The bandwidth limit: a batch-1 decode step must read every weight once and the KV cache up to its
+position, so tokens/s can be no more than copy bandwidth / bytes per token. Bytes per token = all
+parameters (tied embeddings once) + K and V of every layer at the average position of the decode
+steps. Pure functions of measured numbers: tested on the CPU.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .report import _atomic_write, _md_table, fmt_pct, fmt_ratio
+from .results import Env
+
+STRATA = "strata"
+HF_EAGER = "HF eager"
+TORCH_COMPILE = "torch.compile"
+VARIANTS = (STRATA, HF_EAGER, TORCH_COMPILE)
+GOAL_VS_COMPILE = 1.0       # issue 5: at or above torch.compile
+GOAL_BANDWIDTH = 0.70       # and >= 70% of the bandwidth limit
+
+
+def weight_bytes(model) -> int:
+    """Bytes of every parameter; model.parameters() yields a tied embedding once."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def average_kv_len(prompt_len: int, new_tokens: int) -> float:
+    """Keys each decode step reads, averaged: the step at position p reads p + 1 of them, for
+    p = prompt_len .. prompt_len + new_tokens - 2 (the first new token comes from the prefill)."""
+    return prompt_len + new_tokens / 2
+
+
+def kv_bytes_per_token(config, dtype_bytes: int, prompt_len: int, new_tokens: int) -> float:
+    """K and V of every layer read by one decode step at the average position."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    per_position = 2 * config.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+    return per_position * average_kv_len(prompt_len, new_tokens)
+
+
+@dataclass
+class DecodeVariant:
+    """One way of decoding: status "ok" or "failed: <reason>"; medians over `runs` runs."""
+    name: str
+    status: str = "ok"
+    prefill_ms: float | None = None
+    tokens_per_s: float | None = None
+    steps: int = 0
+    runs: int = 0
+    ids: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.tokens_per_s is not None
+
+
+@dataclass
+class DecodeBench:
+    model: str
+    weights: str                   # where the weights come from (random seed or checkpoint)
+    dtype: str
+    prompt_len: int
+    new_tokens: int
+    weight_bytes: int
+    kv_bytes_per_token: float
+    copy_gbps: float | None
+    hf_attention: str = ""          # the attention implementation the HF variants ran
+    variants: list[DecodeVariant] = field(default_factory=list)
+
+    def variant(self, name: str) -> DecodeVariant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.weight_bytes + self.kv_bytes_per_token
+
+    @property
+    def limit_tokens_per_s(self) -> float | None:
+        """Copy bandwidth over bytes per token: the most a batch-1 decode can reach."""
+        if not self.copy_gbps or self.bytes_per_token <= 0:
+            return None
+        return self.copy_gbps * 1e9 / self.bytes_per_token
+
+
+def fraction_of_limit(b: DecodeBench, name: str) -> float | None:
+    v, limit = b.variant(name), b.limit_tokens_per_s
+    return v.tokens_per_s / limit if v is not None and v.ok and limit else None
+
+
+def vs(b: DecodeBench, name: str, reference: str) -> float | None:
+    """tokens/s of `name` over those of `reference` (> 1: `name` is faster)."""
+    v, r = b.variant(name), b.variant(reference)
+    if v is None or r is None or not (v.ok and r.ok) or r.tokens_per_s <= 0:
+        return None
+    return v.tokens_per_s / r.tokens_per_s
+
+
+def agree(a: list[int], b: list[int]) -> str:
+    if a == b:
+        return "yes"
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"no (first difference at generated token {k})"
+
+
+def goals(b: DecodeBench) -> list[tuple[str, str]]:
+    """(goal, verdict) for issue 5's two goals."""
+    s = b.variant(STRATA)
+    ran = s is not None and s.ok
+    r, f = vs(b, STRATA, TORCH_COMPILE), fraction_of_limit(b, STRATA)
+    out = []
+    if not ran:
+        why = f"not met (strata {s.status.split(':')[0] if s else 'not run'})"
+        return [(f"strata decode ≥ {GOAL_VS_COMPILE:g}× torch.compile", why),
+                (f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit", why)]
+    out.append((f"strata decode ≥ {GOAL_VS_COMPILE:g}× torch.compile",
+                "— (torch.compile did not run)" if r is None else
+                f"{'met' if r >= GOAL_VS_COMPILE else 'not met'} ({fmt_ratio(r)})"))
+    out.append((f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit",
+                "— (no bandwidth measured)" if f is None else
+                f"{'met' if f >= GOAL_BANDWIDTH else 'not met'} ({fmt_pct(f)})"))
+    return out
+
+
+COLUMNS = ("variant", "prefill ms", "decode tokens/s", "ms / token", "vs torch.compile",
+           "% of bandwidth limit", "ids agree with strata")
+
+
+def table_rows(b: DecodeBench) -> list[tuple[str, ...]]:
+    s = b.variant(STRATA)
+    rows = []
+    for v in b.variants:
+        if not v.ok:
+            rows.append((v.name, "—", "—", "—", "—", "—", v.status.split(":")[0]))
+            continue
+        same = "—" if v.name == STRATA or s is None or not s.ok else agree(s.ids, v.ids)
+        rows.append((v.name, f"{v.prefill_ms:.2f}", f"{v.tokens_per_s:,.1f}",
+                     f"{1e3 / v.tokens_per_s:.3f}", fmt_ratio(vs(b, v.name, TORCH_COMPILE)),
+                     fmt_pct(fraction_of_limit(b, v.name)), same))
+    return rows
+
+
+def _facts(b: DecodeBench) -> list[str]:
+    limit = b.limit_tokens_per_s
+    copy = f"{b.copy_gbps:,.0f} GB/s" if b.copy_gbps else "—"
+    return [f"- model: {b.model}, {b.dtype}, batch 1", f"- weights: {b.weights}",
+            (f"- prompt: {b.prompt_len} token ids (random, seed 0); {b.new_tokens} new tokens, "
+             f"greedy, no end-of-sequence stop"),
+            (f"- bytes per token: {b.bytes_per_token / 1e9:.4g} GB = parameters "
+             f"{b.weight_bytes / 1e9:.4g} GB (tied embeddings once) + KV cache at the average "
+             f"position {b.kv_bytes_per_token / 1e6:.4g} MB"),
+            (f"- bandwidth limit: {'—' if limit is None else f'{limit:,.1f} tokens/s'} "
+             f"(device-to-device copy {copy}, measured in this run, over bytes per token)"),
+            f"- HF variants' attention: {b.hf_attention or '—'}"]
+
+
+def markdown(b: DecodeBench, env: Env) -> str:
+    from .report import _env_lines
+    from .results import Ceilings
+    lines = [f"# strata decode: {b.model}", ""]
+    lines += _env_lines(env, Ceilings(copy_gbps=b.copy_gbps))[:3] + _facts(b)
+    lines += [f"- goal: {g}: **{v}**" for g, v in goals(b)] + [""]
+    lines += [("Wall clock of whole greedy runs (argmax on the host every token, synchronised), "
+               "after warm-up runs; the median of the timed runs. strata: its prefill and "
+               "decode-step programs (CUDA graph replay from the second call); HF eager: "
+               "transformers' forward with its DynamicCache; torch.compile: transformers' "
+               "StaticCache with the step under torch.compile(mode=\"reduce-overhead\"), prefill "
+               "uncompiled as transformers' generate does. \"vs torch.compile\": tokens/s over "
+               "torch.compile's. Random weights make near-ties of the argmax likely, so ids may "
+               "differ between correct implementations in bf16."), ""]
+    lines += _md_table(COLUMNS, table_rows(b)) + [""]
+    failed = [f"- {v.name}: {v.status}" for v in b.variants if not v.ok]
+    if failed:
+        lines += ["## Not run", ""] + failed + [""]
+    return "\n".join(lines)
+
+
+def json_report(b: DecodeBench, env: Env) -> dict:
+    return {"schema": 1, "benchmark": "decode", "env": asdict(env), "result": asdict(b),
+            "bytes_per_token": b.bytes_per_token, "limit_tokens_per_s": b.limit_tokens_per_s,
+            "fraction_of_limit": {v.name: fraction_of_limit(b, v.name) for v in b.variants},
+            "vs_torch_compile": {v.name: vs(b, v.name, TORCH_COMPILE) for v in b.variants},
+            "goals": dict(goals(b))}
+
+
+def rich_table(b: DecodeBench):
+    from rich.table import Table
+    table = Table(title=f"decode: {b.model} ({b.dtype}, batch 1, prompt {b.prompt_len}, "
+                        f"{b.new_tokens} new tokens)", title_justify="left")
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("variant", "ids agree with strata") else "right")
+    for r in table_rows(b):
+        table.add_row(*r)
+    return table
+
+
+def write(out_dir, stem: str, b: DecodeBench, env: Env) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{stem}.md", out / f"{stem}.json"
+    _atomic_write(md, markdown(b, env) + "\n")
+    _atomic_write(js, json.dumps(json_report(b, env), indent=1, default=str) + "\n")
+    return md, js
