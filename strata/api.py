@@ -31,9 +31,14 @@ def on_device(ctx: Context, device: str) -> Context:
     wgmma and TMA are used), sm_80 on A100. Compiling without running keeps DEFAULT_TARGET."""
     if device == "cuda" and ctx.target is None:
         from .runtime.driver import arch
-        sm = arch(torch.cuda.current_device())
-        ctx.target = "sm_90a" if sm == "sm_90" else sm
+        ctx.target = gpu_target(arch(torch.cuda.current_device()))
     return ctx
+
+
+def gpu_target(sm: str) -> str:
+    """The architecture to compile for on a device of architecture `sm`: Hopper (sm_90) gets
+    sm_90a, whose wgmma and TMA the tile passes use; every other GPU its own sm_XY."""
+    return "sm_90a" if sm == "sm_90" else sm
 
 
 class Program:

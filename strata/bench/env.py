@@ -66,17 +66,10 @@ def slug(text: str) -> str:
 
 
 def strata_target(capability: tuple[int, int] | None = None) -> str:
-    """The architecture strata schedules for on this device (Context.target): sm_90a on
-    compute capability 9.0 when the compiler has a wgmma schedule (its tile passes then pick
-    wgmma or mma.sync per kernel), else sm_XY. capability: (major, minor), default the GPU's."""
+    """The architecture strata compiles for on this device (api.gpu_target: sm_90a on compute
+    capability 9.0, else sm_XY). capability: (major, minor), default the GPU's."""
+    from ..api import gpu_target
     if capability is None:
         capability = torch.cuda.get_device_capability(torch.cuda.current_device())
     major, minor = capability
-    if (major, minor) == (9, 0) and _has_wgmma_schedule():
-        return "sm_90a"
-    return f"sm_{major}{minor}"
-
-
-def _has_wgmma_schedule() -> bool:
-    from importlib.util import find_spec
-    return find_spec("strata.tile.passes.wgmma_tile") is not None
+    return gpu_target(f"sm_{major}{minor}")
