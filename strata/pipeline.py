@@ -101,8 +101,8 @@ def run_tile_passes(loop_program, ctx: Context):
         tag = f"t:{num:03d}_{name}"
         t0 = time.perf_counter()
         if name == "tileify":     # a fused attention gets its own schedule (tile/attention.py)
-            kernels = [(tile_attention if attention_of(k) else fn)(
-                k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes))) for k in kernels]
+            kernels = [out for k in kernels for out in _as_tuple((tile_attention if attention_of(k) else fn)(
+                k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes))))]
         else:       # a pass returns one kernel, or several when it splits one (chunk_reduce, split_matmul_k)
             kernels = [out for k in kernels for out in _as_tuple(fn(k, ctx))]
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")

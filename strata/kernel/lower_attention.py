@@ -1,6 +1,10 @@
 """Tile IR -> Kernel IR for a fused attention (mode "attention", tile/attention.py).
 
-blockIdx.x enumerates (batch..., query block), threadIdx.x = query-in-block * ROW_THREADS + t.
+blockIdx.x enumerates (batch..., query block[, KV split]), threadIdx.x = row * ROW_THREADS + t,
+a row being a query (or, with GQA_GROUP > 1, a (head of the group, query) pair: the group's
+K/V operands are staged once at its first head). The key loop covers `key_range`: whole
+blocks first without bounds or causal mask, then the diagonal/tail blocks with them. With
+KV_SPLITS > 1 the block writes its (m, l, acc) partials (lower_attention_combine.py merges).
 Per key block: a cooperative fill of the K and V tiles into shared memory (row stride padded to
 a multiple of ROW_THREADS, zero past Lk and past the head dim, so the inner loops need no
 guards), a barrier, then for each of the BLOCK_N keys a partial dot product, a butterfly of
@@ -10,9 +14,12 @@ named per element: q_u, acc_u (u < head dim / ROW_THREADS) and x_n, p_n (n < BLO
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import dtypes
-from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
-from ..tile.ir import TileKernel, flat_index
+from ..loop.ir import Let as LLet
+from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul, substitute
+from ..tile.ir import TileKernel, flat_index, subst_body
 from .ir import (
     Assign,
     BlockIdx,
@@ -57,9 +64,44 @@ def _guarded(cond, body: list, orelse: list = ()) -> list:
     return [If(Const(True, "bool") if cond is None else cond, tuple(body), tuple(orelse))]
 
 
+def _imin(a, b) -> Expr:
+    return call("minimum", a, b)
+
+
+def _imax(a, b) -> Expr:
+    return call("maximum", a, b)
+
+
+def key_range(at, I, idx) -> list:
+    """Lets kv_lo, kv_mid, kv_hi: this block's keys [kv_lo, kv_hi) (its split, cut at the causal
+    limit of its last query), of which [kv_lo, kv_mid) are whole key blocks that no mask or bound
+    touches for any of its queries (a test breaks this on purpose and expects wrong answers)."""
+    op, bm, bn = at.op, at.block_m, at.block_n
+    lq, lk = op.i[1], op.j[1]
+    whole = Const(lk // bn * bn)
+    lo, hi = Const(0), Const(lk)
+    if at.kv_splits > 1:
+        lo = mul(I("kv_split"), at.split_blocks * bn)
+        hi = _imin(add(I("kv_lo"), at.split_blocks * bn), Const(lk))
+    out = [Let("kv_lo", idx, lo)]
+    if at.causal:
+        c = at.causal.offset
+        first = mul(I("q_blk"), at.q_per_block)
+        last = _imin(add(first, at.q_per_block), Const(lq))   # one past the block's last query
+        hi = _imin(hi, _imax(Const(0), add(last, c)))
+        whole = _imin(whole, mul(floordiv(_imax(Const(0), add(first, c + 1)), bn), bn))
+    out.append(Let("kv_hi", idx, hi))
+    out.append(Let("kv_mid", idx, _imax(I("kv_lo"), _imin(I("kv_hi"), whole))))
+    return out
+
+
 def lower_attention_kernel(tk: TileKernel) -> Kernel:
+    from ..tile.attention import CombineTile
+    if isinstance(tk.attention, CombineTile):
+        from .lower_attention_combine import lower_combine_kernel
+        return lower_combine_kernel(tk)
     at = tk.attention
-    op, g, bm, bn = at.op, at.row_threads, at.block_m, at.block_n
+    op, g, bm, bn, S = at.op, at.row_threads, at.block_m, at.block_n, at.kv_splits
     low = _Lowerer(tk)
     idx = low.idx
     I = lambda name: Var(name, idx)
@@ -67,17 +109,32 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
     du, eu = at.d_per_thread, at.e_per_thread
     dp, ep = du * g, eu * g                 # padded tile rows
     t, r = low.v["t"], "q_row"
-    body: list = [Let(t, idx, mod(ThreadIdx(), g)), Let(r, idx, floordiv(ThreadIdx(), g)),
-                  Let("q_blk", idx, mod(BlockIdx(), at.m_blocks)),
-                  Let("b_flat", idx, floordiv(BlockIdx(), at.m_blocks))]
-    if op.batch:
-        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), op.batch,
-                                                        {"b_flat": _numel([n for _, n in op.batch])})]
-    body.append(Let(iv, idx, add(mul(I("q_blk"), bm), I(r))))
-    row_ok = call("lt", I(iv), Const(lq)) if lq % bm or bm > lq else None
+    body: list = [Let(t, idx, mod(ThreadIdx(), g)), Let(r, idx, floordiv(ThreadIdx(), g))]
+    blk = BlockIdx()
+    if S > 1:
+        body += [Let("kv_split", idx, mod(BlockIdx(), S)), Let("qb_flat", idx, floordiv(BlockIdx(), S))]
+        blk = I("qb_flat")
+    body += [Let("q_blk", idx, mod(blk, at.m_blocks)), Let("b_flat", idx, floordiv(blk, at.m_blocks))]
+    qb, kv_sub = at.q_per_block, {}
+    batch = op.batch
+    if at.group > 1:            # rows are (head in the group, query); the block's heads share K/V
+        hg = f"{at.head}_grp"
+        batch = tuple((hg, n // at.group) if v == at.head else (v, n) for v, n in batch)
+        kv_sub = {at.head: mul(I(hg), at.group)}
+    if batch:
+        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), batch,
+                                                        {"b_flat": _numel([n for _, n in batch])})]
+    if at.group > 1:
+        body.append(Let(at.head, idx, add(mul(I(hg), at.group), floordiv(I(r), qb))))
+        body.append(Let(iv, idx, add(mul(I("q_blk"), qb), mod(I(r), qb))))
+    else:
+        body.append(Let(iv, idx, add(mul(I("q_blk"), bm), I(r))))
+    row_ok = call("lt", I(iv), Const(lq)) if lq % qb or qb > lq else None
+    kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
+              if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
 
-    def operand(o, binds: list, value_var: str, declare: bool) -> list:
-        out = list(binds) + low.stmts(o.body)
+    def operand(o, binds: list, value_var: str, declare: bool, body=None) -> list:
+        out = list(binds) + low.stmts(o.body if body is None else body)
         return out + [Assign(value_var, o.value)] if not declare else out + [Let(value_var, F32, o.value)]
 
     # q: this thread's slice of the query row, in registers
@@ -88,64 +145,106 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         body += _guarded(ok, operand(op.q, [Let(dv_, idx, dcoord)], f"q_{u}", False))
     body += [Let("m_run", F32, NEG_INF), Let("l_run", F32, Const(0.0, F32))]
     body += [Let(f"acc_{u}", F32, Const(0.0, F32)) for u in range(eu)]
+    unmasked = op.x.body
+    if at.causal:
+        unmasked = tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
+                         s.var == at.causal.cond else s for s in op.x.body)
 
-    step: list = []
-    for tile, o, width, extent, ax in (("k_tile", op.k, dp, d, dv_), ("v_tile", op.v, ep, dv, ev)):
-        f = I(f"{tile}_f")
-        fill = [Let(f"{tile}_j", idx, floordiv(f, width)), Let(f"{tile}_x", idx, mod(f, width))]
-        j = add(I("j0"), I(f"{tile}_j"))
-        ok = _and(call("lt", j, Const(lk)) if lk % bn or bn > lk else None,
-                  call("lt", I(f"{tile}_x"), Const(extent)) if width > extent else None)
-        compute = operand(o, [Let(jv, idx, j), Let(ax, idx, I(f"{tile}_x"))], f"{tile}_val", True)
-        compute.append(Store(tile, f, _f(f"{tile}_val")))
-        fill += _guarded(ok, compute, [Store(tile, f, Const(0.0, F32))]) if ok is not None else compute
-        step.append(For(f.name, ThreadIdx(), Const(bn * width), tk.block, tuple(fill), dtype=idx))
-    step.append(Sync())
-    for n in range(bn):
-        for u in range(du):
-            term = call("multiply", _f(f"q_{u}"), Load("k_tile", add(Const(n * dp), add(I(t), g * u)), F32))
-            step.append(Let(f"dot_{n}", F32, term) if u == 0 else
-                        Assign(f"dot_{n}", call("add", _f(f"dot_{n}"), term)))
-        m = g // 2
-        while m >= 1:
-            step.append(Assign(f"dot_{n}", call("add", _f(f"dot_{n}"),
-                                                ShflXor(_f(f"dot_{n}"), m, F32))))
-            m //= 2
-        step.append(Let(f"x_{n}", F32, NEG_INF))
-        j = add(I("j0"), n)
-        ok = _and(row_ok, call("lt", j, Const(lk)) if lk % bn or bn > lk else None)
-        xs = [Let(jv, idx, j), Let(op.score, F32, _f(f"dot_{n}"))]
-        step += _guarded(ok, operand(op.x, xs, f"x_{n}", False))
-    step.append(Let("m_new", F32, _f("m_run")))
-    step += [Assign("m_new", call("maximum", _f("m_new"), _f(f"x_{n}"))) for n in range(bn)]
-    # a row with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)
-    step.append(Let("m_use", F32, call("where", call("eq", _f("m_new"), NEG_INF),
-                                       Const(0.0, F32), _f("m_new"))))
-    step.append(Let("corr", F32, rescale(_f("m_run"), _f("m_use"))))
-    step += [Let(f"p_{n}", F32, call("exp", call("subtract", _f(f"x_{n}"), _f("m_use"))))
-             for n in range(bn)]
-    step.append(Assign("l_run", call("multiply", _f("l_run"), _f("corr"))))
-    step += [Assign("l_run", call("add", _f("l_run"), _f(f"p_{n}"))) for n in range(bn)]
-    for u in range(eu):
-        step.append(Assign(f"acc_{u}", call("multiply", _f(f"acc_{u}"), _f("corr"))))
+    def key_step(edge: bool) -> list:
+        """One key block: fill K and V tiles, scores, online-softmax step. Only an edge block
+        (past the whole ones) checks Lk and applies the causal mask."""
+        step: list = []
+        for tile, o, width, extent, ax in (("k_tile", kv_ops["k"], dp, d, dv_),
+                                           ("v_tile", kv_ops["v"], ep, dv, ev)):
+            f = I(f"{tile}_f")
+            fill = [Let(f"{tile}_j", idx, floordiv(f, width)), Let(f"{tile}_x", idx, mod(f, width))]
+            j = add(I("j0"), I(f"{tile}_j"))
+            ok = _and(call("lt", j, Const(lk)) if edge else None,
+                      call("lt", I(f"{tile}_x"), Const(extent)) if width > extent else None)
+            compute = operand(o, [Let(jv, idx, j), Let(ax, idx, I(f"{tile}_x"))], f"{tile}_val", True)
+            compute.append(Store(tile, f, _f(f"{tile}_val")))
+            fill += _guarded(ok, compute, [Store(tile, f, Const(0.0, F32))]) if ok is not None else compute
+            step.append(For(f.name, ThreadIdx(), Const(bn * width), tk.block, tuple(fill), dtype=idx))
+        step.append(Sync())
         for n in range(bn):
-            vval = Load("v_tile", add(Const(n * ep), add(I(t), g * u)), F32)
-            step.append(Assign(f"acc_{u}", call("add", _f(f"acc_{u}"),
-                                                call("multiply", _f(f"p_{n}"), vval))))
-    step += [Assign("m_run", _f("m_new")), Sync()]
-    body += [Smem("k_tile", op.k.dtype, bn * dp), Smem("v_tile", op.v.dtype, bn * ep)]
-    body.append(For("j0", Const(0), Const(lk), bn, tuple(step), dtype=idx))
+            for u in range(du):
+                kval = Load("k_tile", add(Const(n * dp), add(I(t), g * u)), F32)
+                term = call("multiply", _f(f"q_{u}"), kval)
+                step.append(Let(f"dot_{n}", F32, term) if u == 0 else
+                            Assign(f"dot_{n}", call("add", _f(f"dot_{n}"), term)))
+            m = g // 2
+            while m >= 1:
+                step.append(Assign(f"dot_{n}", call("add", _f(f"dot_{n}"),
+                                                    ShflXor(_f(f"dot_{n}"), m, F32))))
+                m //= 2
+            step.append(Let(f"x_{n}", F32, NEG_INF))
+            j = add(I("j0"), n)
+            ok = _and(row_ok, call("lt", j, Const(lk)) if edge else None)
+            xs = [Let(jv, idx, j), Let(op.score, F32, _f(f"dot_{n}"))]
+            step += _guarded(ok, operand(op.x, xs, f"x_{n}", False, op.x.body if edge else unmasked))
+        step.append(Let("m_new", F32, _f("m_run")))
+        step += [Assign("m_new", call("maximum", _f("m_new"), _f(f"x_{n}"))) for n in range(bn)]
+        # a row with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)
+        step.append(Let("m_use", F32, call("where", call("eq", _f("m_new"), NEG_INF),
+                                           Const(0.0, F32), _f("m_new"))))
+        step.append(Let("corr", F32, rescale(_f("m_run"), _f("m_use"))))
+        step += [Let(f"p_{n}", F32, call("exp", call("subtract", _f(f"x_{n}"), _f("m_use"))))
+                 for n in range(bn)]
+        step.append(Assign("l_run", call("multiply", _f("l_run"), _f("corr"))))
+        step += [Assign("l_run", call("add", _f("l_run"), _f(f"p_{n}"))) for n in range(bn)]
+        for u in range(eu):
+            step.append(Assign(f"acc_{u}", call("multiply", _f(f"acc_{u}"), _f("corr"))))
+            for n in range(bn):
+                vval = Load("v_tile", add(Const(n * ep), add(I(t), g * u)), F32)
+                step.append(Assign(f"acc_{u}", call("add", _f(f"acc_{u}"),
+                                                    call("multiply", _f(f"p_{n}"), vval))))
+        step += [Assign("m_run", _f("m_new")), Sync()]
+        return step
 
-    shape = tk.shape_of(op.out)
-    for u in range(eu):
-        ecoord = add(I(t), g * u)
-        value = call("divide", _f(f"acc_{u}"), _f("l_run"))
-        if op.safe:
-            value = call("where", call("eq", _f("m_run"), NEG_INF), Const(0.0, F32), value)
-        ok = _and(row_ok, call("lt", ecoord, Const(dv)) if ep > dv else None)
-        body += _guarded(ok, [Let(ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)])
+    body += [Smem("k_tile", op.k.dtype, bn * dp), Smem("v_tile", op.v.dtype, bn * ep)]
+    body += key_range(at, I, idx)
+    body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
+    body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
+    tv = I(t)
+    body += _store_partials(at, tv, I, idx, row_ok) if S > 1 else _store_out(at, tk, tv, idx, row_ok)
     params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 
-__all__ = ["dtypes", "lower_attention_kernel", "rescale"]
+def _store_out(at, tk, t, idx, row_ok) -> list:
+    op, g = at.op, at.row_threads
+    ev, dv = op.e
+    ep = at.e_per_thread * g
+    shape = tk.shape_of(op.out)
+    out = []
+    for u in range(at.e_per_thread):
+        ecoord = add(t, g * u)
+        value = call("divide", _f(f"acc_{u}"), _f("l_run"))
+        if op.safe:
+            value = call("where", call("eq", _f("m_run"), NEG_INF), Const(0.0, F32), value)
+        ok = _and(row_ok, call("lt", ecoord, Const(dv)) if ep > dv else None)
+        out += _guarded(ok, [Let(ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)])
+    return out
+
+
+def _store_partials(at, t, I, idx, row_ok) -> list:
+    """Split-KV: this split's (m, l) (by the query's first thread) and unnormalized acc."""
+    op, g = at.op, at.row_threads
+    dv = op.e[1]
+    ep = at.e_per_thread * g
+    ml, acc = at.partials
+    flat = flat_index(tuple(I(v) for v, _ in (*op.batch, op.i)), tuple(n for _, n in (*op.batch, op.i)))
+    row = add(mul(I("kv_split"), at.rows), flat)
+    out = [Let("part_row", idx, row)]
+    first = call("eq", t, Const(0))
+    out += _guarded(_and(row_ok, first), [
+        Store(ml, mul(I("part_row"), 2), _f("m_run")),
+        Store(ml, add(mul(I("part_row"), 2), 1), _f("l_run"))])
+    for u in range(at.e_per_thread):
+        ecoord = add(t, g * u)
+        ok = _and(row_ok, call("lt", ecoord, Const(dv)) if ep > dv else None)
+        out += _guarded(ok, [Store(acc, add(mul(I("part_row"), dv), ecoord), _f(f"acc_{u}"))])
+    return out
+
+
+__all__ = ["dtypes", "key_range", "lower_attention_kernel", "rescale"]

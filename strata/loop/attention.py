@@ -229,3 +229,42 @@ def reached_buffers(prog, m: AttentionMatch, materialized: set) -> set[str]:
             continue
         stack.extend(by[n].operands())
     return out
+
+
+# ---------------------------------------------------------------- causal structure
+
+@dataclass(frozen=True)
+class CausalLimit:
+    """x is -inf wherever key j > query i + offset (set by the Let `cond`): the tile schedule
+    stops each query block's key loop there and masks only the diagonal blocks."""
+    cond: str
+    offset: int
+
+
+def causal_limit(att: Attention) -> CausalLimit | None:
+    """The causal bound of x, if x = where(j <= i + c, ..., -inf) (through casts), else None."""
+    from ..expr import Cast, Op, affine_terms
+    lets = {s.var: s.value for s in att.x.body if isinstance(s, Let)}
+
+    def follow(e):
+        while isinstance(e, Var) and e.name in lets:
+            e = lets[e.name]
+        return e
+    e = follow(att.x.value)
+    while isinstance(e, Cast) or (isinstance(e, Op) and e.op == "cast"):
+        e = follow(e.arg if isinstance(e, Cast) else e.args[0])
+    if not (isinstance(e, Op) and e.op == "where" and isinstance(e.args[0], Var)
+            and isinstance(e.args[2], Const) and e.args[2].value == float("-inf")):
+        return None
+    cond = e.args[0].name
+    c = lets.get(cond)
+    if not isinstance(c, Op) or c.op not in ("le", "lt", "ge", "gt"):
+        return None
+    a, b = c.args if c.op in ("le", "lt") else c.args[::-1]       # a <= b  (or a < b)
+    lin = affine_terms(Op("subtract", (b, a), "i64"))              # b - a >= 0 (or > 0)
+    if lin is None:
+        return None
+    terms = {k.name: v for k, v in lin[0].items() if isinstance(k, Var)}
+    if len(terms) != len(lin[0]) or terms != {att.i[0]: 1, att.j[0]: -1}:
+        return None
+    return CausalLimit(cond, lin[1] - (1 if c.op in ("lt", "gt") else 0))

@@ -3,6 +3,8 @@
 Loops are not iterated one by one: a loop at nesting depth d binds its variable to an
 arange along NumPy axis d, statements compute on broadcast arrays, an accumulation reduces
 its loop's axis, and a store scatters with fancy indexing. Floats compute in float64.
+A fused `Attention` statement (loop/attention.py) runs as a plain softmax attention: its operands
+on broadcast axes (*batch, i, j, d, e), scores, x, a softmax over j in one piece.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..expr import Expr, evaluate as eval_expr
+from .attention import Attention
 from .ir import Accum, Let, Load, Loop, LoopProgram, Store
 
 
@@ -67,6 +70,8 @@ class _Evaluator:
                 shape = np.broadcast_shapes(val.shape, *[i.shape for i in idx])
                 buf = self.buffers[s.buf]
                 buf[tuple(np.broadcast_to(i, shape) for i in idx)] = np.broadcast_to(val, shape)
+            elif isinstance(s, Attention):
+                self.attention(s)
             elif isinstance(s, Loop):
                 shape = [1] * self.ndim
                 shape[depth] = s.extent
@@ -81,6 +86,35 @@ class _Evaluator:
                         env[a.acc + "_i"] = _arg_reduce(a.op, full, depth)
                     else:
                         env[a.acc] = _reduce(a.op, full, depth)
+
+    def attention(self, s: Attention) -> None:
+        """out = softmax_j(x(sum_d q k)) @ v in float64; a row of -inf gives 0 (safe) or NaN."""
+        names = [v for v, _ in s.batch] + [s.i[0], s.j[0], s.d[0], s.e[0]]
+        extents = [n for _, n in s.batch] + [s.i[1], s.j[1], s.d[1], s.e[1]]
+        nd = len(names)
+        env: dict = {}
+        for ax, (v, n) in enumerate(zip(names, extents)):
+            shape = [1] * nd
+            shape[ax] = n
+            env[v] = np.arange(n, dtype=np.int64).reshape(shape)
+
+        def operand(o, extra=None) -> np.ndarray:
+            inner = dict(env, **(extra or {}))
+            self.run(o.body, inner, 0)
+            return np.asarray(self.expr(o.value, inner), dtype=np.float64)
+        j_ax, d_ax = nd - 3, nd - 2
+        with np.errstate(all="ignore"):
+            score = (operand(s.q) * operand(s.k)).sum(axis=d_ax, keepdims=True)
+            x = np.broadcast_to(operand(s.x, {s.score: score}),
+                                np.broadcast_shapes(score.shape, tuple(extents[:-2]) + (1, 1)))
+            m = x.max(axis=j_ax, keepdims=True)
+            p = np.exp(x - np.where(s.safe & (m == -np.inf), 0.0, m))
+            out = (p * operand(s.v)).sum(axis=j_ax, keepdims=True) / p.sum(axis=j_ax, keepdims=True)
+            if s.safe:
+                out = np.where(m == -np.inf, 0.0, out)
+        idx = [np.asarray(self.expr(e, env)) for e in s.out_index]
+        shape = np.broadcast_shapes(out.shape, *[i.shape for i in idx])
+        self.buffers[s.out][tuple(np.broadcast_to(i, shape) for i in idx)] = np.broadcast_to(out, shape)
 
 
 def _depth(body) -> int:

@@ -10,21 +10,35 @@ of warp shuffles), applies x (scale, masks), and does the online-softmax step: n
 rescale of the running sum and the accumulator by exp(m_old - m_new), accumulate p @ V.
 After the last block out = acc / l. Nothing of size Lq x Lk is ever stored.
 
+Causal x (loop/attention.py `causal_limit`: -inf past key i + c) stops each query block's key
+loop at its last row's limit, and only blocks that cross the diagonal (or Lk) pay for the masks
+and bounds: the loop runs in two parts, full blocks without guards, then the edge blocks.
+
+Split-KV (flash-decoding): when the query blocks are too few to fill the GPU (decode: one query
+per (batch, head)), KV_SPLITS blocks share each query block's keys, each writing its partial
+(max, sum, acc) to a temp buffer, and a second kernel (`CombineTile`) merges them exactly:
+out = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), M = max_s m_s.
+
 Knobs: BLOCK_M, BLOCK_N, ROW_THREADS (a power of two up to 32; BLOCK_M * ROW_THREADS is a
-multiple of 32 and at most 1024). The scores of a key block sit in registers, so an mma version
-replaces the dot products and the p @ V step and keeps the rest.
+multiple of 32 and at most 1024), KV_SPLITS (default from tile/split.py's rule, only when the
+queries fit one block; any value from 1 to the number of key blocks). The scores of a key block
+sit in registers, so an mma version replaces the dot products and the p @ V step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from .. import dtypes
 from ..context import Context
-from ..loop.attention import Attention, attention_of
+from ..loop.attention import Attention, CausalLimit, attention_of, causal_limit
+from ..loop.ir import BufferInfo
 from .ir import TileKernel
+from .split import choose_pieces
 
 SMEM_LIMIT = 48 * 1024
+KV_MIN = 64                 # the fewest keys worth a split of their own
+COMBINE_BLOCK = 128         # threads per block of the combine kernel (one per output element)
 
 
 def _pow2_ceil(n: int) -> int:
@@ -40,6 +54,16 @@ class AttentionTile:
     block_m: int
     block_n: int
     row_threads: int
+    kv_splits: int = 1
+    causal: CausalLimit | None = None
+    partials: tuple[str, str] | None = None     # (ml, acc) temp buffers when kv_splits > 1
+    group: int = 1                  # query heads per block sharing one K/V tile (GQA)
+    head: str | None = None         # the batch axis of those heads when group > 1
+
+    @property
+    def q_per_block(self) -> int:
+        """Queries of one head per block: BLOCK_M rows are GQA_GROUP heads x these."""
+        return self.block_m // self.group
 
     @property
     def d_per_thread(self) -> int:
@@ -51,11 +75,24 @@ class AttentionTile:
 
     @property
     def m_blocks(self) -> int:
-        return -(-self.op.i[1] // self.block_m)
+        return -(-self.op.i[1] // self.q_per_block)
+
+    @property
+    def key_blocks(self) -> int:
+        return -(-self.op.j[1] // self.block_n)
+
+    @property
+    def split_blocks(self) -> int:
+        """Key blocks per split (the last split may get fewer, or none)."""
+        return -(-self.key_blocks // self.kv_splits)
+
+    @property
+    def rows(self) -> int:
+        return prod(n for _, n in self.op.batch) * self.op.i[1]
 
     @property
     def grid(self) -> int:
-        return prod(n for _, n in self.op.batch) * self.m_blocks
+        return prod(n for _, n in self.op.batch) // self.group * self.m_blocks * self.kv_splits
 
     @property
     def block(self) -> int:
@@ -68,6 +105,53 @@ class AttentionTile:
         return k + v
 
 
+def kv_head_group(op: Attention) -> tuple[str, int] | None:
+    """(head axis h, rep): query heads rep * g .. rep * g + rep - 1 read the same K and V (GQA),
+    proved by substituting h = rep * g + r into the K and V operands: r must drop out."""
+    from ..expr import Var, add, free_vars, mul, substitute
+    from ..loop.ir import Let, Load
+    from .ir import subst_body
+
+    def names(o, mapping, bounds) -> set:
+        out = free_vars(substitute(o.value, mapping, bounds))
+        for st in subst_body(o.body, mapping, bounds):
+            if isinstance(st, Load):
+                out |= set().union(*(free_vars(e) for e in st.index))
+                out |= free_vars(st.pred) if st.pred is not None else set()
+            elif isinstance(st, Let):
+                out |= free_vars(st.value)
+        return out
+    for h, n in op.batch:
+        for rep in range(n, 1, -1):
+            if n % rep:
+                continue
+            mapping = {h: add(mul(Var("gqa_g"), rep), Var("gqa_r"))}
+            bounds = {"gqa_g": n // rep, "gqa_r": rep}
+            if all("gqa_r" not in names(o, mapping, bounds) for o in (op.k, op.v)):
+                return h, rep
+    return None
+
+
+def choose_group(op: Attention, g: int, ctx: Context, name: str) -> tuple[int, str | None]:
+    """GQA_GROUP: query heads per block sharing K/V tiles. Default: the whole KV head group
+    (a power of two) when its short query rows fit one block of at most 256 threads (decode)."""
+    gh = kv_head_group(op)
+    pinned = ctx.knob("GQA_GROUP", 0)
+    if pinned:
+        if pinned > 1 and (gh is None or gh[1] % pinned):
+            raise ValueError(f"GQA_GROUP={pinned}: must divide the query heads per KV head "
+                             f"({gh[1] if gh else 1})")
+        return pinned, gh[0] if pinned > 1 else None
+    if gh is None:
+        return 1, None
+    rep = gh[1]
+    if rep & (rep - 1) or rep * _pow2_ceil(op.i[1]) * g > 256:
+        ctx.log(f"tile_attention: {name}: GQA_GROUP declined, {rep} heads x {op.i[1]} queries "
+                f"do not fit one block (or {rep} is not a power of two)")
+        return 1, None
+    return rep, gh[0]
+
+
 def default_schedule(op: Attention) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, ROW_THREADS): about 4 head-dim elements per thread, 256 threads a
     block (fewer for short queries: a decode row is one warp), 32 keys a step."""
@@ -77,30 +161,99 @@ def default_schedule(op: Attention) -> tuple[int, int, int]:
     return block_m, 32, g
 
 
-def tile_attention(k, ctx: Context, buffers: tuple) -> TileKernel:
-    """t:001 for a fused attention kernel: pick the block of queries, the key step and the
-    threads per query (knobs), checking what the hardware allows."""
+@dataclass(frozen=True)
+class CombineTile:
+    """The second kernel of split-KV: one thread per output element merges the partials."""
+    op: Attention
+    kv_splits: int
+    partials: tuple[str, str]
+    block: int
+
+    @property
+    def rows(self) -> int:
+        return prod(n for _, n in self.op.batch) * self.op.i[1]
+
+    @property
+    def grid(self) -> int:
+        return -(-self.rows * self.op.e[1] // self.block)
+
+
+def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) -> int:
+    """KV_SPLITS: pinned, or tile/split.py's rule over the key blocks when the queries fit one
+    block (decode); prefill (several query blocks) is not split by default."""
+    pinned = ctx.knob("KV_SPLITS", 0)
+    if pinned:
+        if not 1 <= pinned <= at.key_blocks:
+            raise ValueError(f"KV_SPLITS={pinned}: must be from 1 to the {at.key_blocks} key "
+                             f"blocks of {at.block_n}")
+        return pinned
+    blocks = at.grid
+    if at.m_blocks > 1:
+        ctx.log(f"tile_attention: {name}: KV_SPLITS declined, {at.m_blocks} query blocks "
+                f"(prefill) are not split")
+        return 1
+    splits, why = choose_pieces(at.key_blocks, blocks, ctx, "KV_SPLITS",
+                                -(-KV_MIN // at.block_n), "query blocks")
+    if splits == 1:
+        ctx.log(f"tile_attention: {name}: KV_SPLITS declined, {why}")
+    return splits
+
+
+def tile_attention(k, ctx: Context, buffers: tuple):
+    """t:001 for a fused attention kernel: pick the block of queries, the key step, the
+    threads per query and the KV splits (knobs), checking what the hardware allows. Returns
+    one kernel, or two (the split kernel and its combine) when KV_SPLITS > 1."""
     op = attention_of(k)
     bm, bn, g = default_schedule(op)
-    bm, bn, g = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn), ctx.knob("ROW_THREADS", g)
+    g = ctx.knob("ROW_THREADS", g)
     if g < 1 or g > 32 or g & (g - 1):
         raise ValueError(f"ROW_THREADS={g}: must be a power of two from 1 to 32")
+    group, head = choose_group(op, g, ctx, k.name)
+    if group > 1:
+        bm = max(32 // g, group * _pow2_ceil(op.i[1]))
+    bm, bn = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn)
+    if bm % group:
+        raise ValueError(f"BLOCK_M={bm}: must be a multiple of GQA_GROUP={group}")
     if bm < 1 or bn < 1 or (bm * g) % 32 or bm * g > 1024:
         raise ValueError(f"BLOCK_M={bm}, ROW_THREADS={g}: the block of BLOCK_M * ROW_THREADS "
                          f"threads must be a multiple of 32 and at most 1024")
-    at = AttentionTile(op, bm, bn, g)
+    at = AttentionTile(op, bm, bn, g, group=group, head=head)
     if "BLOCK_N" not in ctx.knobs:
         while at.smem_bytes() > SMEM_LIMIT and at.block_n > 1:
-            at = AttentionTile(op, bm, at.block_n // 2, g)
+            at = replace(at, block_n=at.block_n // 2)
     if at.smem_bytes() > SMEM_LIMIT:
         raise ValueError(f"BLOCK_N={at.block_n}: the K and V tiles need {at.smem_bytes()} bytes "
                          f"of shared memory (more than {SMEM_LIMIT})")
+    splits = choose_kv_splits(op, at, ctx, k.name)
+    causal = causal_limit(op)
     ctx.log(f"tile_attention: {k.name}: {at.block_m} queries x {at.block_n} keys per step, "
-            f"{g} threads per query", 2)
+            f"{g} threads per query, {splits} KV splits, {group} query heads per K/V tile"
+            + (f", keys up to query + {causal.offset} (causal)" if causal else ""), 2)
     domain = (*op.batch, op.i)
-    tk = TileKernel(k.name, "attention", domain, (), (), block=at.block, reads=k.reads,
-                    writes=k.writes, buffers=buffers, attention=at, src=k.src)
-    for name, value in (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("ROW_THREADS", g)):
+    knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("ROW_THREADS", g),
+             ("KV_SPLITS", splits), ("GQA_GROUP", group))
+    if splits == 1:
+        at = replace(at, causal=causal)
+        tk = TileKernel(k.name, "attention", domain, (), (), block=at.block, reads=k.reads,
+                        writes=k.writes, buffers=buffers, attention=at, src=k.src)
+        return _with_knobs(tk, knobs)
+    ml = BufferInfo(f"{k.name}_ml", (splits, at.rows, 2), "f32", "temp")
+    acc = BufferInfo(f"{k.name}_acc", (splits, at.rows, op.e[1]), "f32", "temp")
+    at = replace(at, kv_splits=splits, causal=causal, partials=(ml.name, acc.name))
+    ins = tuple(b for b in buffers if b.name in k.reads)
+    first = TileKernel(f"{k.name}_splitkv", "attention", domain, (), (), block=at.block,
+                       reads=k.reads, writes=(ml.name, acc.name), buffers=ins + (ml, acc),
+                       attention=at, src=k.src)
+    comb = CombineTile(op, splits, (ml.name, acc.name), COMBINE_BLOCK)
+    outs = tuple(b for b in buffers if b.name in k.writes)
+    second = TileKernel(f"{k.name}_combine", "attention", domain + (op.e,), (), (),
+                        block=comb.block, reads=(ml.name, acc.name), writes=k.writes,
+                        buffers=(ml, acc) + outs, attention=comb, src=k.src)
+    return _with_knobs(first, knobs), second.with_knob("KV_SPLITS", splits)
+
+
+def _with_knobs(tk: TileKernel, knobs) -> TileKernel:
+    for name, value in knobs:
         tk = tk.with_knob(name, value)
     return tk
 
@@ -108,9 +261,16 @@ def tile_attention(k, ctx: Context, buffers: tuple) -> TileKernel:
 def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     from ..loop.ir import format_stmt
     at = k.attention
+    if isinstance(at, CombineTile):
+        _format_combine(k, out)
+        return
     op, g = at.op, at.row_threads
     axes = ", ".join(f"{v}:{n}" for v, n in op.batch) + f", {op.i[0]}:{op.i[1]}=M"
-    out.append(f"Tile(attention=({axes.lstrip(', ')}) = {at.block_m}/BLOCK, t:{at.block_m}x{g}"
+    split = f" x {at.kv_splits}=KV_SPLIT" if at.kv_splits > 1 else ""
+    per = f"{at.block_m}/BLOCK"
+    if at.group > 1:
+        per = f"({at.head}: {at.group} heads sharing K/V) x {at.q_per_block}/BLOCK"
+    out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, t:{at.block_m}x{g}"
                f"=QUERY x THREAD, grid={k.grid}, block={k.block}):")
     i, j, d, e = op.i[0], op.j[0], op.d[0], op.e[0]
     out.append(f"    q = Registers(q[{i}, {d} = t + {g} * u], {at.d_per_thread} per thread):")
@@ -118,8 +278,17 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         format_stmt(s, 2, out)
     out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + {g} * u] 0; "
                f"{at.e_per_thread} per thread)")
-    steps = -(-op.j[1] // at.block_n)
-    out.append(f"    for {j}_o in 0..{steps}:  # key blocks of {at.block_n}")
+    steps = at.key_blocks
+    keys = f"0..{steps}"
+    if at.kv_splits > 1:
+        keys = f"split * {at.split_blocks}..min(+{at.split_blocks}, {steps})"
+    if at.causal:
+        c = at.causal
+        keys += (f", up to the block's last {i} + {c.offset}; full blocks first (no masks or "
+                 f"bounds, {c.cond} = True), then the diagonal and tail blocks")
+    else:
+        keys += f"; full blocks first (no bounds), then the tail block"
+    out.append(f"    for {j}_o in {keys}:  # key blocks of {at.block_n}")
     for name, o, ax in (("k", op.k, d), ("v", op.v, e)):
         out.append(f"        {name}_smem = StageTile({name}[{j}:{at.block_n}, {ax}:"
                    f"{-(-{'k': op.d, 'v': op.e}[name][1] // g) * g}] {o.dtype}, 0 past {op.j[1]}):")
@@ -134,5 +303,24 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
                "# -inf - -inf counts as 0")
     out.append("        l = l * c + sum(p); acc = acc * c + p @ v_smem; m = m_new")
     out.append("        Sync")
+    if at.kv_splits > 1:
+        ml, acc = at.partials
+        row = ", ".join([v for v, _ in op.batch] + [i])
+        out.append(f"    {ml}[split, {row}] = (m, l); {acc}[split, {row}, {e}] = acc")
+        return
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}acc / l")
+
+
+def _format_combine(k: TileKernel, out: list[str]) -> None:
+    c = k.attention
+    op = c.op
+    ml, acc = c.partials
+    axes = ", ".join(f"{v}:{n}" for v, n in k.domain)
+    out.append(f"Tile(elementwise=({axes}), grid={k.grid}, block={k.block}):")
+    row = ", ".join([v for v, _ in op.batch] + [op.i[0]])
+    out.append(f"    M = max over s < {c.kv_splits} of {ml}[s, {row}].m")
+    out.append(f"    w_s = exp(m_s - M)  # M == -inf counts as 0")
+    zero = "0 where M == -inf, else " if op.safe else ""
+    out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}"
+               f"sum_s {acc}[s, {row}, {op.e[0]}] * w_s / sum_s l_s * w_s")

@@ -1,14 +1,27 @@
 """Run an attention program through every stage and the simulator (also the sanitizer) and
-compare with eager float64; attention must be one fused kernel."""
+compare with eager float64; attention must be one fused kernel (two with split-KV: the split
+kernel and its combine)."""
 from conftest import run_and_compare
 
+from strata import check
 from strata.context import Context
 
 
-def check_fused(fn, inputs, knobs=None):
+def check_fused(fn, inputs, knobs=None, kernels=1):
     """fn through the simulator vs eager float64 (DESIGN.md tolerances); returns the Program."""
     prog = run_and_compare(fn, inputs, contraction=True, ctx=Context(knobs=dict(knobs or {})))
-    kernels = prog.lowered.kernel.kernels
-    assert len(kernels) == 1, [k.name for k in kernels]
-    assert prog.lowered.tile.kernels[0].mode == "attention"
+    got = prog.lowered.kernel.kernels
+    assert len(got) == kernels, [k.name for k in got]
+    assert all(k.mode == "attention" for k in prog.lowered.tile.kernels)
     return prog
+
+
+def compare_with(prog, fn, run_inputs, ref_inputs):
+    """prog run on `run_inputs` must match eager float64 on `ref_inputs` (e.g. the same inputs
+    without the values the kernel must never read)."""
+    got = prog.run_numpy(run_inputs)
+    ref = check.eager_reference(fn, ref_inputs)
+    for name, g, r in zip(prog.lowered.kernel.outputs, got, ref):
+        dt = prog.lowered.kernel.buffer(name).dtype
+        res = check.compare(name, dt, g, r, check.tolerance(dt, True))
+        assert res.passed, f"{name}: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"

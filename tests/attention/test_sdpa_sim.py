@@ -60,10 +60,12 @@ def test_gqa_with_explicit_scale():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_decode_long_kv(causal):
-    """One query against 257 keys (not a multiple of BLOCK_N); causal keeps only key 0 (top-left)."""
+    """One query against 257 keys (not a multiple of BLOCK_N); causal keeps only key 0 (top-left).
+    Decode splits the keys by default (split kernel + combine)."""
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    check_fused(fn, _qkv(1, 2, 2, 1, 257, 64))
+    prog = check_fused(fn, _qkv(1, 2, 2, 1, 257, 64), kernels=2)
+    assert dict(prog.lowered.tile.kernels[0].knobs)["KV_SPLITS"] > 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

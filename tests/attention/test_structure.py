@@ -25,14 +25,14 @@ def test_causal_1x8x512x64_is_one_kernel_and_compiles():
     assert [b.shape for b in prog.lowered.kernel.buffers if b.kind == "temp"] == []
     compile_with_nvrtc(prog)
     tile = prog.lowered.text("tile")
-    for knob in ("BLOCK_M=", "BLOCK_N=", "ROW_THREADS="):
+    for knob in ("BLOCK_M=", "BLOCK_N=", "ROW_THREADS=", "KV_SPLITS=1", "GQA_GROUP=1"):
         assert knob in tile
 
 
 def test_knobs_pin_the_schedule():
     x = [torch.randn(1, 2, 13, 16) for _ in range(3)]
     prog = check_fused(_causal, x, knobs={"BLOCK_M": "4", "BLOCK_N": "8", "ROW_THREADS": "8"})
-    assert "BLOCK_M=4, BLOCK_N=8, ROW_THREADS=8" in prog.lowered.text("tile")
+    assert "BLOCK_M=4, BLOCK_N=8, GQA_GROUP=1, KV_SPLITS=1, ROW_THREADS=8" in prog.lowered.text("tile")
     k = prog.lowered.kernel.kernels[0]
     assert k.block == 32 and k.grid == 2 * 4
 
