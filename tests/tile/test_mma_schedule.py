@@ -89,14 +89,21 @@ def test_fills_use_cp_async_where_aligned_and_plain_loads_elsewhere():
     assert any("B of acc0 keeps plain loads, its contiguous extent 12" in m for m in ctx.messages)
 
 
+def test_few_tiles_shrink_to_fill_the_gpu():
+    """An M = 128 projection would be 44 blocks of 128x128 on a 132-SM GPU: 64x64 gives 176."""
+    prog = strata.compile(F.linear, (r(128, 256).to(BF16), r(5632, 256).to(BF16)), ctx=Context())
+    (k,) = prog.lowered.tile.kernels
+    assert (k.matmul.tile_m, k.matmul.tile_n, k.grid) == (64, 64, 176), str(k)
+
+
 def test_default_knobs_are_printed():
-    prog = strata.compile(torch.mm, (r(512, 256).to(BF16), r(256, 512).to(BF16)), ctx=Context())
+    prog = strata.compile(torch.mm, (r(2048, 256).to(BF16), r(256, 2048).to(BF16)), ctx=Context())
     (k,) = prog.lowered.tile.kernels
     text = str(k)
     assert ("kernel k_mm_reduce  # CP_ASYNC=1, INSTR=mma, STAGES=3, SWIZZLE=xor, TILE_K=32, "
             "TILE_M=128, TILE_N=128, WARPS_M=2, WARPS_N=4") in text
-    assert ("Tile(mma=(a0:512=M, a1:512=N) = 128x128/BLOCK, warps:2x4 of 64x32 = 4x4 "
-            "m16n8k16.bf16, grid=16, block=256):") in text
+    assert ("Tile(mma=(a0:2048=M, a1:2048=N) = 128x128/BLOCK, warps:2x4 of 64x32 = 4x4 "
+            "m16n8k16.bf16, grid=256, block=256):") in text
     assert "acc0 = MmaLoop(acc0:sum, a2 in 0..256 by 32, stages=3, smem=xor):" in text
 
 
@@ -158,7 +165,7 @@ def test_vv_diffs_show_each_mma_pass():
     def diff(name):
         tag = f"t:{num[name]:03d}_{name}"
         return log.split(f">>> {tag}")[1].split(f"<<< {tag}")[0]
-    assert "+Tile(mma=(a0:64=M, a1:96=N) = 64x128/BLOCK, warps:1x4" in diff("mma_tile")
+    assert "+Tile(mma=(a0:64=M, a1:96=N) = 64x64/BLOCK, warps:1x4" in diff("mma_tile")
     assert "+    acc0 = MmaLoop(acc0:sum, a2 in 0..128 by 32, stages=1, smem=none):" in diff("mma_tile")
     assert "smem=xor" in diff("mma_swizzle") and "SWIZZLE=xor" in diff("mma_swizzle")
     assert "+        A = in2[a0 - m0, a2]  # K contiguous, fill=cp.async" in diff("mma_async_copy")

@@ -14,11 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from math import prod
+
 from ...context import Context
 from ...expr import coefficient
 from ...loop.ir import Accum, Let, Load, Loop
 from ..contraction import closure, depends, match, product
 from ..ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
+from ..split import TARGET_BLOCKS
 from .tile_matmul import conjoin, edge, pow2_ceil
 
 HALF = ("f16", "bf16")
@@ -41,9 +44,26 @@ def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:
     return tile_m, tile_n, warps_m, warps_n
 
 
+def fill_the_gpu(tm: int, tn: int, m: int, n: int, others: int) -> tuple[int, int]:
+    """Halve the larger side of the tile, down to 64 x 64, while the grid (others = batch and
+    split-K blocks) is under one block per SM: an M = 128 projection gets 64x64 tiles rather
+    than a few 128x128 ones that leave most of the GPU idle."""
+    def blocks(a, b):
+        return others * -(-m // a) * -(-n // b)
+    while blocks(tm, tn) < TARGET_BLOCKS // 2 and max(tm, tn) > 64:
+        if tn >= tm:
+            tn //= 2
+        else:
+            tm //= 2
+    return tm, tn
+
+
 def choose_mma_tile(k: TileKernel, m: str | None, n: str, loops: int, dtype: str,
                     ctx: Context) -> MmaTile:
     tm, tn, wm, wn = default_tiles(k.extent(m), k.extent(n), loops)
+    others = prod(e for v, e in k.domain if v not in (m, n))
+    tm, tn = fill_the_gpu(tm, tn, k.extent(m), k.extent(n), others)
+    wm, wn = max(1, min(wm, tm // 16)), max(1, min(wn, tn // 8))
     tile_m, tile_n = ctx.knob("TILE_M", tm), ctx.knob("TILE_N", tn)
     warps_m, warps_n, tile_k = ctx.knob("WARPS_M", wm), ctx.knob("WARPS_N", wn), ctx.knob("TILE_K", 32)
     if warps_m < 1 or warps_n < 1 or tile_m % (16 * warps_m) or tile_n % (8 * warps_n):
