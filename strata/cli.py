@@ -16,7 +16,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="-v: pass timings and declined fusions/passes; -vv: a diff per tile pass")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="pin a schedule knob (BLOCK, GROUP, VEC, SMEM_BUDGET, UNROLL_MAX)")
+                   help="pin a schedule knob printed in a kernel's header (e.g. INSTR=mma, TILE_M=64, "
+                        "STAGES=2, SPLIT_K=4, BLOCK_N=64, KV_SPLITS=4, BLOCK=128, VEC=1); see the README")
     p.add_argument("--target", default=None,
                    help="GPU architecture for CUDA (sm_80, sm_90, sm_90a ...); default: the GPU's own "
                         "with --device cuda (sm_90a on H100/H200), else sm_90")
