@@ -6,13 +6,13 @@ C = A @ B is (m, n) in f32. Also a probe that exposes ldmatrix's register layout
 which the negative tests use to break a kernel one statement at a time."""
 from __future__ import annotations
 
-from dataclasses import replace
 
 from strata import expr as E
 from strata.kernel.ir import (BlockIdx, Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                               KernelProgram, LdMatrix, Let, Mma, Param, Smem, Store, StoreVec, Sync,
                               ThreadIdx)
 
+from ir_rewrite import rewrite  # noqa: F401  (the tests import it from here)
 from kernel_builders import I, V, program
 
 
@@ -154,18 +154,3 @@ def ldmatrix_probe(num: int, trans: bool, unused_row: int = 0) -> KernelProgram:
     return program(k, [Buffer("out", "i32", (num, 32), "output")])
 
 
-def rewrite(prog: KernelProgram, fn) -> KernelProgram:
-    """prog with every statement passed through fn (which returns it, a replacement, or None)."""
-    def body(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, For):
-                s = replace(s, body=body(s.body))
-            elif isinstance(s, If):
-                s = replace(s, then=body(s.then), orelse=body(s.orelse))
-            s = fn(s)
-            if s is not None:
-                out.append(s)
-        return tuple(out)
-    k = prog.kernels[0]
-    return KernelProgram(prog.buffers, [replace(k, body=body(k.body))], prog.outputs)

@@ -11,11 +11,12 @@ import torch
 import torch.nn.functional as F
 
 import strata
+from ir_rewrite import rewrite
 from conftest import compile_with_nvrtc, run_and_compare
 from strata import check, pipeline
 from strata.context import Context
 from strata.errors import SimError
-from strata.kernel.ir import CpAsyncWait, For, If, KernelProgram, Mma
+from strata.kernel.ir import CpAsyncWait, Mma
 from strata.kernel.lower import lower
 
 r = torch.randn
@@ -199,20 +200,6 @@ def test_bf16_4096_cuda_uses_tensor_cores():
 
 # ---------------------------------------------------------------- broken schedules fail
 
-def _rewrite(prog: KernelProgram, fn) -> KernelProgram:
-    def body(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, For):
-                s = replace(s, body=body(s.body))
-            elif isinstance(s, If):
-                s = replace(s, then=body(s.then), orelse=body(s.orelse))
-            s = fn(s)
-            if s is not None:
-                out.append(s)
-        return tuple(out)
-    return KernelProgram(prog.buffers, [replace(k, body=body(k.body)) for k in prog.kernels],
-                         prog.outputs)
 
 
 def _swap_a(s):
@@ -223,7 +210,7 @@ def test_wrong_fragment_mapping_gives_wrong_numbers():
     inputs = (r(33, 64).to(F16), r(64, 40).to(F16))
     prog = strata.compile(torch.mm, inputs, ctx=Context())
     ref = check.eager_reference(torch.mm, inputs)[0]
-    prog.lowered.kernel = _rewrite(prog.lowered.kernel, _swap_a)
+    prog.lowered.kernel = rewrite(prog.lowered.kernel, _swap_a)
     got = np.asarray(prog.run_numpy(inputs)[0], np.float64)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) > 0.1
 
@@ -231,6 +218,6 @@ def test_wrong_fragment_mapping_gives_wrong_numbers():
 def test_missing_cp_async_wait_is_caught():
     inputs = (r(33, 64).to(F16), r(64, 40).to(F16))
     prog = strata.compile(torch.mm, inputs, ctx=Context())
-    prog.lowered.kernel = _rewrite(prog.lowered.kernel, lambda s: None if isinstance(s, CpAsyncWait) else s)
+    prog.lowered.kernel = rewrite(prog.lowered.kernel, lambda s: None if isinstance(s, CpAsyncWait) else s)
     with pytest.raises(SimError, match="missing cp.async.wait_group"):
         prog.run_numpy(inputs)

@@ -11,13 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import strata
+from ir_rewrite import rewrite
 from strata import check, pipeline
 from strata.context import Context
 from strata.errors import SimError
 from strata.kernel.ir import (
-    For,
-    If,
-    KernelProgram,
     KernelVerifyError,
     MbarWait,
     Smem,
@@ -213,20 +211,6 @@ def test_dynamic_smem_limit_is_verified():
 
 # ---------------------------------------------------------------- broken pipelines fail
 
-def _rewrite(prog: KernelProgram, fn) -> KernelProgram:
-    def body(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, For):
-                s = replace(s, body=body(s.body))
-            elif isinstance(s, If):
-                s = replace(s, then=body(s.then), orelse=body(s.orelse))
-            s = fn(s)
-            if s is not None:
-                out.append(s)
-        return tuple(out)
-    return KernelProgram(prog.buffers, [replace(k, body=body(k.body)) for k in prog.kernels],
-                         prog.outputs)
 
 
 def _pipelined():
@@ -242,7 +226,7 @@ def test_waiting_on_the_wrong_phase_is_caught():
     prog, inputs = _pipelined()
     flip = lambda s: replace(s, parity=mod(add(s.parity, Const(1, "i32")), 2)) \
         if isinstance(s, MbarWait) else s
-    prog.lowered.kernel = _rewrite(prog.lowered.kernel, flip)
+    prog.lowered.kernel = rewrite(prog.lowered.kernel, flip)
     with pytest.raises(SimError, match="waits on mbarrier bar0.* parity 1, which has not completed"):
         prog.run_numpy(inputs)
 
@@ -250,7 +234,7 @@ def test_waiting_on_the_wrong_phase_is_caught():
 def test_refilling_a_buffer_wgmma_still_reads_is_caught():
     prog, inputs = _pipelined()
     early = lambda s: replace(s, pending=2) if isinstance(s, WgmmaWait) and s.pending == 1 else s
-    prog.lowered.kernel = _rewrite(prog.lowered.kernel, early)
+    prog.lowered.kernel = rewrite(prog.lowered.kernel, early)
     with pytest.raises(SimError, match="missing wgmma.wait_group"):
         prog.run_numpy(inputs)
 
@@ -261,6 +245,6 @@ def test_wrong_accumulator_mapping_gives_wrong_numbers():
 
     def swap(s):
         return replace(s, d=(s.d[1], s.d[0]) + s.d[2:]) if isinstance(s, Wgmma) else s
-    prog.lowered.kernel = _rewrite(prog.lowered.kernel, swap)
+    prog.lowered.kernel = rewrite(prog.lowered.kernel, swap)
     got = np.asarray(prog.run_numpy(inputs)[0], np.float64)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) > 0.05
