@@ -82,7 +82,8 @@ def sink_into_loops(body) -> tuple:
             continue
         chain = [s for s in out[:pos] if isinstance(s, (Load, Let)) and s.var in need]
         rest = [s for s in out if s is not loop and not any(s is c for c in chain)]
-        shared = need & set().union(*map(reads, rest))
+        # what the rest still reads, with everything that computes it, stays as well
+        shared = need & _needed(before, set().union(*map(reads, rest)))
         names = {v: f"{v}_{loop.var}" for v in shared}
         moved = tuple(rename_stmt(s, names) for s in chain + list(loop.body))
         out = [replace(loop, body=moved) if s is loop else s for s in out

@@ -56,3 +56,16 @@ def test_an_f32_matmul_of_16_bit_inputs_is_not_rounded():
     prog = run_and_compare(f32_mm, (a, b), contraction=True)
     assert "mma" not in _modes(prog)
     assert all(acc.operands is None for acc in _accums(prog))
+
+
+def test_two_matmuls_sharing_a_normed_operand():
+    """gate and up read one RMSNorm: each reduce loop gets its own copy of the whole prologue
+    chain (the rsqrt and what it is computed from), not just of the value it reads."""
+    def gate_up(x, g, wg, wu):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+        n = g * h.to(x.dtype)
+        return F.silu(F.linear(n, wg)) * F.linear(n, wu)
+    x, g = torch.randn(1, 9, 64).to(BF16), torch.randn(64).to(BF16)
+    wg, wu = torch.randn(24, 64).to(BF16), torch.randn(24, 64).to(BF16)
+    run_and_compare(gate_up, (x, g, wg, wu), contraction=True)
