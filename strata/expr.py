@@ -9,6 +9,8 @@ compute.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -208,6 +210,19 @@ def value_range(e: Expr, bounds: Mapping[str, int] | None) -> tuple[int, int] | 
 
 def simplify(e: Expr, bounds: Mapping[str, int] | None = None) -> Expr:
     """Canonical form of integer index arithmetic; other expressions simplify their children."""
+    if isinstance(e, (Const, Var)):
+        return e
+    if not bounds:        # index arithmetic is built up a term at a time: each subtree once
+        return _simplify_unbounded(e)
+    return _simplify(e, bounds)
+
+
+@lru_cache(maxsize=1 << 16)
+def _simplify_unbounded(e: Expr) -> Expr:
+    return _simplify(e, None)
+
+
+def _simplify(e: Expr, bounds: Mapping[str, int] | None) -> Expr:
     if isinstance(e, (Const, Var)):
         return e
     if isinstance(e, Cast):
