@@ -19,6 +19,7 @@ from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.mark_unroll import mark_unroll
+from .tile.passes.materialize_prologue import materialize_prologue
 from .tile.passes.mma_async_copy import mma_async_copy
 from .tile.passes.mma_pipeline import mma_pipeline
 from .tile.passes.mma_swizzle import mma_swizzle
@@ -38,6 +39,7 @@ from .tile.passes.wgmma_tile import wgmma_tile
 TILE_PASSES = [
     ("tileify", tileify),
     ("split_matmul_k", split_matmul_k),
+    ("materialize_prologue", materialize_prologue),
     ("wgmma_tile", wgmma_tile),
     ("wgmma_pipeline", wgmma_pipeline),
     ("mma_tile", mma_tile),

@@ -309,6 +309,8 @@ class Wgmma(Stmt):
     """wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}: per warpgroup (128 threads,
     warps 4w..4w+3) D = A @ B.T + (D if scale_d else 0), A 64x16 and B n x16, both K-major in
     shared memory through the descriptors `a` and `b` (i64 expressions), D 64 x n in f32.
+    trans_a / trans_b: PTX imm-trans-a / imm-trans-b (f16/bf16 only): 1 reads that operand
+    MN-major (M- or N-contiguous; sim_wgmma.py gives the layout) instead of K-major.
 
     `d`: n/2 declared f32 variables, read and written; thread T holds d[i] at row
     16 * (T % 128 // 32) + T % 32 // 4 + 8 * (i // 2 % 2), col 8 * (i // 4) + 2 * (T % 4) + i % 2.
@@ -320,6 +322,8 @@ class Wgmma(Stmt):
     n: int
     dtype: str = "bf16"
     scale_d: Expr | None = None       # None: always accumulate (PTX scale-d = 1)
+    trans_a: bool = False             # A is M-major (imm-trans-a = 1)
+    trans_b: bool = False             # B is N-major (imm-trans-b = 1)
 
 
 @dataclass(frozen=True)
@@ -823,7 +827,8 @@ def _format_hopper(s) -> str:
     if isinstance(s, Wgmma):
         d = ", ".join(s.d) if len(s.d) <= 4 else f"{s.d[0]}..{s.d[-1]}"
         scale = "" if s.scale_d is None else f" scale_d={f(s.scale_d)}"
-        return f"{d} <- wgmma.m64n{s.n}k16.{s.dtype} a={f(s.a)} b={f(s.b)}{scale}"
+        trans = "".join(f" trans_{x}" for x in "ab" if getattr(s, f"trans_{x}"))
+        return f"{d} <- wgmma.m64n{s.n}k16.{s.dtype} a={f(s.a)} b={f(s.b)}{scale}{trans}"
     if isinstance(s, WgmmaFence):
         return "wgmma.fence"
     if isinstance(s, WgmmaCommit):

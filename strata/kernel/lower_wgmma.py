@@ -2,8 +2,9 @@
 
 blockIdx.x enumerates (batch axes..., M tile, N tile) as in lower_mma.py. Warpgroup g of the
 block owns rows 64 g .. 64 g + 63 of the tile and all TILE_N columns: one wgmma m64nNk16 per 16
-of K, A and B read from shared memory through descriptors (K-major, the swizzle of a
-2 x TILE_K-byte row). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
+of K, A and B read from shared memory through descriptors (K-major: the swizzle of a
+2 x TILE_K-byte row; MN-major, for an operand contiguous along M or N: boxes of 64 elements by
+TILE_K rows, 128B swizzle, read with wgmma's transpose bit). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
 into one of STAGES buffers (dynamic shared memory) and arms that buffer's mbarrier with their
 bytes; every thread waits on the barrier with the parity of the buffer's use count, issues the
 step's wgmmas (fence, commit), waits until only this step's group is in flight, and after a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from ..expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import MmaLoop, MmaOperand, TileKernel
-from ..tile.passes.wgmma_tile import tma_dims
+from ..tile.passes.wgmma_tile import mn_major, tma_dims
 from .ir import (
     BlockIdx,
     FenceProxyAsync,
@@ -42,6 +43,7 @@ from .lower import _decompose, _numel
 from .lower_mma import _MmaLowerer, regs
 
 EXTRA = ("wg", "stage", "da", "db", "bar")
+MN_RUN = 64             # elements of an MN-major operand's contiguous run: one 128B-swizzle row
 
 
 class _WgmmaLowerer(_MmaLowerer):
@@ -54,8 +56,10 @@ class _WgmmaLowerer(_MmaLowerer):
         self.a_stage, self.b_stage = mt.tile_m * mt.tile_k, mt.tile_n * mt.tile_k
         self.maps: dict[str, TensorMap] = {}      # buffer -> its map (one per buffer: checked)
         self.axes: dict[tuple, tuple] = {}        # (K var, side) -> the axis of each coordinate
+        self.mn: dict[tuple, bool] = {}           # (K var, side) -> MN-major
         for lp in self.loops:
             for op in (lp.a, lp.b):
+                self.mn[lp.k_var, op.side] = mn_major(tk, lp, op)
                 self.maps[op.body[0].buf], self.axes[lp.k_var, op.side] = self.tensor_map(op, lp)
 
     def acc(self, li: int, i: int, j: int) -> tuple[str, ...]:
@@ -71,22 +75,42 @@ class _WgmmaLowerer(_MmaLowerer):
         mt = self.mt
         dims = tma_dims(self.tk, op, lp.k_var, lp.extent)
         xtile = mt.tile_m if op.side == "A" else mt.tile_n
-        box = (mt.tile_k, xtile) + (1,) * (len(dims) - 2)
-        tm = TensorMap(tuple(e for _, e, _ in dims), tuple(2 * c for _, _, c in dims[1:]), box,
-                       f"{self.swizzle_bytes}B")
+        if self.mn[lp.k_var, op.side]:      # boxes of MN_RUN x-contiguous elements by TILE_K
+            box, swz = (MN_RUN, mt.tile_k), "128B"
+        else:
+            box, swz = (mt.tile_k, xtile), f"{self.swizzle_bytes}B"
+        tm = TensorMap(tuple(e for _, e, _ in dims), tuple(2 * c for _, _, c in dims[1:]),
+                       box + (1,) * (len(dims) - 2), swz)
         return tm, tuple(v for v, _, _ in dims)
 
     def issue(self, li: int, lp: MmaLoop, kstep, stage) -> tuple:
-        """Thread 0: arm the stage's barrier with the step's bytes and start both TMA copies."""
+        """Thread 0: arm the stage's barrier with the step's bytes and start the TMA copies: one
+        box per K-major operand, TILE / 64 boxes (64 apart along X, MN_RUN * TILE_K elements
+        apart in shared memory) per MN-major one."""
         mt = self.mt
         out = [MbarArrive(self.bar(li), stage, 2 * (self.a_stage + self.b_stage))]
         for op, size in ((lp.a, self.a_stage), (lp.b, self.b_stage)):
             buf = op.body[0].buf
             axes = self.axes[lp.k_var, op.side]
-            at = {lp.k_var: mul(kstep, mt.tile_k), op.x_var: self.origin(op)}
-            coords = tuple(at.get(v, Var(v, self.idx)) for v in axes)
-            out.append(TmaLoad(self.smem_name(op), mul(stage, size), buf, coords, self.bar(li), stage))
+            runs = size // (MN_RUN * mt.tile_k) if self.mn[lp.k_var, op.side] else 1
+            for j in range(runs):
+                at = {lp.k_var: mul(kstep, mt.tile_k), op.x_var: add(self.origin(op), MN_RUN * j)}
+                coords = tuple(at.get(v, Var(v, self.idx)) for v in axes)
+                out.append(TmaLoad(self.smem_name(op), add(mul(stage, size), MN_RUN * mt.tile_k * j),
+                                   buf, coords, self.bar(li), stage))
         return tuple(out)
+
+    def desc(self, lp: MmaLoop, op: MmaOperand, at) -> tuple:
+        """(descriptor, its advance per k16 in 16-byte units, MN-major) of the operand's tile.
+        K-major: rows of 2 x TILE_K bytes, SBO 8 rows, +32 bytes per k16. MN-major (PTX
+        canonical ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) under the 128B swizzle): LBO between
+        the 64-element X runs (one TMA box, MN_RUN * TILE_K elements), SBO between groups of 8
+        K rows of 128 bytes, +16 rows of 128 bytes per k16."""
+        if self.mn[lp.k_var, op.side]:
+            return WgmmaDesc(self.smem_name(op), at, 2 * MN_RUN * self.mt.tile_k, 1024, "128B"), \
+                128, True
+        return WgmmaDesc(self.smem_name(op), at, 16, 8 * self.swizzle_bytes,
+                         f"{self.swizzle_bytes}B"), 2, False
 
     def k_loop(self, li: int, lp: MmaLoop) -> list:
         mt, s = self.mt, lp.stages
@@ -97,19 +121,20 @@ class _WgmmaLowerer(_MmaLowerer):
             out.append(Sync())              # the previous loop's wgmmas are done with the buffers
         out.append(If(is0, tuple(x for st in range(min(s, steps))
                                  for x in self.issue(li, lp, self.const(st), self.const(st)))))
-        sbo = 8 * self.swizzle_bytes        # 8 rows of one swizzle span
-        swz = f"{self.swizzle_bytes}B"
+        # warpgroup g's 64 rows of A: 64 K-major rows, or (MN-major) the g-th 64-element run
         a_at = add(mul(stage, self.a_stage), mul(self.var("wg"), 64 * mt.tile_k))
+        a_desc, a_step, a_mn = self.desc(lp, lp.a, a_at)
+        b_desc, b_step, b_mn = self.desc(lp, lp.b, mul(stage, self.b_stage))
         body = [Let(stage.name, self.idx, mod(kt, s)),
                 MbarWait(self.bar(li), stage, mod(floordiv(kt, s), 2)),
                 WgmmaFence(),
-                Let(self.v["da"], "i64", WgmmaDesc(self.smem_name(lp.a), a_at, 16, sbo, swz)),
-                Let(self.v["db"], "i64", WgmmaDesc(self.smem_name(lp.b), mul(stage, self.b_stage),
-                                                   16, sbo, swz))]
+                Let(self.v["da"], "i64", a_desc),
+                Let(self.v["db"], "i64", b_desc)]
         da, db = Var(self.v["da"], "i64"), Var(self.v["db"], "i64")
-        for kk in range(mt.tile_k // 16):   # +32 bytes per k16: +2 in the descriptor's address
-            body.append(Wgmma(self.d(li), add(da, Const(2 * kk, "i64")), add(db, Const(2 * kk, "i64")),
-                              mt.tile_n, mt.dtype))
+        for kk in range(mt.tile_k // 16):
+            body.append(Wgmma(self.d(li), add(da, Const(a_step * kk, "i64")),
+                              add(db, Const(b_step * kk, "i64")), mt.tile_n, mt.dtype,
+                              trans_a=a_mn, trans_b=b_mn))
         lag = 1 if s > 1 else 0             # the step whose buffer is refilled: kt - lag
         body += [WgmmaCommit(), WgmmaWait(lag), Sync()]
         if steps > s:

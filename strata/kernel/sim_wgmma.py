@@ -4,12 +4,22 @@ so that a wrong descriptor, swizzle or lane mapping gives wrong numbers here as 
 
 Descriptor (PTX "matrix descriptor"): bits 0-13 start address >> 4, 16-29 leading-dimension byte
 offset (LBO) >> 4, 32-45 stride-dimension byte offset (SBO) >> 4, 49-51 base offset (must be 0
-here), 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B). Operands are K-major (transpose bits 0):
-row r (of A's 64 or B's N rows), element k < 16 of the K slice is at byte
+here), 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B). With the transpose bit of an operand 0
+(imm-trans-a / imm-trans-b) it is K-major: row r (of A's 64 or B's N rows), element k < 16 of
+the K slice is at byte
   no swizzle:    start + (r // 8) * SBO + (r % 8) * 16 + (k // 8) * LBO + (k % 8) * 2
   swizzle S:     swz(start + (r // 8) * SBO + (r % 8) * S + 2 * k)     (LBO unused)
-where swz XORs the 16-byte chunk bits with the 128-byte row bits (sim_tma.swizzle). Addresses are
-the simulated ones of sim_tma.smem_bases.
+With it 1 the operand is MN-major (M- or N-contiguous), 16-bit elements only. The PTX ISA's
+canonical layouts (9.7.15.5.1.2.1.3, CuTe notation in elements, T = 8 for 16 bits):
+  no swizzle:  ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
+  swizzle S:   ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO))   under Swizzle<log2(S/16),4,3>
+so MN index r and K index k sit at byte
+  no swizzle:    start + (r // 8) * SBO + (r % 8) * 2 + (k // 8) * LBO + (k % 8) * 16
+  swizzle S:     swz(start + (r // (S/2)) * LBO + (r % (S/2)) * 2 + (k // 8) * SBO + (k % 8) * S)
+(LBO: "offset from the first (S/16) rows to the next (S/16) rows" of the 128-bit normalized
+matrix, i.e. between MN runs of S bytes; SBO: "from the first 8 columns to the next 8": between
+groups of 8 K rows). swz XORs the 16-byte chunk bits with the 128-byte row bits
+(sim_tma.swizzle). Addresses are the simulated ones of sim_tma.smem_bases.
 
 Accumulator d[i] of thread T (T < 128 in its warpgroup, w = T // 32, l = T % 32):
   row 16 w + l // 4 + 8 * (i // 2 % 2), col 8 * (i // 4) + 2 * (l % 4) + i % 2.
@@ -70,12 +80,19 @@ def decode(desc: int) -> tuple[int, int, int, int, str]:
             (d >> 49) & 7, _MODES[(d >> 62) & 3])
 
 
-def operand_addresses(desc: int, rows: int) -> np.ndarray:
-    """(rows, 16) byte addresses of a K-major 16-bit operand described by `desc`."""
+def operand_addresses(desc: int, rows: int, mn_major: bool = False) -> np.ndarray:
+    """(rows, 16) byte addresses of the 16-bit operand described by `desc`: [r, k] is row r (M or
+    N) and k of the K slice; K-major, or MN-major (transpose bit 1)."""
     start, lbo, sbo, _, mode = decode(desc)
     r = np.arange(rows)[:, None]
     k = np.arange(16)[None, :]
     s = SWIZZLE_BYTES[mode]
+    if mn_major:
+        if not s:
+            return start + (r // 8) * sbo + (r % 8) * 2 + (k // 8) * lbo + (k % 8) * 16
+        run = s // 2                     # elements of one MN run of S bytes
+        return swizzle(start + (r // run) * lbo + (r % run) * 2 + (k // 8) * sbo + (k % 8) * s,
+                       mode)
     if not s:
         return start + (r // 8) * sbo + (r % 8) * 16 + (k // 8) * lbo + (k % 8) * 2
     return swizzle(start + (r // 8) * sbo + (r % 8) * s + 2 * k, mode)
@@ -190,13 +207,13 @@ class WgmmaState:
             b.launch.fail(f"wgmma {what} differs across the warpgroup of {b.who(wl[w, 0])}")
         return v[:, 0]
 
-    def operand(self, desc: int, rows: int, wl_row, what: str):
+    def operand(self, desc: int, rows: int, wl_row, what: str, mn_major: bool = False):
         """(buf, element indices (rows, 16)) of one warpgroup's operand."""
         b = self.batch
         start, _, _, base_off, _ = decode(desc)
         if base_off:
             b.launch.fail(f"wgmma {what} descriptor has base offset {base_off} (not modelled)")
-        addr = operand_addresses(desc, rows)
+        addr = operand_addresses(desc, rows, mn_major)
         for name, base in b.tma.bases.items():
             sh = b.smem[name]
             end = base + sh.decl.size * 2
@@ -232,8 +249,9 @@ class WgmmaState:
         B = np.empty((nw, s.n, 16), np.float32)
         reads = []
         for w in range(nw):
-            for mat, desc, rows, what in ((A, a_desc[w], 64, "A"), (B, b_desc[w], s.n, "B")):
-                buf, elem = self.operand(int(desc), rows, wl[w], what)
+            for mat, desc, rows, what, tr in ((A, a_desc[w], 64, "A", s.trans_a),
+                                              (B, b_desc[w], s.n, "B", s.trans_b)):
+                buf, elem = self.operand(int(desc), rows, wl[w], what, tr)
                 who = wl[w][np.arange(elem.size) % 128]
                 mat[w] = np.asarray(b.load(buf, elem.reshape(-1), who, what=f"wgmma {what} read"),
                                     np.float32).reshape(elem.shape)

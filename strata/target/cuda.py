@@ -518,7 +518,8 @@ class _Emitter:
                       f'"r"({self.smem_addr(s.bar, s.bar_index)})'], depth)
 
     def wgmma(self, s: Wgmma, depth: int) -> None:
-        """D = A @ B.T + D per warpgroup; scale-d is a predicate set from an int. The empty asm
+        """D = A @ B.T + D per warpgroup; scale-d is a predicate set from an int; imm-scale-a/b
+        are 1, imm-trans-a/b are trans_a/trans_b (1: that operand MN-major). The empty asm
         after it ties the accumulators to the asynchronous instruction (the compiler must not
         move or copy them before wgmma.wait_group)."""
         d = [cname(v) for v in s.d]
@@ -526,7 +527,8 @@ class _Emitter:
         scale = "1" if s.scale_d is None else self.expr(s.scale_d, UNARY)
         self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 2}, 0; "
                  f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{s.dtype}.{s.dtype} "
-                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 0; }}",
+                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, {int(s.trans_a)}, "
+                 f"{int(s.trans_b)}; }}",
                  [f'"+f"({v})' for v in d],
                  [f'"l"({_strip(self.expr(s.a))})', f'"l"({_strip(self.expr(s.b))})',
                   f'"r"((int){scale})'], depth)

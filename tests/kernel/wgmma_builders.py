@@ -62,8 +62,15 @@ def c_layout(i: int, w, g, t):
 
 def wgmma_gemm(m: int = 64, n: int = 64, k: int = 64, bn: int = 64, stages: int = 2,
                swizzle: str = "128B", desc_swizzle: str | None = None, layout=c_layout,
-               name: str | None = None) -> KernelProgram:
+               name: str | None = None, b_kn: bool = False, b_lbo: int | None = None,
+               b_sbo: int | None = None, trans_b: bool | None = None) -> KernelProgram:
     """C = A @ B.T; grid = cdiv(m, 64) * (n / bn) blocks of one warpgroup (128 threads).
+
+    b_kn: B is stored (k, n) row-major instead (C = A @ B, N contiguous: `torch.mm(a, b)`), read
+    N-major (imm-trans-b = 1, 128B swizzle only): per slab, bn / 64 TMA boxes of 64 n x 64 k (a
+    128-byte row of n per k), box j at j * 8192 bytes, so LBO (between the 64-wide n runs) is
+    8192 bytes and SBO (between groups of 8 k rows) 1024; a k16 step moves the descriptor 16
+    rows of 128 bytes. b_lbo, b_sbo, trans_b override what B's descriptors and wgmmas say.
 
     Thread 0 initialises one mbarrier per stage and issues, per slab, arrive.expect_tx(bytes) and
     two TMA loads; the first `stages` slabs before the loop, slab kt + stages after slab kt has
@@ -71,7 +78,9 @@ def wgmma_gemm(m: int = 64, n: int = 64, k: int = 64, bn: int = 64, stages: int 
     thread waits on the stage's barrier with parity (kt / stages) % 2. Rows past m and K past k
     are zero-filled by TMA; rows past m are not stored."""
     assert n % bn == 0 and k % 8 == 0 and bn % 8 == 0 and bn <= 256
+    assert not b_kn or (bn % 64 == 0 and swizzle == "128B")
     desc_swizzle = desc_swizzle or swizzle
+    kn_box = 64 * BK                          # elements of one (64 n, 64 k) box of B
     tid, kt = V("tid", "i32"), V("kt", "i32")
     bm, bnn, st = V("bm", "i32"), V("bn", "i32"), V("s", "i32")
     ktiles = -(-k // BK)
@@ -85,17 +94,24 @@ def wgmma_gemm(m: int = 64, n: int = 64, k: int = 64, bn: int = 64, stages: int 
         return (MbarArrive("bar", stage_e, nbytes),
                 TmaLoad("a_s", E.mul(stage_e, a_slab), "A", (E.mul(kt_e, BK), E.mul(bm, BM)),
                         "bar", stage_e),
-                TmaLoad("b_s", E.mul(stage_e, b_slab), "B", (E.mul(kt_e, BK), E.mul(bnn, bn)),
-                        "bar", stage_e))
+                *((TmaLoad("b_s", E.add(E.mul(stage_e, b_slab), j * kn_box), "B",
+                           (E.add(E.mul(bnn, bn), 64 * j), E.mul(kt_e, BK)), "bar", stage_e)
+                   for j in range(bn // 64)) if b_kn else
+                  (TmaLoad("b_s", E.mul(stage_e, b_slab), "B", (E.mul(kt_e, BK), E.mul(bnn, bn)),
+                           "bar", stage_e),)))
 
     is0 = E.call("eq", tid, I(0))
     step = [MbarWait("bar", st, E.mod(E.floordiv(kt, stages), 2)),
             WgmmaFence(),
             Let("da", "i64", WgmmaDesc("a_s", E.mul(st, a_slab), 16, 1024, desc_swizzle)),
-            Let("db", "i64", WgmmaDesc("b_s", E.mul(st, b_slab), 16, 1024, desc_swizzle))]
-    for kk in range(ksteps):        # +32 bytes per k16 step: +2 in the descriptor's address
-        step.append(Wgmma(acc, E.add(V("da", "i64"), I(2 * kk)), E.add(V("db", "i64"), I(2 * kk)),
-                          bn, "bf16"))
+            Let("db", "i64", WgmmaDesc("b_s", E.mul(st, b_slab),
+                                       b_lbo if b_lbo is not None else 2 * kn_box if b_kn else 16,
+                                       b_sbo if b_sbo is not None else 1024, desc_swizzle))]
+    b_step = 128 if b_kn else 2     # per k16: 16 rows of 128 bytes (N-major), or 32 bytes
+    for kk in range(ksteps):        # (K-major), in the descriptor's 16-byte address units
+        step.append(Wgmma(acc, E.add(V("da", "i64"), I(2 * kk)),
+                          E.add(V("db", "i64"), I(b_step * kk)), bn, "bf16",
+                          trans_b=b_kn if trans_b is None else trans_b))
     step += [WgmmaCommit(), WgmmaWait(0), Sync()]
     if ktiles > stages:
         refill = E.call("logical_and", is0, E.call("lt", E.add(kt, stages), I(ktiles)))
@@ -123,13 +139,15 @@ def wgmma_gemm(m: int = 64, n: int = 64, k: int = 64, bn: int = 64, stages: int 
         store = StoreVec("C", E.add(E.mul(row, n), col), (V(acc[i], "f32"), V(acc[i + 1], "f32")))
         body.append(If(E.call("lt", row, I(m)), (store,)) if m % BM else store)
     params = (Param("A", "bf16", m * k, tensor_map=tensor_map(m, k, BM, BK, swizzle)),
-              Param("B", "bf16", n * k, tensor_map=tensor_map(n, k, bn, BK, swizzle)),
+              Param("B", "bf16", n * k, tensor_map=tensor_map(k, n, BK, 64, swizzle) if b_kn
+                    else tensor_map(n, k, bn, BK, swizzle)),
               Param("C", "f32", m * n, output=True))
     grid = -(-m // BM) * (n // bn)
     kern = Kernel(name or f"k_wgmma_{m}x{n}x{k}", params, grid, 128, tuple(body),
                   src=f"C = A @ B.T, {m}x{n}x{k} bf16, 64x{bn} tiles, one warpgroup, "
                       f"{stages}-stage TMA/mbarrier, {swizzle} swizzle")
-    return program(kern, [Buffer("A", "bf16", (m, k), "input"), Buffer("B", "bf16", (n, k), "input"),
+    return program(kern, [Buffer("A", "bf16", (m, k), "input"),
+                          Buffer("B", "bf16", (k, n) if b_kn else (n, k), "input"),
                           Buffer("C", "f32", (m, n), "output")])
 
 

@@ -1,5 +1,6 @@
 """The Hopper schedule (wgmma_tile, wgmma_pipeline; kernel/lower_wgmma.py): on --target sm_90a,
-fp16/bf16 contractions with K-major operands run as TMA + mbarrier pipelines feeding wgmma.
+fp16/bf16 contractions run as TMA + mbarrier pipelines feeding wgmma (operands K-major, or
+MN-major read with the transpose bits).
 Through the simulator against eager float64 at awkward shapes (edges zero-filled by TMA), the
 fused epilogues in one kernel, the declines (with their reasons) to mma.sync, the knobs, the
 CUDA of a 4096^3 bf16 matmul compiled by NVRTC for sm_90a, and broken pipelines caught."""
@@ -22,6 +23,7 @@ from strata.kernel.ir import (
     Wgmma,
     WgmmaWait,
     verify_kernel,
+    walk,
 )
 
 nvrtc = pytest.importorskip("strata.runtime.nvrtc")
@@ -76,6 +78,43 @@ def test_mm_with_a_transposed_weight(m, n, k):
     run_wgmma(linear_t, (r(m, k).to(BF16), r(n, k).to(BF16)))
 
 
+MM_SHAPES = [(2, 8, 40), (33, 72, 24), (70, 136, 200), (129, 16, 8)]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("m,n,k", MM_SHAPES, ids=str)
+def test_mm_with_b_stored_k_by_n_reads_b_n_major(m, n, k, dtype):
+    """torch.mm(a, b), b (K, N) N-contiguous: B comes by TMA in boxes of 64 N by TILE_K and
+    wgmma reads it with imm-trans-b = 1 (N past the edge zero-filled)."""
+    prog = run_wgmma(torch.mm, (r(m, k).to(dtype), r(k, n).to(dtype)))
+    assert "a1 - n0]  # X contiguous, fill=tma" in prog.ir("tile")   # B: N contiguous
+    wg = [s for s in walk(prog.lowered.kernel.kernels[0].body) if isinstance(s, Wgmma)]
+    assert wg and all(s.trans_b and not s.trans_a for s in wg)
+    assert ", p, 1, 1, 0, 1; }" in prog.source("cuda")
+
+
+def test_mm_with_a_transposed_reads_a_m_major():
+    """a.t() @ b with a stored (K, M): both operands MN-major (imm-trans-a = imm-trans-b = 1),
+    two warpgroups each reading its own 64-row run of A."""
+    prog = run_wgmma(lambda a, b: a.t() @ b, (r(72, 136).to(BF16), r(72, 64).to(BF16)))
+    wg = [s for s in walk(prog.lowered.kernel.kernels[0].body) if isinstance(s, Wgmma)]
+    assert wg and all(s.trans_a and s.trans_b for s in wg)
+
+
+def test_bmm_with_b_stored_k_by_n():
+    run_wgmma(torch.bmm, (r(3, 7, 40).to(BF16), r(3, 40, 64).to(BF16)))
+
+
+def test_n_major_b_takes_tile_n_a_multiple_of_64():
+    inputs = (r(70, 96).to(F16), r(96, 136).to(F16))
+    prog = run_wgmma(torch.mm, inputs, {"TILE_N": "64", "STAGES": "2", "TILE_K": "32"})
+    assert "TILE_N=64" in prog.ir("tile")
+    ctx = Context(target=SM90A, knobs={"TILE_N": "32"})
+    prog = strata.compile(torch.mm, inputs, ctx=ctx, until="tile")
+    assert [k.mode for k in prog.lowered.tile.kernels] == ["mma"]
+    assert any("N-major B" in m and "multiple of 64" in m for m in ctx.messages), ctx.messages
+
+
 FAMILY = {
     "linear_bias": (F.linear, (r(2, 7, 32), r(257, 32), r(257))),
     "bmm_kmajor": (lambda a, b: torch.bmm(a, b.transpose(1, 2)), (r(3, 7, 40), r(3, 33, 40))),
@@ -128,11 +167,12 @@ def test_bad_knobs_are_refused():
 
 
 DECLINES = [
-    ("x @ w, w stored (K, N)", torch.mm, (r(33, 64), r(64, 40)), "not K-major"),
     ("a prologue", lambda x, b, w: F.linear(x + b, w), (r(7, 32), r(32), r(16, 32)),
      "computes a prologue"),
     ("K = 33", F.linear, (r(7, 33), r(16, 33)), "not a multiple of 16 bytes"),
     ("one row (decode)", F.linear, (r(1, 32), r(16, 32)), "M side is a vector"),
+    ("x @ w, w stored (K, N) with N = 36", torch.mm, (r(7, 32), r(32, 36)),
+     "not a multiple of 16 bytes"),
 ]
 
 
@@ -192,8 +232,19 @@ def test_bf16_4096_cuda_uses_wgmma_and_tma_on_sm90a_and_mma_on_sm80():
         cuda80 = _compile(fn, inputs, target="sm_80").source("cuda")
         assert "mma.sync.aligned.m16n8k16" in cuda80 and "wgmma.mma_async" not in cuda80
         assert nvrtc.compile_cuda(cuda80, "sm_80", want="ptx")[:1]
-    # x @ w with w stored (K, N) is not K-major: on sm_90a it stays on mma.sync (logged above)
-    assert "mma.sync.aligned" in _compile(torch.mm, (x, w)).source("cuda")
+    # x @ w with w stored (K, N): B N-major, read with imm-trans-b = 1, two boxes of 64 N per K step
+    prog = _compile(torch.mm, (x, w))
+    cuda = prog.source("cuda")
+    for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+                   ", p, 1, 1, 0, 1; }",
+                   "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"):
+        assert needle in cuda, needle
+    assert "mma.sync.aligned" not in cuda
+    maps = [p.tensor_map for p in prog.lowered.kernel.kernels[0].params if p.tensor_map]
+    # A: K-major boxes of 64 K x 128 M; B: N-major boxes of 64 N x 64 K; rows 8192 bytes apart
+    assert sorted(tm.box for tm in maps) == [(64, 64), (64, 128)]
+    assert all(tm.swizzle == "128B" and tm.strides == (4096 * 2,) for tm in maps)
+    assert nvrtc.compile_cuda(cuda, SM90A)[:4] == b"\x7fELF"
 
 
 def test_dynamic_smem_limit_is_verified():

@@ -9,10 +9,14 @@ per accumulator element, guarded at the M and N edges, as in mode "mma".
 
 Declines, saying why (mma_tile then takes the kernel), for a target other than sm_90a, INSTR=mma
 or fma pinned, a vector M side, and operands TMA cannot fetch as they are: a computed prologue,
-a predicated or non-affine load, an operand not K-major (wgmma here reads A and B with K
-contiguous: F.linear's weight is, `x @ w` with w stored (K, N) is not), strides that are not
-multiples of 16 bytes, or a buffer read by the kernel in another way too. INSTR=wgmma pinned
-turns a decline into an error.
+a predicated or non-affine load, an operand contiguous along neither K nor its M / N axis,
+strides that are not multiples of 16 bytes, or a buffer read by the kernel in another way too.
+INSTR=wgmma pinned turns a decline into an error.
+
+An operand contiguous along K (F.linear's weight) is read K-major; one contiguous along its M or
+N axis (`x @ w` with w stored (K, N)) MN-major: TMA boxes of 64 M- or N-contiguous elements
+(128 bytes, 128B swizzle) by TILE_K rows of K, and wgmma's transpose bit (lower_wgmma.py). TILE_N
+is then a multiple of 64 (TILE_M always is).
 """
 from __future__ import annotations
 
@@ -30,8 +34,10 @@ SWIZZLE_OF_TILE_K = {16: "32B", 32: "64B", 64: "128B"}     # a shared row is 2 x
 
 
 def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
-    """((var, extent, stride in elements), ...) of the operand's TMA map, innermost (K) first,
-    then X, then the batch axes its load uses; or why TMA cannot fetch it ("" never)."""
+    """((var, extent, stride in elements), ...) of the operand's TMA map, innermost first: K
+    then X for a K-major operand, X then K for an MN-major one (contiguous along its M or N
+    axis: wgmma reads it with the transpose bit), then the batch axes its load uses; or why TMA
+    cannot fetch it ("" never)."""
     if len(op.body) != 1 or not isinstance(op.body[0], Load):
         return "it computes a prologue"
     load = op.body[0]
@@ -42,14 +48,19 @@ def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
         return "its index is not affine in the loop axes"
     coeffs, const = terms
     coeffs = {a.name: c for a, c in coeffs.items() if c}
-    if coeffs.get(k_var) != 1:
-        return f"it is not K-major (not contiguous along {k_var}; wgmma reads K-major tiles)"
     if const:
         return "its index has a constant offset"
-    batch = {v: e for v, e in k.domain if v != op.x_var}     # (the other of M, N never occurs)
-    dims = [(k_var, k_extent, 1), (op.x_var, op.x_extent, coeffs.get(op.x_var, 0))]
-    if not dims[1][2]:
+    if not coeffs.get(op.x_var):
         return f"it does not depend on {op.x_var}"
+    if not coeffs.get(k_var):
+        return f"it does not depend on {k_var}"
+    batch = {v: e for v, e in k.domain if v != op.x_var}     # (the other of M, N never occurs)
+    if coeffs[k_var] == 1:              # K-major
+        dims = [(k_var, k_extent, 1), (op.x_var, op.x_extent, coeffs[op.x_var])]
+    elif coeffs[op.x_var] == 1:         # MN-major: wgmma reads it transposed
+        dims = [(op.x_var, op.x_extent, 1), (k_var, k_extent, coeffs[k_var])]
+    else:
+        return f"it is contiguous along neither {k_var} nor {op.x_var}"
     rest = sorted((c, v) for v, c in coeffs.items() if v not in (k_var, op.x_var))
     for c, v in rest:
         if v not in batch:
@@ -87,13 +98,23 @@ def why_not_tma(k: TileKernel, loops: list[MmaLoop], tile_of) -> str:
     return ""
 
 
-def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context) -> tuple[int, int, int]:
+def mn_major(k: TileKernel, lp: MmaLoop, op: MmaOperand) -> bool:
+    """Whether TMA fetches the operand MN-major (contiguous along its M or N axis)."""
+    dims = tma_dims(k, op, lp.k_var, lp.extent)
+    return not isinstance(dims, str) and dims[0][0] != lp.k_var
+
+
+def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context,
+                 n_major: bool = False) -> tuple[int, int, int]:
     """(TILE_M, TILE_N, TILE_K) from the knobs: 64 rows per warpgroup (two for tall matrices),
-    N rounded up to 8 and at most 128 (64 for rows with several reductions), K 64 (128B swizzle)."""
+    N rounded up to 8 and at most 128 (64 for rows with several reductions), K 64 (128B swizzle).
+    With an N-major B (n_major), N is rounded up to 64: such a B tile is TILE_N / 64 boxes of
+    64 N-contiguous elements (one 128B-swizzle row) per K."""
     wg_default = 2 if k.extent(m) > 64 else 1
     warpgroups = ctx.knob("WARPGROUPS", ctx.knob("TILE_M", 64 * wg_default) // 64)
     tile_m = ctx.knob("TILE_M", 64 * warpgroups)
-    tile_n = ctx.knob("TILE_N", min(-(-k.extent(n) // 8) * 8, 128 if loops == 1 else 64))
+    step = 64 if n_major else 8
+    tile_n = ctx.knob("TILE_N", min(-(-k.extent(n) // step) * step, 128 if loops == 1 else 64))
     tile_k = ctx.knob("TILE_K", 64)
     if tile_m != 64 * warpgroups or not 1 <= warpgroups <= 4:
         raise ValueError(f"TILE_M={tile_m}, WARPGROUPS={warpgroups}: INSTR=wgmma takes 64 rows per "
@@ -139,7 +160,11 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
             return decline(f"its reductions mix {dtype} and {dt}")
         dtype = dt
         loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
-    tile_m, tile_n, tile_k = choose_tiles(k, c.m, c.n, len(loops), ctx)
+    n_major = any(mn_major(k, lp, lp.b) for lp in loops)
+    tile_m, tile_n, tile_k = choose_tiles(k, c.m, c.n, len(loops), ctx, n_major)
+    if n_major and tile_n % 64:
+        return decline(f"TILE_N={tile_n}: an N-major B (contiguous along {c.n}) takes a multiple "
+                       f"of 64")
     why = why_not_tma(k, loops, lambda op: tile_m if op.side == "A" else tile_n)
     if why:
         return decline(why)

@@ -1,0 +1,144 @@
+"""materialize_prologue: on sm_90a, compute a contraction operand that has a prologue once, into
+a 16-bit temp buffer, so that wgmma_tile (TMA copies tensors as they are) can take the kernel.
+
+Why: in an LLM layer nearly every projection reads a computed operand (RMSNorm's normed x for
+q/k/v and gate/up, SiLU(gate) * up for down); fused, wgmma_tile declines them all and Hopper
+runs prefill on mma.sync. The kernel becomes two: `<name>_prologue` (elementwise over the
+operand's axes and K) stores the operand, rounded to the 16-bit dtype eager holds it in (as
+mma.sync rounds it on its way into shared memory), into the temp `<name>_operand`; the
+contraction then loads that buffer plainly. Equal operands of several reductions share one.
+
+PROLOGUE=fuse|materialize pins the choice (INSTR=wgmma alone does not: it still refuses a
+prologue, so that the extra kernel is asked for). By default
+an operand is materialized when it is small next to the other (at most 1/MAX_SHARE of its
+bytes: activations against a weight, so the extra write and read are cheap) and the work is
+big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK). Declines, saying why, off sm_90a, for
+a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel anyway.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+
+from ...context import Context
+from ...expr import Var
+from ...loop.ir import BufferInfo, Load, Loop, Store
+from ..contraction import closure, depends, match, uses
+from ..ir import TileKernel, rename_stmt, walk
+from .mma_tile import HALF, _operands
+from .wgmma_tile import tma_dims
+
+MAX_SHARE = 4           # materialize an operand of at most a quarter of the other's bytes
+MIN_WORK = 1 << 24      # multiply-adds below which mma.sync with the prologue fused is as good
+
+
+def materialize_prologue(k: TileKernel, ctx: Context):
+    if k.mode != "rows":
+        return k
+    c = match(k)
+    if isinstance(c, str):
+        return k                        # tile_matmul says why it is not a contraction
+    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
+    found = []
+    for loop in c.loops:
+        got = _operands(k, loop, c.m, c.n, out_half)
+        if isinstance(got, str):
+            return k                    # not for tensor cores: mma_tile says why
+        found.append((loop, *got))
+    computed = [(loop, op, other) for loop, _, a, b, _ in found
+                for op, other in ((a, b), (b, a)) if not _plain(op)]
+    if not computed:
+        return k
+    pinned = ctx.knob("PROLOGUE", "")
+    if pinned not in ("", "fuse", "materialize"):
+        raise ValueError(f"PROLOGUE={pinned}: choose fuse or materialize")
+    instr = ctx.knob("INSTR", "")
+
+    def decline(why: str, knob: bool = True):
+        ctx.log(f"materialize_prologue: {k.name}: declined, {why}")
+        return k.with_knob("PROLOGUE", "fuse") if knob else k
+    if ctx.arch != "sm_90a":
+        return decline(f"target {ctx.arch} has no wgmma (needs sm_90a)", knob=False)
+    if pinned == "fuse" or instr in ("mma", "fma"):
+        return decline(f"PROLOGUE=fuse pinned" if pinned == "fuse" else f"INSTR={instr} pinned")
+    if c.m is None:
+        return decline("its M side is a vector (one row): wgmma takes it neither way")
+    if len({dt for *_, dt in found}) > 1:
+        return decline("its reductions mix dtypes: wgmma takes it neither way")
+    axes = {v for v, _ in k.domain}
+    work = k.extent(c.m) * k.extent(c.n) * c.loops[0].extent
+    forced = pinned == "materialize"
+    for loop, op, other in computed:
+        deps = depends(loop.body, axes)
+        mine, theirs = (prod(k.extent(v) for v in deps[x.value]) * loop.extent for x in (op, other))
+        where = f"operand {op.side} of {loop.accs[0].acc}"
+        if loop.extent % 8:
+            return decline(f"{where}: K={loop.extent} rows would not be 16-byte aligned for TMA")
+        if not forced and mine * MAX_SHARE > theirs:
+            return decline(f"{where}: {mine} elements is not small next to the other operand's "
+                           f"{theirs} (PROLOGUE=materialize pins it)")
+        if not forced and (k.extent(c.m) < 64 or work < MIN_WORK):
+            return decline(f"{where}: {k.extent(c.m)}x{k.extent(c.n)}x{loop.extent} is too small "
+                           f"to want wgmma (PROLOGUE=materialize pins it)")
+        defined = {s.var for s in closure(loop.body, op.value)} | axes | {loop.var}
+        outside = set().union(*map(uses, closure(loop.body, op.value))) - defined
+        if outside:
+            return decline(f"{where}: its prologue reads {sorted(outside)[0]}, computed before the row")
+    for loop, _, a, b, _ in found:
+        for op in (a, b):
+            dims = tma_dims(k, op, loop.var, loop.extent) if _plain(op) else ()
+            if isinstance(dims, str):
+                return decline(f"operand {op.side} of {loop.accs[0].acc}: {dims}, so wgmma "
+                               f"would decline it anyway")
+    return _split(k, c, computed, found[0][-1], axes, ctx)
+
+
+def _plain(op) -> bool:
+    return len(op.body) == 1 and isinstance(op.body[0], Load)
+
+
+def _split(k: TileKernel, c, computed, dtype: str, axes: set[str], ctx: Context):
+    """The prologue kernels (one per distinct operand) and the contraction reading their temps."""
+    firsts, made, loops = [], {}, {id(l): l for l in c.loops}
+    for loop, op, other in computed:
+        stmts = closure(loop.body, op.value)
+        deps = depends(loop.body, axes)[op.value]
+        dom = tuple((v, e) for v, e in k.domain if v in deps) + ((loop.var, loop.extent),)
+        key = _key(stmts, op.value, dom, loop.var)
+        if key not in made:
+            i = len(made)
+            name = f"{k.name}_prologue{i or ''}"
+            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom), dtype, "temp")
+            reads = tuple(r for r in k.reads if _loads(stmts, r))
+            value = Var(op.value, next(s.dtype for s in stmts if s.var == op.value))
+            body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), value),)
+            firsts.append(TileKernel(name, "elementwise", dom, (), body, reads=reads,
+                                     writes=(buf.name,), src=k.src,
+                                     buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))
+                          .with_knob("PROLOGUE", "materialize"))
+            made[key] = buf
+            ctx.log(f"materialize_prologue: {k.name}: operand {op.side} of {loop.accs[0].acc} "
+                    f"computed once into {buf.name} {list(buf.shape)} {dtype} by {name}")
+        buf = made[key]
+        cur = loops[id(loop)]
+        keep = {id(s) for s in closure(loop.body, other.value)}
+        drop = {id(s) for s in stmts} - keep
+        load = Load(op.value, buf.name, tuple(Var(v) for v, _ in dom), "f32")
+        loops[id(loop)] = replace(cur, body=(load,) + tuple(s for s in cur.body if id(s) not in drop))
+    body = tuple(loops.get(id(s), s) if isinstance(s, Loop) else s for s in c.body)
+    temps = tuple(dict.fromkeys(made.values()))
+    keep = {r for r in k.reads if _loads(tuple(k.prelude) + body, r)}
+    second = replace(k, body=body, reads=tuple(b.name for b in temps) + tuple(r for r in k.reads if r in keep),
+                     buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes) + temps)
+    return (*firsts, second.with_knob("PROLOGUE", "materialize"))
+
+
+def _key(stmts, value: str, dom, k_var: str) -> tuple:
+    """The operand with its names made canonical: equal keys compute equal tensors."""
+    names = {s.var: f"t{i}" for i, s in enumerate(stmts)} | {k_var: "K"}
+    return tuple(rename_stmt(s, names) for s in stmts), names[value], \
+        tuple((names.get(v, v), e) for v, e in dom)
+
+
+def _loads(body, buf: str) -> bool:
+    return any(isinstance(s, Load) and s.buf == buf for s in walk(body))
