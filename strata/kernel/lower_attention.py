@@ -101,6 +101,9 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         from .lower_attention_combine import lower_combine_kernel
         return lower_combine_kernel(tk)
     at = tk.attention
+    if at.instr == "mma":
+        from .lower_attention_mma import lower_attention_mma_kernel
+        return lower_attention_mma_kernel(tk)
     op, g, bm, bn, S = at.op, at.row_threads, at.block_m, at.block_n, at.kv_splits
     low = _Lowerer(tk)
     idx = low.idx

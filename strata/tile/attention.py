@@ -21,13 +21,20 @@ out = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), M = max_s m_s.
 
 Knobs: BLOCK_M, BLOCK_N, ROW_THREADS (a power of two up to 32; BLOCK_M * ROW_THREADS is a
 multiple of 32 and at most 1024), KV_SPLITS (default from tile/split.py's rule, only when the
-queries fit one block; any value from 1 to the number of key blocks). The scores of a key block
-sit in registers, so an mma version replaces the dot products and the p @ V step.
+queries fit one block; any value from 1 to the number of key blocks).
+
+INSTR=mma|fma: "mma" (the default for f16/bf16 q, k, v on sm_80+) is the FlashAttention-2
+schedule on tensor cores (kernel/lower_attention_mma.py): one warp per 16 rows, BLOCK_M and
+BLOCK_N multiples of 16, ROW_THREADS unused; S = Q K^T and O += P V by mma.sync m16n8k16, the
+online softmax on the accumulator fragments. "fma" is the CUDA-core schedule above, taken for
+fp32, older targets, a pinned ROW_THREADS or a BLOCK_M/BLOCK_N that is not a multiple of 16,
+and tiles that do not fit shared memory (the reason is logged; pinning INSTR=mma there is an
+error). The tile kernel records INSTR=mma, or ROW_THREADS for fma.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
+from math import lcm, prod
 
 from .. import dtypes
 from ..context import Context
@@ -59,6 +66,7 @@ class AttentionTile:
     partials: tuple[str, str] | None = None     # (ml, acc) temp buffers when kv_splits > 1
     group: int = 1                  # query heads per block sharing one K/V tile (GQA)
     head: str | None = None         # the batch axis of those heads when group > 1
+    instr: str = "fma"              # "mma": tensor cores, one warp per 16 rows (lower_attention_mma.py)
 
     @property
     def q_per_block(self) -> int:
@@ -96,9 +104,14 @@ class AttentionTile:
 
     @property
     def block(self) -> int:
+        if self.instr == "mma":
+            return self.block_m // 16 * 32
         return self.block_m * self.row_threads
 
     def smem_bytes(self) -> int:
+        if self.instr == "mma":
+            from ..kernel.lower_attention_mma import smem_bytes
+            return smem_bytes(self)
         g = self.row_threads
         k = self.block_n * self.d_per_thread * g * dtypes.ITEMSIZE[self.op.k.dtype]
         v = self.block_n * self.e_per_thread * g * dtypes.ITEMSIZE[self.op.v.dtype]
@@ -199,11 +212,91 @@ def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) 
     return splits
 
 
+MMA_DTYPES = ("f16", "bf16")
+MMA_MAX_HEAD_DIM = 256
+
+
+def mma_decline(op: Attention, ctx: Context) -> str | None:
+    """Why the tensor-core path (lower_attention_mma.py) cannot take this attention, or None."""
+    from .passes.mma_tile import sm_version
+    if sm_version(ctx.arch) < 80:
+        return f"target {ctx.arch} has no mma.sync (sm_80+)"
+    kinds = (op.q.dtype, op.k.dtype, op.v.dtype)
+    if len(set(kinds)) != 1 or kinds[0] not in MMA_DTYPES:
+        return f"q, k, v are {'/'.join(kinds)}, not all f16 or all bf16"
+    if max(op.d[1], op.e[1]) > MMA_MAX_HEAD_DIM:
+        return f"head dims {op.d[1]}, {op.e[1]} > {MMA_MAX_HEAD_DIM}"
+    if "ROW_THREADS" in ctx.knobs:
+        return "ROW_THREADS is pinned (a CUDA-core knob)"
+    for name in ("BLOCK_M", "BLOCK_N"):
+        if name in ctx.knobs and ctx.knob(name, 0) % 16:
+            return f"{name}={ctx.knob(name, 0)} is not a multiple of 16"
+    return None
+
+
+def choose_instr(op: Attention, ctx: Context, name: str) -> str:
+    """INSTR: "mma" (tensor cores, FlashAttention-2 style) by default for f16/bf16 on sm_80+,
+    "fma" (CUDA cores, fp32 math) otherwise; pinning mma where it cannot run is an error."""
+    pinned = ctx.knob("INSTR", "").lower()
+    if pinned not in ("", "mma", "fma"):
+        raise ValueError(f"INSTR={pinned}: must be mma or fma")
+    if pinned == "fma":
+        return "fma"
+    why = mma_decline(op, ctx)
+    if why is None:
+        return "mma"
+    if pinned == "mma":
+        raise ValueError(f"INSTR=mma: {why}")
+    ctx.log(f"tile_attention: {name}: INSTR=mma declined, {why}")
+    return "fma"
+
+
+def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None:
+    """BLOCK_M (a multiple of 16: one warp per 16 rows), BLOCK_N (a multiple of 16) for the mma
+    path; None (with a logged reason) when no such schedule fits and INSTR is not pinned."""
+    from ..kernel.lower_attention_mma import ceil16
+    pinned = ctx.knob("INSTR", "").lower() == "mma"
+
+    def decline(why: str):
+        if pinned:
+            raise ValueError(f"INSTR=mma: {why}")
+        ctx.log(f"tile_attention: {name}: INSTR=mma declined, {why}")
+        return None
+    group, head = choose_group(op, 2, ctx, name)
+    lq, lk = op.i[1], op.j[1]
+    bm = max(16, group * _pow2_ceil(lq)) if group > 1 else min(64, max(16, _pow2_ceil(lq)))
+    bn = min(64 if ceil16(op.d[1]) <= 64 else 32, max(16, ceil16(lk)))
+    bm, bn = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn)
+    if bm % 16 or bm % group or bm > 512 or bn % 16 or bn < 16:
+        return decline(f"BLOCK_M={bm}, BLOCK_N={bn}: need multiples of 16 (and of GQA_GROUP="
+                       f"{group}), BLOCK_M at most 512")
+    at = AttentionTile(op, bm, bn, 1, group=group, head=head, instr="mma")
+    while at.smem_bytes() > SMEM_LIMIT and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
+        at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
+    while at.smem_bytes() > SMEM_LIMIT and "BLOCK_M" not in ctx.knobs and at.block_m > 16 \
+            and (at.block_m // 2) % lcm(16, group) == 0:
+        at = replace(at, block_m=at.block_m // 2)
+    splits = ctx.knob("KV_SPLITS", 0)
+    while splits > at.key_blocks and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
+        at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
+    if splits > at.key_blocks:
+        return decline(f"KV_SPLITS={splits} > the {at.key_blocks} key blocks of {at.block_n}")
+    if at.smem_bytes() > SMEM_LIMIT:
+        return decline(f"the Q, K, V and P tiles need {at.smem_bytes()} bytes of shared memory "
+                       f"(more than {SMEM_LIMIT})")
+    return at
+
+
 def tile_attention(k, ctx: Context, buffers: tuple):
     """t:001 for a fused attention kernel: pick the block of queries, the key step, the
     threads per query and the KV splits (knobs), checking what the hardware allows. Returns
     one kernel, or two (the split kernel and its combine) when KV_SPLITS > 1."""
     op = attention_of(k)
+    instr = choose_instr(op, ctx, k.name)
+    if instr == "mma":
+        at = mma_schedule(op, ctx, k.name)
+        if at is not None:
+            return _finish(k, ctx, buffers, at)
     bm, bn, g = default_schedule(op)
     g = ctx.knob("ROW_THREADS", g)
     if g < 1 or g > 32 or g & (g - 1):
@@ -224,14 +317,22 @@ def tile_attention(k, ctx: Context, buffers: tuple):
     if at.smem_bytes() > SMEM_LIMIT:
         raise ValueError(f"BLOCK_N={at.block_n}: the K and V tiles need {at.smem_bytes()} bytes "
                          f"of shared memory (more than {SMEM_LIMIT})")
+    return _finish(k, ctx, buffers, at)
+
+
+def _finish(k, ctx: Context, buffers: tuple, at: AttentionTile):
+    """The KV splits, the causal bound and the kernel(s) of a chosen schedule."""
+    op, g, group = at.op, at.row_threads, at.group
     splits = choose_kv_splits(op, at, ctx, k.name)
     causal = causal_limit(op)
+    threads = "one warp per 16 queries (mma)" if at.instr == "mma" else f"{g} threads per query"
     ctx.log(f"tile_attention: {k.name}: {at.block_m} queries x {at.block_n} keys per step, "
-            f"{g} threads per query, {splits} KV splits, {group} query heads per K/V tile"
+            f"{threads}, {splits} KV splits, {group} query heads per K/V tile"
             + (f", keys up to query + {causal.offset} (causal)" if causal else ""), 2)
     domain = (*op.batch, op.i)
-    knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("ROW_THREADS", g),
-             ("KV_SPLITS", splits), ("GQA_GROUP", group))
+    knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("KV_SPLITS", splits),
+             ("GQA_GROUP", group))
+    knobs += (("INSTR", "mma"),) if at.instr == "mma" else (("ROW_THREADS", g),)
     if splits == 1:
         at = replace(at, causal=causal)
         tk = TileKernel(k.name, "attention", domain, (), (), block=at.block, reads=k.reads,
@@ -270,14 +371,24 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     per = f"{at.block_m}/BLOCK"
     if at.group > 1:
         per = f"({at.head}: {at.group} heads sharing K/V) x {at.q_per_block}/BLOCK"
-    out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, t:{at.block_m}x{g}"
-               f"=QUERY x THREAD, grid={k.grid}, block={k.block}):")
+    if at.instr == "mma":
+        out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, w:{at.block_m // 16}"
+                   f"=WARP x 16 QUERIES, grid={k.grid}, block={k.block}):")
+        out.append(f"    # INSTR=mma: Q, K, V, P tiles {op.q.dtype} in shared memory, S = q @ k_smem^T "
+                   f"and acc += p @ v_smem by mma.sync m16n8k16 (f32 accumulators), the softmax "
+                   f"on the fragments")
+    else:
+        out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, t:{at.block_m}x{g}"
+                   f"=QUERY x THREAD, grid={k.grid}, block={k.block}):")
     i, j, d, e = op.i[0], op.j[0], op.d[0], op.e[0]
-    out.append(f"    q = Registers(q[{i}, {d} = t + {g} * u], {at.d_per_thread} per thread):")
+    mma = at.instr == "mma"
+    out.append(f"    q = SmemTile(q[{i}:{at.block_m}, {d}] {op.q.dtype}) -> A fragments (ldmatrix, once):"
+               if mma else f"    q = Registers(q[{i}, {d} = t + {g} * u], {at.d_per_thread} per thread):")
     for s in op.q.body:
         format_stmt(s, 2, out)
-    out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + {g} * u] 0; "
-               f"{at.e_per_thread} per thread)")
+    out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{i}:16 per warp, {e}] 0 as f32 C "
+               f"fragments)" if mma else f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + "
+               f"{g} * u] 0; {at.e_per_thread} per thread)")
     steps = at.key_blocks
     keys = f"0..{steps}"
     if at.kv_splits > 1:
@@ -295,13 +406,17 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         for s in o.body:
             format_stmt(s, 3, out)
     out.append("        Sync")
-    out.append(f"        {op.score}[{at.block_n}] = Combine(sum over {d} of q * k_smem, threads={g})")
+    out.append(f"        {op.score}[16 per warp, {at.block_n}] = mma(q, k_smem^T)  # f32 C fragments"
+               if mma else f"        {op.score}[{at.block_n}] = Combine(sum over {d} of q * k_smem, threads={g})")
     out.append(f"        x[{at.block_n}] = -inf past {op.j[1]}, else:")
     for s in op.x.body:
         format_stmt(s, 3, out)
     out.append("        m_new = max(m, max(x)); c = exp(m - m_new); p = exp(x - m_new)  "
                "# -inf - -inf counts as 0")
-    out.append("        l = l * c + sum(p); acc = acc * c + p @ v_smem; m = m_new")
+    if mma:
+        out.append("        p_smem = p (as the A fragments of p @ v_smem); Sync")
+    out.append("        l = l * c + sum(p); acc = acc * c + p @ v_smem; m = m_new" +
+               ("  # mma, v_smem by ldmatrix.trans" if mma else ""))
     out.append("        Sync")
     if at.kv_splits > 1:
         ml, acc = at.partials
