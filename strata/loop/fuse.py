@@ -10,6 +10,10 @@ multiply work (the blow-up guard):
   recomputed once per point of the missing axes.
 
 Such a reduction is materialized (its own kernel) and the refusal is logged with its reason at -v.
+When the first kind is refused, the planner first tries to materialize the elementwise node that
+the enclosing reduction reads instead (the Llama MLP's silu(x @ wg) * (x @ wu)): if its kernel is
+one row kernel with the refused reduction and its siblings as loops, the consumer then loads a
+plain tensor and the reductions' results never touch memory.
 A materialized elementwise tensor whose first consumer kernel has the same shape is stored by
 that kernel instead of getting its own (residual add + RMSNorm is one kernel).
 """
@@ -39,8 +43,9 @@ class FusionPlan:
 
 
 class _Refusal(Exception):
-    def __init__(self, node: str, reason: str):
+    def __init__(self, node: str, reason: str, path: tuple[str, ...] = ()):
         self.node, self.reason = node, reason
+        self.path = path        # enclosing-reduction refusals: the nodes walked since that reduction
 
 
 def _index_through(node, index: tuple[Expr, ...]) -> tuple[Expr, ...]:
@@ -58,6 +63,7 @@ class _Walker:
         self.reached: set[str] = set()          # materialized nodes read (loaded)
         self.seen: set = set()
         self.counter = 0
+        self.path: list[str] = []               # the nodes being walked, outermost first
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         key = (name, index, reduce_vars)
@@ -70,6 +76,12 @@ class _Walker:
             return
         if isinstance(n, (Full, Iota)):
             return
+        self.path.append(name)
+        self._walk(n, index, reduce_vars)
+        self.path.pop()
+
+    def _walk(self, n, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
+        name = n.name
         if isinstance(n, Elementwise):
             for a in n.operands():
                 self.walk(a, index, reduce_vars)
@@ -88,8 +100,11 @@ class _Walker:
             deps = set().union(*map(free_vars, index)) if index else set()
             inner = deps & reduce_vars
             if inner:
+                below = next(k for k in range(len(self.path) - 2, -1, -1)
+                             if isinstance(self.by_name[self.path[k]], Reduce))
                 raise _Refusal(name, f"refused fusing {name} ({n.op}) into its consumer: it would be "
-                                     f"recomputed for every iteration of an enclosing reduction")
+                                     f"recomputed for every iteration of an enclosing reduction",
+                               tuple(self.path[below + 1:-1]))
             self.reduce_deps.setdefault(name, set()).update(deps)
             self.counter += 1
             r = f"r{self.counter}"
@@ -147,6 +162,54 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
     return KernelPlan(target, outer, merged, tuple(w.reduce_deps)), w.reached
 
 
+def _only_through(prog, r: str, x: str, materialized: set[str]) -> bool:
+    """Whether every use of r's value goes through x's kernel, so that materializing x leaves
+    nothing else to recompute r (a residual add's other reader must not inline o_proj again)."""
+    cone, stack = set(), [x]
+    while stack:
+        name = stack.pop()
+        if name not in cone:
+            cone.add(name)
+            stack.extend(o for o in prog.node(name).operands() if o not in materialized)
+    stack, seen = [r], {x}
+    while stack:
+        for u in prog.users.get(stack.pop(), ()):
+            if u not in seen:
+                if u not in cone or u in materialized or u in prog.outputs:
+                    return False
+                seen.add(u)
+                stack.append(u)
+    return r not in prog.outputs
+
+
+def _row_instead(prog, r: _Refusal, materialized: set[str]) -> tuple[str, str] | None:
+    """For a reduction refused inside an enclosing one: the node nearest that enclosing reduction,
+    on the path down to the refused one, to materialize instead. It must be elementwise, no larger
+    than the reduction's result (same free axes: nothing broadcast), and its own kernel must plan
+    without a refusal, i.e. one row kernel whose loops are this reduction and its siblings."""
+    size = prod(prog.node(r.node).type.shape)
+    for x in r.path:
+        n = prog.node(x)
+        if not isinstance(n, Elementwise) or prod(n.type.shape) > size \
+                or not _only_through(prog, r.node, x, materialized):
+            continue
+        trial = materialized | {x}
+        while True:     # what planning x will materialize anyway (an RMSNorm's row sum) is no obstacle
+            try:
+                kp, _ = plan_kernel(prog, x, trial)
+                break
+            except _Refusal as again:
+                if again.node == r.node:
+                    kp = None
+                    break
+                trial.add(again.node)
+        if kp is None or r.node not in kp.reduces:
+            continue
+        return x, (f"fuse: materialized {x} instead of {r.node}: one kernel with reduction loops "
+                   f"{', '.join(kp.reduces)} over the same axes, read by the enclosing reduction")
+    return None
+
+
 def _has_reduce(prog: TensorProgram, name: str, materialized: set[str]) -> bool:
     by_name, stack, seen = prog.by_name, [name], set()
     while stack:
@@ -167,6 +230,10 @@ class _Indexed:
     def __init__(self, prog: TensorProgram):
         self.nodes, self.outputs, self.by_name = prog.nodes, prog.outputs, prog.by_name
         self.mutations = getattr(prog, "mutations", {})
+        self.users: dict[str, list[str]] = {}
+        for n in prog.nodes:
+            for o in dict.fromkeys(n.operands()):
+                self.users.setdefault(o, []).append(n.name)
 
     def node(self, name: str):
         return self.by_name[name]
@@ -202,7 +269,10 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             passed.add(t)
         except _Refusal as r:
             ctx.log(f"fuse: {r.reason}")
-            materialized.add(r.node)
+            instead = _row_instead(prog, r, materialized) if r.path else None
+            if instead:
+                ctx.log(instead[1])
+            materialized.add(instead[0] if instead else r.node)
     mats = sorted(materialized, key=pos.__getitem__)
     reached = {t: reached_buffers(prog, attn[t], materialized) if t in attn
                else plan_kernel(prog, t, materialized)[1] for t in mats}
