@@ -76,7 +76,7 @@ def key_range(at, I, idx) -> list:
     """Lets kv_lo, kv_mid, kv_hi: this block's keys [kv_lo, kv_hi) (its split, cut at the causal
     limit of its last query), of which [kv_lo, kv_mid) are whole key blocks that no mask or bound
     touches for any of its queries (a test breaks this on purpose and expects wrong answers)."""
-    op, bm, bn = at.op, at.block_m, at.block_n
+    op, bn = at.op, at.block_n
     lq, lk = op.i[1], op.j[1]
     whole = Const(lk // bn * bn)
     lo, hi = Const(0), Const(lk)
@@ -92,6 +92,63 @@ def key_range(at, I, idx) -> list:
         whole = _imin(whole, mul(floordiv(_imax(Const(0), add(first, c + 1)), bn), bn))
     out.append(Let("kv_hi", idx, hi))
     out.append(Let("kv_mid", idx, _imax(I("kv_lo"), _imin(I("kv_hi"), whole))))
+    return out
+
+
+def block_origin(at, idx: str) -> tuple[list, dict]:
+    """Lets decoding blockIdx.x into (batch..., query block[, KV split]), and the K and V
+    operands with GQA's head substitution (the block's group reads its first head's K/V)."""
+    I = lambda name: Var(name, idx)
+    body, blk = [], BlockIdx()
+    if at.kv_splits > 1:
+        body += [Let("kv_split", idx, mod(BlockIdx(), at.kv_splits)),
+                 Let("qb_flat", idx, floordiv(BlockIdx(), at.kv_splits))]
+        blk = I("qb_flat")
+    body += [Let("q_blk", idx, mod(blk, at.m_blocks)), Let("b_flat", idx, floordiv(blk, at.m_blocks))]
+    op, batch, kv_sub = at.op, at.op.batch, {}
+    if at.group > 1:
+        hg = f"{at.head}_grp"
+        batch = tuple((hg, n // at.group) if v == at.head else (v, n) for v, n in batch)
+        kv_sub = {at.head: mul(I(hg), at.group)}
+    if batch:
+        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), batch,
+                                                        {"b_flat": _numel([n for _, n in batch])})]
+    kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
+              if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
+    return body, kv_ops
+
+
+def operand(low: _Lowerer, o, binds: list, value_var: str, declare: bool, stmts=None) -> list:
+    """The statements computing operand `o` (prologue included) into value_var, after binds."""
+    out = list(binds) + low.stmts(o.body if stmts is None else stmts)
+    return out + [Let(value_var, F32, o.value)] if declare else out + [Assign(value_var, o.value)]
+
+
+def unmasked_scores(at) -> tuple:
+    """The score statements of a whole (below-diagonal) key block: the causal test is true."""
+    if not at.causal:
+        return at.op.x.body
+    return tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
+                 s.var == at.causal.cond else s for s in at.op.x.body)
+
+
+def fill_kv(low: _Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> list:
+    """Fill the K and V tiles of the key block at j0: tiles are (smem, "k"|"v", width, extent,
+    axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent)."""
+    idx = low.idx
+    I = lambda name: Var(name, idx)
+    (jv, lk), out = at.op.j, []
+    for tile, which, width, extent, ax, stride in tiles:
+        f, jj, x = I(f"{tile}_f"), I(f"{tile}_j"), I(f"{tile}_x")
+        fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width))]
+        j = add(I("j0"), jj)
+        at_ = f if stride == width else add(mul(jj, stride), x)
+        ok = _and(call("lt", j, Const(lk)) if edge else None,
+                  call("lt", x, Const(extent)) if width > extent else None)
+        compute = operand(low, kv_ops[which], [Let(jv, idx, j), Let(ax, idx, x)], f"{tile}_val", True)
+        compute.append(Store(tile, at_, _f(f"{tile}_val")))
+        fill += _guarded(ok, compute, [Store(tile, at_, Const(0.0, F32))]) if ok is not None else compute
+        out.append(For(f.name, ThreadIdx(), Const(at.block_n * width), block, tuple(fill), dtype=idx))
     return out
 
 
@@ -113,61 +170,31 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
     dp, ep = du * g, eu * g                 # padded tile rows
     t, r = low.v["t"], "q_row"
     body: list = [Let(t, idx, mod(ThreadIdx(), g)), Let(r, idx, floordiv(ThreadIdx(), g))]
-    blk = BlockIdx()
-    if S > 1:
-        body += [Let("kv_split", idx, mod(BlockIdx(), S)), Let("qb_flat", idx, floordiv(BlockIdx(), S))]
-        blk = I("qb_flat")
-    body += [Let("q_blk", idx, mod(blk, at.m_blocks)), Let("b_flat", idx, floordiv(blk, at.m_blocks))]
-    qb, kv_sub = at.q_per_block, {}
-    batch = op.batch
+    origin, kv_ops = block_origin(at, idx)
+    body += origin
+    qb = at.q_per_block
     if at.group > 1:            # rows are (head in the group, query); the block's heads share K/V
-        hg = f"{at.head}_grp"
-        batch = tuple((hg, n // at.group) if v == at.head else (v, n) for v, n in batch)
-        kv_sub = {at.head: mul(I(hg), at.group)}
-    if batch:
-        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), batch,
-                                                        {"b_flat": _numel([n for _, n in batch])})]
-    if at.group > 1:
-        body.append(Let(at.head, idx, add(mul(I(hg), at.group), floordiv(I(r), qb))))
+        body.append(Let(at.head, idx, add(mul(I(f"{at.head}_grp"), at.group), floordiv(I(r), qb))))
         body.append(Let(iv, idx, add(mul(I("q_blk"), qb), mod(I(r), qb))))
     else:
         body.append(Let(iv, idx, add(mul(I("q_blk"), bm), I(r))))
     row_ok = call("lt", I(iv), Const(lq)) if lq % qb or qb > lq else None
-    kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
-              if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
-
-    def operand(o, binds: list, value_var: str, declare: bool, body=None) -> list:
-        out = list(binds) + low.stmts(o.body if body is None else body)
-        return out + [Assign(value_var, o.value)] if not declare else out + [Let(value_var, F32, o.value)]
 
     # q: this thread's slice of the query row, in registers
     for u in range(du):
         dcoord = add(I(t), g * u)
         body.append(Let(f"q_{u}", F32, Const(0.0, F32)))
         ok = _and(row_ok, call("lt", dcoord, Const(d)) if dp > d else None)
-        body += _guarded(ok, operand(op.q, [Let(dv_, idx, dcoord)], f"q_{u}", False))
+        body += _guarded(ok, operand(low, op.q, [Let(dv_, idx, dcoord)], f"q_{u}", False))
     body += [Let("m_run", F32, NEG_INF), Let("l_run", F32, Const(0.0, F32))]
     body += [Let(f"acc_{u}", F32, Const(0.0, F32)) for u in range(eu)]
-    unmasked = op.x.body
-    if at.causal:
-        unmasked = tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
-                         s.var == at.causal.cond else s for s in op.x.body)
+    unmasked = unmasked_scores(at)
 
     def key_step(edge: bool) -> list:
         """One key block: fill K and V tiles, scores, online-softmax step. Only an edge block
         (past the whole ones) checks Lk and applies the causal mask."""
-        step: list = []
-        for tile, o, width, extent, ax in (("k_tile", kv_ops["k"], dp, d, dv_),
-                                           ("v_tile", kv_ops["v"], ep, dv, ev)):
-            f = I(f"{tile}_f")
-            fill = [Let(f"{tile}_j", idx, floordiv(f, width)), Let(f"{tile}_x", idx, mod(f, width))]
-            j = add(I("j0"), I(f"{tile}_j"))
-            ok = _and(call("lt", j, Const(lk)) if edge else None,
-                      call("lt", I(f"{tile}_x"), Const(extent)) if width > extent else None)
-            compute = operand(o, [Let(jv, idx, j), Let(ax, idx, I(f"{tile}_x"))], f"{tile}_val", True)
-            compute.append(Store(tile, f, _f(f"{tile}_val")))
-            fill += _guarded(ok, compute, [Store(tile, f, Const(0.0, F32))]) if ok is not None else compute
-            step.append(For(f.name, ThreadIdx(), Const(bn * width), tk.block, tuple(fill), dtype=idx))
+        step = fill_kv(low, at, kv_ops, (("k_tile", "k", dp, d, dv_, dp), ("v_tile", "v", ep, dv, ev, ep)),
+                       edge, tk.block)
         step.append(Sync())
         for n in range(bn):
             for u in range(du):
@@ -184,7 +211,7 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
             j = add(I("j0"), n)
             ok = _and(row_ok, call("lt", j, Const(lk)) if edge else None)
             xs = [Let(jv, idx, j), Let(op.score, F32, _f(f"dot_{n}"))]
-            step += _guarded(ok, operand(op.x, xs, f"x_{n}", False, op.x.body if edge else unmasked))
+            step += _guarded(ok, operand(low, op.x, xs, f"x_{n}", False, op.x.body if edge else unmasked))
         step.append(Let("m_new", F32, _f("m_run")))
         step += [Assign("m_new", call("maximum", _f("m_new"), _f(f"x_{n}"))) for n in range(bn)]
         # a row with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)

@@ -29,10 +29,11 @@ from __future__ import annotations
 from .. import dtypes
 from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
-from .ir import Assign, BlockIdx, For, If, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
+from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
     ThreadIdx
-from .lower import _decompose, _Lowerer, _numel
-from .lower_attention import NEG_INF, _and, _f, _guarded, key_range, rescale
+from .lower import _Lowerer, _numel
+from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, fill_kv, key_range, operand,
+                              rescale, unmasked_scores)
 from .lower_mma import regs
 
 F32 = "f32"
@@ -77,24 +78,8 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
                   Let("fa_mi", idx, floordiv(I("fa_lane"), 8)), Let("fa_r8", idx, mod(I("fa_lane"), 8))]
     lane_g, lane_t, mi, r8 = I("fa_g"), I("fa_t"), I("fa_mi"), I("fa_r8")
     wrow = mul(I("fa_warp"), 16)
-    blk = BlockIdx()
-    if S > 1:
-        body += [Let("kv_split", idx, mod(BlockIdx(), S)), Let("qb_flat", idx, floordiv(BlockIdx(), S))]
-        blk = I("qb_flat")
-    body += [Let("q_blk", idx, mod(blk, at.m_blocks)), Let("b_flat", idx, floordiv(blk, at.m_blocks))]
-    batch, kv_sub = op.batch, {}
-    if at.group > 1:
-        hg = f"{at.head}_grp"
-        batch = tuple((hg, n // at.group) if v == at.head else (v, n) for v, n in batch)
-        kv_sub = {at.head: mul(I(hg), at.group)}
-    if batch:
-        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), batch,
-                                                        {"b_flat": _numel([n for _, n in batch])})]
-    from dataclasses import replace
-    from ..expr import substitute
-    from ..tile.ir import subst_body
-    kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
-              if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
+    origin, kv_ops = block_origin(at, idx)
+    body += origin
 
     def row_coords(row: Expr) -> list:
         """Lets of the query (and head) of block row `row`."""
@@ -106,10 +91,6 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
 
     def row_ok(query: Expr):
         return call("lt", query, Const(lq)) if lq % qb or qb > lq else None
-
-    def operand(o, binds: list, value_var: str, declare: bool, stmts=None) -> list:
-        out = list(binds) + low.stmts(o.body if stmts is None else stmts)
-        return out + [Let(value_var, F32, o.value)] if declare else out + [Assign(value_var, o.value)]
 
     # this lane's two rows: (query, head) coordinates as plain registers
     for h in (0, 1):
@@ -134,7 +115,7 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
     fill = [Let("fa_qrow", idx, floordiv(f, dp)), Let("fa_qx", idx, mod(f, dp))]
     inner = row_coords(qrow)
     ok = _and(row_ok(I(iv)), call("lt", qx, Const(d)) if dp > d else None)
-    compute = operand(op.q, [Let(dv_, idx, qx)], "fa_qval", True)
+    compute = operand(low, op.q, [Let(dv_, idx, qx)], "fa_qval", True)
     compute.append(Store("q_tile", add(mul(qrow, QS), qx), _f("fa_qval")))
     inner += _guarded(ok, compute, [Store("q_tile", add(mul(qrow, QS), qx), Const(0.0, F32))]) \
         if ok is not None else compute
@@ -154,26 +135,11 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
         body += [Let(f"m_run{h}", F32, NEG_INF), Let(f"l_run{h}", F32, Const(0.0, F32))]
     o = lambda e: regs(f"fa_o{e}_", 4)
     body += [Let(v, F32, Const(0.0, F32)) for e in range(et) for v in o(e)]
-    unmasked = op.x.body
-    if at.causal:
-        from ..loop.ir import Let as LLet
-        unmasked = tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
-                         s.var == at.causal.cond else s for s in op.x.body)
+    unmasked = unmasked_scores(at)
 
     def key_step(edge: bool) -> list:
-        step: list = []
-        for tile, o_, width, extent, ax, stride in (("k_tile", kv_ops["k"], dp, d, dv_, KS),
-                                                   ("v_tile", kv_ops["v"], ep, dv, ev, VS)):
-            ff = I(f"{tile}_f")
-            fl = [Let(f"{tile}_j", idx, floordiv(ff, width)), Let(f"{tile}_x", idx, mod(ff, width))]
-            j = add(I("j0"), I(f"{tile}_j"))
-            at_ = add(mul(I(f"{tile}_j"), stride), I(f"{tile}_x"))
-            ok = _and(call("lt", j, Const(lk)) if edge else None,
-                      call("lt", I(f"{tile}_x"), Const(extent)) if width > extent else None)
-            compute = operand(o_, [Let(jv, idx, j), Let(ax, idx, I(f"{tile}_x"))], f"{tile}_val", True)
-            compute.append(Store(tile, at_, _f(f"{tile}_val")))
-            fl += _guarded(ok, compute, [Store(tile, at_, Const(0.0, F32))]) if ok is not None else compute
-            step.append(For(ff.name, ThreadIdx(), Const(bn * width), tk.block, tuple(fl), dtype=idx))
+        step = fill_kv(low, at, kv_ops, (("k_tile", "k", dp, d, dv_, KS), ("v_tile", "v", ep, dv, ev, VS)),
+                       edge, tk.block)
         step.append(Sync())
         s = lambda j: regs(f"fa_s{j}_", 4)
         step += [Let(v, F32, Const(0.0, F32)) for j in range(nt) for v in s(j)]
@@ -194,7 +160,7 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
                 key = add(add(I("j0"), 8 * j), add(mul(lane_t, 2), r % 2))
                 ok = _and(row_ok(I(f"fa_i{h}")), call("lt", key, Const(lk)) if edge else None)
                 binds = lane_row(h) + [Let(jv, idx, key), Let(op.score, F32, _f(s(j)[r]))]
-                step += _guarded(ok, operand(op.x, binds, xs(j, r), False, op.x.body if edge else unmasked))
+                step += _guarded(ok, operand(low, op.x, binds, xs(j, r), False, op.x.body if edge else unmasked))
         for h in (0, 1):
             mx = f"fa_mx{h}"
             step.append(Let(mx, F32, _f(f"m_run{h}")))
