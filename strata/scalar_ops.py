@@ -6,7 +6,10 @@ table, so the NumPy evaluators, the simulator and the CUDA emitter cannot disagr
 round is half-to-even, integer division/modulo are only used on non-negative index arithmetic.
 
 C templates format their arguments as `{0}`, `{1}`, ... and work on the compute type (float for
-all floating types, the integer type for integers); `st_*` helpers live in the CUDA prelude.
+f32/f16/bf16, double for f64, the integer type for integers); `st_*` helpers live in the CUDA
+prelude and are overloaded for float and double. `{f}` is the float suffix: `f` in float, nothing
+in double, so `exp{f}` prints `expf` or `exp` and `1.0{f}` prints `1.0f` or `1.0` (NVRTC would
+otherwise run f64 through the single-precision functions).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ class ScalarOp:
     name: str
     arity: int
     numpy: Callable
-    c_float: str            # C template when computing in float
+    c_float: str            # C template for floating operands ({f}: the float suffix)
     c_int: str | None       # C template for integer/bool operands (None: floats only)
     result: str = "same"    # "same" | "bool" (comparisons, logical ops)
 
@@ -55,36 +58,36 @@ OPS: dict[str, ScalarOp] = {o.name: o for o in [
     _op("subtract", 2, np.subtract, "({0} - {1})", "({0} - {1})"),
     _op("multiply", 2, np.multiply, "({0} * {1})", "({0} * {1})"),
     _op("divide", 2, np.divide, "({0} / {1})"),
-    _op("floordiv", 2, np.floor_divide, "floorf({0} / {1})", "({0} / {1})"),
+    _op("floordiv", 2, np.floor_divide, "floor{f}({0} / {1})", "({0} / {1})"),
     _op("mod", 2, np.mod, "st_fmod({0}, {1})", "({0} % {1})"),
-    _op("pow", 2, np.power, "powf({0}, {1})"),
+    _op("pow", 2, np.power, "pow{f}({0}, {1})"),
     _op("minimum", 2, _nan_min, "st_min({0}, {1})", "min({0}, {1})"),
     _op("maximum", 2, _nan_max, "st_max({0}, {1})", "max({0}, {1})"),
     _op("negative", 1, np.negative, "(-{0})", "(-{0})"),
-    _op("abs", 1, np.abs, "fabsf({0})", "abs({0})"),
+    _op("abs", 1, np.abs, "fabs{f}({0})", "abs({0})"),
     _op("sign", 1, _sign, "st_sign({0})", "(({0} > 0) - ({0} < 0))"),
-    _op("reciprocal", 1, lambda x: 1.0 / x, "(1.0f / {0})"),
+    _op("reciprocal", 1, lambda x: 1.0 / x, "(1.0{f} / {0})"),
     _op("square", 1, np.square, "({0} * {0})", "({0} * {0})"),
     # transcendental
-    _op("exp", 1, np.exp, "expf({0})"),
-    _op("exp2", 1, np.exp2, "exp2f({0})"),
-    _op("log", 1, np.log, "logf({0})"),
-    _op("log1p", 1, np.log1p, "log1pf({0})"),
-    _op("expm1", 1, np.expm1, "expm1f({0})"),
-    _op("sqrt", 1, np.sqrt, "sqrtf({0})"),
-    _op("rsqrt", 1, lambda x: 1.0 / np.sqrt(x), "rsqrtf({0})"),
-    _op("tanh", 1, np.tanh, "tanhf({0})"),
-    _op("sigmoid", 1, lambda x: 1.0 / (1.0 + np.exp(-x)), "(1.0f / (1.0f + expf(-{0})))"),
-    _op("relu", 1, lambda x: np.where(x < 0, np.zeros_like(x), x), "({0} < 0.0f ? 0.0f : {0})",
+    _op("exp", 1, np.exp, "exp{f}({0})"),
+    _op("exp2", 1, np.exp2, "exp2{f}({0})"),
+    _op("log", 1, np.log, "log{f}({0})"),
+    _op("log1p", 1, np.log1p, "log1p{f}({0})"),
+    _op("expm1", 1, np.expm1, "expm1{f}({0})"),
+    _op("sqrt", 1, np.sqrt, "sqrt{f}({0})"),
+    _op("rsqrt", 1, lambda x: 1.0 / np.sqrt(x), "rsqrt{f}({0})"),
+    _op("tanh", 1, np.tanh, "tanh{f}({0})"),
+    _op("sigmoid", 1, lambda x: 1.0 / (1.0 + np.exp(-x)), "(1.0{f} / (1.0{f} + exp{f}(-{0})))"),
+    _op("relu", 1, lambda x: np.where(x < 0, np.zeros_like(x), x), "({0} < 0.0{f} ? 0.0{f} : {0})",
         "({0} < 0 ? 0 : {0})"),
-    _op("erf", 1, _torch_unary("erf"), "erff({0})"),
-    _op("sin", 1, np.sin, "sinf({0})"),
-    _op("cos", 1, np.cos, "cosf({0})"),
+    _op("erf", 1, _torch_unary("erf"), "erf{f}({0})"),
+    _op("sin", 1, np.sin, "sin{f}({0})"),
+    _op("cos", 1, np.cos, "cos{f}({0})"),
     # rounding
-    _op("floor", 1, np.floor, "floorf({0})", "{0}"),
-    _op("ceil", 1, np.ceil, "ceilf({0})", "{0}"),
-    _op("round", 1, np.rint, "rintf({0})", "{0}"),
-    _op("trunc", 1, np.trunc, "truncf({0})", "{0}"),
+    _op("floor", 1, np.floor, "floor{f}({0})", "{0}"),
+    _op("ceil", 1, np.ceil, "ceil{f}({0})", "{0}"),
+    _op("round", 1, np.rint, "rint{f}({0})", "{0}"),
+    _op("trunc", 1, np.trunc, "trunc{f}({0})", "{0}"),
     # comparisons and logic (result bool)
     _op("eq", 2, np.equal, "({0} == {1})", "({0} == {1})", "bool"),
     _op("ne", 2, np.not_equal, "({0} != {1})", "({0} != {1})", "bool"),

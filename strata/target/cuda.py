@@ -118,6 +118,10 @@ _RESERVED = {
     "unsigned", "void", "volatile", "while", "min", "max", "abs", "threadIdx", "blockIdx",
     "blockDim", "gridDim", "warpSize", "half", "NAN", "INFINITY",
 }
+# The math functions the scalar templates call, float and double (a buffer named `exp` would
+# hide exp()).
+_RESERVED |= {fn + suffix for op in scalar_ops.OPS.values()
+              for fn in re.findall(r"(\w+)\{f\}\(", op.c_float) for suffix in ("", "f")}
 _CARRIER = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 _F32_VEC = {2: "float2", 4: "float4"}
 _MAKE_VEC = {("f32", 2): "make_float2", ("f32", 4): "make_float4", ("i32", 2): "make_int2",
@@ -296,7 +300,7 @@ class _Emitter:
     def cast(self, e: Cast) -> tuple[str, int]:
         src, dst = e.arg.dtype, e.dtype
         if dst == "bool":
-            zero = "0.0f" if dtypes.is_float(src) else "0"
+            zero = float_literal(0.0, src) if dtypes.is_float(src) else "0"
             return f"{self.expr(e.arg, EQ + 1)} != {zero}", EQ
         if dst in ("f16", "bf16"):     # a value rounded to half precision, kept in float
             inner = f"{_TO_STORAGE[dst]}({self.expr(e.arg)})"
@@ -340,6 +344,7 @@ class _Emitter:
         value_arg = e.args[1] if e.op == "where" else e.args[0]
         floating = any(dtypes.is_float(x.dtype) for x in e.args) or dtypes.is_float(value_arg.dtype)
         t = op.c_float if floating or op.c_int is None else op.c_int
+        t = t.replace("{f}", "" if "f64" in (x.dtype for x in e.args) else "f")
         full = [self.expr(x) for x in e.args]
         atom = [self.expr(x, ATOM) for x in e.args]
 

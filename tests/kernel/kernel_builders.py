@@ -5,6 +5,7 @@ the tests exercise the consumers of Kernel IR without depending on the stages ab
 from __future__ import annotations
 
 from strata import expr as E
+from strata import scalar_ops
 from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load,
                               LoadVec, Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 from strata.dtypes import compute_dtype
@@ -169,32 +170,36 @@ def rms_norm(rows: int = 32, cols: int = 2048, block: int = 256, eps: float = 1e
     return program(k, bufs)
 
 
+def _zoo_ops(dtype: str) -> list[str]:
+    """The scalar ops of the table that values of `dtype` support (cast aside)."""
+    floating = compute_dtype(dtype).startswith("f")
+    return [name for name, op in scalar_ops.OPS.items()
+            if name != "cast" and (floating or op.c_int is not None)]
+
+
+def _zoo_value(name: str, a, b, c: str):
+    """op(a, b) with the operands `name` needs, cast back to the compute type `c`."""
+    if scalar_ops.get(name).arity == 1:
+        val = fcall(name, a)
+    elif name == "where":
+        val = fcall("where", fcall("lt", a, b), a, b)
+    elif name in ("logical_and", "logical_or", "logical_xor"):
+        val = fcall(name, fcall("gt", a, b), fcall("ne", a, b))
+    else:
+        val = fcall(name, a, b)
+    return val if val.dtype == c else E.Cast(val, c)
+
+
 def scalar_op_zoo(dtype: str = "f32", n: int = 256, block: int = 128) -> tuple[KernelProgram, list[str]]:
     """Every scalar op of the table that `dtype` supports, applied to loaded values:
     out[k * n + i] = op_k(a[i], b[i][, c]) (bool results cast back to `dtype`).
 
     Returns the program and the op names in slot order."""
-    from strata import scalar_ops
     c = compute_dtype(dtype)
-    floating = c.startswith("f")
     i = V("i")
     a, b = V("a", c), V("b", c)
-    ops, stmts = [], []
-    for name, op in scalar_ops.OPS.items():
-        if name == "cast" or (not floating and op.c_int is None):
-            continue
-        if op.arity == 1:
-            val = fcall(name, a)
-        elif name == "where":
-            val = fcall("where", fcall("lt", a, b), a, b)
-        elif name in ("logical_and", "logical_or", "logical_xor"):
-            val = fcall(name, fcall("gt", a, b), fcall("ne", a, b))
-        else:
-            val = fcall(name, a, b)
-        if val.dtype != c:
-            val = E.Cast(val, c)
-        stmts.append(Store("out", E.add(i, len(ops) * n), val))
-        ops.append(name)
+    ops = _zoo_ops(dtype)
+    stmts = [Store("out", E.add(i, k * n), _zoo_value(name, a, b, c)) for k, name in enumerate(ops)]
     body = (global_index(block),
             If(E.call("lt", i, I(n)), (Let("a", c, Load("x", i, c)), Let("b", c, Load("y", i, c)),
                                        *stmts)))
@@ -203,6 +208,23 @@ def scalar_op_zoo(dtype: str = "f32", n: int = 256, block: int = 128) -> tuple[K
     bufs = [Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "input"),
             Buffer("out", dtype, (len(ops), n), "output")]
     return program(k, bufs), ops
+
+
+def scalar_op_kernels(dtype: str = "f32", n: int = 256, block: int = 128) -> KernelProgram:
+    """The zoo with one kernel per op, `k_op_<name>`: out[i] = op(x[i], y[i]), so that what a
+    compiler makes of each op can be told apart (one PTX .entry per op)."""
+    c = compute_dtype(dtype)
+    i = V("i")
+    a, b = V("a", c), V("b", c)
+    params = (Param("x", dtype, n), Param("y", dtype, n), Param("out", dtype, n, output=True))
+    kernels = [Kernel(f"k_op_{name}", params, -(-n // block), block, (
+        global_index(block),
+        If(E.call("lt", i, I(n)), (Let("a", c, Load("x", i, c)), Let("b", c, Load("y", i, c)),
+                                   Store("out", i, _zoo_value(name, a, b, c))))))
+        for name in _zoo_ops(dtype)]
+    bufs = [Buffer("x", dtype, (n,), "input"), Buffer("y", dtype, (n,), "input"),
+            Buffer("out", dtype, (n,), "output")]
+    return KernelProgram(bufs, kernels, ["out"])
 
 
 def special_constants(n: int = 64) -> KernelProgram:
