@@ -2,14 +2,32 @@
 
     prog = strata.compile(fn_or_module, example_inputs, device="sim")
     out = prog(*inputs)
+    ids = strata.generate(hf_model, input_ids, max_new_tokens=16)  # KV-cache decoding
     print(prog.ir("loop")); print(prog.source("cuda"))
     fast = torch.compile(model, backend="strata")   # frontend/dynamo_backend.py
+
+The names below are imported on first use (PEP 562), so that `strata --help` and `--version`
+never import torch.
 """
-from .api import Program, compile
-from .context import Context
-from .errors import StrataError
-from .frontend.dynamo_backend import register as _register_dynamo_backend
+from importlib.metadata import PackageNotFoundError, entry_points, version
 
-_register_dynamo_backend()
+try:
+    __version__ = version("strata")
+except PackageNotFoundError:        # a source checkout on sys.path, not installed
+    __version__ = "0+unknown"
 
-__all__ = ["compile", "Program", "Context", "StrataError"]
+_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'strata' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+
+
+if not any(ep.name == "strata" for ep in entry_points(group="torch_dynamo_backends")):
+    from .frontend.dynamo_backend import register as _register   # no entry point: register now
+    _register()
+
+__all__ = ["compile", "generate", "Program", "Context", "StrataError", "__version__"]

@@ -10,7 +10,7 @@ import torch
 
 from . import dtypes
 from .context import Context
-from .errors import DeviceUnavailable, StrataError
+from .errors import DeviceUnavailable, InputMismatch, StrataError
 from .pipeline import STAGES, Lowered, lower_torch_program
 from .runtime.args import check_args
 
@@ -103,7 +103,8 @@ class Program:
         outs = []
         for name, arr in zip(self.lowered.kernel.outputs, self.run_numpy(inputs)):
             dt = self.lowered.kernel.buffer(name).dtype     # outputs and inputs are all buffers
-            outs.append(torch.from_numpy(np.ascontiguousarray(arr)).to(dtypes.to_torch(dt)))
+            arr = np.ascontiguousarray(arr).reshape(np.shape(arr))    # (ascontiguousarray makes 0-d 1-d)
+            outs.append(torch.from_numpy(arr).to(dtypes.to_torch(dt)))
         return outs
 
     def run_numpy(self, inputs) -> list[np.ndarray]:
@@ -122,15 +123,40 @@ class Program:
         for name, given in zip(self.torch_program.inputs, inputs):
             if name in mutated:        # updated in place, as on CUDA (index_copy_ of a KV cache)
                 with torch.no_grad():
-                    given.copy_(torch.from_numpy(np.ascontiguousarray(result[name])))
+                    given.copy_(torch.from_numpy(np.ascontiguousarray(result[name])).reshape(given.shape))
         return [result[o] if o in result else feed[o] for o in kp.outputs]
 
     def __call__(self, *inputs):
-        outs = self.run_flat(inputs)
+        inputs = self._bound(inputs)
+        outs = self._aliased(self.run_flat(inputs), inputs)
         spec = self.torch_program.out_spec
         if spec is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return torch.utils._pytree.tree_unflatten(outs, spec)
+
+
+    constants: dict = {}     # position -> the non-tensor example input the program is specialised on
+
+    def _bound(self, inputs) -> tuple:
+        """The tensor inputs of a call; the non-tensor ones must equal what it was compiled for."""
+        if not self.constants:
+            return tuple(inputs)
+        if len(inputs) != len(self.torch_program.inputs) + len(self.constants):
+            raise InputMismatch(f"expected {len(self.torch_program.inputs) + len(self.constants)} "
+                                f"inputs, got {len(inputs)}")
+        for i, value in self.constants.items():
+            if inputs[i] != value or type(inputs[i]) is not type(value):
+                raise InputMismatch(f"input {i} was {value!r} when the program was compiled (it is "
+                                    f"a constant of the program); got {inputs[i]!r}: compile again")
+        return tuple(x for i, x in enumerate(inputs) if i not in self.constants)
+
+    def _aliased(self, outs: list, inputs) -> list:
+        """An output that is an input's new value after an in-place update (`x.add_(1)`) is the
+        caller's tensor itself, as in eager."""
+        tp = self.torch_program
+        given = dict(zip(tp.inputs, inputs))
+        updated = {value: given[name] for name, value in tp.mutations.items() if name in given}
+        return [updated.get(name, out) for name, out in zip(tp.outputs, outs)]
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -154,11 +180,39 @@ def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
     if _is_causal_lm(fn):
         from .models.wrappers import CausalLMLogits
         fn = CausalLMLogits(fn)
-    torch_program = capture(fn, tuple(example_inputs))
+    fn, tensors, constants = specialise(fn, tuple(example_inputs))
+    torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
+    program.constants = constants
     if device == "cuda" and until == "cuda":
         program.load()
     return program
+
+
+def specialise(fn, example_inputs: tuple):
+    """(fn over the tensor inputs only, those tensors, {position: constant}): a Python number,
+    bool or None among the example inputs is baked into the program, as torch.compile does."""
+    constants = {i: a for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor)}
+    for i, a in constants.items():
+        if not isinstance(a, (bool, int, float, type(None))):
+            raise StrataError(f"example input {i} is a {type(a).__name__}; strata takes tensors, "
+                              f"and Python numbers, bools or None (compiled as constants)")
+    if not constants:
+        return fn, example_inputs, {}
+    from .frontend.capture import FunctionModule, as_forward, _param_names
+    names = _param_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
+    call = fn if isinstance(fn, torch.nn.Module) else as_forward(fn)
+
+    def forward(*tensors):
+        it = iter(tensors)
+        return call(*[constants[i] if i in constants else next(it)
+                      for i in range(len(example_inputs))])
+
+    module = FunctionModule(forward)
+    if isinstance(fn, torch.nn.Module):
+        module.inner = fn          # its parameters become the program's weights
+    module.input_names = [n for i, n in enumerate(names) if i not in constants]
+    return module, tuple(a for a in example_inputs if isinstance(a, torch.Tensor)), constants
 
 
 def _is_causal_lm(fn) -> bool:
@@ -199,6 +253,28 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     return program, built
 
 
+def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: str = "sim",
+             max_len: int | None = None, ctx: Context | None = None) -> torch.Tensor:
+    """Greedy decoding of a Hugging Face causal LM by strata's compiled prefill and KV-cache decode
+    programs; returns (1, prompt + new) ids, as `model.generate(input_ids, do_sample=False)`.
+
+    The path to generation with strata: `torch.compile(model, backend="strata").generate(...)`
+    runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
+    from .models.decode import compile_decoder, greedy, model_dtype, new_caches
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
+    prompt = input_ids[0].tolist()
+    max_len = max_len or len(prompt) + max_new_tokens
+    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx)
+    where = "cuda" if device == "cuda" else "cpu"
+    caches = new_caches(model.config, max_len, model_dtype(model), where)
+    eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(
+        model, "generation_config") else None
+    eos = set(eos) if isinstance(eos, (list, tuple)) else ({int(eos)} if eos is not None else set())
+    new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
+    return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
+
+
 def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
                     device: str = "sim"):
     """Parse and lower a `-c` snippet; returns (Program, snippet)."""
@@ -209,8 +285,8 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     from .frontend.snippet import parse_snippet
     ctx = on_device(ctx or Context(), device)
     t0 = time.perf_counter()
-    snippet = parse_snippet(code)
     torch_program = capture_cache.load(code)
+    snippet = parse_snippet(code, dry=torch_program is None)
     how = "capture (cached)"
     if torch_program is None:
         torch_program, how = capture_snippet(snippet), "capture (torch.export)"
@@ -222,4 +298,4 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     return program, snippet
 
 
-__all__ = ["STAGES", "Program", "compile", "compile_model", "on_device"]
+__all__ = ["STAGES", "Program", "compile", "compile_model", "generate", "on_device"]

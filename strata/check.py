@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import dtypes
 
@@ -27,6 +29,7 @@ class OutputCheck:
     rel: float
     tol: float
     passed: bool
+    problem: str = ""          # a mismatch that is not numeric: shape, dtype, output count
 
 
 @dataclass
@@ -46,18 +49,48 @@ def tolerance(dtype: str, has_contraction: bool) -> float:
     return 1e-4 if has_contraction else 1e-5
 
 
+class _Float64(TorchDispatchMode):
+    """Eager, with every float32 tensor computed in float64: the high-precision reference.
+    A cast the program writes to float32 (`.float()`) stays float64, a cast to bf16/fp16 rounds
+    as written, and an op whose floating operands disagree (a float64 weight and a bf16
+    activation) computes in float64, so the reference never fails where eager itself does not."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = {k: (torch.float64 if v is torch.float32 else v) for k, v in (kwargs or {}).items()}
+        tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        floats = {a.dtype for a in tensors if a.is_floating_point()}
+        mixed = len(floats) > 1 and torch.Tag.pointwise not in func.tags
+
+        def up(a):
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and (
+                    a.dtype == torch.float32 or (mixed and a.dtype != torch.float64)):
+                return a.double()
+            return a
+        if func._schema.is_mutable:          # in place: the destination keeps its storage
+            return func(*args, **kwargs)
+        return func(*pytree.tree_map(up, args), **pytree.tree_map(up, kwargs))
+
+
 def _to64(x):
     if isinstance(x, torch.Tensor) and x.is_floating_point():
         return x.detach().double()
     return x
 
 
+def eager_run(module, inputs) -> tuple[list, list]:
+    """(flat eager outputs, the float64 inputs after the run: in-place updates land there),
+    every float computed in float64; `inputs` themselves are not touched."""
+    ref_module = copy.deepcopy(module).double() if isinstance(module, torch.nn.Module) else module
+    inputs64 = [_to64(x).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad(), _Float64():
+        out = ref_module(*inputs64)
+    flat, _ = pytree.tree_flatten(out)
+    return flat, inputs64
+
+
 def eager_reference(module, inputs) -> list[np.ndarray]:
     """The eager outputs in float64 (module and floating inputs promoted), flattened."""
-    ref_module = copy.deepcopy(module).double() if isinstance(module, torch.nn.Module) else module
-    with torch.no_grad():
-        out = ref_module(*[_to64(x) for x in inputs])
-    flat, _ = torch.utils._pytree.tree_flatten(out)
+    flat, _ = eager_run(module, inputs)
     return [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in flat]
 
 
@@ -65,7 +98,8 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray, tol: float)
     got = np.asarray(got)
     ref = np.asarray(ref)
     if got.shape != ref.shape:
-        return OutputCheck(name, dtype, float("inf"), float("inf"), tol, False)
+        return OutputCheck(name, dtype, float("inf"), float("inf"), tol, False,
+                           f"shape {got.shape}, eager gives {ref.shape}")
     if not dtypes.is_float(dtype):
         bad = got.astype(np.float64) != ref.astype(np.float64)
         err = float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max()) if got.size else 0.0
@@ -82,6 +116,48 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray, tol: float)
     return OutputCheck(name, dtype, max_abs, rel, tol, bool(nan_ok and inf_ok and rel <= tol))
 
 
+def check_tensor(name: str, got: torch.Tensor, ref, want, tol_for) -> OutputCheck:
+    """One output the user receives (`got`, any device) against eager's float64 value `ref` and
+    eager's own (shape, dtype) `want`."""
+    from .api import to_numpy
+    dt = dtypes.from_torch(got.dtype)
+    out = compare(name, dt, to_numpy(got), ref.detach().cpu().numpy() if isinstance(
+        ref, torch.Tensor) else np.asarray(ref), tol_for(dt))
+    if want is not None and (tuple(got.shape), got.dtype) != want:
+        out.passed = False
+        out.problem = (f"{tuple(got.shape)} {got.dtype}, eager gives {want[0]} {want[1]}")
+    return out
+
+
+def verify(program, module, inputs, has_contraction: bool | None = None) -> Report:
+    """Run `program` on `inputs` (mutating them as eager would) and compare everything the user
+    sees with eager run on a copy taken before: each output's values (float64 reference),
+    shape and dtype, the number of outputs, and every input the program updates in place."""
+    from .frontend.snippet import dry_run
+    pristine = [x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    want = dry_run(module, pristine)
+    with torch.no_grad():
+        got = pytree.tree_leaves(program(*inputs))
+    ref, inputs64 = eager_run(module, pristine)
+    if has_contraction is None:
+        has_contraction = any(n.op.startswith(CONTRACTIONS) for n in program.torch_program.nodes)
+    names = list(program.lowered.kernel.outputs) if program.lowered.kernel else []
+    names = names if len(names) == len(got) else [f"out{i}" for i in range(len(got))]
+
+    def tol_for(dt):
+        return tolerance(dt, has_contraction)
+    checks = [check_tensor(n, g, r, w, tol_for) for n, g, r, w in zip(names, got, ref, want)]
+    if len(got) != len(ref):
+        checks.append(OutputCheck("outputs", "", float("inf"), float("inf"), 0.0, False,
+                                  f"{len(got)} tensors, eager returns {len(ref)}"))
+    position = {name: i for i, name in enumerate(program.torch_program.inputs)}
+    for name in program.torch_program.mutations:
+        i = position[name]
+        checks.append(check_tensor(f"{name} (updated in place)", inputs[i], inputs64[i],
+                                   (tuple(pristine[i].shape), pristine[i].dtype), tol_for))
+    return Report(checks)
+
+
 def compare_with_eager(program, snippet) -> Report:
     """Run the program's kernels and eager PyTorch on the snippet's inputs; compare outputs.
 
@@ -89,24 +165,23 @@ def compare_with_eager(program, snippet) -> Report:
     before the run (an element no kernel writes shows as NaN), and the outputs come back to the
     host for the comparison; the reference is always eager on the CPU in float64."""
     inputs = snippet.example_inputs
-    if getattr(program, "device", "sim") == "cuda":
-        rt = program.runtime
-        inputs = [x.to(rt.device) if isinstance(x, torch.Tensor) else x for x in inputs]
-        poison, rt.poison = rt.poison, True
-        try:
-            got = program.run_numpy(inputs)
-        finally:
-            rt.poison = poison
-    else:
-        got = program.run_numpy(inputs)
-    ref = eager_reference(snippet.module, snippet.example_inputs)
-    kp = program.lowered.kernel
-    has_mm = any(n.op.startswith(CONTRACTIONS) for n in program.torch_program.nodes)
-    checks = []
-    for name, g, r in zip(kp.outputs, got, ref):
-        dt = kp.buffer(name).dtype
-        checks.append(compare(name, dt, g, r, tolerance(dt, has_mm)))
-    return Report(checks)
+    if getattr(program, "device", "sim") != "cuda":
+        return verify(program, snippet.module, [x.clone() for x in inputs])
+    rt = program.runtime
+    poison, rt.poison = rt.poison, True
+    try:
+        return verify(program, snippet.module, [x.to(rt.device) for x in inputs])
+    finally:
+        rt.poison = poison
+
+
+def print_checks(report: Report, console) -> None:
+    for o in report.outputs:
+        if o.problem:
+            console.print(f"  {o.name}: {o.problem}")
+        else:
+            console.print(f"  {o.name} ({o.dtype}): max abs err {o.max_abs:.3g}, rel err "
+                          f"{o.rel:.3g} (tolerance {o.tol:g})")
 
 
 def print_report(program, report: Report, console=None) -> None:
@@ -123,16 +198,17 @@ def print_report(program, report: Report, console=None) -> None:
     else:
         title = "kernels launched (simulator)"
         rows = [(k.name, k.grid, k.block, k.smem_bytes) for k in program.kernels]
+    if not rows:
+        console.print("no kernel launched: every output is empty")
     table = Table(title=title, title_justify="left")
     cols = ("kernel", "grid", "block", "smem bytes") + (("registers",) if on_gpu else ())
     for col in cols:
         table.add_column(col, justify="left" if col == "kernel" else "right")
     for row in rows:
         table.add_row(*map(str, row))
-    console.print(table)
-    for o in report.outputs:
-        console.print(f"  {o.name} ({o.dtype}): max abs err {o.max_abs:.3g}, rel err {o.rel:.3g} "
-                      f"(tolerance {o.tol:g})")
+    if rows:
+        console.print(table)
+    print_checks(report, console)
     worst_abs = max((o.max_abs for o in report.outputs), default=0.0)
     worst_rel = max((o.rel for o in report.outputs), default=0.0)
     verdict = "PASS" if report.passed else "FAIL"

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .context import Context
+from .context import GPU_TARGETS, Context
 from .errors import DeviceUnavailable, StrataError
 from .pipeline import STAGES
 
@@ -17,15 +17,17 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="-v: pass timings and declined fusions/passes; -vv: a diff per tile pass")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="pin a schedule knob printed in a kernel's header (e.g. INSTR=mma, TILE_M=64, "
-                        "STAGES=2, SPLIT_K=4, BLOCK_N=64, KV_SPLITS=4, BLOCK=128, VEC=1); see the README")
+                        "STAGES=2, SPLIT_K=4, BLOCK_N=64, KV_SPLITS=4, BLOCK=128, VEC=1); --knob help lists them all")
     p.add_argument("--target", default=None,
-                   help="GPU architecture for CUDA (sm_80, sm_90, sm_90a ...); default: the GPU's own "
+                   help="GPU architecture for CUDA (sm_70 to sm_90a); default: the GPU's own "
                         "with --device cuda (sm_90a on H100/H200), else sm_90")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     parser = argparse.ArgumentParser(prog="strata", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"strata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="lower a program and print one stage")
     c.add_argument("model", nargs="?",
@@ -41,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
     _common(r)
-    r.add_argument("--device", default="sim", choices=("sim", "cuda"))
+    r.add_argument("--device", default="sim", choices=("sim", "cuda"),
+                   help="where the kernels run: sim (the CPU simulator and sanitizer, default) or "
+                        "cuda (the GPU)")
     r.add_argument("--bench", action="store_true",
                    help="after the accuracy check, time against eager and torch.compile (GPU)")
     r.add_argument("--profile", action="store_true",
@@ -58,7 +62,9 @@ def _context(args) -> Context:
         if not sep or not name:
             raise StrataError(f"--knob {item!r}: expected NAME=VALUE")
         knobs[name] = value
-    return Context(verbosity=args.verbose, knobs=knobs, target=args.target, stream=sys.stdout)
+    if args.target is not None and args.target not in GPU_TARGETS:
+        raise StrataError(f"unknown --target {args.target!r}; choose one of {', '.join(GPU_TARGETS)}")
+    return Context(verbosity=args.verbose, knobs=knobs, target=args.target)     # logs: stderr
 
 
 def cmd_compile(args) -> int:
@@ -83,8 +89,11 @@ def cmd_compile(args) -> int:
 def write_stage(text: str, args) -> None:
     """The printed stage to `-o FILE` (saying so on stderr) or to stdout."""
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+        try:
+            with open(args.output, "w") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            raise StrataError(f"cannot write {args.output}: {e.strerror}") from None
         print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
     else:
         print(text)
@@ -111,6 +120,10 @@ def cmd_run(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if "help" in getattr(args, "knob", []):        # `--knob help`: the knob table, nothing else
+        from .knobs import describe_knobs
+        print(describe_knobs())
+        return 0
     return guarded(lambda: {"compile": cmd_compile, "run": cmd_run,
                             "generate": cmd_generate}[args.command](args), args.debug)
 

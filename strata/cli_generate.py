@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                    help="tokens to generate (default 16; fewer if an end-of-sequence id comes)")
     g.add_argument("--max-len", type=int, metavar="L",
                    help="KV-cache positions (default: prompt length + max-new-tokens)")
-    g.add_argument("--device", default="sim", choices=("sim", "cuda"))
+    g.add_argument("--device", default="sim", choices=("sim", "cuda"),
+                   help="where the kernels run: sim (the CPU simulator, tiny configs) or cuda")
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
     g.add_argument("--compare", action="store_true",
@@ -152,7 +153,7 @@ def generate_command(args) -> int:
             raise StrataError(f"{args.model} has {n_params / 1e6:.0f}M parameters: the simulator "
                               f"is for tiny configs (under {SIM_MAX_PARAMS // 1_000_000}M); use "
                               f"--device cuda")
-        ctx = ProgressContext(verbosity=args.verbose, stream=sys.stdout, on_step=step)
+        ctx = ProgressContext(verbosity=args.verbose, on_step=step)     # logs: stderr
         t0 = time.perf_counter()
         prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step)
         t_compile = time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """What every stage and pass receives besides its IR: verbosity, the log, and schedule knobs.
 
 Passes never print; they call `ctx.log(...)` (shown at -v) and read knobs with
-`ctx.knob(name, default)`, which the user pins with `--knob NAME=VALUE` or `STRATA_KNOBS`.
+`ctx.knob(name, default)`, which the user pins with `--knob NAME=VALUE` or `STRATA_KNOBS`; every
+knob is registered, with its allowed values, in strata/knobs.py.
 """
 from __future__ import annotations
 
@@ -9,29 +10,37 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from .errors import KnobError
+from .knobs import KNOBS, parse
 
-def _env_knobs() -> dict[str, str]:
-    raw = os.environ.get("STRATA_KNOBS", "")
+
+def _env_knobs() -> dict[str, object]:
     out = {}
-    for part in filter(None, (p.strip() for p in raw.split(","))):
-        name, _, value = part.partition("=")
-        out[name.strip().upper()] = value.strip()
+    for part in filter(None, (p.strip() for p in os.environ.get("STRATA_KNOBS", "").split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise KnobError(f"STRATA_KNOBS: {part!r} is not NAME=VALUE")
+        out.update([parse(name, value, "STRATA_KNOBS")])
     return out
 
 
+# The GPU architectures whose features the passes know (tensor cores: sm_80+; wgmma/TMA: sm_90a).
+GPU_TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
 DEFAULT_TARGET = "sm_90"     # what `strata compile` emits for when no GPU and no --target says otherwise
 
 
 @dataclass
 class Context:
     verbosity: int = 0
-    knobs: dict[str, str] = field(default_factory=dict)
+    knobs: dict[str, object] = field(default_factory=dict)   # NAME -> typed value (strata/knobs.py)
     target: str | None = None        # GPU architecture; None: see `arch`
     messages: list[str] = field(default_factory=list)
     stream: object = None            # where log lines go at -v (default stderr)
 
     def __post_init__(self):
-        self.knobs = {**_env_knobs(), **{k.upper(): v for k, v in self.knobs.items()}}
+        """Check every pin here, whichever way it came (--knob, STRATA_KNOBS, torch.compile's
+        options), so a bad one is one sentence before any pass runs."""
+        self.knobs = {**_env_knobs(), **dict(parse(k, v) for k, v in self.knobs.items())}
 
     @property
     def arch(self) -> str:
@@ -45,12 +54,11 @@ class Context:
             print(msg, file=self.stream or sys.stderr)
 
     def knob(self, name: str, default):
-        """A knob's value: the user's pin if any (converted to the default's type), else default."""
-        raw = self.knobs.get(name.upper())
-        if raw is None:
-            return default
-        if isinstance(default, bool):
-            return raw.lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(raw)
-        return raw
+        """A knob's value: the user's pin if any (already checked and typed), else default."""
+        assert name in KNOBS, f"knob {name} is not registered in strata/knobs.py"
+        return self.knobs.get(name, default)
+
+    def pinned(self, name: str) -> bool:
+        """Did the user pin it? (A pinned knob that a pass consults shows in the kernel header.)"""
+        assert name in KNOBS, f"knob {name} is not registered in strata/knobs.py"
+        return name in self.knobs

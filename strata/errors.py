@@ -19,6 +19,23 @@ class UnsupportedOp(StrataError):
         super().__init__(f"unsupported op {op}" + (f" (at {where})" if where else ""))
 
 
+class DataDependentShape(StrataError):
+    """A shape or value that depends on the data (x[x > 0], nonzero, .item()): strata compiles
+    programs whose shapes are known before they run."""
+
+    def __init__(self, op="", where: str = ""):
+        what = f"{op} " if op else ""
+        super().__init__(f"{what}gives a shape or value that depends on the data (boolean-mask "
+                         f"indexing, nonzero, unique, .item() ...)" + (f" at {where}" if where else "")
+                         + "; strata compiles programs whose shapes are known before they run")
+
+
+class KnobError(StrataError, ValueError):
+    """A schedule knob strata cannot use: an unknown name, a value outside its rule in
+    strata/knobs.py, or a pin one kernel cannot take. Also a ValueError, as the passes raised
+    before."""
+
+
 class InputMismatch(StrataError):
     """A call-time argument has the wrong shape or dtype; the message names the argument."""
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from .context import Context
+from .knobs import KNOBS, show
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
@@ -99,21 +100,46 @@ def run_tile_passes(loop_program, ctx: Context):
     buffers = {b.name: b for b in loop_program.buffers}
     before = str(loop_program)
     kernels = list(loop_program.kernels)
+    origin = {k.name: k.name for k in kernels}     # tile kernel -> the loop kernel it came from
+    unchanged = 0
     for num, (name, fn) in enumerate(TILE_PASSES, start=1):
         tag = f"t:{num:03d}_{name}"
         t0 = time.perf_counter()
-        if name == "tileify":     # a fused attention gets its own schedule (tile/attention.py)
-            kernels = [out for k in kernels for out in _as_tuple((tile_attention if attention_of(k) else fn)(
-                k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes))))]
-        else:       # a pass returns one kernel, or several when it splits one (chunk_reduce, split_matmul_k)
-            kernels = [out for k in kernels for out in _as_tuple(fn(k, ctx))]
+        outs = []
+        for k in kernels:
+            if name == "tileify":     # a fused attention gets its own schedule (tile/attention.py)
+                got = (tile_attention if attention_of(k) else fn)(
+                    k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
+            else:     # one kernel, or several when a pass splits one (chunk_reduce, split_matmul_k)
+                got = fn(k, ctx)
+            for out in _as_tuple(got):
+                origin[out.name] = origin[k.name]
+                outs.append(out)
+        kernels = outs
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
         after = str(TileProgram(kernels, loop_program))
-        if ctx.verbosity >= 2:
+        if ctx.verbosity >= 2 and after != before:
             diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
             ctx.log("\n".join([f">>> {tag}", *list(diff)[2:], f"<<< {tag}"]), 2)
+        unchanged += after == before
         before = after
+    ctx.log(f"{unchanged} of {len(TILE_PASSES)} tile passes changed nothing", 2)
+    _log_unused_knobs(kernels, origin, ctx)
     return TileProgram(kernels, loop_program)
+
+
+def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
+    """At -v, each pinned knob that no kernel made from a loop kernel uses (none prints it in its
+    header), so a pin that cannot apply never passes silently. A pass that overrides a pin it
+    cannot take (BLOCK under a pinned GROUP) says so itself."""
+    used: dict[str, set] = {}
+    for k in kernels:
+        used.setdefault(origin[k.name], set()).update(n for n, _ in k.knobs)
+    for name, seen in used.items():
+        for knob, value in ctx.knobs.items():
+            if knob not in seen:
+                ctx.log(f"{name}: {knob}={show(value)} does not apply: its schedule has no such "
+                        f"choice ({knob} is for {KNOBS[knob].scope})")
 
 
 def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:

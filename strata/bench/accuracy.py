@@ -44,7 +44,5 @@ def verdict_line(report: check.Report) -> str:
 
 
 def print_verdict(report: check.Report, console) -> None:
-    for o in report.outputs:
-        console.print(f"  {o.name} ({o.dtype}): max abs err {o.max_abs:.3g}, rel err {o.rel:.3g} "
-                      f"(tolerance {o.tol:g})")
+    check.print_checks(report, console)
     console.print(verdict_line(report) + "  (CUDA vs eager float64)")

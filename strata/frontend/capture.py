@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from .. import dtypes
-from ..errors import StrataError
-from .snippet import register_source
+from ..errors import DataDependentShape, StrataError
+from .snippet import quiet_torch, register_source, user_line
 from .torch_ir import Ref, TorchNode, TorchProgram, TorchType, user_frame
 
 _A = torch.ops.aten
@@ -89,6 +89,8 @@ def _param_names(fn, n: int) -> list[str]:
 
 
 def _type_of(val):
+    if isinstance(val, torch.Tensor) and not all(isinstance(s, int) for s in val.shape):
+        raise DataDependentShape()
     if isinstance(val, torch.Tensor):
         return TorchType(tuple(int(s) for s in val.shape), dtypes.from_torch(val.dtype))
     if isinstance(val, (tuple, list)):
@@ -136,8 +138,9 @@ def _already_final(ep) -> bool:
 
 
 def _export(module, example_inputs):
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_torch():
             warnings.simplefilter("ignore")
             ep = torch.export.export(module, tuple(example_inputs), strict=False)
             if FAST_PATH and _already_final(ep):
@@ -145,6 +148,8 @@ def _export(module, example_inputs):
             return ep.run_decompositions(decomposition_table())
     except StrataError:
         raise
+    except GuardOnDataDependentSymNode as e:
+        raise DataDependentShape("", user_line(e)) from None
     except Exception as e:
         text = str(e).strip().splitlines()
         raise StrataError(f"torch.export could not capture the program: "
@@ -224,9 +229,9 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
                 inputs[name_of(n)] = _type_of(n.meta.get("val"))
             continue
         if n.op == "output":
-            user_outs = [s.arg.name for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT]
-            outputs = [name_of(a) for a in n.args[0] if isinstance(a, torch.fx.Node)
-                       and a.name in user_outs]
+            # zip with the specs: an in-place op's value is both a mutation and a user output
+            outputs = [name_of(a) for s, a in zip(sig.output_specs, n.args[0])
+                       if s.kind == OutputKind.USER_OUTPUT and isinstance(a, torch.fx.Node)]
             mutations = {rename.get(s.target, s.target): name_of(a)
                          for s, a in zip(sig.output_specs, n.args[0])
                          if s.kind == OutputKind.USER_INPUT_MUTATION and isinstance(a, torch.fx.Node)}
@@ -242,9 +247,13 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
                 k += 1
             rename[n.name] = f"{n.name}_{k}"
         taken.add(name_of(n))
+        where = user_frame(n.meta.get("stack_trace"))
+        try:
+            ty = _type_of(n.meta.get("val"))
+        except DataDependentShape:
+            raise DataDependentShape(str(n.target), str(where or "")) from None
         nodes.append(TorchNode(name_of(n), op, n.target, conv(tuple(n.args)),
-                               {k: conv(v) for k, v in n.kwargs.items()},
-                               _type_of(n.meta.get("val")), user_frame(n.meta.get("stack_trace"))))
+                               {k: conv(v) for k, v in n.kwargs.items()}, ty, where))
     weight_types = {k: TorchType(tuple(v.shape), dtypes.from_torch(v.dtype)) for k, v in weights.items()}
     out_spec = None
     try:

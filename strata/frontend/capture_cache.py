@@ -28,7 +28,7 @@ from ..user_cache import caching_enabled, user_cache_dir
 from .torch_ir import TorchProgram
 
 log = logging.getLogger("strata.capture_cache")
-FORMAT = 1
+FORMAT = 2
 MAX_WEIGHT_BYTES = 64 << 20        # bigger snippets are recaptured rather than stored
 
 
@@ -64,16 +64,31 @@ def _to_plain(p: TorchProgram) -> dict:
     return {
         "nodes": [dataclasses.replace(n, target=None) for n in p.nodes],
         "inputs": p.inputs, "weights": p.weights, "weight_types": p.weight_types,
-        "outputs": p.outputs,
-        "out_spec": None if p.out_spec is None else pytree.treespec_dumps(p.out_spec),
+        "outputs": p.outputs, "mutations": p.mutations,
+        "out_spec": None if p.out_spec is None else _dump_spec(p.out_spec),
     }
+
+
+def _dump_spec(spec) -> str | tuple:
+    """treespec_dumps' text, or for a spec it cannot name (torch.return_types.max of
+    `x.max(dim=)`, topk) the flat structure as a tuple, which unflattens the same leaves."""
+    import torch.utils._pytree as pytree
+    try:
+        return pytree.treespec_dumps(spec)
+    except Exception:
+        return ("tuple", spec.num_leaves)
 
 
 def _from_plain(d: dict) -> TorchProgram:
     import torch.utils._pytree as pytree
     nodes = [dataclasses.replace(n, target=_resolve(n.op)) for n in d["nodes"]]
-    spec = None if d["out_spec"] is None else pytree.treespec_loads(d["out_spec"])
-    return TorchProgram(None, nodes, d["inputs"], d["weights"], d["weight_types"], d["outputs"], spec)
+    spec = d["out_spec"]
+    if isinstance(spec, tuple):
+        spec = pytree.tree_flatten(tuple(range(spec[1])))[1]
+    elif spec is not None:
+        spec = pytree.treespec_loads(spec)
+    return TorchProgram(None, nodes, d["inputs"], d["weights"], d["weight_types"], d["outputs"], spec,
+                        mutations=d["mutations"])
 
 
 def load(code: str) -> TorchProgram | None:

@@ -16,8 +16,10 @@ installed (a source checkout on sys.path).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import warnings
 
 import torch
@@ -32,7 +34,7 @@ NAME = "strata"
 OPTIONS = {
     "device": "auto",       # auto: cuda for CUDA inputs, else the simulator; or "sim" / "cuda"
     "fallback": False,      # run a graph strata cannot compile eagerly, with a warning
-    "knobs": {},            # schedule knobs, as --knob NAME=VALUE (strata/context.py)
+    "knobs": {},            # schedule knobs, as --knob NAME=VALUE (strata/knobs.py)
     "verbosity": 0,         # -v level of the lowering log (stderr)
     "use_graph": True,      # device cuda: replay repeated calls as one CUDA graph
 }
@@ -236,19 +238,34 @@ def _compile(gm, args, names, opts) -> _Compiled:
     check_device(device)
     module = _Specialised(gm, args)
     slot_names = [names[i] for i in module.slots]
-    with torch.no_grad():
+    with _progress(opts) as say, torch.no_grad():
+        say(f"strata: capturing a graph of {_count_ops(gm)} torch ops")
         torch_program = capture(module, tuple(tensors), input_names=slot_names)
-    _check_functional(torch_program)
-    _check_supported(torch_program)
-    program = None
-    if torch_program.outputs:
-        ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
-        ctx.log(describe_options({**opts, "device": device}))
-        program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
-                          bool(opts["use_graph"]))
-        if device == "cuda":
-            program.load()
+        _check_functional(torch_program)
+        _check_supported(torch_program)
+        program = None
+        if torch_program.outputs:
+            ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
+            ctx.log(describe_options({**opts, "device": device}))
+            say(f"strata: lowering {len(torch_program.nodes)} aten ops to kernels")
+            program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
+                              bool(opts["use_graph"]))
+            if device == "cuda":
+                say(f"strata: compiling {len(program.kernels)} kernels with NVRTC")
+                program.load()
     return _Compiled(program, module.plan, module.slots, device)
+
+
+@contextlib.contextmanager
+def _progress(opts):
+    """A spinner on stderr saying what the backend is doing, when stderr is a terminal (compiling
+    a whole model's forward takes tens of seconds); silent otherwise and at verbosity >= 1."""
+    if opts["verbosity"] or not sys.stderr.isatty():
+        yield lambda text: None
+        return
+    from rich.console import Console
+    with Console(stderr=True).status("strata") as status:
+        yield status.update
 
 
 def _check_supported(torch_program) -> None:

@@ -3,7 +3,8 @@
 `torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))` becomes a module whose forward(x) computes
 `rmsnorm(x)`: every random-tensor call (torch.randn, rand, randint, *_like) is a graph input,
 named x, y, z, x3, x4 ... in order of appearance, and every nn.Module construction is hoisted and
-built once (after torch.manual_seed(0)), so its parameters become weights. Everything else
+built once (after torch.manual_seed(0)), so its parameters become weights. The expression itself
+is only run on fake tensors here (`dry_run`): capture never computes the program. Everything else
 (python numbers, torch.full, torch.arange ...) stays in the expression and is captured as part of
 the graph. The code is compiled with the file name "<snippet>" and registered in `linecache`, so
 torch.export's stack traces, hence every node's provenance, point at the snippet itself.
@@ -11,14 +12,17 @@ torch.export's stack traces, hence every node's provenance, point at the snippet
 from __future__ import annotations
 
 import ast
+import contextlib
 import linecache
+import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..errors import SnippetError
+from ..errors import DataDependentShape, SnippetError, StrataError
 
 FILENAME = "<snippet>"
 RANDOM_CALLS = {"torch.randn", "torch.rand", "torch.randint", "torch.randn_like",
@@ -119,8 +123,9 @@ class _Hoist(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def parse_snippet(code: str) -> Snippet:
-    """Parse and evaluate a snippet; any failure is a SnippetError with one sentence."""
+def parse_snippet(code: str, dry: bool = True) -> Snippet:
+    """Parse a snippet and check it on fake tensors (`dry_run`; dry=False skips that, for a
+    snippet already captured: it imports torch._dynamo); any failure is one sentence."""
     code = code.strip()
     try:
         tree = ast.parse(code, filename=FILENAME, mode="eval")
@@ -140,11 +145,55 @@ def parse_snippet(code: str) -> Snippet:
         fn.__code__ = fn.__code__.replace(co_name="forward")   # export keeps "forward" frames
         module = SnippetModule(fn, hoist.modules)
         inputs = tuple(t for _, t in hoist.inputs)
-        with torch.no_grad():
-            module(*inputs)
-    except SnippetError:
+        outputs = dry_run(module, inputs) if dry else [()]
+    except StrataError:
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise SnippetError(f"the snippet failed to evaluate: {type(e).__name__}: {msg}") from None
+    if not outputs:
+        raise SnippetError("the snippet computes no tensor; strata compiles tensor programs "
+                           "(write its inputs as torch.randn(...) calls)")
     return Snippet(code, module, inputs, [n for n, _ in hoist.inputs])
+
+
+@contextlib.contextmanager
+def quiet_torch():
+    """Keep torch's own error logging (a traceback logged by fake tensors before they raise)
+    off the user's terminal: strata reports the error itself, in one sentence."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level, log.level = log.level, logging.CRITICAL
+    try:
+        yield
+    finally:
+        log.level = level
+
+
+def user_line(exc: BaseException) -> str:
+    """"file:line" of the innermost frame of `exc` in the user's code (not torch's, not
+    strata's), "" when there is none."""
+    import os
+    skip = tuple(os.path.dirname(m.__file__) for m in (torch, sys.modules["strata"]))
+    tb, where = exc.__traceback__, ""
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if not f.startswith(skip) and "/site-packages/" not in f and "importlib" not in f:
+            where = f"{f}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def dry_run(module, inputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each tensor `module(*inputs)` returns, found on fake tensors: the
+    program is checked without computing anything (a 4096^3 bf16 matmul takes minutes on a CPU).
+    A data-dependent shape (x[x > 0], nonzero, .item()) is one sentence."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                               DynamicOutputShapeException, FakeTensorMode)
+    with quiet_torch(), FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+        try:
+            out = module(*fakes)
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            raise DataDependentShape(getattr(e, "func", ""), user_line(e)) from None
+    return [(tuple(t.shape), t.dtype) for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor)]

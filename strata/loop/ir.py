@@ -14,6 +14,7 @@ that write the output. Buffers are named after Tensor IR nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from math import prod
 
 from ..expr import Expr, to_str
 
@@ -120,7 +121,8 @@ class LoopProgram:
 
     def verify(self) -> None:
         names = {b.name for b in self.buffers}
-        written: set[str] = {b.name for b in self.buffers if b.kind in ("input", "weight")}
+        written: set[str] = {b.name for b in self.buffers       # an empty buffer needs no writer
+                             if b.kind in ("input", "weight") or prod(b.shape) == 0}
         for k in self.kernels:
             for r in k.reads:
                 if r not in written:

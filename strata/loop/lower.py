@@ -286,6 +286,8 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
     alias = scatter.aliases(prog)         # scatters stored in place (KV-cache writes)
     kernels = []
     for kp in plan.kernels:
+        if prog.node(kp.target).type.numel == 0:      # an empty output: nothing to launch
+            continue
         if hasattr(kp, "build"):          # a fused attention (loop/attention.py)
             kernels.append(kp.build(prog, materialized, kernel_name(kp, taken), alias))
         elif isinstance(prog.node(kp.target), Scatter):

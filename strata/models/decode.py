@@ -54,7 +54,7 @@ class _Decode(nn.Module):
     def __init__(self, model: nn.Module, prefill: bool):
         super().__init__()
         self.lm = model
-        dec = hf.decoder(model)
+        dec = hf.decoder(model, "KV-cache decoding (strata generate)")
         self.embed, self.layers, self.norm = dec.embed_tokens, dec.layers, dec.norm
         self.rotary_emb = dec.rotary_emb
         self.head = model.get_output_embeddings()

@@ -62,11 +62,12 @@ def is_causal_lm(module) -> bool:
         return False
 
 
-def decoder(model: nn.Module) -> nn.Module:
-    """The decoder stack (`model.model` for Llama/Qwen2: embed_tokens, layers, norm, rotary_emb)."""
+def decoder(model: nn.Module, use: str = "--layer") -> nn.Module:
+    """The decoder stack (`model.model` for Llama/Qwen2: embed_tokens, layers, norm, rotary_emb);
+    `use` names what needs it, for the error."""
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers"):
-        raise ModelError(f"{type(model).__name__} has no model.layers: --layer supports "
+        raise ModelError(f"{type(model).__name__} has no model.layers: {use} supports "
                          f"Llama-style decoders (Llama, Qwen2, Mistral ...)")
     return inner
 

@@ -69,7 +69,25 @@ def hf_config(source: ModelSource):
     if major_version() >= 5 and "torch_dtype" in raw:      # renamed in transformers 5
         raw["dtype"] = raw.pop("torch_dtype")
     try:
-        return transformers().AutoConfig.for_model(model_type, **raw)
+        config = transformers().AutoConfig.for_model(model_type, **raw)
     except (ValueError, KeyError, TypeError) as e:
         raise ModelError(f"{source.name}: transformers cannot read this config "
                          f"(model_type {model_type!r}): {e}") from None
+    _check_sizes(source, config, raw)
+    return config
+
+
+# The sizes that make a model what it is: a config without them would silently be transformers'
+# default model of that type (a 32-layer 7B for "llama"), which nobody means.
+SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _check_sizes(source: ModelSource, config, raw: dict) -> None:
+    aliases = {v: k for k, v in getattr(config, "attribute_map", {}).items()}
+    given = set(raw) | {aliases.get(k, k) for k in raw}
+    missing = [f"{k} (default {getattr(config, k)})" for k in SIZES
+               if k not in given and hasattr(config, k)]
+    if missing:
+        raise ModelError(f"{source.name}: config.json does not give {', '.join(missing)}; strata "
+                         f"will not guess a model's size from transformers' defaults: write them "
+                         f"into config.json")

@@ -96,7 +96,7 @@ class CudaProgram:
         self.source = emit_program(program, self.arch)
         names = unique_kernel_names(program.kernels)
         self.module = self.driver.load_module(compile_cubin(self.source, self.arch, names),
-                                              ", ".join(names))
+                                              ", ".join(names)) if names else None  # all empty
         functions = {n: self.driver.get_function(self.module, n) for n in names}
         self.launches = [Launch(k, functions[cname(k.name)]) for k in program.kernels]
         allow_dynamic_smem(self.driver, self.launches)
@@ -116,7 +116,7 @@ class CudaProgram:
                                     f"torch.zeros gives)")
         self.driver.make_current(self.ctx)
         self.calls += 1
-        if self.use_graph and self.device.type == "cuda" and self.calls > 1:
+        if self.use_graph and self.device.type == "cuda" and self.calls > 1 and self.launches:
             return self._replay(args)
         tensors, outs, slab = self._allocate(args)
         self._launch(tensors, outs, slab)

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import StrataError, UnsupportedOp
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
 from .builder import RULES, Builder, T
+from .fold_empty import fold_empty
 from .ir import Input, TensorProgram
 from . import rules_const, rules_elementwise, rules_layout, rules_matmul, rules_reduce  # noqa: F401 (register)
 from . import rules_attention  # noqa: F401 (register)
@@ -162,6 +163,6 @@ def to_tensor_ir(prog: TorchProgram) -> TensorProgram:
         env[node.name] = result
     outputs = [env[o].name for o in prog.outputs]
     mutations = {i: env[v].name for i, v in getattr(prog, "mutations", {}).items()}
-    nodes = _live(b.nodes, outputs + list(mutations.values()))
+    nodes = _live(fold_empty(b.nodes), outputs + list(mutations.values()))
     out = TensorProgram(nodes, outputs, WeightArrays(prog.weights), mutations)
     return out

@@ -38,6 +38,7 @@ from math import lcm, prod
 
 from .. import dtypes
 from ..context import Context
+from ..errors import KnobError
 from ..loop.attention import Attention, CausalLimit, attention_of, causal_limit
 from ..loop.ir import BufferInfo
 from .ir import TileKernel
@@ -152,8 +153,8 @@ def choose_group(op: Attention, g: int, ctx: Context, name: str) -> tuple[int, s
     pinned = ctx.knob("GQA_GROUP", 0)
     if pinned:
         if pinned > 1 and (gh is None or gh[1] % pinned):
-            raise ValueError(f"GQA_GROUP={pinned}: must divide the query heads per KV head "
-                             f"({gh[1] if gh else 1})")
+            raise KnobError(f"GQA_GROUP={pinned}: must divide the query heads per KV head "
+                            f"({gh[1] if gh else 1})")
         return pinned, gh[0] if pinned > 1 else None
     if gh is None:
         return 1, None
@@ -197,8 +198,8 @@ def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) 
     pinned = ctx.knob("KV_SPLITS", 0)
     if pinned:
         if not 1 <= pinned <= at.key_blocks:
-            raise ValueError(f"KV_SPLITS={pinned}: must be from 1 to the {at.key_blocks} key "
-                             f"blocks of {at.block_n}")
+            raise KnobError(f"KV_SPLITS={pinned}: must be from 1 to the {at.key_blocks} key "
+                            f"blocks of {at.block_n}")
         return pinned
     blocks = at.grid
     if at.m_blocks > 1:
@@ -237,16 +238,17 @@ def mma_decline(op: Attention, ctx: Context) -> str | None:
 def choose_instr(op: Attention, ctx: Context, name: str) -> str:
     """INSTR: "mma" (tensor cores, FlashAttention-2 style) by default for f16/bf16 on sm_80+,
     "fma" (CUDA cores, fp32 math) otherwise; pinning mma where it cannot run is an error."""
-    pinned = ctx.knob("INSTR", "").lower()
-    if pinned not in ("", "mma", "fma"):
-        raise ValueError(f"INSTR={pinned}: must be mma or fma")
+    pinned = ctx.knob("INSTR", "")
+    if pinned == "wgmma":
+        ctx.log(f"tile_attention: {name}: INSTR=wgmma does not apply: attention runs on mma.sync "
+                f"or CUDA cores")
     if pinned == "fma":
         return "fma"
     why = mma_decline(op, ctx)
     if why is None:
         return "mma"
     if pinned == "mma":
-        raise ValueError(f"INSTR=mma: {why}")
+        raise KnobError(f"INSTR=mma: {why}")
     ctx.log(f"tile_attention: {name}: INSTR=mma declined, {why}")
     return "fma"
 
@@ -255,11 +257,11 @@ def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None
     """BLOCK_M (a multiple of 16: one warp per 16 rows), BLOCK_N (a multiple of 16) for the mma
     path; None (with a logged reason) when no such schedule fits and INSTR is not pinned."""
     from ..kernel.lower_attention_mma import ceil16
-    pinned = ctx.knob("INSTR", "").lower() == "mma"
+    pinned = ctx.knob("INSTR", "") == "mma"
 
     def decline(why: str):
         if pinned:
-            raise ValueError(f"INSTR=mma: {why}")
+            raise KnobError(f"INSTR=mma: {why}")
         ctx.log(f"tile_attention: {name}: INSTR=mma declined, {why}")
         return None
     group, head = choose_group(op, 2, ctx, name)
@@ -299,24 +301,22 @@ def tile_attention(k, ctx: Context, buffers: tuple):
             return _finish(k, ctx, buffers, at)
     bm, bn, g = default_schedule(op)
     g = ctx.knob("ROW_THREADS", g)
-    if g < 1 or g > 32 or g & (g - 1):
-        raise ValueError(f"ROW_THREADS={g}: must be a power of two from 1 to 32")
     group, head = choose_group(op, g, ctx, k.name)
     if group > 1:
         bm = max(32 // g, group * _pow2_ceil(op.i[1]))
     bm, bn = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn)
     if bm % group:
-        raise ValueError(f"BLOCK_M={bm}: must be a multiple of GQA_GROUP={group}")
-    if bm < 1 or bn < 1 or (bm * g) % 32 or bm * g > 1024:
-        raise ValueError(f"BLOCK_M={bm}, ROW_THREADS={g}: the block of BLOCK_M * ROW_THREADS "
-                         f"threads must be a multiple of 32 and at most 1024")
+        raise KnobError(f"BLOCK_M={bm}: must be a multiple of GQA_GROUP={group}")
+    if (bm * g) % 32 or bm * g > 1024:
+        raise KnobError(f"BLOCK_M={bm}, ROW_THREADS={g}: the block of BLOCK_M * ROW_THREADS "
+                        f"threads must be a multiple of 32 and at most 1024")
     at = AttentionTile(op, bm, bn, g, group=group, head=head)
     if "BLOCK_N" not in ctx.knobs:
         while at.smem_bytes() > SMEM_LIMIT and at.block_n > 1:
             at = replace(at, block_n=at.block_n // 2)
     if at.smem_bytes() > SMEM_LIMIT:
-        raise ValueError(f"BLOCK_N={at.block_n}: the K and V tiles need {at.smem_bytes()} bytes "
-                         f"of shared memory (more than {SMEM_LIMIT})")
+        raise KnobError(f"BLOCK_N={at.block_n}: the K and V tiles need {at.smem_bytes()} bytes "
+                        f"of shared memory (more than {SMEM_LIMIT})")
     return _finish(k, ctx, buffers, at)
 
 
@@ -333,6 +333,8 @@ def _finish(k, ctx: Context, buffers: tuple, at: AttentionTile):
     knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("KV_SPLITS", splits),
              ("GQA_GROUP", group))
     knobs += (("INSTR", "mma"),) if at.instr == "mma" else (("ROW_THREADS", g),)
+    if at.instr == "fma" and ctx.pinned("INSTR"):      # a pinned INSTR shows what ran
+        knobs += (("INSTR", "fma"),)
     if splits == 1:
         at = replace(at, causal=causal)
         tk = TileKernel(k.name, "attention", domain, (), (), block=at.block, reads=k.reads,

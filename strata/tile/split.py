@@ -3,6 +3,7 @@ row reductions) and split_matmul_k (decode-shaped matmuls) share this rule."""
 from __future__ import annotations
 
 from ..context import Context
+from ..errors import KnobError
 
 TARGET_BLOCKS = 264          # two waves over the 132 SMs of an H100
 
@@ -14,8 +15,8 @@ def choose_pieces(extent: int, blocks: int, ctx: Context, knob: str, min_piece: 
     counts the `unit`s (rows, tiles) that already run in parallel; a pinned `knob` wins."""
     pinned = ctx.knob(knob, 0)
     if pinned:
-        if pinned < 1 or extent % pinned:
-            raise ValueError(f"{knob}={pinned}: must divide the reduction extent {extent}")
+        if extent % pinned:
+            raise KnobError(f"{knob}={pinned}: must divide the reduction extent {extent}")
         return pinned, "" if pinned > 1 else f"{knob}=1 pinned"
     if blocks * 2 >= TARGET_BLOCKS:
         return 1, f"{blocks} {unit} already fill the GPU"

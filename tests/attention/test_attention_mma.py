@@ -45,9 +45,9 @@ def _walk(body):
 
 
 def _fma(prog) -> bool:
-    """The CUDA-core schedule: ROW_THREADS recorded, no INSTR=mma, no Mma in the kernel."""
+    """The CUDA-core schedule: ROW_THREADS recorded, no INSTR=mma (INSTR=fma when pinned)."""
     knobs = dict(prog.lowered.tile.kernels[0].knobs)
-    return "ROW_THREADS" in knobs and "INSTR" not in knobs
+    return "ROW_THREADS" in knobs and knobs.get("INSTR", "fma") == "fma"
 
 
 def _check(fn, inputs, knobs=None, kernels=None):

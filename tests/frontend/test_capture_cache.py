@@ -90,5 +90,5 @@ def test_second_process_skips_export(cache_dir):
              "print('DYNAMO', 'torch._dynamo' in sys.modules)" % code)
     runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
             for _ in range(2)]
-    assert "capture (torch.export)" in runs[0].stdout and "DYNAMO True" in runs[0].stdout
-    assert "capture (cached)" in runs[1].stdout and "DYNAMO False" in runs[1].stdout
+    assert "capture (torch.export)" in runs[0].stderr and "DYNAMO True" in runs[0].stdout
+    assert "capture (cached)" in runs[1].stderr and "DYNAMO False" in runs[1].stdout

@@ -29,7 +29,7 @@ def test_compile_bundled_layer_torch_ir_with_timings(capsys):
     assert "hidden_states: input (1, 4, 576) f16" in out
     assert "p_layer_self_attn_q_proj_weight: weight (576, 576) f16" in out
     assert "transformers/models/llama/modeling_llama.py:" in out       # provenance, shortened
-    assert "build model" in out and "capture (torch.export)" in out
+    assert "build model" in err and "capture (torch.export)" in err    # the -v log: stderr
     assert "decoder layer 3 of 30, fp16" in err and "random weights (seed 0)" in err
 
 

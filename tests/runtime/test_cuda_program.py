@@ -104,6 +104,9 @@ SIM_DRIVER_CASES = [
     ("torch.softmax(torch.embedding(torch.randn(100,16), torch.randn(8,64).argmax(-1)), -1) "
      "@ torch.randn(16,8)"),
     "torch.relu(torch.matmul(torch.randn(16,64) + torch.randn(64), torch.randn(64,16)))",
+    "torch.randn(5, 3).sum()",                   # a 0-d output
+    "torch.randn(0, 4) + 1",                     # nothing to launch
+    "(torch.randn(0, 5) + 1, torch.randn(0, 5).sum(0))",
 ]
 
 

@@ -30,10 +30,12 @@ def chunk_reduce(k: TileKernel, ctx: Context):
         ctx.log(f"chunk_reduce: {k.name}: declined, argmax/argmin partials would need their indices")
         return k
     chunks, why = choose_pieces(loop.extent, k.rows, ctx, "CHUNKS", ctx.knob("CHUNK_MIN", CHUNK_MIN), "rows")
+    if ctx.pinned("CHUNK_MIN") and not ctx.pinned("CHUNKS"):      # it decided CHUNKS
+        k = k.with_knob("CHUNK_MIN", ctx.knob("CHUNK_MIN", CHUNK_MIN))
     if chunks == 1:
         if why:
             ctx.log(f"chunk_reduce: {k.name}: declined, {why}")
-        return k
+        return k.with_knob("CHUNKS", 1) if ctx.pinned("CHUNKS") else k
     size = loop.extent // chunks
     c, a = f"{loop.var}_c", loop.var
     row_index = tuple(Var(v) for v, _ in k.domain)

@@ -3,7 +3,9 @@
 Every loop of a row becomes a StridedLoop dealt to GROUP threads; after a reduction a Combine
 merges the group's partial accumulators (warp shuffles, then shared memory). Declines for short
 rows (one thread per row) and for rows read across a non-contiguous axis when there are enough
-rows to keep the GPU busy, since neighbouring threads then read neighbouring addresses.
+rows to keep the GPU busy, since neighbouring threads then read neighbouring addresses. A row
+shared by more than a warp takes a whole block, so there a pinned BLOCK sets GROUP (unless GROUP
+is pinned too).
 """
 from __future__ import annotations
 
@@ -47,9 +49,9 @@ def cooperative_reduce(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "rows":
         return k
     group, why = default_group(k)
+    if group >= 64 and ctx.pinned("BLOCK"):     # such a row takes the whole block: a pinned
+        group = ctx.knob("BLOCK", group)        # block size is its group unless GROUP is pinned
     group = ctx.knob("GROUP", group)
-    if group not in (1, 32) and (group % 32 or group > 1024):
-        raise ValueError(f"GROUP={group}: must be 1, 32 or a multiple of 32 up to 1024")
     k = replace(k, group=group).with_knob("GROUP", group)
     if group == 1:
         ctx.log(f"cooperative_reduce: {k.name}: declined, {why or 'GROUP=1 pinned'}")

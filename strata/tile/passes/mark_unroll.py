@@ -24,4 +24,5 @@ def mark_unroll(k: TileKernel, ctx: Context) -> TileKernel:
                 not any(isinstance(x, StageTile) for x in walk(s.body)):
             return replace(s, unroll=True)
         return s
+    k = k.with_knob("UNROLL_MAX", limit) if ctx.pinned("UNROLL_MAX") else k
     return replace(k, body=map_body(k.body, fn))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
+from ...errors import KnobError
 from ..ir import MmaLoop, TileKernel
 from .mma_tile import stage_elems
 
@@ -31,13 +32,13 @@ def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
     per = stage_bytes(k)
     fit = SMEM_LIMIT // per
     if fit < 1:
-        raise ValueError(f"{k.name}: one stage of its {k.matmul.tile_m}x{k.matmul.tile_n}x"
-                         f"{k.matmul.tile_k} tiles needs {per} bytes of shared memory (more than "
-                         f"{SMEM_LIMIT}); choose smaller TILE_M/TILE_N/TILE_K")
+        raise KnobError(f"{k.name}: one stage of its {k.matmul.tile_m}x{k.matmul.tile_n}x"
+                        f"{k.matmul.tile_k} tiles needs {per} bytes of shared memory (more than "
+                        f"{SMEM_LIMIT}); choose smaller TILE_M/TILE_N/TILE_K")
     stages = ctx.knob("STAGES", max(1, min(3, fit)))
     if not 1 <= stages <= fit:
-        raise ValueError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
-                         f"{SMEM_LIMIT} bytes of shared memory")
+        raise KnobError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
+                        f"{SMEM_LIMIT} bytes of shared memory")
     if stages == 1:
         ctx.log(f"mma_pipeline: {k.name}: declined, one stage ({per} bytes) fits")
     body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
+from ...errors import KnobError
 from ..ir import MmaLoop, TileKernel
 from .mma_tile import tile_rows_cols
-
-CHOICES = ("xor", "pad", "none")
 
 
 def _xor_ok(cols: int) -> bool:
@@ -31,11 +30,9 @@ def mma_swizzle(k: TileKernel, ctx: Context) -> TileKernel:
     widths = sorted({tile_rows_cols(op, mt)[1] for op in ops})
     fits = all(_xor_ok(w) for w in widths)
     swizzle = ctx.knob("SWIZZLE", "xor" if fits else "pad")
-    if swizzle not in CHOICES:
-        raise ValueError(f"SWIZZLE={swizzle}: choose one of {', '.join(CHOICES)}")
     if swizzle == "xor" and not fits:
-        raise ValueError(f"SWIZZLE=xor: shared rows of {widths} elements are not a power of two "
-                         f"of at least 2 16-byte chunks")
+        raise KnobError(f"SWIZZLE=xor: shared rows of {widths} elements are not a power of two "
+                        f"of at least 2 16-byte chunks")
     if not fits:
         ctx.log(f"mma_swizzle: {k.name}: declined xor, rows of {widths} elements; padding instead")
     ctx.log(f"mma_swizzle: {k.name}: SWIZZLE={swizzle} for shared rows of {widths} elements", 2)

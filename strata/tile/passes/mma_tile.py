@@ -17,6 +17,7 @@ from dataclasses import replace
 from math import prod
 
 from ...context import Context
+from ...errors import KnobError
 from ...expr import coefficient
 from ...loop.ir import Accum, Let, Load, Loop
 from ..contraction import closure, depends, match, product
@@ -66,13 +67,13 @@ def choose_mma_tile(k: TileKernel, m: str | None, n: str, loops: int, dtype: str
     wm, wn = max(1, min(wm, tm // 16)), max(1, min(wn, tn // 8))
     tile_m, tile_n = ctx.knob("TILE_M", tm), ctx.knob("TILE_N", tn)
     warps_m, warps_n, tile_k = ctx.knob("WARPS_M", wm), ctx.knob("WARPS_N", wn), ctx.knob("TILE_K", 32)
-    if warps_m < 1 or warps_n < 1 or tile_m % (16 * warps_m) or tile_n % (8 * warps_n):
-        raise ValueError(f"TILE_M={tile_m}, TILE_N={tile_n}, WARPS_M={warps_m}, WARPS_N={warps_n}: "
-                         f"each warp's tile must be a multiple of 16 x 8 (the mma shape)")
+    if tile_m % (16 * warps_m) or tile_n % (8 * warps_n):
+        raise KnobError(f"TILE_M={tile_m}, TILE_N={tile_n}, WARPS_M={warps_m}, WARPS_N={warps_n}: "
+                        f"each warp's tile must be a multiple of 16 x 8 (the mma shape)")
     if tile_k < 16 or tile_k % 16:
-        raise ValueError(f"TILE_K={tile_k}: must be a multiple of 16 (the mma K) for INSTR=mma")
+        raise KnobError(f"TILE_K={tile_k}: must be a multiple of 16 (the mma K) for INSTR=mma")
     if warps_m * warps_n > 32:
-        raise ValueError(f"WARPS_M={warps_m} x WARPS_N={warps_n}: more than 32 warps in a block")
+        raise KnobError(f"WARPS_M={warps_m} x WARPS_N={warps_n}: more than 32 warps in a block")
     return MmaTile(m, n, tile_m, tile_n, tile_k, warps_m, warps_n, dtype)
 
 
@@ -145,8 +146,6 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if isinstance(c, str):
         return k                        # tile_matmul says why it is not a contraction
     pinned = ctx.knob("INSTR", "")
-    if pinned not in ("", "mma", "fma"):
-        raise ValueError(f"INSTR={pinned}: choose mma or fma")
     if pinned == "fma":
         ctx.log(f"mma_tile: {k.name}: declined, INSTR=fma pinned")
         return k

@@ -45,8 +45,6 @@ def pad_smem(k: TileKernel, ctx: Context) -> TileKernel:
         names = ", ".join(t.name for t in side)
         best = min(range(MAX_PAD + 1), key=lambda p: (_worst(side, p, k.block), p))
         pad = pads[origin] = ctx.knob(knob, best)
-        if pad < 0:
-            raise ValueError(f"{knob}={pad}: must be at least 0")
         before, after = _worst(side, 0, k.block), _worst(side, pad, k.block)
         if pad == 0:
             why = "its fill has no bank conflicts" if before == 1 else \

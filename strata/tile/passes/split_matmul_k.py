@@ -40,7 +40,7 @@ def split_matmul_k(k: TileKernel, ctx: Context):
     if split == 1:
         if why:
             ctx.log(f"split_matmul_k: {k.name}: declined, {why}")
-        return k
+        return k.with_knob("SPLIT_K", 1) if ctx.pinned("SPLIT_K") else k
     size, (acc,) = loop.extent // split, loop.accs
     s, a = f"{loop.var}_s", loop.var
     row = tuple(Var(v) for v, _ in k.domain)

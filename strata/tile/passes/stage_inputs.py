@@ -5,7 +5,8 @@ a loop over the row and `base` fixed for the row, and at least two loops read it
 `x` in the reduction and again in the output loop). The slab is filled cooperatively once per
 row, so it needs one row per block. Declines, saying why, when the slab does not fit the
 shared-memory budget (SMEM_BUDGET bytes) or when rows are packed several to a block. The copy
-moves 16 bytes per thread when the slab's origin and size allow it.
+moves 16 bytes per thread when the slab's origin and size allow it, or VEC elements when VEC is
+pinned (VEC=1: no vector access anywhere in the kernel).
 """
 from __future__ import annotations
 
@@ -51,10 +52,15 @@ def _candidates(k: TileKernel):
 def stage_inputs(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "rows" or k.group != k.block or k.group == 1:
         return k
+    candidates = _candidates(k)
+    if not candidates:
+        return k
     budget = ctx.knob("SMEM_BUDGET", 32 * 1024)
+    if ctx.pinned("SMEM_BUDGET"):
+        k = k.with_knob("SMEM_BUDGET", budget)
     row_vars = {v for v, _ in k.domain}
     stages, used = [], 0
-    for buf, (base, size) in _candidates(k).items():
+    for buf, (base, size) in candidates.items():
         dt = k.dtype_of(buf)
         nbytes = size * dtypes.ITEMSIZE[dt]
         if used + nbytes > budget:
@@ -63,6 +69,7 @@ def stage_inputs(k: TileKernel, ctx: Context) -> TileKernel:
             continue
         used += nbytes
         vec = 16 // dtypes.ITEMSIZE[dt]
+        vec = min(vec, ctx.knob("VEC", vec))
         copy_vec = vec if size % vec == 0 and aligned(add(base, Var("f")), "f", vec, row_vars) else 1
         stages.append(Stage(f"{buf}_smem", buf, base, size, dt, copy_vec))
     if not stages:

@@ -107,6 +107,8 @@ def stage_matmul_tiles(k: TileKernel, ctx: Context) -> TileKernel:
         stages, loop = staged
         used += sum(st.k_extent * st.stride * dtypes.ITEMSIZE[st.dtype] for st in stages)
         body.append(loop)
+    if ctx.pinned("SMEM_BUDGET"):
+        k = k.with_knob("SMEM_BUDGET", budget)
     if used > budget:
         ctx.log(f"stage_matmul_tiles: {k.name}: declined, the tiles need {used} bytes of shared "
                 f"memory (SMEM_BUDGET={budget})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
+from ...errors import KnobError
 from ...expr import Const, Var, call
 from ...loop.ir import Load, Loop
 from ..contraction import depends, match
@@ -48,13 +49,13 @@ def choose_tiles(k: TileKernel, m: str | None, n: str, ctx: Context) -> MatmulTi
     tile_n, thread_n = ctx.knob("TILE_N", tn), ctx.knob("THREAD_N", pn)
     tile_m, thread_m = (ctx.knob("TILE_M", tm), ctx.knob("THREAD_M", pm)) if m else (1, 1)
     for tile, thread, side in ((tile_m, thread_m, "M"), (tile_n, thread_n, "N")):
-        if thread < 1 or tile % thread:
-            raise ValueError(f"TILE_{side}={tile}, THREAD_{side}={thread}: the thread tile must "
-                             f"divide the block tile")
+        if tile % thread:
+            raise KnobError(f"TILE_{side}={tile}, THREAD_{side}={thread}: the thread tile must "
+                            f"divide the block tile")
     threads = tile_m // thread_m * (tile_n // thread_n)
     if threads > 1024:
-        raise ValueError(f"a {tile_m}x{tile_n} tile of {thread_m}x{thread_n} points per thread "
-                         f"needs {threads} threads (more than 1024)")
+        raise KnobError(f"a {tile_m}x{tile_n} tile of {thread_m}x{thread_n} points per thread "
+                        f"needs {threads} threads (more than 1024)")
     return MatmulTile(m, n, tile_m, tile_n, thread_m, thread_n)
 
 
@@ -107,4 +108,4 @@ def tile_matmul(k: TileKernel, ctx: Context) -> TileKernel:
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n),
                         ("THREAD_M", mt.thread_m), ("THREAD_N", mt.thread_n)):
         out = out.with_knob(name, value)
-    return out
+    return out.with_knob("INSTR", "fma") if ctx.pinned("INSTR") else out     # a pin shows what ran

@@ -50,8 +50,17 @@ def _why_not(k: TileKernel, accesses, inner: str, extent: int, vec: int, fixed: 
 
 
 def _width(k: TileKernel, accesses, ctx: Context) -> int:
+    """VEC, at most 16 bytes of the widest element: no wider vector access exists."""
     widest = max((dtypes.ITEMSIZE[k.dtype_of(s.buf)] for s in accesses), default=4)
-    return ctx.knob("VEC", max(1, 16 // widest))
+    most = max(1, 16 // widest)
+    vec = ctx.knob("VEC", most)
+    if vec > most:
+        msg = (f"vectorize: {k.name}: VEC={vec} does not apply: {vec} elements of {widest} bytes "
+               f"exceed a 16-byte access; VEC={most}")
+        if msg not in ctx.messages:         # once per kernel, not once per loop
+            ctx.log(msg)
+        return most
+    return vec
 
 
 def _rows(k: TileKernel, ctx: Context) -> TileKernel:

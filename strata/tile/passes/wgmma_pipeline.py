@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
+from ...errors import KnobError
 from ...kernel.ir import DYNAMIC_SMEM_ALIGN, MAX_DYNAMIC_SMEM_BYTES
 from ..ir import MmaLoop, TileKernel
 
@@ -28,13 +29,13 @@ def wgmma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
     mt, per = k.matmul, stage_bytes(k)
     fit = SMEM_LIMIT // per
     if fit < 1:
-        raise ValueError(f"{k.name}: one stage of its {mt.tile_m}x{mt.tile_n}x{mt.tile_k} tiles needs "
-                         f"{per} bytes of shared memory (more than {SMEM_LIMIT})")
+        raise KnobError(f"{k.name}: one stage of its {mt.tile_m}x{mt.tile_n}x{mt.tile_k} tiles needs "
+                        f"{per} bytes of shared memory (more than {SMEM_LIMIT})")
     steps = max(-(-s.extent // mt.tile_k) for s in k.body if isinstance(s, MmaLoop))
     stages = ctx.knob("STAGES", max(1, min(4, fit, steps)))
     if not 1 <= stages <= fit:
-        raise ValueError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
-                         f"{SMEM_LIMIT} bytes of shared memory")
+        raise KnobError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
+                        f"{SMEM_LIMIT} bytes of shared memory")
     ctx.log(f"wgmma_pipeline: {k.name}: {stages} stage(s) of {per} bytes", 2)
     body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)
     return replace(k, body=body).with_knob("STAGES", stages)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
+from ...errors import KnobError
 from ...expr import Var, affine_terms
 from ...loop.ir import Load, Loop
 from ..contraction import match
@@ -117,13 +118,13 @@ def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context,
     tile_n = ctx.knob("TILE_N", min(-(-k.extent(n) // step) * step, 128 if loops == 1 else 64))
     tile_k = ctx.knob("TILE_K", 64)
     if tile_m != 64 * warpgroups or not 1 <= warpgroups <= 4:
-        raise ValueError(f"TILE_M={tile_m}, WARPGROUPS={warpgroups}: INSTR=wgmma takes 64 rows per "
-                         f"warpgroup, 1 to 4 warpgroups")
+        raise KnobError(f"TILE_M={tile_m}, WARPGROUPS={warpgroups}: INSTR=wgmma takes 64 rows per "
+                        f"warpgroup, 1 to 4 warpgroups")
     if tile_n % 8 or not 8 <= tile_n <= 256:
-        raise ValueError(f"TILE_N={tile_n}: wgmma's N is a multiple of 8 in 8..256")
+        raise KnobError(f"TILE_N={tile_n}: wgmma's N is a multiple of 8 in 8..256")
     if tile_k not in SWIZZLE_OF_TILE_K:
-        raise ValueError(f"TILE_K={tile_k}: INSTR=wgmma takes 16, 32 or 64 (rows of a 32B, 64B or "
-                         f"128B swizzle)")
+        raise KnobError(f"TILE_K={tile_k}: INSTR=wgmma takes 16, 32 or 64 (rows of a 32B, 64B or "
+                        f"128B swizzle)")
     return tile_m, tile_n, tile_k
 
 
@@ -134,12 +135,10 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if isinstance(c, str):
         return k                        # tile_matmul says why it is not a contraction
     pinned = ctx.knob("INSTR", "")
-    if pinned not in ("", "wgmma", "mma", "fma"):
-        raise ValueError(f"INSTR={pinned}: choose wgmma, mma or fma")
 
     def decline(why: str) -> TileKernel:
         if pinned == "wgmma":
-            raise ValueError(f"INSTR=wgmma: {k.name}: {why}")
+            raise KnobError(f"INSTR=wgmma: {k.name}: {why}")
         ctx.log(f"wgmma_tile: {k.name}: declined, {why}")
         return k
     if pinned in ("mma", "fma"):
