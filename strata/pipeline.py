@@ -170,4 +170,20 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     if stop < 5:
         return out
     out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)
+    _record_replay(out, ctx)
     return out
+
+
+def _record_replay(out: Lowered, ctx: Context) -> None:
+    """Process replay: with STRATA_REPLAY_LOG=FILE, append "program key <tab> emitted code hash"
+    for every program lowered, so two runs of the test suite (before and after a refactor that
+    must not change the output) can be compared line by line (tests/replay/compare.py)."""
+    import os
+    path = os.environ.get("STRATA_REPLAY_LOG")
+    if not path:
+        return
+    import hashlib
+    key = "\0".join([str(out.torch), ctx.arch, repr(sorted(ctx.knobs.items()))])
+    digest = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in (key, out.cuda)]
+    with open(path, "a") as f:
+        f.write("\t".join(digest) + "\n")
