@@ -12,14 +12,15 @@ from . import dtypes
 from .context import Context
 from .errors import DeviceUnavailable, InputMismatch, StrataError
 from .pipeline import STAGES, Lowered, lower_torch_program
+from .targets import get_target, gpu_target
 from .runtime.args import check_args
 
-DEVICES = ("sim", "cuda")
+DEVICES = ("sim", "cuda", "cpu")
 
 
 def check_device(device: str) -> None:
     if device not in DEVICES:
-        raise StrataError(f"unknown device {device!r}; choose sim or cuda")
+        raise StrataError(f"unknown device {device!r}; choose sim, cuda or cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise DeviceUnavailable("--device cuda needs an NVIDIA GPU visible to torch; none is; "
                                 "use --device sim")
@@ -28,17 +29,19 @@ def check_device(device: str) -> None:
 def on_device(ctx: Context, device: str) -> Context:
     """`ctx` with its target filled in for `device` when the user pinned none: a program that
     will run on this GPU is compiled for the GPU's own architecture, sm_90a on H100/H200 (so
-    wgmma and TMA are used), sm_80 on A100. Compiling without running keeps DEFAULT_TARGET."""
+    wgmma and TMA are used), sm_80 on A100. Compiling without running keeps targets.DEFAULT."""
     if device == "cuda" and ctx.target is None:
         from .runtime.driver import arch
-        ctx.target = gpu_target(arch(torch.cuda.current_device()))
+        ctx.target = get_target(gpu_target(arch(torch.cuda.current_device())))
+    if device == "cpu":
+        if ctx.target is None:
+            ctx.target = get_target("host")      # this machine's cores and vector features
+        elif ctx.target.is_gpu:
+            raise StrataError(f"--device cpu runs CPU code, but --target {ctx.target} is a GPU; "
+                              f"pin a CPU target (cpu, cpu-avx2, host) or none")
+    elif ctx.target is not None and not ctx.target.is_gpu:
+        raise StrataError(f"--target {ctx.target} is a CPU: run it with --device cpu")
     return ctx
-
-
-def gpu_target(sm: str) -> str:
-    """The architecture to compile for on a device of architecture `sm`: Hopper (sm_90) gets
-    sm_90a, whose wgmma and TMA the tile passes use; every other GPU its own sm_XY."""
-    return "sm_90a" if sm == "sm_90" else sm
 
 
 class Program:
@@ -56,10 +59,10 @@ class Program:
     def ir(self, stage: str) -> str:
         return self.lowered.text(stage)
 
-    def source(self, target: str = "cuda") -> str:
-        if target != "cuda":
-            raise StrataError(f"unknown target {target!r}; only cuda exists so far")
-        return self.lowered.cuda
+    def source(self, language: str | None = None) -> str:
+        """The emitted source: CUDA for a GPU target, C for a CPU one (`language` checks it)."""
+        from .pipeline import SOURCE
+        return self.lowered.text(language or SOURCE[self.lowered.target.kind])
 
     @property
     def kernels(self):
@@ -67,18 +70,24 @@ class Program:
 
     @property
     def runtime(self):
-        """The CudaProgram behind a device="cuda" program (compiled and loaded on first use)."""
+        """The CudaProgram (device "cuda") or NativeProgram (device "cpu") behind the program,
+        compiled and loaded on first use."""
         return self._runtime if self._runtime is not None else self.load()
 
     def load(self):
-        """Compile the kernels and load them on the GPU now (device "cuda"); returns the
-        CudaProgram. strata.compile calls it so that a failure surfaces at compile time."""
-        if self.device != "cuda":
-            raise StrataError(f"this program was compiled for device {self.device!r}, not cuda")
+        """Compile the kernels and load them now (CUDA: on the GPU; cpu: a shared library);
+        returns the runtime. strata.compile calls it so that a failure surfaces at compile time."""
+        if self.device not in ("cuda", "cpu"):
+            raise StrataError(f"this program runs on the simulator (device {self.device!r}); "
+                              f"nothing to load")
         if self.lowered.kernel is None:
-            raise StrataError("this program was not lowered to Kernel IR; compile it with "
-                              "until='cuda' to run it on CUDA")
+            raise StrataError("this program was not lowered to Kernel IR; compile it whole to run it")
         self._check_runnable()
+        if self.device == "cpu":
+            from .runtime.native import NativeProgram
+            self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
+                                          inputs=self.torch_program.inputs)
+            return self._runtime
         from .runtime.program import CudaProgram
         self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
                                     weights=self.torch_program.weights, use_graph=self.use_graph)
@@ -98,7 +107,7 @@ class Program:
 
     def run_flat(self, inputs) -> list[torch.Tensor]:
         """Outputs as torch tensors in program output order (on the device that ran them)."""
-        if self.device == "cuda":
+        if self.device in ("cuda", "cpu"):
             return self.runtime.run(inputs)
         outs = []
         for name, arr in zip(self.lowered.kernel.outputs, self.run_numpy(inputs)):
@@ -109,7 +118,7 @@ class Program:
 
     def run_numpy(self, inputs) -> list[np.ndarray]:
         """Outputs as NumPy arrays (bf16 as float32 values), in program output order."""
-        if self.device == "cuda":
+        if self.device in ("cuda", "cpu"):
             return [to_numpy(t) for t in self.runtime.run(inputs)]
         from .kernel.sim import simulate
         from .runtime.program import mutated_inputs
@@ -184,7 +193,7 @@ def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
     program.constants = constants
-    if device == "cuda" and until == "cuda":
+    if device in ("cuda", "cpu") and until in ("cuda", "c"):
         program.load()
     return program
 
@@ -248,7 +257,7 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     say(f"lowering {len(torch_program.nodes)} aten ops")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
-    if device == "cuda" and until == "cuda":
+    if device in ("cuda", "cpu") and until in ("cuda", "c"):
         program.load()
     return program, built
 
@@ -276,14 +285,19 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
 
 
 def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
-                    device: str = "sim"):
-    """Parse and lower a `-c` snippet; returns (Program, snippet)."""
+                    device: str | None = None):
+    """Parse and lower a `-c` snippet; returns (Program, snippet). device None: compile only
+    (for the pinned target, nothing is loaded); "sim", "cuda" or "cpu": to run there."""
     import time
 
     from .frontend import capture_cache
     from .frontend.capture import capture_snippet
     from .frontend.snippet import parse_snippet
-    ctx = on_device(ctx or Context(), device)
+    ctx = ctx or Context()
+    load = device in ("cuda", "cpu")
+    if device is None:
+        device = "cpu" if ctx.target is not None and not ctx.target.is_gpu else "sim"
+    ctx = on_device(ctx, device)
     t0 = time.perf_counter()
     torch_program = capture_cache.load(code)
     snippet = parse_snippet(code, dry=torch_program is None)
@@ -293,7 +307,7 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
         capture_cache.store(code, torch_program)
     ctx.log(f"{how:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
-    if device == "cuda" and until == "cuda":
+    if load and until in ("cuda", "c"):
         program.load()
     return program, snippet
 

@@ -197,6 +197,8 @@ def print_report(program, report: Report, console=None) -> None:
                 for r in rt.kernel_rows()]
     else:
         title = "kernels launched (simulator)"
+        if getattr(program, "device", "sim") == "cpu":
+            title = f"kernels launched (CPU {program.lowered.target}, {program.runtime.threads} threads)"
         rows = [(k.name, k.grid, k.block, k.smem_bytes) for k in program.kernels]
     if not rows:
         console.print("no kernel launched: every output is empty")

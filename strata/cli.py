@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from .context import GPU_TARGETS, Context
+from .context import Context
+from .targets import get_target
 from .errors import DeviceUnavailable, StrataError
 from .pipeline import STAGES
 
@@ -19,8 +20,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="pin a schedule knob printed in a kernel's header (e.g. INSTR=mma, TILE_M=64, "
                         "STAGES=2, SPLIT_K=4, BLOCK_N=64, KV_SPLITS=4, BLOCK=128, VEC=1); --knob help lists them all")
     p.add_argument("--target", default=None,
-                   help="GPU architecture for CUDA (sm_70 to sm_90a); default: the GPU's own "
-                        "with --device cuda (sm_90a on H100/H200), else sm_90")
+                   help="what to compile for: a GPU architecture (sm_70 ... sm_90a) or a CPU (cpu, "
+                        "cpu-avx2, host); default: the GPU's own with --device cuda (sm_90a on "
+                        "H100/H200), else sm_90")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 
@@ -43,11 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
     _common(r)
-    r.add_argument("--device", default="sim", choices=("sim", "cuda"),
-                   help="where the kernels run: sim (the CPU simulator and sanitizer, default) or "
-                        "cuda (the GPU)")
+    r.add_argument("--device", default="sim", choices=("sim", "cuda", "cpu"),
+                   help="where the kernels run: sim (the CPU simulator and sanitizer, default), "
+                        "cuda (the GPU) or cpu (natively: C with OpenMP, built by the system cc)")
     r.add_argument("--bench", action="store_true",
-                   help="after the accuracy check, time against eager and torch.compile (GPU)")
+                   help="after the accuracy check, time against eager and torch.compile "
+                        "(--device cuda or cpu)")
     r.add_argument("--profile", action="store_true",
                    help="--bench plus an ncu profile of every kernel, when ncu is installed")
     from .cli_generate import add_parser as add_generate
@@ -62,8 +65,6 @@ def _context(args) -> Context:
         if not sep or not name:
             raise StrataError(f"--knob {item!r}: expected NAME=VALUE")
         knobs[name] = value
-    if args.target is not None and args.target not in GPU_TARGETS:
-        raise StrataError(f"unknown --target {args.target!r}; choose one of {', '.join(GPU_TARGETS)}")
     return Context(verbosity=args.verbose, knobs=knobs, target=args.target)     # logs: stderr
 
 
@@ -79,6 +80,8 @@ def cmd_compile(args) -> int:
     if not args.code:
         raise StrataError("nothing to compile: give MODEL or -c CODE")
     ctx = _context(args)
+    if args.ir == "c" and ctx.target is None:
+        ctx.target = get_target("host")       # C is the CPU's source: this machine's CPU
     t0 = time.perf_counter()
     program, _ = compile_snippet(args.code, ctx, until=args.ir)
     ctx.log(f"{'total':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
@@ -102,13 +105,18 @@ def write_stage(text: str, args) -> None:
 def cmd_run(args) -> int:
     from .api import check_device, compile_snippet
     from .check import compare_with_eager, print_report
-    if (args.bench or args.profile) and args.device != "cuda":
-        raise DeviceUnavailable("--bench and --profile time kernels on a GPU: add --device cuda "
+    if args.profile and args.device != "cuda":
+        raise DeviceUnavailable("--profile runs ncu on a GPU: add --device cuda")
+    if args.bench and args.device == "sim":
+        raise DeviceUnavailable("--bench times real kernels: add --device cpu or --device cuda "
                                 "(the simulator runs them but cannot time them)")
     check_device(args.device)
     if not args.code:
         raise StrataError("nothing to run: give -c CODE")
     ctx = _context(args)
+    if args.bench and args.device == "cpu":
+        from .bench.cpu_bench import bench_snippet_cpu
+        return bench_snippet_cpu(args.code, ctx)
     if args.bench or args.profile:
         from .bench.cli_bench import bench_snippet
         return bench_snippet(args.code, ctx, profile=args.profile)

@@ -9,7 +9,6 @@ and says whether the ids agree. The simulator is for tiny configs only.
 """
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path

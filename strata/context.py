@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import KnobError
 from .knobs import KNOBS, parse
+from .targets import DEFAULT, Target, get_target
 
 
 def _env_knobs() -> dict[str, object]:
@@ -24,29 +25,26 @@ def _env_knobs() -> dict[str, object]:
     return out
 
 
-# The GPU architectures whose features the passes know (tensor cores: sm_80+; wgmma/TMA: sm_90a).
-GPU_TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
-DEFAULT_TARGET = "sm_90"     # what `strata compile` emits for when no GPU and no --target says otherwise
-
-
 @dataclass
 class Context:
     verbosity: int = 0
     knobs: dict[str, object] = field(default_factory=dict)   # NAME -> typed value (strata/knobs.py)
-    target: str | None = None        # GPU architecture; None: see `arch`
+    target: Target | str | None = None   # pinned target (a name is looked up); None: see `arch`
     messages: list[str] = field(default_factory=list)
     stream: object = None            # where log lines go at -v (default stderr)
 
     def __post_init__(self):
         """Check every pin here, whichever way it came (--knob, STRATA_KNOBS, torch.compile's
-        options), so a bad one is one sentence before any pass runs."""
+        options, --target), so a bad one is one sentence before any pass runs."""
         self.knobs = {**_env_knobs(), **dict(parse(k, v) for k, v in self.knobs.items())}
+        if self.target is not None:
+            self.target = get_target(self.target)
 
     @property
-    def arch(self) -> str:
-        """The architecture passes compile for: the pinned target, else DEFAULT_TARGET (the api
-        fills `target` from the GPU itself when a program is compiled to run on one)."""
-        return self.target or DEFAULT_TARGET
+    def arch(self) -> Target:
+        """The Target passes compile for: the pinned one, else targets.DEFAULT (the api fills
+        `target` from the GPU itself when a program is compiled to run on one)."""
+        return self.target or DEFAULT
 
     def log(self, msg: str, level: int = 1) -> None:
         self.messages.append(msg)

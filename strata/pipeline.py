@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 from .context import Context
 from .knobs import KNOBS, show
+from .tile.attention import tile_attention
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
+from .tile.passes.cpu_rows import cpu_rows
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
 from .tile.passes.mma_async_copy import mma_async_copy
@@ -36,8 +38,9 @@ from .tile.passes.vectorize import vectorize
 from .tile.passes.wgmma_pipeline import wgmma_pipeline
 from .tile.passes.wgmma_tile import wgmma_tile
 
-# The schedule, in order. Numbers in -vv output are positions in this list (tileify is 001).
-TILE_PASSES = [
+# The GPU schedule, in order. Numbers in -vv output are positions in this list (001 first).
+GPU_PASSES = [
+    ("tile_attention", tile_attention),
     ("tileify", tileify),
     ("split_matmul_k", split_matmul_k),
     ("materialize_prologue", materialize_prologue),
@@ -59,8 +62,27 @@ TILE_PASSES = [
     ("stage_inputs", stage_inputs),
     ("mark_unroll", mark_unroll),
 ]
+# Each kind of target names its schedule; the passes before tileify take Loop IR kernels (and
+# the buffers they touch), the rest Tile IR kernels.
+# The CPU schedule: rows across cores, inner loops vectorised by the C compiler (target/c.py).
+CPU_PASSES = [
+    ("tileify", tileify),
+    ("cpu_rows", cpu_rows),
+    ("mark_unroll", mark_unroll),
+]
+PIPELINES = {"gpu": GPU_PASSES, "cpu": CPU_PASSES}
+TILE_PASSES = GPU_PASSES
 
-STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda")
+
+def schedule_passes(target) -> list:
+    """The pass list that schedules Loop IR for `target` (a targets.Target)."""
+    if target.kind not in PIPELINES:
+        from .errors import StrataError
+        raise StrataError(f"no schedule exists for {target.kind} targets such as {target} yet")
+    return PIPELINES[target.kind]
+
+STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c")
+SOURCE = {"gpu": "cuda", "cpu": "c"}      # the last stage: the source each kind of target gets
 
 
 @dataclass
@@ -72,11 +94,17 @@ class Lowered:
     tile: object = None
     kernel: object = None
     cuda: str = ""
+    c: str = ""
     timings: dict = field(default_factory=dict)
+    target: object = None          # the targets.Target it was scheduled for
 
     def text(self, stage: str) -> str:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+        if stage in SOURCE.values() and self.target is not None and SOURCE[self.target.kind] != stage:
+            from .errors import StrataError
+            raise StrataError(f"this program was compiled for {self.target}, whose source is "
+                              f"--ir {SOURCE[self.target.kind]}, not {stage}")
         value = getattr(self, stage)
         return value if isinstance(value, str) else str(value)
 
@@ -94,28 +122,28 @@ def _as_tuple(x) -> tuple:
 
 
 def run_tile_passes(loop_program, ctx: Context):
-    from .tile.ir import TileProgram
-    from .loop.attention import attention_of
-    from .tile.attention import tile_attention
+    from .loop.ir import LoopKernel
+    from .tile.ir import TileProgram, verify_kernels
     buffers = {b.name: b for b in loop_program.buffers}
+    passes = schedule_passes(ctx.arch)
     before = str(loop_program)
     kernels = list(loop_program.kernels)
     origin = {k.name: k.name for k in kernels}     # tile kernel -> the loop kernel it came from
     unchanged = 0
-    for num, (name, fn) in enumerate(TILE_PASSES, start=1):
+    for num, (name, fn) in enumerate(passes, start=1):
         tag = f"t:{num:03d}_{name}"
         t0 = time.perf_counter()
         outs = []
         for k in kernels:
-            if name == "tileify":     # a fused attention gets its own schedule (tile/attention.py)
-                got = (tile_attention if attention_of(k) else fn)(
-                    k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
+            if isinstance(k, LoopKernel):   # not yet scheduled: the pass also sees its buffers
+                got = fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
             else:     # one kernel, or several when a pass splits one (chunk_reduce, split_matmul_k)
                 got = fn(k, ctx)
             for out in _as_tuple(got):
                 origin[out.name] = origin[k.name]
                 outs.append(out)
         kernels = outs
+        verify_kernels(kernels, ctx.arch)
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
         after = str(TileProgram(kernels, loop_program))
         if ctx.verbosity >= 2 and after != before:
@@ -123,7 +151,7 @@ def run_tile_passes(loop_program, ctx: Context):
             ctx.log("\n".join([f">>> {tag}", *list(diff)[2:], f"<<< {tag}"]), 2)
         unchanged += after == before
         before = after
-    ctx.log(f"{unchanged} of {len(TILE_PASSES)} tile passes changed nothing", 2)
+    ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
     _log_unused_knobs(kernels, origin, ctx)
     return TileProgram(kernels, loop_program)
 
@@ -150,7 +178,7 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     from .tensor.decompose import to_tensor_ir
 
     ctx = ctx or Context()
-    out = Lowered(torch_program)
+    out = Lowered(torch_program, target=ctx.arch)
     stop = STAGES.index(until)
     if stop < 1:
         return out
@@ -168,6 +196,10 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
     out.kernel.verify()
     if stop < 5:
+        return out
+    if not ctx.arch.is_gpu:
+        from .target.c import emit_program as emit_c
+        out.c, out.timings["c"] = _timed(ctx, "emit -> c", emit_c, out.kernel, ctx.arch)
         return out
     out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)
     _record_replay(out, ctx)

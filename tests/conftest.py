@@ -14,18 +14,43 @@ from strata.context import Context
 os.environ["STRATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="strata-test-cache-")
 
 
-def run_and_compare(fn, inputs, contraction=False, ctx=None):
+def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
     """Compile fn through the whole pipeline, run the kernels in the simulator and assert every
     output (and input updated in place) matches eager float64 within the DESIGN.md tolerance,
-    with eager's shape and dtype. Returns the Program."""
+    with eager's shape and dtype; then again natively on the CPU target (native=False skips
+    that; so does a machine without a C compiler). Returns the simulator's Program."""
     prog = strata.compile(fn, inputs, ctx=ctx or Context())
     prog.lowered.kernel.verify()
     compile_with_nvrtc(prog)
-    report = check.verify(prog, fn, inputs, contraction)     # what the caller gets, as eager
-    for res in report.outputs:
-        assert res.passed, res.problem or (f"{res.name}: rel err {res.rel:.3g}, max abs "
-                                           f"{res.max_abs:.3g} (tol {res.tol})")
+    _assert_matches(check.verify(prog, fn, inputs, contraction))   # what the caller gets, as eager
+    if HAS_CC and native and not _has_attention(prog):    # the same program natively on the CPU
+        cpu = strata.compile(fn, inputs, device="cpu")
+        _assert_matches(check.verify(cpu, fn, inputs, contraction), "cpu: ")
     return prog
+
+
+def _assert_matches(report, where: str = "") -> None:
+    for res in report.outputs:
+        assert res.passed, where + (res.problem or f"{res.name}: rel err {res.rel:.3g}, max abs "
+                                                   f"{res.max_abs:.3g} (tol {res.tol})")
+
+
+def _has_attention(prog) -> bool:
+    """Fused attention has no CPU schedule yet (tile/passes/cpu_rows.py)."""
+    return any(k.mode == "attention" for k in prog.lowered.tile.kernels)
+
+
+def _find_cc() -> bool:
+    from strata.errors import StrataError
+    from strata.runtime.cc import find_compiler
+    try:
+        find_compiler()
+        return True
+    except StrataError:
+        return False
+
+
+HAS_CC = _find_cc()
 
 
 ARCHS = ("sm_80", "sm_90")

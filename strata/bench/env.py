@@ -66,9 +66,9 @@ def slug(text: str) -> str:
 
 
 def strata_target(capability: tuple[int, int] | None = None) -> str:
-    """The architecture strata compiles for on this device (api.gpu_target: sm_90a on compute
+    """The architecture strata compiles for on this device (targets.gpu_target: sm_90a on compute
     capability 9.0, else sm_XY). capability: (major, minor), default the GPU's."""
-    from ..api import gpu_target
+    from ..targets import gpu_target
     if capability is None:
         capability = torch.cuda.get_device_capability(torch.cuda.current_device())
     major, minor = capability

@@ -60,7 +60,6 @@ def _resolve(op: str):
 
 
 def _to_plain(p: TorchProgram) -> dict:
-    import torch.utils._pytree as pytree
     return {
         "nodes": [dataclasses.replace(n, target=None) for n in p.nodes],
         "inputs": p.inputs, "weights": p.weights, "weight_types": p.weight_types,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from .. import dtypes
+from ..targets import DYNAMIC_SMEM_ALIGN, GPUS, STATIC_SMEM_BYTES
 from ..expr import Expr, Var, children, free_vars, to_str
 
 
@@ -483,9 +484,10 @@ class KernelVerifyError(Exception):
     pass
 
 
-MAX_SMEM_BYTES = 48 * 1024                 # static __shared__ per block
-MAX_DYNAMIC_SMEM_BYTES = 227 * 1024        # static + dynamic per block on sm_90 (opt-in)
-DYNAMIC_SMEM_ALIGN = 1024                  # each dynamic array (the 128B swizzle's span)
+# Kernel IR is checked against the most any target allows (a Target says what one allows).
+WARP = 32                # lanes of a shuffle and of mma.sync: the warp of every GPU target
+MAX_SMEM_BYTES = STATIC_SMEM_BYTES                                    # static __shared__ per block
+MAX_DYNAMIC_SMEM_BYTES = max(t.smem_optin for t in GPUS)             # static + dynamic (opt-in)
 
 
 def walk(body):

@@ -9,24 +9,25 @@ with a predicated tail when the domain does not fill the last block.
 """
 from __future__ import annotations
 
+from math import prod
 from .. import dtypes, scalar_ops
 from ..expr import (Cast, Const, Expr, Var, call, coefficient, floordiv, free_vars, mod,
                     rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Stage, StridedLoop, TileKernel, TileProgram, flat_index
-from .ir import (Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
+from .ir import (WARP, Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
                  Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 
 
-def _identity(op: str, dtype: str) -> Const:
+def reduce_identity(op: str, dtype: str) -> Const:
     return Const(scalar_ops.reduce_identity(op, dtype), dtype)
 
 
-class _Lowerer:
+class Lowerer:
     def __init__(self, tk: TileKernel):
         self.tk = tk
         self.smem: set[str] = {s.name for s in tk.body if isinstance(s, Stage)}
-        big = any(b.shape and _numel(b.shape) >= 2 ** 31 for b in tk.buffers)
+        big = any(b.shape and prod(b.shape) >= 2 ** 31 for b in tk.buffers)
         self.idx = "i64" if big else "i32"
         self.has_warp_ids = False
         self.takes = 0
@@ -61,7 +62,7 @@ class _Lowerer:
         if isinstance(s, (Loop, StridedLoop)):
             init = []
             for a in s.accs:
-                init.append(Let(a.acc, a.dtype, _identity(a.op, a.dtype)))
+                init.append(Let(a.acc, a.dtype, reduce_identity(a.op, a.dtype)))
                 if a.op in ("argmax", "argmin"):
                     init.append(Let(a.acc + "_i", "i64", Const(0, "i64")))
             start = Var(self.v["t"], self.idx) if isinstance(s, StridedLoop) else Const(0)
@@ -104,7 +105,7 @@ class _Lowerer:
 
     def combine(self, c: Combine) -> list:
         out: list = []
-        nwarps = c.threads // 32
+        nwarps = c.threads // WARP
         for a in c.accs:
             arg = a.op in ("argmax", "argmin")
             out += self.butterfly(a, 16)
@@ -117,7 +118,7 @@ class _Lowerer:
                 out.append(If(call("eq", lane, Const(0)),
                               tuple(Store(f"{n}_smem", warp, Var(n, dt)) for n, dt in names)))
                 out.append(Sync())
-                resets = [Assign(a.acc, _identity(a.op, a.dtype))] + \
+                resets = [Assign(a.acc, reduce_identity(a.op, a.dtype))] + \
                          ([Assign(a.acc + "_i", Const(0, "i64"))] if arg else [])
                 loads = tuple(Assign(n, Load(f"{n}_smem", lane, dt)) for n, dt in names)
                 out += resets
@@ -161,16 +162,9 @@ def _arg_update(t: str, acc: str, a: Var, ai: Var, v: Expr, vi: Expr, op: str, s
             Assign(acc + "_i", call("where", Var(t, "bool"), vi, ai))]
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _decompose(flat: Expr, domain, bounds) -> list:
+def bind_domain(flat: Expr, domain, bounds) -> list:
     """Let statements binding each domain variable from a flat row/element index."""
-    out, stride = [], _numel([e for _, e in domain])
+    out, stride = [], prod([e for _, e in domain])
     for var, extent in domain:
         stride //= extent
         out.append((var, simplify(mod(floordiv(flat, stride, bounds), extent, bounds), bounds)))
@@ -188,9 +182,9 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         from .lower_wgmma import lower_wgmma_kernel        # TMA + wgmma (sm_90a)
         return lower_wgmma_kernel(tk)
     if tk.mode == "matmul":
-        from .lower_matmul import lower_matmul_kernel      # it builds on _Lowerer below
+        from .lower_matmul import lower_matmul_kernel      # it builds on Lowerer below
         return lower_matmul_kernel(tk)
-    low = _Lowerer(tk)
+    low = Lowerer(tk)
     idx = low.idx
     v = low.v
     body: list = []
@@ -205,7 +199,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
             row = add(mul(BlockIdx(), per_block), floordiv(ThreadIdx(), tk.group))
         body.append(Let(v["row"], idx, row))
         bounds = {v["row"]: tk.rows}
-        for var, e in _decompose(Var(v["row"], idx), tk.domain, bounds):
+        for var, e in bind_domain(Var(v["row"], idx), tk.domain, bounds):
             body.append(Let(var, idx, e))
         inner = low.stmts(tk.prelude)
         for s in tk.body:
@@ -215,7 +209,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
             else:
                 inner.extend(low.stmt(s))
         if low.has_warp_ids:
-            body += [Let(v["lane"], idx, mod(ThreadIdx(), 32)), Let(v["warp"], idx, floordiv(ThreadIdx(), 32))]
+            body += [Let(v["lane"], idx, mod(ThreadIdx(), WARP)), Let(v["warp"], idx, floordiv(ThreadIdx(), WARP))]
         if per_block > 1 and tk.rows % per_block:
             body.append(If(call("lt", Var(v["row"], idx), Const(tk.rows)), tuple(inner)))
         else:
@@ -225,18 +219,18 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         n = tk.rows // tk.vec
         first = mul(Var(v["gid"], idx), tk.vec)
         bounds = {v["gid"]: n}
-        binds = [Let(v, idx, e) for v, e in _decompose(first, tk.domain, bounds)]
+        binds = [Let(v, idx, e) for v, e in bind_domain(first, tk.domain, bounds)]
         inner = binds + low.stmts(tk.prelude) + (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk.body, tk.domain[-1][0], tk.vec))
         if n % tk.block:
             body.append(If(call("lt", Var(v["gid"], idx), Const(n)), tuple(inner)))
         else:
             body += inner
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes)
                    for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 
-def _vector_body(low: _Lowerer, body, inner: str, vec: int) -> list:
+def _vector_body(low: Lowerer, body, inner: str, vec: int) -> list:
     """Each thread computes VEC consecutive points of `inner`: unit-stride loads and stores become
     one vector access, values that do not move along `inner` are computed once, and an Accum
     takes the VEC values in order (so argmax still sees increasing indices)."""

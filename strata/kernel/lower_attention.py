@@ -14,6 +14,7 @@ named per element: q_u, acc_u (u < head dim / ROW_THREADS) and x_n, p_n (n < BLO
 """
 from __future__ import annotations
 
+from math import prod
 from dataclasses import replace
 
 from .. import dtypes
@@ -35,7 +36,7 @@ from .ir import (
     Sync,
     ThreadIdx,
 )
-from .lower import _decompose, _Lowerer, _numel
+from .lower import bind_domain, Lowerer
 
 F32 = "f32"
 NEG_INF = Const(float("-inf"), F32)
@@ -111,14 +112,14 @@ def block_origin(at, idx: str) -> tuple[list, dict]:
         batch = tuple((hg, n // at.group) if v == at.head else (v, n) for v, n in batch)
         kv_sub = {at.head: mul(I(hg), at.group)}
     if batch:
-        body += [Let(v, idx, e) for v, e in _decompose(I("b_flat"), batch,
-                                                        {"b_flat": _numel([n for _, n in batch])})]
+        body += [Let(v, idx, e) for v, e in bind_domain(I("b_flat"), batch,
+                                                        {"b_flat": prod([n for _, n in batch])})]
     kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
               if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
     return body, kv_ops
 
 
-def operand(low: _Lowerer, o, binds: list, value_var: str, declare: bool, stmts=None) -> list:
+def operand(low: Lowerer, o, binds: list, value_var: str, declare: bool, stmts=None) -> list:
     """The statements computing operand `o` (prologue included) into value_var, after binds."""
     out = list(binds) + low.stmts(o.body if stmts is None else stmts)
     return out + [Let(value_var, F32, o.value)] if declare else out + [Assign(value_var, o.value)]
@@ -132,7 +133,7 @@ def unmasked_scores(at) -> tuple:
                  s.var == at.causal.cond else s for s in at.op.x.body)
 
 
-def fill_kv(low: _Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> list:
+def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> list:
     """Fill the K and V tiles of the key block at j0: tiles are (smem, "k"|"v", width, extent,
     axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent)."""
     idx = low.idx
@@ -162,7 +163,7 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         from .lower_attention_mma import lower_attention_mma_kernel
         return lower_attention_mma_kernel(tk)
     op, g, bm, bn, S = at.op, at.row_threads, at.block_m, at.block_n, at.kv_splits
-    low = _Lowerer(tk)
+    low = Lowerer(tk)
     idx = low.idx
     I = lambda name: Var(name, idx)
     (iv, lq), (jv, lk), (dv_, d), (ev, dv) = op.i, op.j, op.d, op.e
@@ -237,7 +238,7 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
     body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
     tv = I(t)
     body += _store_partials(at, tv, I, idx, row_ok) if S > 1 else _store_out(at, tk, tv, idx, row_ok)
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 

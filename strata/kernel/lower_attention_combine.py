@@ -7,10 +7,11 @@ finite score (m_s = -inf) has weight 0; a row with none at all gives 0 (safe) or
 """
 from __future__ import annotations
 
+from math import prod
 from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, BlockIdx, For, If, Kernel, Let, Load, Param, Store, ThreadIdx
-from .lower import _decompose, _numel
+from .lower import bind_domain
 
 F32 = "f32"
 NEG_INF = Const(float("-inf"), F32)
@@ -25,14 +26,14 @@ def lower_combine_kernel(tk: TileKernel) -> Kernel:
     c = tk.attention
     op, S = c.op, c.kv_splits
     ml, acc = c.partials
-    idx = "i64" if any(_numel(b.shape) >= 2 ** 31 for b in tk.buffers) else "i32"
+    idx = "i64" if any(prod(b.shape) >= 2 ** 31 for b in tk.buffers) else "i32"
     I = lambda name: Var(name, idx)
     f = lambda name: Var(name, F32)
     (iv, lq), (ev, dv) = op.i, op.e
     rows = c.rows
     inner: list = [Let("c_row", idx, floordiv(I("c_gid"), dv)), Let(ev, idx, mod(I("c_gid"), dv))]
     axes = (*op.batch, op.i)
-    inner += [Let(v, idx, e) for v, e in _decompose(I("c_row"), axes, {"c_row": rows})]
+    inner += [Let(v, idx, e) for v, e in bind_domain(I("c_row"), axes, {"c_row": rows})]
     m_at = Load(ml, mul(add(mul(I("kv_s"), rows), I("c_row")), 2), F32)
     l_at = Load(ml, add(mul(add(mul(I("kv_s"), rows), I("c_row")), 2), 1), F32)
     a_at = Load(acc, add(mul(add(mul(I("kv_s"), rows), I("c_row")), dv), I(ev)), F32)
@@ -53,5 +54,5 @@ def lower_combine_kernel(tk: TileKernel) -> Kernel:
     n = rows * dv
     body: list = [Let("c_gid", idx, add(mul(BlockIdx(), tk.block), ThreadIdx()))]
     body += [If(call("lt", I("c_gid"), Const(n)), tuple(inner))] if n % tk.block else inner
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

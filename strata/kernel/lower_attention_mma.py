@@ -26,22 +26,19 @@ At the end out = O / l, or the split's (m, l, O) partials for the combine kernel
 """
 from __future__ import annotations
 
-from .. import dtypes
+from math import prod
+
 from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
+from ..tile.attention import MMA_PAD, ceil16
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
     ThreadIdx
-from .lower import _Lowerer, _numel
+from .lower import Lowerer
 from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, fill_kv, key_range, operand,
                               rescale, unmasked_scores)
 from .lower_mma import regs
 
 F32 = "f32"
-PAD = 8                     # elements of row padding of every shared tile (16 bytes)
-
-
-def ceil16(n: int) -> int:
-    return -(-n // 16) * 16
 
 
 def p_fragment_pack(j: int, r: int, g: Expr, t: Expr) -> tuple[Expr, Expr]:
@@ -51,24 +48,16 @@ def p_fragment_pack(j: int, r: int, g: Expr, t: Expr) -> tuple[Expr, Expr]:
     return add(g, 8 * (r // 2)), add(add(mul(t, 2), 8 * j), r % 2)
 
 
-def smem_bytes(at) -> int:
-    op = at.op
-    dp, ep = ceil16(op.d[1]), ceil16(op.e[1])
-    bm, bn = at.block_m, at.block_n
-    elems = bm * (dp + PAD) + bn * (dp + PAD) + bn * (ep + PAD) + bm * (bn + PAD)
-    return elems * dtypes.ITEMSIZE[op.q.dtype]
-
-
 def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
     at = tk.attention
     op, bm, bn, S = at.op, at.block_m, at.block_n, at.kv_splits
     dt = op.q.dtype
-    low = _Lowerer(tk)
+    low = Lowerer(tk)
     idx = low.idx
     I = lambda name: Var(name, idx)
     (iv, lq), (jv, lk), (dv_, d), (ev, dv) = op.i, op.j, op.d, op.e
     dp, ep = ceil16(d), ceil16(dv)
-    QS, KS, VS, PS = dp + PAD, dp + PAD, ep + PAD, bn + PAD
+    QS, KS, VS, PS = dp + MMA_PAD, dp + MMA_PAD, ep + MMA_PAD, bn + MMA_PAD
     qb = at.q_per_block
     nt, et = bn // 8, ep // 8           # score tiles, output tiles per warp row block
 
@@ -230,8 +219,8 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
                     st = [Let(ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)]
                 out += _guarded(ok, st) if ok is not None else _guarded(None, st)
         body += _guarded(row_ok(I(f"fa_i{h}")), out)
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 
-__all__ = ["lower_attention_mma_kernel", "p_fragment_pack", "smem_bytes"]
+__all__ = ["lower_attention_mma_kernel", "p_fragment_pack"]

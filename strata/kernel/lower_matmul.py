@@ -11,6 +11,8 @@ the matrix) is tested per point. Points run in turn are loops over (i, j).
 """
 from __future__ import annotations
 
+from math import prod
+
 from .. import dtypes
 from ..expr import Const, Var, add, floordiv, mod, mul, rename, substitute
 from ..loop.ir import Accum, Let as LLet, Load as LLoad
@@ -18,10 +20,10 @@ from ..tile.contraction import uses
 from ..tile.ir import (Guard, Points, Registers, StageTile, Sync as TSync, TileKernel,
                        rename_stmt, subst_body, walk)
 from .ir import BlockIdx, For, If, Kernel, Let, Param, Smem, Store, Sync, ThreadIdx
-from .lower import _decompose, _identity, _Lowerer, _numel
+from .lower import bind_domain, reduce_identity, Lowerer
 
 
-class _MatmulLowerer(_Lowerer):
+class _MatmulLowerer(Lowerer):
     def __init__(self, tk: TileKernel):
         super().__init__(tk)
         self.mt = tk.matmul
@@ -122,7 +124,7 @@ class _MatmulLowerer(_Lowerer):
             out = []
             for a in s.accs:
                 self.kind[a.acc] = "mn"
-                out += [Let(a.acc + self.suffix("mn", i, j), a.dtype, _identity(a.op, a.dtype))
+                out += [Let(a.acc + self.suffix("mn", i, j), a.dtype, reduce_identity(a.op, a.dtype))
                         for i in range(self.mt.thread_m) for j in range(self.mt.thread_n)]
             return out
         if isinstance(s, Guard):
@@ -166,7 +168,7 @@ def lower_matmul_kernel(tk: TileKernel) -> Kernel:
     t = Var(v["t"], idx)
     body: list = [Let(v["t"], idx, ThreadIdx())]
     tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
-    block = dict(_decompose(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
+    block = dict(bind_domain(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
     body += [Let(var, idx, block[var]) for var, _ in tk.batch]
     if mt.m:
         body.append(Let(v["m0"], idx, mul(block["bm"], mt.tile_m)))
@@ -178,5 +180,5 @@ def lower_matmul_kernel(tk: TileKernel) -> Kernel:
         special.update(tm=Var(v["tm"], idx), tn=Var(v["tn"], idx))
     low.special = special
     body += low.stmts(tk.prelude) + low.stmts(tk.body)
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

@@ -13,16 +13,18 @@ epilogue runs once per element, at its (M, N), guarded at the edges.
 """
 from __future__ import annotations
 
+from math import prod
+
 from dataclasses import replace
 
 from .. import dtypes
 from ..expr import Const, Var, add, call, floordiv, mod, mul, rename
 from ..loop.ir import Let as LLet, Load as LLoad
 from ..tile.ir import Guard, MmaLoop, MmaOperand, TileKernel, flat_index, rename_stmt, subst_body
-from ..tile.passes.mma_tile import row_stride, stage_elems, tile_rows_cols
+from ..tile.tensor_core import row_stride, stage_elems, tile_rows_cols
 from .ir import (BlockIdx, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel, LdMatrix, Let,
                  Mma, Param, Smem, Store, Sync, ThreadIdx)
-from .lower import _decompose, _Lowerer, _numel
+from .lower import bind_domain, Lowerer
 
 NAMES = ("tid", "lane", "warp_m", "warp_n", "m0", "n0", "lane_g", "lane_t", "kt", "ks", "q",
          "a_smem", "b_smem")
@@ -42,7 +44,7 @@ def regs(name: str, n: int) -> tuple[str, ...]:
     return tuple(f"{name}{r}" for r in range(n))
 
 
-class _MmaLowerer(_Lowerer):
+class MmaLowerer(Lowerer):
     def __init__(self, tk: TileKernel):
         super().__init__(tk)
         self.mt = tk.matmul
@@ -246,7 +248,7 @@ def _rename(s, names: dict):
 
 
 def lower_mma_kernel(tk: TileKernel) -> Kernel:
-    low = _MmaLowerer(tk)
+    low = MmaLowerer(tk)
     mt, idx = tk.matmul, low.idx
     tid = low.var("tid")
     body: list = [Let(tid.name, idx, ThreadIdx()),
@@ -254,7 +256,7 @@ def lower_mma_kernel(tk: TileKernel) -> Kernel:
                   Let(low.v["warp_m"], idx, floordiv(floordiv(tid, 32), mt.warps_n)),
                   Let(low.v["warp_n"], idx, mod(floordiv(tid, 32), mt.warps_n))]
     tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
-    block = dict(_decompose(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
+    block = dict(bind_domain(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
     body += [Let(var, idx, block[var]) for var, _ in tk.batch]
     if mt.m:
         body.append(Let(low.v["m0"], idx, mul(block["bm"], mt.tile_m)))
@@ -269,5 +271,5 @@ def lower_mma_kernel(tk: TileKernel) -> Kernel:
     body += [Let(low.v["lane_g"], idx, floordiv(low.var("lane"), 4)),
              Let(low.v["lane_t"], idx, mod(low.var("lane"), 4))]
     body += low.epilogue(tuple(s for s in tk.body if not isinstance(s, MmaLoop)))
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes) for b in tk.buffers)
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

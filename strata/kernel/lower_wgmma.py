@@ -14,9 +14,11 @@ for warp tid / 32, so the epilogue is lower_mma.py's, run per element, guarded a
 """
 from __future__ import annotations
 
+from math import prod
+
 from ..expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import MmaLoop, MmaOperand, TileKernel
-from ..tile.passes.wgmma_tile import mn_major, tma_dims
+from ..tile.tensor_core import mn_major, tma_dims
 from .ir import (
     BlockIdx,
     FenceProxyAsync,
@@ -39,14 +41,14 @@ from .ir import (
     WgmmaFence,
     WgmmaWait,
 )
-from .lower import _decompose, _numel
-from .lower_mma import _MmaLowerer, regs
+from .lower import bind_domain
+from .lower_mma import MmaLowerer, regs
 
 EXTRA = ("wg", "stage", "da", "db", "bar")
 MN_RUN = 64             # elements of an MN-major operand's contiguous run: one 128B-swizzle row
 
 
-class _WgmmaLowerer(_MmaLowerer):
+class _WgmmaLowerer(MmaLowerer):
     def __init__(self, tk: TileKernel):
         super().__init__(tk)
         taken = {b.name for b in tk.buffers}
@@ -158,7 +160,7 @@ def lower_wgmma_kernel(tk: TileKernel) -> Kernel:
                   Let(low.v["warp_n"], idx, low.const(0)),
                   Let(low.v["wg"], idx, floordiv(tid, 128))]
     tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
-    block = dict(_decompose(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
+    block = dict(bind_domain(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
     body += [Let(var, idx, block[var]) for var, _ in tk.batch]
     body += [Let(low.v["m0"], idx, mul(block["bm"], mt.tile_m)),
              Let(low.v["n0"], idx, mul(block["bn"], mt.tile_n))]
@@ -175,7 +177,7 @@ def lower_wgmma_kernel(tk: TileKernel) -> Kernel:
     body += [Let(low.v["lane_g"], idx, floordiv(low.var("lane"), 4)),
              Let(low.v["lane_t"], idx, mod(low.var("lane"), 4))]
     body += low.epilogue(tuple(s for s in tk.body if not isinstance(s, MmaLoop)))
-    params = tuple(Param(b.name, b.dtype, _numel(b.shape), b.name in tk.writes,
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes,
                          tensor_map=low.maps.get(b.name))
                    for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)

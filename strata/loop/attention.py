@@ -80,11 +80,11 @@ def _flatten(body) -> list:
 def _build_operand(prog, materialized, counts, node: str, index, axes) -> tuple[list, Expr]:
     """Statements computing `node` at `index` (over the free variables `axes`), inlining what is
     not materialized. A reduction is never inlined here (fuse.py materializes it first)."""
-    from .lower import _Builder, _Scope
-    b = _Builder(prog, materialized, set())
+    from .lower import LoopBuilder, Scope
+    b = LoopBuilder(prog, materialized, set())
     b.counts = counts
     for var, extent in axes:
-        scope = _Scope(b.stack[-1], var, extent, "free")
+        scope = Scope(b.stack[-1], var, extent, "free")
         b.stack.append(scope)
         b.home[var], b.bounds[var] = scope, extent
     value = b.value(node, tuple(index))

@@ -21,8 +21,8 @@ from .ir import (Accum, AccInit, BufferInfo, Let, Load, Loop, LoopKernel, LoopPr
                  canonical_names)
 
 
-class _Scope:
-    def __init__(self, parent: "_Scope | None", var: str | None, extent: int, kind: str):
+class Scope:
+    def __init__(self, parent: "Scope | None", var: str | None, extent: int, kind: str):
         self.parent, self.var, self.extent, self.kind = parent, var, extent, kind
         self.depth = 0 if parent is None else parent.depth + 1
         self.stmts: list = []
@@ -30,14 +30,14 @@ class _Scope:
         self.accs: list[AccInit] = []
 
 
-class _Builder:
+class LoopBuilder:
     def __init__(self, prog: TensorProgram, materialized: set[str], inline: set[str]):
         self.prog, self.nodes = prog, prog.by_name
         self.materialized, self.inline = materialized, inline
         self.counts: dict[str, int] = {}
-        self.home: dict[str, _Scope] = {}
+        self.home: dict[str, Scope] = {}
         self.bounds: dict[str, int] = {}
-        self.root = _Scope(None, None, 1, "root")
+        self.root = Scope(None, None, 1, "root")
         self.stack = [self.root]
         self.reads: list[str] = []
 
@@ -47,9 +47,9 @@ class _Builder:
         self.counts[prefix] = n + 1
         return f"{prefix}{n}"
 
-    def open_loop(self, extent: int, kind: str, home_of_var: _Scope | None = None) -> str:
+    def open_loop(self, extent: int, kind: str, home_of_var: Scope | None = None) -> str:
         var = self.fresh("a")
-        scope = _Scope(self.stack[-1], var, extent, kind)
+        scope = Scope(self.stack[-1], var, extent, kind)
         self.stack.append(scope)
         self.home[var] = home_of_var or scope
         self.bounds[var] = extent
@@ -60,7 +60,7 @@ class _Builder:
         self.stack[-1].stmts.append(Loop(scope.var, scope.extent, scope.kind, tuple(scope.stmts),
                                          tuple(scope.accs)))
 
-    def scope_for(self, exprs) -> _Scope:
+    def scope_for(self, exprs) -> Scope:
         """The deepest scope on the current stack that defines every variable used."""
         used = set().union(*(free_vars(e) for e in exprs if e is not None)) if exprs else set()
         best = self.root
@@ -234,7 +234,7 @@ def _and(a: Expr | None, b: Expr | None) -> Expr | None:
     return call("logical_and", a, b)
 
 
-def _chain(scope: _Scope) -> list[_Scope]:
+def _chain(scope: Scope) -> list[Scope]:
     out = []
     while scope is not None:
         out.append(scope)
@@ -245,7 +245,7 @@ def _chain(scope: _Scope) -> list[_Scope]:
 def build_kernel(prog: TensorProgram, kp: KernelPlan, materialized: set[str], name: str) -> LoopKernel:
     target = prog.node(kp.target)
     shape = target.type.shape
-    b = _Builder(prog, materialized, {kp.target, *kp.merged})
+    b = LoopBuilder(prog, materialized, {kp.target, *kp.merged})
     index: list[Expr] = [Const(0)] * len(shape)
     for d in kp.outer:
         # all outer loops count as one level, so nothing is hoisted between them

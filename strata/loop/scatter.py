@@ -83,12 +83,12 @@ def rename_buffers(kernels: list[LoopKernel], alias: dict[str, str]) -> list[Loo
 def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
                     alias: dict[str, str]) -> list[LoopKernel]:
     """The copy kernel (unless in place) and the kernel that stores the rows."""
-    from .lower import _Builder       # lower.py imports this module
+    from .lower import LoopBuilder       # lower.py imports this module
     n = prog.node(kp.target)
     out = []
     if n.name not in alias:
         out.append(_copy_kernel(prog, prog.node(n.dest), n.name, materialized, f"{name}_copy"))
-    b = _Builder(prog, materialized, set())
+    b = LoopBuilder(prog, materialized, set())
     vshape = prog.node(n.values).type.shape
     index: list = [Const(0)] * len(vshape)
     for d in kp.outer:
@@ -112,8 +112,8 @@ def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
 def _copy_kernel(prog: TensorProgram, src, dest: str, materialized: set[str], name: str
                  ) -> LoopKernel:
     """dest[...] = src[...] (src a node with a buffer)."""
-    from .lower import _Builder
-    b = _Builder(prog, materialized, set())
+    from .lower import LoopBuilder
+    b = LoopBuilder(prog, materialized, set())
     index = [Var(b.open_loop(s, "free")) if s > 1 else Const(0) for s in src.type.shape]
     for v in index:
         if isinstance(v, Var):

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import dtypes, scalar_ops
 from ..errors import CompileError
+from ..targets import Target, get_target
 from ..expr import Cast, Const, Expr, Op, Var, children
 from ..kernel.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, BlockIdx, Comment,
                          CpAsync, CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel,
@@ -751,27 +752,28 @@ def emit_kernel(kernel: Kernel) -> str:
     return _Emitter(kernel).kernel()
 
 
-def emit_program(program: KernelProgram, arch: str = "sm_90") -> str:
+def emit_program(program: KernelProgram, arch: Target | str = "sm_90") -> str:
     """One translation unit: headers, the st_* helpers, then every kernel in launch order."""
+    target = get_target(arch)
     names = ", ".join(k.name for k in program.kernels)
-    parts = [f"// strata: {len(program.kernels)} kernel(s) for {arch}: {names}",
+    parts = [f"// strata: {len(program.kernels)} kernel(s) for {target}: {names}",
              "#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
              PRELUDE.rstrip()]
     users = [k.name for k in program.kernels
              if any(isinstance(s, WARP_OPS + HOPPER_STMTS) for s in walk(k.body))]
     hopper = [k.name for k in program.kernels if any(isinstance(s, HOPPER_STMTS) for s in walk(k.body))]
     wgmma = [k.name for k in program.kernels if any(isinstance(s, Wgmma) for s in walk(k.body))]
-    m = re.fullmatch(r"sm_(\d+)([af]?)", arch)
-    if hopper and m and int(m.group(1)) < 90:
+    if not target.is_gpu:
+        raise CompileError(f"CUDA is for GPU targets, not {target}")
+    if hopper and not target.has("tma"):
         raise CompileError(f"kernel {hopper[0]} uses TMA, mbarrier or wgmma, which need sm_90 or "
-                           f"newer, not {arch}")
-    if wgmma and m and (m.group(1) != "90" or m.group(2) != "a"):
-        raise CompileError(f"kernel {wgmma[0]} uses wgmma, which needs sm_90a, not {arch}")
+                           f"newer, not {target}")
+    if wgmma and not target.has("wgmma"):
+        raise CompileError(f"kernel {wgmma[0]} uses wgmma, which needs sm_90a, not {target}")
     if users:
-        m = re.fullmatch(r"sm_(\d+)[af]?", arch)
-        if m and int(m.group(1)) < 80:
+        if not target.has("mma.sync"):
             raise CompileError(f"kernel {users[0]} uses mma.sync, ldmatrix or cp.async, which need "
-                               f"sm_80 or newer, not {arch}")
+                               f"sm_80 or newer, not {target}")
         parts.append(TENSOR_CORE_PRELUDE.rstrip())
     if hopper:
         parts.append(HOPPER_PRELUDE.rstrip())

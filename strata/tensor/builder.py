@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Callable
 
+import numpy as np
+
 from .. import dtypes, scalar_ops
 from ..expr import Const, Expr, Var, call, simplify, substitute
 from .ir import (Elementwise, Full, Gather, IndexMap, Iota, Node, Reduce, TensorType,
@@ -35,16 +37,26 @@ class T:
         return prod(self.shape)
 
 
-RULES: dict[str, Callable] = {}
-
-
 def rule(*ops: str):
-    """Register a rule for aten op packets ("aten.add"); the rule is `fn(b, a) -> T | tuple`."""
+    """Mark `fn(b, a) -> T | tuple` as the rule of these aten op packets ("aten.add"); the
+    table is built from the rule modules listed in decompose.py (`rules_of`)."""
     def deco(fn):
-        for op in ops:
-            RULES[op] = fn
+        fn.aten_ops = ops
         return fn
     return deco
+
+
+def rules_of(modules) -> dict[str, Callable]:
+    """{aten packet: rule} of every function marked with @rule in `modules`; an op claimed
+    twice is a bug, reported at import."""
+    table: dict[str, Callable] = {}
+    for module in modules:
+        for fn in vars(module).values():
+            for op in getattr(fn, "aten_ops", ()):
+                if op in table and table[op] is not fn:
+                    raise RuntimeError(f"{op} has two rules: {table[op].__name__}, {fn.__name__}")
+                table[op] = fn
+    return table
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -65,12 +77,18 @@ def norm_axis(d: int, rank: int) -> int:
 
 
 def scalar_for(value, dtype: str):
-    """A Python scalar written in the kind of `dtype` (2 -> 2.0 for floats)."""
+    """A Python scalar written in the kind of `dtype` (2 -> 2.0 for floats); an integer outside
+    the dtype's range wraps around as eager's cast does (full_like(uint8, -9) is 247, alpha=-3
+    on uint8 is 253), so every later stage sees a value the dtype can hold."""
     if dtype == "bool":
         return bool(value)
     if dtypes.is_float(dtype):
         return float(value)
-    return int(value)
+    value = int(value)
+    info = np.iinfo(dtypes.to_numpy(dtype))
+    if not info.min <= value <= info.max:
+        value = (value - info.min) % (int(info.max) - int(info.min) + 1) + int(info.min)
+    return value
 
 
 def reshape_index(in_shape, out_shape) -> tuple:
@@ -228,6 +246,8 @@ class Builder:
         shape = tuple(shape)
         if shape == x.shape:
             return x
+        if x.numel == 0:        # no element to map (reshape_index needs non-zero extents)
+            return self.full(shape, 0, x.dtype, hint=hint)
         return self.index_map(x, shape, reshape_index(x.shape, shape), hint=hint)
 
     def squeeze(self, x: T, axes, hint: str = "squeeze") -> T:

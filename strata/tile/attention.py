@@ -44,7 +44,6 @@ from ..loop.ir import BufferInfo
 from .ir import TileKernel
 from .split import choose_pieces
 
-SMEM_LIMIT = 48 * 1024
 KV_MIN = 64                 # the fewest keys worth a split of their own
 COMBINE_BLOCK = 128         # threads per block of the combine kernel (one per output element)
 
@@ -110,9 +109,11 @@ class AttentionTile:
         return self.block_m * self.row_threads
 
     def smem_bytes(self) -> int:
-        if self.instr == "mma":
-            from ..kernel.lower_attention_mma import smem_bytes
-            return smem_bytes(self)
+        if self.instr == "mma":     # Q, K, V and P tiles, rows padded by MMA_PAD elements
+            dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
+            bm, bn = self.block_m, self.block_n
+            elems = bm * (dp + MMA_PAD) + bn * (dp + MMA_PAD) + bn * (ep + MMA_PAD) + bm * (bn + MMA_PAD)
+            return elems * dtypes.ITEMSIZE[self.op.q.dtype]
         g = self.row_threads
         k = self.block_n * self.d_per_thread * g * dtypes.ITEMSIZE[self.op.k.dtype]
         v = self.block_n * self.e_per_thread * g * dtypes.ITEMSIZE[self.op.v.dtype]
@@ -214,13 +215,19 @@ def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) 
 
 
 MMA_DTYPES = ("f16", "bf16")
+MMA_PAD = 8                 # elements of row padding of every shared tile of the mma path (16 bytes)
+
+
+def ceil16(n: int) -> int:
+    """A head dim rounded up to the 16 of an mma.sync k-step."""
+    return -(-n // 16) * 16
+
 MMA_MAX_HEAD_DIM = 256
 
 
 def mma_decline(op: Attention, ctx: Context) -> str | None:
     """Why the tensor-core path (lower_attention_mma.py) cannot take this attention, or None."""
-    from .passes.mma_tile import sm_version
-    if sm_version(ctx.arch) < 80:
+    if not ctx.arch.has("mma.sync"):
         return f"target {ctx.arch} has no mma.sync (sm_80+)"
     kinds = (op.q.dtype, op.k.dtype, op.v.dtype)
     if len(set(kinds)) != 1 or kinds[0] not in MMA_DTYPES:
@@ -256,7 +263,6 @@ def choose_instr(op: Attention, ctx: Context, name: str) -> str:
 def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None:
     """BLOCK_M (a multiple of 16: one warp per 16 rows), BLOCK_N (a multiple of 16) for the mma
     path; None (with a logged reason) when no such schedule fits and INSTR is not pinned."""
-    from ..kernel.lower_attention_mma import ceil16
     pinned = ctx.knob("INSTR", "") == "mma"
 
     def decline(why: str):
@@ -273,9 +279,9 @@ def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None
         return decline(f"BLOCK_M={bm}, BLOCK_N={bn}: need multiples of 16 (and of GQA_GROUP="
                        f"{group}), BLOCK_M at most 512")
     at = AttentionTile(op, bm, bn, 1, group=group, head=head, instr="mma")
-    while at.smem_bytes() > SMEM_LIMIT and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
+    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
         at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
-    while at.smem_bytes() > SMEM_LIMIT and "BLOCK_M" not in ctx.knobs and at.block_m > 16 \
+    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_M" not in ctx.knobs and at.block_m > 16 \
             and (at.block_m // 2) % lcm(16, group) == 0:
         at = replace(at, block_m=at.block_m // 2)
     splits = ctx.knob("KV_SPLITS", 0)
@@ -283,17 +289,20 @@ def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None
         at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
     if splits > at.key_blocks:
         return decline(f"KV_SPLITS={splits} > the {at.key_blocks} key blocks of {at.block_n}")
-    if at.smem_bytes() > SMEM_LIMIT:
+    if at.smem_bytes() > ctx.arch.smem_per_block:
         return decline(f"the Q, K, V and P tiles need {at.smem_bytes()} bytes of shared memory "
-                       f"(more than {SMEM_LIMIT})")
+                       f"(more than {ctx.arch.smem_per_block})")
     return at
 
 
 def tile_attention(k, ctx: Context, buffers: tuple):
-    """t:001 for a fused attention kernel: pick the block of queries, the key step, the
-    threads per query and the KV splits (knobs), checking what the hardware allows. Returns
-    one kernel, or two (the split kernel and its combine) when KV_SPLITS > 1."""
+    """The first tile pass: a fused attention kernel gets its schedule here (the block of
+    queries, the key step, the threads per query and the KV splits, as knobs, checking what the
+    hardware allows): one kernel, or two (the split kernel and its combine) when KV_SPLITS > 1.
+    Any other kernel passes through to tileify."""
     op = attention_of(k)
+    if op is None:
+        return k
     instr = choose_instr(op, ctx, k.name)
     if instr == "mma":
         at = mma_schedule(op, ctx, k.name)
@@ -312,11 +321,11 @@ def tile_attention(k, ctx: Context, buffers: tuple):
                         f"threads must be a multiple of 32 and at most 1024")
     at = AttentionTile(op, bm, bn, g, group=group, head=head)
     if "BLOCK_N" not in ctx.knobs:
-        while at.smem_bytes() > SMEM_LIMIT and at.block_n > 1:
+        while at.smem_bytes() > ctx.arch.smem_per_block and at.block_n > 1:
             at = replace(at, block_n=at.block_n // 2)
-    if at.smem_bytes() > SMEM_LIMIT:
+    if at.smem_bytes() > ctx.arch.smem_per_block:
         raise KnobError(f"BLOCK_N={at.block_n}: the K and V tiles need {at.smem_bytes()} bytes "
-                        f"of shared memory (more than {SMEM_LIMIT})")
+                        f"of shared memory (more than {ctx.arch.smem_per_block})")
     return _finish(k, ctx, buffers, at)
 
 

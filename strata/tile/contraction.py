@@ -1,5 +1,6 @@
 """Recognise a contraction in a rows kernel: its M and N axes and the two operands of each
-reduce loop. Used by the matmul passes (split_matmul_k, tile_matmul, stage_matmul_tiles).
+reduce loop. Used by the matmul passes (split_matmul_k, tile_matmul, stage_matmul_tiles, the tensor-core
+ones), with the block-tile rules they share (tile sizes, edge guards).
 
 A row qualifies when its statements are scalar statements and reduce loops (nothing else), and
 every reduce loop accumulates the `sum` of one float product `a * b` in which `a` (prologue
@@ -14,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import dtypes
-from ..expr import Var, free_vars, to_str
+from ..context import Context
+from ..errors import KnobError
+from ..expr import Const, Var, call, free_vars, to_str
 from ..loop.ir import Accum, Let, Load, Loop, Store
-from .ir import TileKernel, rename_stmt
+from .ir import MatmulTile, TileKernel, rename_stmt
 
 
 @dataclass(frozen=True)
@@ -154,3 +157,58 @@ def product(body) -> tuple[str, str, str] | str:
     if a not in defined or b not in defined or a == b:
         return "its product does not read two operands computed in it"
     return a, b, p.var
+
+
+# ---------------------------------------------------------------- block tiles (CUDA cores)
+
+THREADS = 256                     # threads per block the default tiles aim for
+
+
+def pow2_ceil(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def default_tiles(m: int, n: int) -> tuple[int, int, int, int]:
+    """(TILE_M, TILE_N, THREAD_M, THREAD_N): 64x64 tiles of 4x4 points per thread; a short M
+    (decode) or N gets a narrow tile and a long other side; about THREADS threads per block."""
+    tile_m = min(pow2_ceil(m), 64)
+    tile_n = min(pow2_ceil(n), 64 if tile_m == 64 else 128)
+    if tile_n < 64:
+        tile_m = min(pow2_ceil(m), 128)
+    per_thread = max(1, tile_m * tile_n // THREADS)
+    thread_n = min(4, tile_n, per_thread)
+    thread_m = min(4, tile_m, per_thread // thread_n)
+    return tile_m, tile_n, thread_m, thread_n
+
+
+def choose_tiles(k: TileKernel, m: str | None, n: str, ctx: Context) -> MatmulTile:
+    """The tile of axes m x n of k, with the TILE_M/N and THREAD_M/N knobs applied (no M: 1)."""
+    tm, tn, pm, pn = default_tiles(k.extent(m), k.extent(n))
+    tile_n, thread_n = ctx.knob("TILE_N", tn), ctx.knob("THREAD_N", pn)
+    tile_m, thread_m = (ctx.knob("TILE_M", tm), ctx.knob("THREAD_M", pm)) if m else (1, 1)
+    for tile, thread, side in ((tile_m, thread_m, "M"), (tile_n, thread_n, "N")):
+        if tile % thread:
+            raise KnobError(f"TILE_{side}={tile}, THREAD_{side}={thread}: the thread tile must "
+                            f"divide the block tile")
+    threads = tile_m // thread_m * (tile_n // thread_n)
+    if threads > 1024:
+        raise KnobError(f"a {tile_m}x{tile_n} tile of {thread_m}x{thread_n} points per thread "
+                        f"needs {threads} threads (more than 1024)")
+    return MatmulTile(m, n, tile_m, tile_n, thread_m, thread_n)
+
+
+def edge(var: str | None, extent: int, tile: int):
+    """`var < extent` when the last tile along var overhangs the matrix, else None."""
+    if var is None or extent % tile == 0:
+        return None
+    return call("lt", Var(var), Const(extent))
+
+
+def conjoin(a, b):
+    """a && b, where None means true."""
+    if a is None or b is None:
+        return a if b is None else b
+    return call("logical_and", a, b)

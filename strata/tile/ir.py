@@ -25,6 +25,7 @@ Every choice is a knob (`knobs`), printed with the kernel and pinnable with --kn
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from math import prod
 
 from ..expr import Expr, Var, add, mul, rename, to_str
@@ -197,10 +198,27 @@ class MmaLoop:
     stages: int = 1
 
 
+class Mode(str, Enum):
+    """How a kernel's domain maps onto the GPU (a str, so it prints and compares as its value)."""
+    ROWS = "rows"                       # one group of threads per row
+    ELEMENTWISE = "elementwise"         # one thread per `vec` elements
+    MATMUL = "matmul"                   # a CUDA-core contraction tile (MatmulTile)
+    MMA = "mma"                         # mma.sync tensor cores (MmaTile)
+    WGMMA = "wgmma"                     # Hopper wgmma + TMA (MmaTile)
+    ATTENTION = "attention"             # a fused flash attention (tile/attention.py)
+
+
+CONTRACTION_MODES = (Mode.MATMUL, Mode.MMA, Mode.WGMMA)
+
+
+class TileVerifyError(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class TileKernel:
     name: str
-    mode: str                           # "rows" | "elementwise"
+    mode: Mode                          # a Mode, or its value (converted)
     domain: tuple[tuple[str, int], ...] # outer loop vars and extents, outermost first
     prelude: tuple                      # statements before the parallel domain
     body: tuple                         # statements run per row / per element
@@ -214,6 +232,12 @@ class TileKernel:
     matmul: MatmulTile | None = None    # the block tile (mode "matmul")
     attention: object = None            # the schedule of a fused attention (tile/attention.py)
     src: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise TileVerifyError(f"{self.name}: unknown mode {self.mode!r}") from None
 
     def shape_of(self, buf: str) -> tuple[int, ...]:
         return next(b.shape for b in self.buffers if b.name == buf)
@@ -261,18 +285,24 @@ class TileProgram:
     kernels: list[TileKernel]
     loop_program: object                # the LoopProgram (buffers, outputs, weights)
 
-    def __str__(self) -> str:
-        return "\n\n".join(format_kernel(k) for k in self.kernels)
+    def __str__(self) -> str:       # kernels no pass has scheduled yet print as Loop IR
+        from ..loop.ir import format_kernel as format_loop_kernel
+        return "\n\n".join(format_kernel(k) if isinstance(k, TileKernel) else format_loop_kernel(k)
+                           for k in self.kernels)
 
 
 NESTED = (Loop, StridedLoop, Points, Guard, StageTile)     # statements holding a body
 
 
 def walk(body):
+    """Every statement, nested ones included (an MmaLoop's operand bodies too)."""
     for s in body:
         yield s
         if isinstance(s, NESTED):
             yield from walk(s.body)
+        elif isinstance(s, MmaLoop):
+            yield from walk(s.a.body)
+            yield from walk(s.b.body)
 
 
 def map_body(body, fn):
@@ -281,9 +311,68 @@ def map_body(body, fn):
     for s in body:
         if isinstance(s, NESTED):
             s = replace(s, body=map_body(s.body, fn))
+        elif isinstance(s, MmaLoop):
+            s = replace(s, a=replace(s.a, body=map_body(s.a.body, fn)),
+                        b=replace(s.b, body=map_body(s.b.body, fn)))
         r = fn(s)
         out.extend(r if isinstance(r, tuple) else (r,))
     return tuple(out)
+
+
+# ---------------------------------------------------------------- verification
+
+STATEMENTS = NESTED + (Combine, Stage, Registers, Sync, MmaLoop, Load, Let, Accum, Store)
+
+
+def verify_kernel(k: TileKernel, target) -> None:
+    """What every pass must leave true of a kernel (run after each one): known statements only,
+    loads and stores of buffers the kernel declares or stages, registered knobs, and a schedule
+    the target can launch (block size, group, tile shapes)."""
+    from ..knobs import KNOBS
+
+    def fail(why: str):
+        raise TileVerifyError(f"{k.name} ({k.mode.value}): {why}")
+    names = {b.name for b in k.buffers}
+    if not set(k.reads + k.writes) <= names:
+        fail(f"reads/writes {sorted(set(k.reads + k.writes) - names)} are not among its buffers")
+    staged = set()
+    for s in walk(k.prelude + k.body):
+        if not isinstance(s, STATEMENTS):
+            fail(f"unknown statement {type(s).__name__}")
+        if isinstance(s, (Stage, StageTile)):
+            staged.add(s.name)
+        if isinstance(s, (Load, Store)) and s.buf not in names | staged:
+            fail(f"{type(s).__name__.lower()} of {s.buf}, which is neither a buffer nor staged")
+        if isinstance(s, StridedLoop) and k.mode is Mode.ROWS and s.step != k.group:
+            fail(f"strided loop {s.var} steps by {s.step}, its group has {k.group} threads")
+    knobs = [n for n, _ in k.knobs]
+    if knobs != sorted(set(knobs)) or not set(knobs) <= set(KNOBS):
+        fail(f"knobs {knobs} are not unique, sorted and registered")
+    if k.block > 1:
+        if k.block > 1024:
+            fail(f"block of {k.block} threads (at most 1024)")
+        if k.mode in (Mode.ROWS, Mode.ELEMENTWISE) and k.block % target.warp_size:
+            fail(f"block of {k.block} threads is not a multiple of the warp ({target.warp_size})")
+        if k.mode is Mode.ROWS and k.block % k.group:
+            fail(f"group of {k.group} threads does not divide the block of {k.block}")
+    if k.mode in CONTRACTION_MODES:
+        mt = k.matmul
+        if mt is None:
+            fail("a contraction without its block tile")
+        if isinstance(mt, MatmulTile) and (mt.tile_m % mt.thread_m or mt.tile_n % mt.thread_n):
+            fail(f"{mt.thread_m}x{mt.thread_n} points per thread do not divide the "
+                 f"{mt.tile_m}x{mt.tile_n} tile")
+        if isinstance(mt, MmaTile) and (mt.tile_m % (16 * mt.warps_m) or mt.tile_n % (8 * mt.warps_n)):
+            fail(f"{mt.warps_m}x{mt.warps_n} warps do not tile {mt.tile_m}x{mt.tile_n} in m16n8 pieces")
+    if k.mode is Mode.ATTENTION and k.attention is None:
+        fail("an attention kernel without its schedule")
+
+
+def verify_kernels(kernels, target) -> None:
+    """verify_kernel on each Tile IR kernel (those a pass has not reached yet are Loop IR)."""
+    for k in kernels:
+        if isinstance(k, TileKernel):
+            verify_kernel(k, target)
 
 
 # ---------------------------------------------------------------- printing

@@ -187,8 +187,8 @@ def test_big_bf16_matmul_compiles_from_shapes(monkeypatch):
     (["run", "-c", "torch.randn(4).sum().item()"], "depends on the data"),
     (["run", "-c", "1 + 2"], "computes no tensor"),
     (["compile", "-c", "torch.randn(3) + 1", "-o", "/nonexistent/dir/k.cu"], "cannot write"),
-    (["compile", "-c", "torch.randn(3) + 1", "--target", "sm_999"], "unknown --target"),
-    (["compile", "-c", "torch.randn(3) + 1", "--target", "hopper"], "unknown --target"),
+    (["compile", "-c", "torch.randn(3) + 1", "--target", "sm_999"], "unknown target"),
+    (["compile", "-c", "torch.randn(3) + 1", "--target", "hopper"], "unknown target"),
     (["run", "-c", "torch.randn(3) + torch.randn(4)"], "failed to evaluate"),
 ])
 def test_bad_input_is_one_sentence(argv, says, capsys):

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from strata.api import on_device
-from strata.context import DEFAULT_TARGET, Context
+from strata.context import Context
+from strata.targets import DEFAULT
 from strata.runtime import driver
 
 
@@ -19,15 +20,15 @@ def gpu(monkeypatch):
 @pytest.mark.parametrize("sm, want", [("sm_90", "sm_90a"), ("sm_80", "sm_80"), ("sm_89", "sm_89")])
 def test_running_on_a_gpu_compiles_for_it(gpu, sm, want):
     gpu(sm)
-    assert on_device(Context(), "cuda").arch == want
+    assert on_device(Context(), "cuda").arch.name == want
 
 
 def test_a_pinned_target_wins(gpu):
     gpu("sm_90")
-    assert on_device(Context(target="sm_80"), "cuda").arch == "sm_80"
+    assert on_device(Context(target="sm_80"), "cuda").arch.name == "sm_80"
 
 
 def test_the_simulator_keeps_the_default(gpu):
     gpu("sm_80")
-    assert on_device(Context(), "sim").arch == DEFAULT_TARGET
+    assert on_device(Context(), "sim").arch == DEFAULT
     assert Context().target is None

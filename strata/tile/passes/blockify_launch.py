@@ -21,13 +21,14 @@ def blockify_launch(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode in ("matmul", "mma", "wgmma", "attention"):   # their tiling pass sized the block
         return k
     # BLOCK is a multiple of 32 (strata/knobs.py) and GROUP below 64 is 1 or 32: any pin fits
+    warp = ctx.arch.warp_size
     if k.mode == "rows" and k.group >= 64:
         block = k.group
         if ctx.knob("BLOCK", block) != block:
             ctx.log(f"blockify_launch: {k.name}: BLOCK={ctx.knob('BLOCK', block)} does not apply: "
                     f"GROUP={k.group} threads share each row, and such a row takes the whole block")
     elif k.mode == "rows":
-        block = ctx.knob("BLOCK", min(256, max(32, _round_up(k.rows * k.group, 32))))
+        block = ctx.knob("BLOCK", min(256, max(warp, _round_up(k.rows * k.group, warp))))
     else:
-        block = ctx.knob("BLOCK", min(256, max(32, _round_up(k.rows, 32))))
+        block = ctx.knob("BLOCK", min(256, max(warp, _round_up(k.rows, warp))))
     return replace(k, block=block).with_knob("BLOCK", block)

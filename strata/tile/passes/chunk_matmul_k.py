@@ -13,7 +13,7 @@ from ...context import Context
 from ...expr import Const, Var, add, call, mul
 from ...loop.ir import Loop
 from ..ir import Guard, Points, TileKernel, subst_body
-from .tile_matmul import pow2_ceil
+from ..contraction import pow2_ceil
 
 TILE_K = 16
 

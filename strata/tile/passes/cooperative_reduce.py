@@ -33,7 +33,7 @@ def _contiguous(k: TileKernel, loop: Loop) -> bool:
     return True
 
 
-def default_group(k: TileKernel) -> tuple[int, str]:
+def default_group(k: TileKernel, warp: int) -> tuple[int, str]:
     loops = [s for s in k.body if isinstance(s, Loop)]
     work = max(l.extent for l in loops)
     if work <= 16:
@@ -41,14 +41,14 @@ def default_group(k: TileKernel) -> tuple[int, str]:
     if k.rows >= 2048 and not all(_contiguous(k, l) for l in loops):
         return 1, "rows are strided in memory and there are enough of them: one thread per row"
     if work <= 256:
-        return 32, ""
+        return warp, ""
     return min(1024, max(64, _pow2_floor(work // 8))), ""
 
 
 def cooperative_reduce(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "rows":
         return k
-    group, why = default_group(k)
+    group, why = default_group(k, ctx.arch.warp_size)
     if group >= 64 and ctx.pinned("BLOCK"):     # such a row takes the whole block: a pinned
         group = ctx.knob("BLOCK", group)        # block size is its group unless GROUP is pinned
     group = ctx.knob("GROUP", group)

@@ -25,8 +25,7 @@ from ...expr import Var
 from ...loop.ir import BufferInfo, Load, Loop, Store
 from ..contraction import closure, depends, match, uses
 from ..ir import TileKernel, rename_stmt, walk
-from .mma_tile import HALF, _operands
-from .wgmma_tile import tma_dims
+from ..tensor_core import HALF, operands, tma_dims
 
 MAX_SHARE = 4           # materialize an operand of at most a quarter of the other's bytes
 MIN_WORK = 1 << 24      # multiply-adds below which mma.sync with the prologue fused is as good
@@ -41,7 +40,7 @@ def materialize_prologue(k: TileKernel, ctx: Context):
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     found = []
     for loop in c.loops:
-        got = _operands(k, loop, c.m, c.n, out_half)
+        got = operands(k, loop, c.m, c.n, out_half)
         if isinstance(got, str):
             return k                    # not for tensor cores: mma_tile says why
         found.append((loop, *got))
@@ -55,7 +54,7 @@ def materialize_prologue(k: TileKernel, ctx: Context):
     def decline(why: str, knob: bool = True):
         ctx.log(f"materialize_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse") if knob else k
-    if ctx.arch != "sm_90a":
+    if not ctx.arch.has("wgmma"):
         return decline(f"target {ctx.arch} has no wgmma (needs sm_90a)", knob=False)
     if pinned == "fuse" or instr in ("mma", "fma"):
         return decline(f"PROLOGUE=fuse pinned" if pinned == "fuse" else f"INSTR={instr} pinned")

@@ -14,9 +14,7 @@ from dataclasses import replace
 from ...context import Context
 from ...errors import KnobError
 from ..ir import MmaLoop, TileKernel
-from .mma_tile import stage_elems
-
-SMEM_LIMIT = 48 * 1024      # static __shared__ per block
+from ..tensor_core import stage_elems
 
 
 def stage_bytes(k: TileKernel) -> int:
@@ -29,16 +27,16 @@ def stage_bytes(k: TileKernel) -> int:
 def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "mma":
         return k
-    per = stage_bytes(k)
-    fit = SMEM_LIMIT // per
+    per, limit = stage_bytes(k), ctx.arch.smem_per_block       # static __shared__ per block
+    fit = limit // per
     if fit < 1:
         raise KnobError(f"{k.name}: one stage of its {k.matmul.tile_m}x{k.matmul.tile_n}x"
                         f"{k.matmul.tile_k} tiles needs {per} bytes of shared memory (more than "
-                        f"{SMEM_LIMIT}); choose smaller TILE_M/TILE_N/TILE_K")
+                        f"{limit}); choose smaller TILE_M/TILE_N/TILE_K")
     stages = ctx.knob("STAGES", max(1, min(3, fit)))
     if not 1 <= stages <= fit:
         raise KnobError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
-                        f"{SMEM_LIMIT} bytes of shared memory")
+                        f"{limit} bytes of shared memory")
     if stages == 1:
         ctx.log(f"mma_pipeline: {k.name}: declined, one stage ({per} bytes) fits")
     body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from ...context import Context
 from ...errors import KnobError
 from ..ir import MmaLoop, TileKernel
-from .mma_tile import tile_rows_cols
+from ..tensor_core import tile_rows_cols
 
 
 def _xor_ok(cols: int) -> bool:

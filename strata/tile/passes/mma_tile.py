@@ -11,27 +11,17 @@ prologue computed in f32 whose rounding to 16 bits eager would not do (an f32 ou
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from math import prod
 
 from ...context import Context
 from ...errors import KnobError
-from ...expr import coefficient
-from ...loop.ir import Accum, Let, Load, Loop
-from ..contraction import closure, depends, match, product
-from ..ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
-from ..split import TARGET_BLOCKS
-from .tile_matmul import conjoin, edge, pow2_ceil
-
-HALF = ("f16", "bf16")
-
-
-def sm_version(target: str) -> int:
-    """80 for "sm_80", 90 for "sm_90a"; 0 when the target is not an sm_NN architecture."""
-    m = re.fullmatch(r"sm_(\d+)[af]?", target)
-    return int(m.group(1)) if m else 0
+from ...loop.ir import Loop
+from ..contraction import match
+from ..ir import Guard, MmaLoop, MmaTile, TileKernel
+from ..tensor_core import HALF, operands
+from ..contraction import conjoin, edge, pow2_ceil
 
 
 def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:
@@ -45,13 +35,13 @@ def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:
     return tile_m, tile_n, warps_m, warps_n
 
 
-def fill_the_gpu(tm: int, tn: int, m: int, n: int, others: int) -> tuple[int, int]:
+def fill_the_gpu(tm: int, tn: int, m: int, n: int, others: int, sms: int) -> tuple[int, int]:
     """Halve the larger side of the tile, down to 64 x 64, while the grid (others = batch and
     split-K blocks) is under one block per SM: an M = 128 projection gets 64x64 tiles rather
     than a few 128x128 ones that leave most of the GPU idle."""
     def blocks(a, b):
         return others * -(-m // a) * -(-n // b)
-    while blocks(tm, tn) < TARGET_BLOCKS // 2 and max(tm, tn) > 64:
+    while blocks(tm, tn) < sms and max(tm, tn) > 64:
         if tn >= tm:
             tn //= 2
         else:
@@ -63,7 +53,7 @@ def choose_mma_tile(k: TileKernel, m: str | None, n: str, loops: int, dtype: str
                     ctx: Context) -> MmaTile:
     tm, tn, wm, wn = default_tiles(k.extent(m), k.extent(n), loops)
     others = prod(e for v, e in k.domain if v not in (m, n))
-    tm, tn = fill_the_gpu(tm, tn, k.extent(m), k.extent(n), others)
+    tm, tn = fill_the_gpu(tm, tn, k.extent(m), k.extent(n), others, ctx.arch.cores)
     wm, wn = max(1, min(wm, tm // 16)), max(1, min(wn, tn // 8))
     tile_m, tile_n = ctx.knob("TILE_M", tm), ctx.knob("TILE_N", tn)
     warps_m, warps_n, tile_k = ctx.knob("WARPS_M", wm), ctx.knob("WARPS_N", wn), ctx.knob("TILE_K", 32)
@@ -77,68 +67,6 @@ def choose_mma_tile(k: TileKernel, m: str | None, n: str, loops: int, dtype: str
     return MmaTile(m, n, tile_m, tile_n, tile_k, warps_m, warps_n, dtype)
 
 
-def tile_rows_cols(op: MmaOperand, mt: MmaTile) -> tuple[int, int]:
-    """(rows, cols) of the operand's shared tile for one stage, before padding."""
-    x = mt.tile_m if op.side == "A" else mt.tile_n
-    return (x, mt.tile_k) if op.kmajor else (mt.tile_k, x)
-
-
-def _half_dtype(k: TileKernel, stmts, out_half: bool) -> str:
-    """The 16-bit dtype the operand computed by stmts has, or why it has none."""
-    loads = [s for s in stmts if isinstance(s, Load)]
-    kinds = {k.dtype_of(s.buf) for s in loads}
-    if len(kinds) != 1 or not kinds <= set(HALF):
-        return f"it reads {', '.join(sorted(kinds)) or 'no buffer'}, not f16 or bf16 alone"
-    if any(isinstance(s, Let) for s in stmts) and not out_half:
-        return "its prologue computes in f32 for an f32 result (rounding it to 16 bits would " \
-               "lose what eager keeps)"
-    return kinds.pop()
-
-
-def _kmajor(k: TileKernel, stmts, k_var: str, x_var: str | None) -> bool:
-    """K contiguous in shared memory unless a load is contiguous along X instead."""
-    for s in stmts:
-        if isinstance(s, Load):
-            flat = flat_index(s.index, k.shape_of(s.buf))
-            if x_var and coefficient(flat, x_var) == 1 and coefficient(flat, k_var) != 1:
-                return False
-    return True
-
-
-def _operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
-    """(acc, A, B, dtype) of one reduce loop, or why it cannot run on tensor cores."""
-    found = product(loop.body)
-    if isinstance(found, str):
-        return found
-    a, b, p = found
-    axes = {v for v, _ in k.domain}
-    if n in depends(loop.body, axes)[a]:
-        a, b = b, a
-    acc = loop.accs[0]
-    if acc.dtype != "f32":
-        return f"{loop.var} accumulates in {acc.dtype}, not f32"
-    ca, cb = closure(loop.body, a), closure(loop.body, b)
-    rest = [s for s in loop.body if not any(s is x for x in ca + cb)
-            and not isinstance(s, Accum) and getattr(s, "var", None) != p]
-    if rest:
-        return f"{loop.var} computes more than its two operands"
-    held = next(s.operands for s in loop.body if isinstance(s, Accum))
-    dts = []
-    for side, stmts in (("A", ca), ("B", cb)):
-        # a 16-bit contraction in eager: each operand is a 16-bit tensor there, so rounding a
-        # computed prologue (RMSNorm's normed x, SiLU(gate) * up) to it is what eager does
-        dt = held if held in HALF else _half_dtype(k, stmts, out_half)
-        if dt not in HALF:
-            return f"operand {side} of {loop.var}: {dt}"
-        dts.append(dt)
-    if dts[0] != dts[1]:
-        return f"{loop.var} multiplies {dts[0]} by {dts[1]}"
-    ops = []
-    for side, value, stmts, x in (("A", a, ca, m), ("B", b, cb, n)):
-        ops.append(MmaOperand(side, value, x, k.extent(x), stmts, _kmajor(k, stmts, loop.var, x)))
-    return acc, ops[0], ops[1], dts[0]
-
-
 def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "rows":
         return k
@@ -149,14 +77,13 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if pinned == "fma":
         ctx.log(f"mma_tile: {k.name}: declined, INSTR=fma pinned")
         return k
-    sm = sm_version(ctx.arch)
-    if sm < 80:
+    if not ctx.arch.has("mma.sync"):
         ctx.log(f"mma_tile: {k.name}: declined, target {ctx.arch} has no mma.sync (needs sm_80+)")
         return k
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     loops, dtype = [], None
     for loop in c.loops:
-        got = _operands(k, loop, c.m, c.n, out_half)
+        got = operands(k, loop, c.m, c.n, out_half)
         if isinstance(got, str):
             ctx.log(f"mma_tile: {k.name}: declined, {got}")
             return k
@@ -180,13 +107,3 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     return out
 
 
-
-def row_stride(cols: int, swizzle: str) -> int:
-    """Elements between rows of a shared tile: padded by 16 bytes with SWIZZLE=pad."""
-    return cols + 8 if swizzle == "pad" else cols
-
-
-def stage_elems(op: MmaOperand, mt: MmaTile) -> int:
-    """Elements of one stage of the operand's shared tile."""
-    rows, cols = tile_rows_cols(op, mt)
-    return rows * row_stride(cols, mt.swizzle)

@@ -20,7 +20,7 @@ from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import match
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
-from .tile_matmul import choose_tiles
+from ..contraction import choose_tiles
 
 K_MIN = 256          # the shortest slice of K worth a block of its own
 

@@ -17,7 +17,7 @@ from ...context import Context
 from ...expr import Var, add, coefficient, free_vars, simplify, sub
 from ...loop.ir import Load
 from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
-from .vectorize import aligned
+from ..alignment import aligned
 
 
 def _candidates(k: TileKernel):

@@ -19,7 +19,7 @@ from ...expr import Const, Op, Var, coefficient, sub
 from ...loop.ir import Load, Loop
 from ..contraction import closure, depends, product
 from ..ir import Guard, Points, StageTile, Sync, TileKernel, flat_index
-from .tile_matmul import conjoin, edge
+from ..contraction import conjoin, edge
 
 SMEM_BUDGET = 32 * 1024
 

@@ -10,6 +10,8 @@ from math import prod
 
 from ...context import Context
 from ...expr import Var, floordiv, mod
+from ...errors import StrataError
+from ...loop.attention import attention_of
 from ...loop.ir import Let, Load, Loop, LoopKernel
 from ..ir import TileKernel, map_body, subst_body
 
@@ -31,7 +33,12 @@ def _flatten_free(loop: Loop) -> Loop:
     return Loop(chain[0].var, extent, "free", body)
 
 
-def tileify(k: LoopKernel, ctx: Context, buffers: tuple) -> TileKernel:
+def tileify(k: LoopKernel | TileKernel, ctx: Context, buffers: tuple = ()) -> TileKernel:
+    if isinstance(k, TileKernel):       # scheduled already (tile_attention)
+        return k
+    if attention_of(k) is not None:     # only the GPU pipeline has tile_attention
+        raise StrataError(f"{k.name}: fused attention has no {ctx.arch.kind.upper()} schedule "
+                          f"yet; run it with --device sim or on a GPU")
     body = k.body
     prelude = ()
     if body and isinstance(body[-1], Loop) and body[-1].kind == "free" \

@@ -12,23 +12,10 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Var, affine_terms, coefficient, free_vars
+from ...expr import coefficient, free_vars
 from ...loop.ir import Load, Loop, Store
 from ..ir import StridedLoop, TileKernel, flat_index, walk
-
-
-def aligned(flat, inner: str, vec: int, fixed: set[str]) -> bool:
-    """Is flat = inner + (multiples of vec in the `fixed` variables) + a multiple of vec?"""
-    lin = affine_terms(flat)
-    if lin is None:
-        return False
-    terms, const = lin
-    for atom, coeff in terms.items():
-        if atom == Var(inner):
-            continue
-        if not (isinstance(atom, Var) and atom.name in fixed) or coeff % vec:
-            return False
-    return const % vec == 0
+from ..alignment import aligned
 
 
 def _why_not(k: TileKernel, accesses, inner: str, extent: int, vec: int, fixed: set[str]):

@@ -3,8 +3,9 @@
 Each K step's A and B tiles land in one of STAGES buffers, each with its own mbarrier; the
 block waits on a tile's barrier, issues its wgmmas, and once the previous step's wgmmas are done
 (wgmma.wait_group 1) refills that step's buffer with the tile STAGES steps ahead. The buffers
-live in dynamic shared memory: the default is the deepest of 4 that fits in SMEM_LIMIT bytes
-(and no deeper than the K loop is long). Raises when one stage does not fit.
+live in dynamic shared memory: the default is the deepest of 4 that fits in what the target lets
+a block opt into, less room for alignment and the mbarriers (and no deeper than the K loop is
+long). Raises when one stage does not fit.
 """
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from dataclasses import replace
 
 from ...context import Context
 from ...errors import KnobError
-from ...kernel.ir import DYNAMIC_SMEM_ALIGN, MAX_DYNAMIC_SMEM_BYTES
+from ...targets import DYNAMIC_SMEM_ALIGN
 from ..ir import MmaLoop, TileKernel
 
-SMEM_LIMIT = MAX_DYNAMIC_SMEM_BYTES - 2 * DYNAMIC_SMEM_ALIGN    # room for alignment, mbarriers
+
+
+def smem_limit(ctx: Context) -> int:
+    return ctx.arch.smem_optin - 2 * DYNAMIC_SMEM_ALIGN    # room for alignment, mbarriers
 
 
 def stage_bytes(k: TileKernel) -> int:
@@ -26,16 +30,16 @@ def stage_bytes(k: TileKernel) -> int:
 def wgmma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode != "wgmma":
         return k
-    mt, per = k.matmul, stage_bytes(k)
-    fit = SMEM_LIMIT // per
+    mt, per, limit = k.matmul, stage_bytes(k), smem_limit(ctx)
+    fit = limit // per
     if fit < 1:
         raise KnobError(f"{k.name}: one stage of its {mt.tile_m}x{mt.tile_n}x{mt.tile_k} tiles needs "
-                        f"{per} bytes of shared memory (more than {SMEM_LIMIT})")
+                        f"{per} bytes of shared memory (more than {limit})")
     steps = max(-(-s.extent // mt.tile_k) for s in k.body if isinstance(s, MmaLoop))
     stages = ctx.knob("STAGES", max(1, min(4, fit, steps)))
     if not 1 <= stages <= fit:
         raise KnobError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
-                        f"{SMEM_LIMIT} bytes of shared memory")
+                        f"{limit} bytes of shared memory")
     ctx.log(f"wgmma_pipeline: {k.name}: {stages} stage(s) of {per} bytes", 2)
     body = tuple(replace(s, stages=stages) if isinstance(s, MmaLoop) else s for s in k.body)
     return replace(k, body=body).with_knob("STAGES", stages)

@@ -24,55 +24,11 @@ from dataclasses import replace
 
 from ...context import Context
 from ...errors import KnobError
-from ...expr import Var, affine_terms
 from ...loop.ir import Load, Loop
 from ..contraction import match
-from ..ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index, walk
-from .mma_tile import HALF, _operands, sm_version
-from .tile_matmul import conjoin, edge
-
-SWIZZLE_OF_TILE_K = {16: "32B", 32: "64B", 64: "128B"}     # a shared row is 2 x TILE_K bytes
-
-
-def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
-    """((var, extent, stride in elements), ...) of the operand's TMA map, innermost first: K
-    then X for a K-major operand, X then K for an MN-major one (contiguous along its M or N
-    axis: wgmma reads it with the transpose bit), then the batch axes its load uses; or why TMA
-    cannot fetch it ("" never)."""
-    if len(op.body) != 1 or not isinstance(op.body[0], Load):
-        return "it computes a prologue"
-    load = op.body[0]
-    if load.pred is not None:
-        return "its load is predicated"
-    terms = affine_terms(flat_index(load.index, k.shape_of(load.buf)))
-    if terms is None or not all(isinstance(a, Var) for a in terms[0]):
-        return "its index is not affine in the loop axes"
-    coeffs, const = terms
-    coeffs = {a.name: c for a, c in coeffs.items() if c}
-    if const:
-        return "its index has a constant offset"
-    if not coeffs.get(op.x_var):
-        return f"it does not depend on {op.x_var}"
-    if not coeffs.get(k_var):
-        return f"it does not depend on {k_var}"
-    batch = {v: e for v, e in k.domain if v != op.x_var}     # (the other of M, N never occurs)
-    if coeffs[k_var] == 1:              # K-major
-        dims = [(k_var, k_extent, 1), (op.x_var, op.x_extent, coeffs[op.x_var])]
-    elif coeffs[op.x_var] == 1:         # MN-major: wgmma reads it transposed
-        dims = [(op.x_var, op.x_extent, 1), (k_var, k_extent, coeffs[k_var])]
-    else:
-        return f"it is contiguous along neither {k_var} nor {op.x_var}"
-    rest = sorted((c, v) for v, c in coeffs.items() if v not in (k_var, op.x_var))
-    for c, v in rest:
-        if v not in batch:
-            return f"its index uses {v}, not a batch axis"
-        dims.append((v, batch[v], c))
-    if len(dims) > 5:
-        return "it has more than 5 dimensions"
-    bad = [v for v, _, c in dims[1:] if c % 8]
-    if bad:
-        return f"its stride along {bad[0]} is not a multiple of 16 bytes"
-    return tuple(dims)
+from ..ir import Guard, MmaLoop, MmaTile, TileKernel, walk
+from ..tensor_core import HALF, SWIZZLE_OF_TILE_K, mn_major, operands, tma_dims
+from ..contraction import conjoin, edge
 
 
 def _other_loads(k: TileKernel, loops: list[MmaLoop]) -> set[str]:
@@ -97,12 +53,6 @@ def why_not_tma(k: TileKernel, loops: list[MmaLoop], tile_of) -> str:
             if maps.setdefault(buf, key) != key:
                 return f"{buf} is fetched with two different tensor maps"
     return ""
-
-
-def mn_major(k: TileKernel, lp: MmaLoop, op: MmaOperand) -> bool:
-    """Whether TMA fetches the operand MN-major (contiguous along its M or N axis)."""
-    dims = tma_dims(k, op, lp.k_var, lp.extent)
-    return not isinstance(dims, str) and dims[0][0] != lp.k_var
 
 
 def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context,
@@ -143,15 +93,15 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
         return k
     if pinned in ("mma", "fma"):
         return decline(f"INSTR={pinned} pinned")
-    if ctx.arch != "sm_90a":
+    if not ctx.arch.has("wgmma"):
         return decline(f"target {ctx.arch} has no wgmma (needs sm_90a)"
-                       if sm_version(ctx.arch) >= 80 else f"target {ctx.arch} has no wgmma")
+                       if ctx.arch.has("mma.sync") else f"target {ctx.arch} has no wgmma")
     if c.m is None:
         return decline("its M side is a vector (one row)")
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     loops, dtype = [], None
     for loop in c.loops:
-        got = _operands(k, loop, c.m, c.n, out_half)
+        got = operands(k, loop, c.m, c.n, out_half)
         if isinstance(got, str):
             return decline(got)
         acc, a, b, dt = got

@@ -1,0 +1,83 @@
+"""`strata run -c CODE --device cpu --bench`: strata's native CPU kernels against PyTorch eager and
+torch.compile (Inductor's C++ backend) on the same inputs, after the accuracy verdict.
+
+Why interleaved rounds: these machines are shared and noisy, so each round times every variant
+once, in turn, and the table quotes medians of many rounds; ratios are against the faster of
+eager and torch.compile in the same run, and GB/s against a large copy measured in the same run
+(the read+write bandwidth a memory-bound kernel can hope for)."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+
+from .work import estimate_work
+
+ROUNDS, MIN_ROUND_S = 31, 0.02
+
+
+def time_once(fn, args, min_s: float = MIN_ROUND_S) -> float:
+    """Seconds per call of fn(*args), averaged over as many calls as fill `min_s`."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn(*args)
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_s:
+            return dt / n
+
+
+def interleaved(variants: dict, args, rounds: int = ROUNDS) -> dict[str, float]:
+    """Median milliseconds of each variant over `rounds` rounds, one timing of each per round."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    with torch.no_grad():
+        for fn in variants.values():          # warm up (torch.compile compiles here)
+            fn(*args)
+        for _ in range(rounds):
+            for name, fn in variants.items():
+                times[name].append(time_once(fn, args))
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def copy_gbps(nbytes: int = 256 << 20) -> float:
+    """Read + write GB/s of a large tensor copy: the memory ceiling of this run."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    ms = interleaved({"copy": lambda: dst.copy_(src)}, (), rounds=7)["copy"]
+    return 2 * nbytes / ms / 1e6
+
+
+def bench_snippet_cpu(code: str, ctx) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..api import compile_snippet
+    from ..check import compare_with_eager, print_report
+    console = Console(highlight=False)
+    program, snippet = compile_snippet(code, ctx, device="cpu")
+    report = compare_with_eager(program, snippet)
+    print_report(program, report, console)
+    if not report.passed:
+        return 1
+    module, inputs = snippet.module, snippet.example_inputs
+    torch._dynamo.reset()
+    variants = {"eager": module, "torch.compile": torch.compile(module, dynamic=False),
+                "strata": program}
+    ms = interleaved(variants, inputs)
+    work = estimate_work(module, inputs)
+    ceiling = copy_gbps()
+    best = min(ms["eager"], ms["torch.compile"])
+    table = Table(title=f"CPU timings ({torch.get_num_threads()} torch threads, "
+                        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'all')}; median of "
+                        f"{ROUNDS} interleaved rounds; copy ceiling {ceiling:.1f} GB/s)",
+                  title_justify="left")
+    for col in ("variant", "ms", "GB/s", "% of copy", "GFLOP/s", "vs faster of eager/compile"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for name, t in ms.items():
+        gbs = work.bytes / t / 1e6
+        table.add_row(name, f"{t:.4f}", f"{gbs:.1f}", f"{100 * gbs / ceiling:.0f}%",
+                      f"{work.flops / t / 1e6:.1f}" if work.flops else "-", f"{best / t:.2f}x")
+    console.print(table)
+    return 0

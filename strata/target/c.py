@@ -1,0 +1,250 @@
+"""Kernel IR -> C11 for the CPU (gcc/clang with OpenMP): the first native CPU target.
+
+Why C and one walk reused: the kernels of a CPU schedule use one thread per block (block == 1),
+so a kernel is a loop over its blocks, which are independent: `#pragma omp parallel for
+schedule(static)` runs them on every core, threadIdx.x is 0 and blockIdx.x is the loop variable.
+Everything else is what the CUDA emitter prints, so this module subclasses its tree walk
+(target/cuda.py: expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts,
+index types, provenance comments) and overrides only what differs in C:
+  - a kernel is `static void k_name(const T* restrict in, ..., T* restrict out)`, and
+    `void strata_run(void** args)` calls every kernel in launch order with args[k] the data
+    pointer of KernelProgram.buffers[k] (one ctypes call per program run);
+  - bf16 and f16 are uint16_t in memory, converted in registers by the prelude (c_prelude.py);
+  - vector loads/stores (load.v4 ...) are plain element accesses: the compiler vectorises;
+  - `#pragma omp simd [reduction(...)]` on the innermost loops c_simd.py proves safe,
+    `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count.
+Kernels a CPU cannot run (block != 1, shared memory, barriers, shuffles, tensor cores, async
+copies, TMA, mbarriers, tensor maps) are refused with a CompileError naming kernel and node.
+"""
+from __future__ import annotations
+
+from .. import dtypes
+from ..errors import CompileError
+from ..expr import Cast, Const, Expr, Op, add, children
+from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load,
+                         LoadVec, ShflIdx, ShflXor, Store, StoreVec, ThreadIdx, WgmmaDesc, walk)
+from .c_prelude import PRELUDE
+from .c_simd import plan_loop
+from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname
+
+# Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
+C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
+_TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}
+_TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
+_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, Comment)
+_WHY = {"Smem": "shared memory", "Sync": "a block barrier (__syncthreads)",
+        "ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
+        "LdMatrix": "ldmatrix", "CpAsync": "an asynchronous copy (cp.async)",
+        "CpAsyncCommit": "cp.async.commit_group", "CpAsyncWait": "cp.async.wait_group",
+        "Wgmma": "a wgmma", "WgmmaDesc": "a wgmma descriptor", "WgmmaFence": "wgmma.fence",
+        "WgmmaCommit": "wgmma.commit_group", "WgmmaWait": "wgmma.wait_group",
+        "TmaLoad": "a TMA load", "MbarInit": "an mbarrier", "MbarArrive": "an mbarrier",
+        "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
+        "FenceProxyAsync": "fence.proxy.async"}
+UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
+
+
+def check_kernel(k: Kernel) -> None:
+    """Raise CompileError unless the C target can run `k` (see the module docstring)."""
+    def refuse(what: str):
+        raise CompileError(f"kernel {k.name} uses {what}, which the C target cannot run: it runs "
+                           f"one thread per block (block=1), with no shared memory, barriers, "
+                           f"warp shuffles, tensor cores or asynchronous copies")
+    if k.block != 1:
+        raise CompileError(f"kernel {k.name} has block={k.block}: the C target runs one thread "
+                           f"per block (block=1); schedule it for the CPU")
+    for p in k.params:
+        if p.tensor_map is not None:
+            refuse(f"a TMA tensor map (parameter {p.name})")
+    for s in walk(k.body):
+        if not isinstance(s, _ALLOWED):
+            name = type(s).__name__
+            refuse(f"{_WHY.get(name, 'a statement')} ({name})")
+        for e in _stmt_exprs(s):
+            for x in _nodes(e):
+                if isinstance(x, (ShflXor, ShflIdx, WgmmaDesc)):
+                    name = type(x).__name__
+                    refuse(f"{_WHY[name]} ({name})")
+
+
+class _CEmitter(_Emitter):
+    """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
+
+    def __init__(self, kernel: Kernel):
+        super().__init__(kernel)
+        self.types: dict[str, str] = {}
+        for s in walk(kernel.body):
+            if isinstance(s, (Let, For)):
+                self.types[s.var] = s.dtype
+            elif isinstance(s, LoadVec):
+                self.types.update(dict.fromkeys(s.vars, s.dtype))
+
+    # ------------------------------------------------------------ expressions
+
+    def ex(self, e: Expr) -> tuple[str, int]:
+        if isinstance(e, ThreadIdx):
+            return "0", ATOM
+        if isinstance(e, BlockIdx):
+            return "blockIdx", ATOM
+        if isinstance(e, Load):
+            text = f"{cname(e.buf)}[{self.expr(e.index)}]"
+            conv = _TO_FLOAT.get(self.bufs.get(e.buf, ""))
+            return (f"{conv}({text})" if conv else text), ATOM
+        return super().ex(e)
+
+    def op(self, e: Op) -> tuple[str, int]:
+        a = e.args
+        if e.op in ("add", "subtract") and isinstance(a[-1], ThreadIdx):
+            return self.ex(a[0])                    # threadIdx.x is 0
+        if e.op == "add" and isinstance(a[0], ThreadIdx):
+            return self.ex(a[1])
+        if e.op == "logical_xor":                   # the template's bool(x) is C++
+            return (f"(bool){self.expr(a[0], UNARY)} != (bool){self.expr(a[1], UNARY)}", EQ)
+        if e.op in ("maximum", "minimum") and (dtypes.is_int(a[0].dtype) or a[0].dtype == "bool"):
+            return self.template(e)                 # the prelude's _Generic max/min: no decltype
+        return super().op(e)
+
+    def cast(self, e: Cast) -> tuple[str, int]:
+        if e.dtype in _TO_STORAGE:                  # rounded to 16 bits, kept in float
+            inner = f"{_TO_STORAGE[e.dtype]}({_strip(self.expr(e.arg))})"
+            return f"{_TO_FLOAT[e.dtype]}({inner})", ATOM
+        return super().cast(e)
+
+    def stored(self, buf: str, value: Expr) -> str:
+        conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
+        return f"{conv}({_strip(self.expr(value))})" if conv else _strip(self.expr(value))
+
+    # ------------------------------------------------------------ statements
+
+    def load_vec(self, s: LoadVec, depth: int) -> None:
+        t = self.ctype(s.vars[0], s.dtype)
+        for k, v in enumerate(s.vars):
+            load = Load(s.buf, add(s.index, k) if k else s.index, s.dtype)
+            self.emit(f"{t} {cname(v)} = {_strip(self.expr(load))};", depth)
+
+    def store_vec(self, s: StoreVec, depth: int) -> None:
+        for k, v in enumerate(s.values):
+            self.stmt(Store(s.buf, add(s.index, k) if k else s.index, v), depth)
+
+    def stmt(self, s, depth: int) -> None:
+        if not isinstance(s, For):
+            return super().stmt(s, depth)
+        pragma = plan_loop(s, self.types).pragma(cname)
+        if pragma:
+            self.emit(pragma, depth)
+        trips = _trip_count(s)
+        if s.unroll and not pragma and trips is not None and 1 < trips <= UNROLL_MAX:
+            self.emit(f"#pragma GCC unroll {trips}", depth)   # (one pragma per loop: simd wins)
+        v, t = cname(s.var), self.ctype(s.var, s.dtype)
+        inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
+        self.emit(f"for ({t} {v} = {_strip(self.expr(s.start))}; {v} < "
+                  f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
+        self.body(s.body, depth + 1)
+        self.emit("}", depth)
+
+    # ------------------------------------------------------------ the kernel
+
+    def kernel(self) -> str:
+        k = self.k
+        params = [f"{'' if p.output else 'const '}{C_TYPES[p.dtype]}* restrict {cname(p.name)}"
+                  for p in k.params]
+        for line in (k.src or "").splitlines():
+            self.lines.append(f"// {line}")
+        if self.wide:
+            self.lines.append("// indices reach 2^31: index arithmetic in long long")
+        self.lines.append(f"// grid = {k.grid} block{'s' if k.grid != 1 else ''} of one thread"
+                          + (", run in parallel (OpenMP)" if k.grid > 1 else ""))
+        sig = f"{cname(k.name)}({', '.join(params)}) {{"
+        if len("static void ") + len(sig) <= 100:
+            self.lines.append(f"static void {sig}")
+        else:
+            self.lines.append("static void")
+            self._wrap_signature(cname(k.name), params)
+        if k.grid == 1:
+            if _uses_block_idx(k):
+                self.emit(f"const {self.index_t} blockIdx = 0;", 1)
+            self.body(k.body, 1)
+        elif k.grid > 1:
+            self.emit("#pragma omp parallel for schedule(static)", 1)
+            self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", 1)
+            self.body(k.body, 2)
+            self.emit("}", 1)
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+
+def _trip_count(s: For) -> int | None:
+    if isinstance(s.start, Const) and isinstance(s.stop, Const) and s.step > 0:
+        return max(0, -(-(int(s.stop.value) - int(s.start.value)) // s.step))
+    return None
+
+
+def _stmt_exprs(s):
+    for f in ("value", "index", "start", "stop", "cond"):
+        e = getattr(s, f, None)
+        if isinstance(e, Expr):
+            yield e
+    yield from getattr(s, "values", None) or ()
+
+
+def _nodes(e: Expr):
+    yield e
+    for c in children(e):
+        yield from _nodes(c)
+
+
+def _uses_block_idx(k: Kernel) -> bool:
+    return any(isinstance(x, BlockIdx) for s in walk(k.body) for e in _stmt_exprs(s)
+               for x in _nodes(e))
+
+
+# ---------------------------------------------------------------- public entry points
+
+def emit_kernel(kernel: Kernel) -> str:
+    """C for one kernel (needs the prelude of `emit_program` to compile)."""
+    check_kernel(kernel)
+    return _CEmitter(kernel).kernel()
+
+
+def emit_program(program: KernelProgram, target=None) -> str:
+    """One translation unit: the prelude, every kernel once, then `strata_run(void** args)`.
+    target: the CPU target (a strata.targets.Target or its name), printed in the header; the
+    code itself is the same for every CPU (the compiler's -march picks the instructions)."""
+    if getattr(target, "is_gpu", False):
+        raise CompileError(f"C is the CPU target's language; {target} is a GPU (emit CUDA)")
+    names = ", ".join(k.name for k in program.kernels)
+    where = f"{target} " if target is not None else ""
+    parts = [f"// strata: {len(program.kernels)} kernel(s) for the CPU {where}(C11, OpenMP): "
+             f"{names}", PRELUDE.rstrip()]
+    seen: dict[str, Kernel] = {}
+    for k in program.kernels:
+        if k.name in seen:        # the same kernel launched twice is defined once
+            if seen[k.name] != k:
+                raise ValueError(f"two different kernels are named {k.name}")
+            continue
+        seen[k.name] = k
+        parts.append(emit_kernel(k))
+    parts.append(_entry_point(program))
+    return "\n\n".join(parts) + "\n"
+
+
+def _entry_point(program: KernelProgram) -> str:
+    index = {b.name: i for i, b in enumerate(program.buffers)}
+    lines = ["// Every kernel in launch order; args[k] is the data of KernelProgram.buffers[k]:",
+             *(f"//   args[{i}] {b.name}: {b.dtype}{list(b.shape)} {b.kind}"
+               for i, b in enumerate(program.buffers)),
+             "void strata_run(void** args) {"]
+    for k in program.kernels:
+        args = []
+        for p in k.params:
+            if p.name not in index:
+                raise CompileError(f"kernel {k.name}: parameter {p.name} is no buffer of the program")
+            args.append(f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{index[p.name]}]")
+        call = f"{cname(k.name)}({', '.join(args)});"
+        if len(INDENT + call) > 100:
+            call = f"{cname(k.name)}(" + f",\n{INDENT}{' ' * (len(cname(k.name)) + 1)}".join(args) + ");"
+        lines.append(INDENT + call)
+    if not program.kernels:
+        lines.append(f"{INDENT}(void)args;      // nothing to compute (empty tensors)")
+    lines.append("}")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""The C prelude of the CPU target: what the scalar templates of scalar_ops.py call, in C11.
+
+Why a module of its own: the templates are shared with the CUDA emitter and were written for C++
+(overloads, CUDA intrinsics). C has no overloading, so `st_max`, `min`, `abs` ... are _Generic
+macros over one static inline function per type; CUDA's `rsqrtf` is 1 / sqrt (both correctly
+rounded, as the simulator computes it). fp16/bf16 are stored as uint16_t and converted in
+registers by integer and float arithmetic only, with no branch, so that gcc and clang vectorise
+the conversions (gcc 12 vectorises no `_Float16` arithmetic without AVX512-FP16):
+  bf16 -> float: bits << 16 (exact);   float -> bf16: round to nearest even, NaN -> 0x7FC0
+  (dtypes.to_bf16_bits and torch do the same);
+  f16 -> float: exact, subnormals included;   float -> f16: round to nearest even, overflow to
+  inf, NaN kept NaN (quiet), as NumPy's and F16C's conversions do.
+tests/runtime/test_native.py checks them against NumPy (every f16 pattern, the rounding edges, a
+million random floats); all 2^32 floats were checked once against the CPU's F16C instructions.
+With -std=c11 no libc header declares rsqrt/min/max/abs, so the names are free.
+"""
+from __future__ import annotations
+
+PRELUDE = r"""#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.
+// max/min are one compare and a select (they vectorise); a tie (-0.0, 0.0) gives b, as NumPy does.
+static inline float st_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline float st_minf(float a, float b) { return (a < b || a != a) ? a : b; }
+static inline float st_signf(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
+static inline float st_fmodf(float a, float b) {
+    float r = fmodf(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+static inline double st_maxd(double a, double b) { return (a > b || a != a) ? a : b; }
+static inline double st_mind(double a, double b) { return (a < b || a != a) ? a : b; }
+static inline double st_signd(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+static inline double st_fmodd(double a, double b) {
+    double r = fmod(a, b);
+    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+// CUDA's rsqrt, correctly rounded twice (as the simulator computes it).
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+// Integers (the operands' usual arithmetic conversions pick the type).
+static inline int st_maxi(int a, int b) { return a > b ? a : b; }
+static inline int st_mini(int a, int b) { return a < b ? a : b; }
+static inline int st_absi(int a) { return a < 0 ? -a : a; }
+static inline long st_maxl(long a, long b) { return a > b ? a : b; }
+static inline long st_minl(long a, long b) { return a < b ? a : b; }
+static inline long st_absl(long a) { return a < 0 ? -a : a; }
+static inline long long st_maxll(long long a, long long b) { return a > b ? a : b; }
+static inline long long st_minll(long long a, long long b) { return a < b ? a : b; }
+static inline long long st_absll(long long a) { return a < 0 ? -a : a; }
+// C has no overloading: the names the templates call dispatch on the operands' type.
+#define st_max(a, b) _Generic((a) + (b), float: st_maxf, default: st_maxd)(a, b)
+#define st_min(a, b) _Generic((a) + (b), float: st_minf, default: st_mind)(a, b)
+#define st_sign(x) _Generic((x), float: st_signf, default: st_signd)(x)
+#define st_fmod(a, b) _Generic((a) + (b), float: st_fmodf, default: st_fmodd)(a, b)
+#define max(a, b) _Generic((a) + (b), long: st_maxl, long long: st_maxll, default: st_maxi)(a, b)
+#define min(a, b) _Generic((a) + (b), long: st_minl, long long: st_minll, default: st_mini)(a, b)
+#define abs(x) _Generic((x) + 0, long: st_absl, long long: st_absll, default: st_absi)(x)
+// Float max/min reductions of `#pragma omp simd` (OpenMP's own max drops NaN in vector code).
+#pragma omp declare reduction(st_max : float : omp_out = st_maxf(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(st_max : double : omp_out = st_maxd(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(st_min : float : omp_out = st_minf(omp_out, omp_in)) initializer(omp_priv = INFINITY)
+#pragma omp declare reduction(st_min : double : omp_out = st_mind(omp_out, omp_in)) initializer(omp_priv = INFINITY)
+
+// bf16 and f16 are stored as uint16_t; values are float in registers.
+static inline uint32_t st_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float st_bf16_to_float(uint16_t h) { return st_float((uint32_t)h << 16); }
+static inline uint16_t st_float_to_bf16(float f) {
+    uint32_t u = st_bits(f);
+    return f != f ? (uint16_t)0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float st_f16_to_float(uint16_t h) {
+    uint32_t em = (uint32_t)(h & 0x7FFFu) << 13;               // exponent and mantissa, in place
+    uint32_t e = em & 0x0F800000u;
+    float normal = st_float(em + ((uint32_t)(127 - 15) << 23));
+    float sub = st_float(em + ((uint32_t)(127 - 15 + 1) << 23)) - st_float(113u << 23);
+    float special = st_float(em + ((uint32_t)(255 - 31) << 23));  // inf, NaN
+    float mag = e == 0 ? sub : (e == 0x0F800000u ? special : normal);
+    return st_float(st_bits(mag) | ((uint32_t)(h & 0x8000u) << 16));
+}
+static inline uint16_t st_float_to_f16(float f) {
+    uint32_t u = st_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+    // subnormal or zero: adding 0.5 aligns the 10 mantissa bits at the bottom (the FPU rounds)
+    uint32_t sub = st_bits(st_float(a) + 0.5f) - st_bits(0.5f);
+    uint32_t normal = (a + ((uint32_t)(15 - 127) << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
+    uint32_t special = a > 0x7F800000u ? (0x7E00u | ((a >> 13) & 0x3FFu)) : 0x7C00u;
+    uint32_t h = a >= 0x47800000u ? special : (a < 0x38800000u ? sub : normal);
+    return (uint16_t)(h | sign);
+}
+
+// How many threads the kernels' parallel loops use (OMP_NUM_THREADS, else every core).
+int strata_num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+"""

@@ -1,0 +1,120 @@
+"""What strata compiles for, as a value: the one place a GPU's or a CPU's numbers live.
+
+A `Target` names the machine (`--target NAME`), its kind (gpu or cpu), the ISA the emitter writes
+for, and the facts a schedule needs: warp size, SM or core count, shared memory, registers, the
+widest vector access, which instructions exist, cache sizes. Passes ask it (`ctx.arch.has("wgmma")`,
+`ctx.arch.fill_blocks`) instead of parsing names or hard-coding an H100. The GPU numbers are for
+the reference part of each architecture (A100 for sm_80, H100 SXM for sm_90); what a
+schedule tunes to them is a default, and knobs pin the rest.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from .errors import StrataError
+
+KiB, MiB = 1 << 10, 1 << 20
+STATIC_SMEM_BYTES = 48 * KiB        # CUDA: static __shared__ per block, on every architecture
+DYNAMIC_SMEM_ALIGN = 1024           # dynamic shared memory base alignment the 128B swizzle needs
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                            # what --target takes: "sm_90a", "cpu-avx2"
+    kind: str                            # "gpu" | "cpu"
+    isa: str                             # what the emitter targets: "sm_90a", "x86-64-v3"
+    sm: int = 0                          # compute capability x 10 (90); 0 on a CPU
+    warp_size: int = 1                   # threads that run in lock-step (1: a CPU core's loop)
+    cores: int = 1                       # SMs of a GPU, cores of a CPU
+    smem_per_block: int = 0              # static shared memory per block
+    smem_optin: int = 0                  # dynamic shared memory a block may opt into
+    registers: int = 0                   # 32-bit registers per thread at most
+    vector_bytes: int = 16               # the widest vector load or store
+    features: frozenset = field(default_factory=frozenset)
+    caches: tuple = ()                   # (level, bytes), nearest first
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    @property
+    def fill_blocks(self) -> int:
+        """Blocks that keep every SM busy for two waves: below this a split pays."""
+        return 2 * self.cores
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _gpu(name, sm, sms, optin_kib, l2_mib, features=()):
+    tensor = ("mma.sync", "ldmatrix", "cp.async") if sm >= 80 else ()
+    return Target(name, "gpu", name, sm=sm, warp_size=32, cores=sms,
+                  smem_per_block=STATIC_SMEM_BYTES, smem_optin=optin_kib * KiB, registers=255,
+                  vector_bytes=16, features=frozenset(tensor + tuple(features)),
+                  caches=(("L1", 128 * KiB), ("L2", l2_mib * MiB)))
+
+
+# H100's 132 SMs are every GPU's today (the splits of chunk_reduce and split_matmul_k aim at two
+# waves of them); per-part counts come with measurements on those parts.
+_SMS = 132
+GPUS = [
+    _gpu("sm_70", 70, _SMS, 96, 6),
+    _gpu("sm_75", 75, _SMS, 64, 4),
+    _gpu("sm_80", 80, _SMS, 163, 40),
+    _gpu("sm_86", 86, _SMS, 99, 6),
+    _gpu("sm_87", 87, _SMS, 163, 4),
+    _gpu("sm_89", 89, _SMS, 99, 72),
+    _gpu("sm_90", 90, _SMS, 227, 50, ("tma", "mbarrier")),
+    _gpu("sm_90a", 90, _SMS, 227, 50, ("tma", "mbarrier", "wgmma")),
+]
+CPUS = [
+    Target("cpu", "cpu", "x86-64", cores=os.cpu_count() or 1, vector_bytes=16,
+           features=frozenset({"sse2"}), caches=(("L1", 32 * KiB), ("L2", 512 * KiB))),
+    Target("cpu-avx2", "cpu", "x86-64-v3", cores=os.cpu_count() or 1, vector_bytes=32,
+           features=frozenset({"sse2", "avx2", "fma"}), caches=(("L1", 32 * KiB), ("L2", 512 * KiB))),
+]
+TARGETS = {t.name: t for t in GPUS + CPUS}
+DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothing says otherwise
+NAMES = tuple(TARGETS) + ("host",)
+
+
+def host() -> Target:
+    """This machine's CPU: its cores and the vector features /proc/cpuinfo lists."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "f16c", "asimd"}
+    features = frozenset(flags & known) | ({"neon"} if "asimd" in flags else set())
+    width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
+    return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features)
+
+
+def get_target(name: str | Target) -> Target:
+    """The Target called `name`; an unknown name is one sentence listing the known ones."""
+    if isinstance(name, Target):
+        return name
+    if name == "host":
+        return host()
+    if name not in TARGETS:
+        raise StrataError(f"unknown target {name!r}; choose one of {', '.join(NAMES)}")
+    return TARGETS[name]
+
+
+def gpu_target(sm: str) -> str:
+    """The target to compile for on a device of compute capability `sm` ("sm_90"): Hopper gets
+    sm_90a, whose wgmma and TMA the tile passes use; every other GPU its own architecture."""
+    name = "sm_90a" if sm == "sm_90" else sm
+    if name not in TARGETS:
+        raise StrataError(f"this GPU is {sm}, which strata has no target for; pin one of "
+                          f"{', '.join(t.name for t in GPUS)} with --target")
+    return name

@@ -1,0 +1,52 @@
+"""cpu_rows: the CPU schedule of a kernel, after tileify: outer free axes split across cores,
+the innermost axis a loop the C compiler vectorises.
+
+A CPU target runs one thread per block (target/c.py): each block is one iteration of an OpenMP
+parallel loop over the cores, and inner loops get `#pragma omp simd` (reductions with a vector
+accumulator). So a rows kernel keeps its rows as blocks (GROUP=1, BLOCK=1: its reduce and free
+loops run inside the block, vectorised), and an elementwise kernel becomes rows over all but its
+innermost axis with that axis as an inner loop; a 1-D elementwise kernel is cut into CHUNK-long
+rows when its length allows (CHUNK divides it), so both cores get work. Contractions are rows of
+dot products (a decode GEMV reads each weight row contiguously); a register-blocked GEMM
+micro-kernel is the next step. Fused attention has no CPU schedule yet (tileify says so).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...context import Context
+from ...expr import Var, add, mul
+from ...loop.ir import Let, Loop
+from ..ir import Mode, TileKernel
+
+MIN_CHUNK = 1024        # elements per row of a 1-D elementwise kernel, at the least
+
+
+def _chunk(extent: int, cores: int) -> int:
+    """A divisor of `extent` giving one row per core or more, at least MIN_CHUNK long; extent
+    itself (one row) when there is none."""
+    for rows in range(max(2, cores), extent // MIN_CHUNK + 1):
+        if extent % rows == 0:
+            return extent // rows
+    return extent
+
+
+def cpu_rows(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode is Mode.ROWS:
+        return replace(k, group=1, block=1)
+    if k.mode is not Mode.ELEMENTWISE:
+        return k
+    if not k.domain:                      # a single point
+        return replace(k, mode=Mode.ROWS, group=1, block=1)
+    *outer, (var, extent) = k.domain
+    body = k.body
+    if not outer:                         # 1-D: rows of CHUNK elements
+        chunk = _chunk(extent, ctx.arch.cores)
+        if chunk < extent:
+            outer = [(f"{var}_row", extent // chunk)]
+            body = (Let(var, add(mul(Var(f"{var}_row"), chunk), Var(f"{var}_col"))),) + body
+            var, extent = f"{var}_col", chunk
+    ctx.log(f"cpu_rows: {k.name}: {' x '.join(str(e) for _, e in outer) or 1} rows of a "
+            f"{extent}-long inner loop", 2)
+    return replace(k, mode=Mode.ROWS, domain=tuple(outer), body=(Loop(var, extent, "free", body),),
+                   group=1, block=1)

@@ -1,0 +1,394 @@
+"""The native CPU target (target/c.py -> runtime/cc.py -> runtime/native.py) computes what the
+simulator computes: bit for bit where the C and NumPy operations are the same IEEE operations,
+within 1e-6 relative for libm's transcendental functions (glibc and NumPy differ by an ulp or
+two). Reductions take data whose sums and products are exact in every order, so the reassociation
+`omp simd reduction` allows shows as no difference. Also: the runtime's argument handling (weights,
+temps in one slab, inputs updated in place, 0-d and empty buffers), the compile cache (a second
+program compiles nothing, concurrent processes leave one sound entry, a damaged one is rebuilt),
+OMP_NUM_THREADS, and the errors a user can meet."""
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from strata import dtypes
+from strata.errors import CompileError, DeviceUnavailable, InputMismatch
+from strata.kernel.sim import simulate
+from strata.runtime import cache, cc, native_build
+from strata.runtime.native import NativeProgram
+from strata.target.c import emit_program
+
+try:
+    cc.find_compiler()
+except DeviceUnavailable:
+    pytest.skip("no C compiler ($CC, cc, gcc or clang) is installed, so the native CPU target "
+                "cannot be built or tested here; install gcc to run these tests",
+                allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+import cpu_builders as C  # noqa: E402
+import kernel_builders as B  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TRANSCENDENTAL = {"pow", "exp", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin",
+                  "cos"}
+FLOATS = ("f32", "f64", "bf16", "f16")
+
+
+# ---------------------------------------------------------------- helpers
+
+def random_inputs(program, rng, kind: str = "positive") -> dict[str, np.ndarray]:
+    """Simulator inputs for the program's input and weight buffers (bf16 as float32 values).
+    kind "positive": floats in [0.1, 4.1), ints in [1, 100); "exact": multiples of 1/8 (floats)
+    or small ints, whose sums are exact in any order; "signs": +-1 (products exact)."""
+    out = {}
+    for b in program.buffers:
+        if b.kind not in ("input", "weight"):
+            continue
+        if b.dtype == "bool":
+            a = rng.random(b.shape) < 0.5
+        elif kind == "signs":
+            a = rng.choice([-1.0, 1.0, 1.0, 2.0, 0.5] if dtypes.is_float(b.dtype) else [-1, 1],
+                           b.shape)
+        elif kind == "exact":
+            a = rng.integers(-100, 100, b.shape) / (8 if dtypes.is_float(b.dtype) else 1)
+        elif dtypes.is_float(b.dtype):
+            a = rng.random(b.shape) * 4 + 0.1
+        else:
+            a = rng.integers(1, 100, b.shape)
+        if dtypes.is_float(b.dtype) and b.dtype != "f64":
+            a = np.asarray(a, dtype=np.float32)
+        out[b.name] = np.asarray(dtypes.round_to(np.asarray(a), b.dtype)).reshape(b.shape)
+    return out
+
+
+def to_torch(a: np.ndarray, dtype: str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a)).to(dtypes.to_torch(dtype))
+
+
+def native_run(program, data):
+    weights = {b.name: to_torch(data[b.name], b.dtype) for b in program.buffers if b.kind == "weight"}
+    prog = NativeProgram(program, weights)
+    return prog.run([to_torch(data[name], b.dtype) for name, b in prog.spec.items()])
+
+
+def as_f64(t) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        t = t.to(torch.float64).numpy() if t.dtype != torch.bool else t.numpy()
+    return np.asarray(t).astype(np.float64)
+
+
+def compare(program, data, rtol: dict | None = None) -> None:
+    """Native against simulated outputs: bit for bit, or within rtol[name] relative."""
+    want = simulate(program, data)
+    got = native_run(program, data)
+    for name, g in zip(program.outputs, got):
+        b = program.buffer(name)
+        assert tuple(g.shape) == tuple(b.shape) and g.dtype == dtypes.to_torch(b.dtype), name
+        tol = (rtol or {}).get(name)
+        if tol is None:
+            np.testing.assert_array_equal(as_f64(g), as_f64(want[name]), err_msg=name)
+        else:
+            np.testing.assert_allclose(as_f64(g), as_f64(want[name]), rtol=tol, atol=0,
+                                       err_msg=name)
+
+
+# ---------------------------------------------------------------- results against the simulator
+
+@pytest.mark.parametrize("dtype", [*FLOATS, "i32", "i64", "i8", "u8"])
+def test_every_scalar_op_matches_the_simulator(dtype):
+    """One kernel per op of scalar_ops.py; 1009 elements in blocks of 64 (a partial last block)."""
+    program, ops = C.op_outputs(dtype, 1009, chunk=64)
+    tol = 1e-6 if dtype in ("f32", "f64") else None      # 16-bit outputs round the ulp away
+    compare(program, random_inputs(program, np.random.default_rng(1)),
+            {f"out_{op}": tol for op in ops if op in TRANSCENDENTAL})
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_maximum_and_minimum_take_nan_and_zero_signs_as_the_simulator(dtype):
+    program = C.op_outputs(dtype, 8, chunk=8)[0]
+    keep = {"k_op_maximum", "k_op_minimum"}
+    program.kernels[:] = [k for k in program.kernels if k.name in keep]
+    program.buffers[:] = [b for b in program.buffers if b.kind == "input" or
+                          b.name in ("out_maximum", "out_minimum")]
+    program.outputs[:] = ["out_maximum", "out_minimum"]
+    t = dtypes.to_numpy(dtype)
+    data = {"x": np.array([-0.0, 0.0, np.nan, 1, np.nan, np.inf, -np.inf, 2], t),
+            "y": np.array([0.0, -0.0, 1, np.nan, np.nan, -np.inf, 3, 2], t)}
+    want = simulate(program, data)
+    for name, g in zip(program.outputs, native_run(program, data)):
+        np.testing.assert_array_equal(g.numpy(), want[name], err_msg=name)
+        assert (np.signbit(g.numpy()) == np.signbit(want[name])).all(), name
+
+
+@pytest.mark.parametrize("n", [1, 7, 1009])
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_bool_buffers_and_odd_sizes(n, chunk):
+    program = C.mask_ops(n, chunk)
+    compare(program, random_inputs(program, np.random.default_rng(n)))
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "argmax", "argmin"])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "bf16", "i32"])
+def test_row_reductions_match_the_simulator(op, dtype):
+    program = C.row_reduce(3, 1009, dtype, op)
+    kind = "signs" if op == "prod" else "exact"
+    compare(program, random_inputs(program, np.random.default_rng(2), kind))
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 7), (5, 1009)])
+@pytest.mark.parametrize("op", ["sum", "max", "argmax"])
+def test_reduction_sizes(rows, cols, op):
+    program = C.row_reduce(rows, cols, "f32", op)
+    compare(program, random_inputs(program, np.random.default_rng(cols), "exact"))
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_nan_wins_a_vectorised_max_as_in_torch(op):
+    """OpenMP's own max reduction drops NaN in vector code; the prelude's st_max keeps it."""
+    program = C.row_reduce(3, 1009, "f32", op)
+    data = random_inputs(program, np.random.default_rng(3))
+    data["x"][1, 500] = np.nan
+    data["x"][2, 1008] = np.nan
+    compare(program, data)
+    got = as_f64(native_run(program, data)[0])
+    if op in ("max", "min"):
+        assert np.isnan(got[1:]).all() and not np.isnan(got[0])
+    else:
+        assert list(got[1:]) == [500, 1008]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_rms_norm_with_a_weight(dtype):
+    """A reduction loop then a store loop; the sum of squares is exact (multiples of 1/64), so
+    its vectorised order cannot flip the rounding of a 16-bit output."""
+    program = C.rms_norm_rows(5, 1009, dtype)
+    compare(program, random_inputs(program, np.random.default_rng(4), "exact"))
+
+
+@pytest.mark.parametrize("dtype,width", [("f32", 4), ("f16", 8), ("bf16", 8), ("i32", 4)])
+def test_vector_accesses(dtype, width):
+    program = C.vector_scale(64, dtype, width)
+    compare(program, random_inputs(program, np.random.default_rng(5)))
+
+
+def test_half_conversions_match_numpy():
+    """Every f16 bit pattern to float; float to f16 and bf16 at the rounding edges (halfway
+    cases, subnormals, the overflow threshold, inf, NaN) and on a million random bit patterns.
+    (All 2^32 floats were checked once against the CPU's F16C conversion: no difference.)"""
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    got = native_run(C.convert(len(halves), "f16", "f32"), {"x": halves})[0]
+    np.testing.assert_array_equal(as_f64(got), halves.astype(np.float64))
+    edges = np.array([65504, 65519.99, 65520, 65536, 2.0 ** -14, 2.0 ** -24, 2.0 ** -25,
+                      2.0 ** -25 * 1.0001, 3 * 2.0 ** -26, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11,
+                      1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, np.inf, np.nan, 0.0, 1e-45, 3.4e38],
+                     dtype=np.float32)
+    bits = np.random.default_rng(6).integers(0, 2 ** 32, 1 << 20, dtype=np.uint64)
+    floats = np.concatenate([edges, -edges, bits.astype(np.uint32).view(np.float32)])
+    for dtype in ("f16", "bf16"):
+        got = native_run(C.convert(len(floats), "f32", dtype), {"x": floats})[0]
+        with np.errstate(over="ignore"):              # NumPy warns on its own overflow to inf
+            want = dtypes.round_to(floats, dtype)
+        np.testing.assert_array_equal(as_f64(got), as_f64(want), err_msg=dtype)
+
+
+# ---------------------------------------------------------------- the runtime
+
+def test_temps_in_place_inputs_and_program_order():
+    program = C.two_kernels_in_place(1009, chunk=64)
+    data = random_inputs(program, np.random.default_rng(7))
+    want = simulate(program, data)
+    cache_t = to_torch(data["cache"], "f32")
+    prog = NativeProgram(program)
+    assert [s.name for s in prog.plan.slots] == ["t"]
+    out, cache_out = prog.run([to_torch(data["x"], "f32"), to_torch(data["y"], "f32"), cache_t])
+    np.testing.assert_array_equal(out.numpy(), want["out"])
+    np.testing.assert_array_equal(cache_t.numpy(), want["cache"])     # the caller's tensor
+    assert cache_out.data_ptr() == cache_t.data_ptr()
+    with pytest.raises(InputMismatch, match="cache is updated in place"):
+        prog.run([to_torch(data["x"], "f32"), to_torch(data["y"], "f32"),
+                  torch.zeros(2018)[::2]])
+
+
+def test_non_contiguous_inputs_are_copied():
+    program = C.mask_ops(7)
+    data = random_inputs(program, np.random.default_rng(8))
+    prog = NativeProgram(program)
+    strided = [torch.stack([to_torch(data[n], b.dtype)] * 2, 1)[:, 0] for n, b in prog.spec.items()]
+    assert not strided[1].is_contiguous()
+    want = simulate(program, data)
+    for g, name in zip(prog.run(strided), program.outputs):
+        np.testing.assert_array_equal(as_f64(g), as_f64(want[name]))
+
+
+def test_0d_output_keeps_shape():
+    program = C.row_reduce(1, 1009, "f32", "sum", out_shape=())
+    compare(program, random_inputs(program, np.random.default_rng(9), "exact"))
+
+
+def test_empty_buffers_compile_nothing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cc, "compile_shared", lambda *a: calls.append(a))
+    prog = NativeProgram(C.empty_program())
+    [out] = prog.run([torch.zeros(0, 5)])
+    assert out.shape == (0, 5) and calls == [] and prog.threads == 1
+
+
+def test_wrong_inputs_are_one_sentence():
+    prog = NativeProgram(C.row_reduce(3, 7, "f32", "sum"))
+    with pytest.raises(InputMismatch, match="input x has shape"):
+        prog.run([torch.zeros(3, 8)])
+    with pytest.raises(InputMismatch, match="expected 1 inputs"):
+        prog.run([])
+
+
+def test_refused_kernels_fail_before_compiling(monkeypatch):
+    monkeypatch.setattr(cc, "compile_shared", lambda *a: pytest.fail("compiled"))
+    with pytest.raises(CompileError, match=r"k_rms_norm_reduce has block=256"):
+        NativeProgram(B.rms_norm(rows=2, cols=256))
+
+
+def test_compiler_errors_carry_the_log():
+    with pytest.raises(CompileError, match=r"rejected the generated C:\n.*error"):
+        cc.compile_shared("this is not C;\n", cc.find_compiler())
+
+
+def test_no_compiler_says_install_gcc(monkeypatch, tmp_path):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DeviceUnavailable, match="install gcc") as err:
+        cc.find_compiler()
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv("CC", "no-such-cc -O1")
+    with pytest.raises(DeviceUnavailable, match="no-such-cc is not an executable"):
+        cc.find_compiler()
+
+
+def test_omp_num_threads_is_respected(tmp_path):
+    lib = tmp_path / "k.so"
+    lib.write_bytes(native_build.build_library(NativeProgram(C.mask_ops(7)).source))
+    code = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).strata_num_threads())"
+    for n in ("1", "3"):
+        out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": n}, check=True)
+        assert out.stdout.strip() == n
+    assert NativeProgram(C.mask_ops(7)).threads >= 1
+
+
+# ---------------------------------------------------------------- the compile cache
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(d))
+    monkeypatch.delenv("STRATA_NO_CACHE", raising=False)
+    return d / "native"
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The list of compiles made (cc.compile_shared calls), counted by patching it."""
+    calls = []
+    real = cc.compile_shared
+
+    def counting(source, cmd):
+        calls.append(source)
+        return real(source, cmd)
+    monkeypatch.setattr(cc, "compile_shared", counting)
+    return calls
+
+
+def test_a_second_program_compiles_nothing(cache_dir, compiles):
+    program = C.row_reduce(3, 7, "f32", "sum")
+    x = torch.arange(21, dtype=torch.float32).reshape(3, 7)
+    first = NativeProgram(program).run([x])[0]
+    second = NativeProgram(program).run([x])[0]
+    assert len(compiles) == 1 and torch.equal(first, second)
+    [entry] = cache_dir.glob("*.native")
+    assert cache.check_entry(entry.read_bytes(), entry.stem)[0] is not None
+    assert not list(cache_dir.glob(".*"))            # private load copies are unlinked
+
+
+def test_keys_follow_flags_and_compiler(cache_dir, compiles, monkeypatch):
+    src = NativeProgram(C.mask_ops(7)).source
+    cmd = cc.find_compiler()
+    key = native_build.cache_key(src, cmd)
+    monkeypatch.setattr(cc, "FLAGS", (*cc.FLAGS, "-fno-unroll-loops"))
+    assert native_build.cache_key(src, cmd) != key
+    assert native_build.cache_key(src, [*cmd, "-m64"]) != native_build.cache_key(src, cmd)
+    NativeProgram(C.mask_ops(7))
+    assert len(compiles) == 2                        # the one above and the new flags
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "flipped"])
+def test_a_damaged_entry_is_rebuilt(damage, cache_dir, compiles, caplog):
+    program = C.row_reduce(3, 7, "f32", "max")
+    NativeProgram(program)
+    [entry] = cache_dir.glob("*.native")
+    data = entry.read_bytes()
+    entry.write_bytes({"truncated": data[:len(data) // 2], "garbage": b"\x7fELF" + b"x" * 999,
+                       "empty": b"", "flipped": data[:-9] + bytes([data[-9] ^ 1]) + data[-8:]}[damage])
+    x = torch.rand(3, 7)
+    out = NativeProgram(program).run([x])[0]
+    assert len(compiles) == 2 and torch.equal(out, x.amax(1))
+    assert "corrupt kernel cache entry" in caplog.text
+    assert cache.check_entry(entry.read_bytes(), entry.stem)[0] is not None
+
+
+def test_no_cache_compiles_every_time(cache_dir, compiles, monkeypatch):
+    monkeypatch.setenv("STRATA_NO_CACHE", "1")
+    NativeProgram(C.mask_ops(7))
+    NativeProgram(C.mask_ops(7))
+    assert len(compiles) == 2 and not list(cache_dir.glob("*.native"))
+
+
+# A child process that skips strata/__init__ (which imports torch): import, say it is ready, wait
+# for "go", build through the cache, print its compiles and the library's digest.
+CHILD = """
+import hashlib, sys, time, types
+from pathlib import Path
+strata = types.ModuleType("strata")
+strata.__path__ = [str(Path.cwd() / "strata")]
+sys.modules["strata"] = strata
+from strata.runtime import cc, native_build
+src, ready, go = Path(sys.argv[1]).read_text(), Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+deadline = time.time() + 60
+while not go.exists() and time.time() < deadline:
+    time.sleep(0.002)
+image = native_build.build_library(src)
+print(cc.COMPILES, hashlib.sha256(image).hexdigest())
+"""
+
+
+def test_concurrent_processes_leave_one_sound_entry(cache_dir, tmp_path):
+    src = emit_program(C.rms_norm_rows(4, 33, "bf16"))
+    (tmp_path / "src.c").write_text(src)
+    go, n = tmp_path / "go", 4
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "src.c"),
+                               str(tmp_path / f"ready{i}"), str(go)], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
+    deadline = time.time() + 60
+    while sum((tmp_path / f"ready{i}").exists() for i in range(n)) < n and time.time() < deadline:
+        time.sleep(0.005)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        count, digest = out.split()
+        results.append((int(count), digest))
+    assert sum(c for c, _ in results) >= 1
+    assert len({d for _, d in results}) == 1        # builds are reproducible: identical entries
+    [entry] = cache_dir.glob("*.native")
+    assert not [f for f in cache_dir.iterdir() if f != entry]       # no temp files left
+    image, why = cache.check_entry(entry.read_bytes(), entry.stem)
+    assert image is not None, why
+    assert hashlib.sha256(image).hexdigest() in {d for _, d in results}
+    assert native_build.load_library(image).strata_num_threads() >= 1
