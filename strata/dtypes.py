@@ -49,7 +49,8 @@ def from_torch(torch_dtype) -> str:
     for short, long in _TORCH_NAMES.items():
         if long == name:
             return short
-    raise ValueError(f"unsupported dtype {torch_dtype}")
+    from .errors import UnsupportedDtype
+    raise UnsupportedDtype(torch_dtype)
 
 
 def to_torch(dtype: str):

@@ -36,6 +36,16 @@ class KnobError(StrataError, ValueError):
     before."""
 
 
+class UnsupportedDtype(StrataError, ValueError):
+    """A tensor of a dtype strata has no type for (complex, float8, uint16 ...). Also a
+    ValueError, which dtypes.from_torch raised before."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        super().__init__(f"unsupported dtype {dtype}: strata compiles float32, float16, bfloat16, "
+                         f"float64, integer and bool tensors")
+
+
 class InputMismatch(StrataError):
     """A call-time argument has the wrong shape or dtype; the message names the argument."""
 

@@ -215,7 +215,7 @@ def _record_replay(out: Lowered, ctx: Context) -> None:
     if not path:
         return
     import hashlib
-    key = "\0".join([str(out.torch), ctx.arch, repr(sorted(ctx.knobs.items()))])
+    key = "\0".join([str(out.torch), str(ctx.arch), repr(sorted(ctx.knobs.items()))])
     digest = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in (key, out.cuda)]
     with open(path, "a") as f:
         f.write("\t".join(digest) + "\n")

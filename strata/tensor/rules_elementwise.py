@@ -20,7 +20,8 @@ UNARY = {
     "aten.trunc": "trunc", "aten.sign": "sign",
 }
 BINARY = {"aten.add": "add", "aten.sub": "subtract", "aten.mul": "multiply",
-          "aten.div": "divide", "aten.minimum": "minimum", "aten.maximum": "maximum"}
+          "aten.div": "divide", "aten.true_divide": "divide", "aten.minimum": "minimum",
+          "aten.maximum": "maximum"}
 COMPARE = {"aten.eq": "eq", "aten.ne": "ne", "aten.lt": "lt", "aten.le": "le", "aten.gt": "gt",
            "aten.ge": "ge"}
 LOGICAL = {"aten.logical_and": "logical_and", "aten.logical_or": "logical_or",
@@ -53,6 +54,8 @@ def other_of(a):
 
 @rule(*UNARY)
 def unary(b, a):
+    if b.op == "aten.sign" and a.self.dtype == "bool":    # sign(True) is True: no math to do
+        return a.self
     return b.arith(UNARY[b.op], a.self, dtype=b.out.dtype, hint=UNARY[b.op])
 
 
@@ -87,6 +90,16 @@ def isinf(b, a):
     if b.op == "aten.isinf":
         return inf
     return b.ew("logical_not", b.ew("logical_or", inf, b.ew("isnan", x), hint="nonfinite"))
+
+
+@rule("aten.isposinf", "aten.isneginf")
+def isposinf(b, a):
+    """What nan_to_num decomposes into."""
+    from .. import dtypes
+    x = a.self
+    if not dtypes.is_float(x.dtype):
+        return b.full(x.shape, False, "bool")
+    return b.ew("eq", x, float("inf") if b.op == "aten.isposinf" else float("-inf"))
 
 
 @rule(*BINARY)
@@ -258,3 +271,10 @@ def elu(b, a):
 def convert(b, a):
     """Dtype conversions are `cast` nodes; same-dtype copies and aliases are the value itself."""
     return b.cast(a.self, b.out.dtype)
+
+
+@rule("aten.copy")
+def copy(b, a):
+    """The functional form of `dst.copy_(src)` (what `torch.diff(x, n=0)` becomes): src's values
+    in dst's shape (src broadcasts) and dtype; dst's own values are not read."""
+    return b.bcast(b.cast(a.src, b.out.dtype), b.out.shape)

@@ -17,12 +17,12 @@ def ivars(rank: int) -> list:
 
 
 @rule("aten.view", "aten._unsafe_view", "aten.reshape", "aten.view_copy", "aten._reshape_alias",
-      "aten.squeeze", "aten.unsqueeze", "aten.flatten", "aten.unflatten", "aten.expand_copy")
+      "aten.squeeze", "aten.unsqueeze", "aten.flatten", "aten.unflatten")
 def view(b, a):
     return b.reshape(a.self, b.out.shape)
 
 
-@rule("aten.expand", "aten.expand_as", "aten.broadcast_to")
+@rule("aten.expand", "aten.expand_as", "aten.broadcast_to", "aten.expand_copy")
 def expand(b, a):
     return b.bcast(a.self, b.out.shape)
 
@@ -85,6 +85,26 @@ def select(b, a):
     outv = ivars(x.rank - 1)
     index = outv[:d] + [Const(i)] + outv[d:]
     return b.index_map(x, b.out.shape, tuple(index), hint="select")
+
+
+@rule("aten.diagonal", "aten.diagonal_copy")
+def diagonal(b, a):
+    """x.diagonal(offset, dim1, dim2): dim1 and dim2 dropped, the diagonal appended last
+    (einsum("ii->i") becomes one)."""
+    x = a.self
+    off = a.get("offset", 0) or 0
+    d1, d2 = norm_axis(a.get("dim1", 0), x.rank), norm_axis(a.get("dim2", 1), x.rank)
+    shape = b.out.shape
+    if 0 in shape:
+        return b.full(shape, 0, x.dtype)
+    rest = [d for d in range(x.rank) if d not in (d1, d2)]
+    k = Var(f"i{len(rest)}")
+    index: list = [None] * x.rank
+    for j, d in enumerate(rest):
+        index[d] = Var(f"i{j}")
+    index[d1] = call("add", k, max(-off, 0))
+    index[d2] = call("add", k, max(off, 0))
+    return b.index_map(x, shape, tuple(index), hint="diagonal")
 
 
 @rule("aten.flip")

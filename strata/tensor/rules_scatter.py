@@ -42,6 +42,8 @@ def scatter(b, dest: T, axis: int, index: T, values: T) -> T:
 @rule("aten.index_copy")
 def index_copy(b, a):
     dest = a.self
+    if dest.rank == 0:      # one element, whose only position is 0: the source replaces it
+        return b.reshape(b.cast(a.source, dest.dtype), (), hint="value")
     axis = norm_axis(a.dim, dest.rank) if dest.rank else 0
     return scatter(b, dest, axis, _positions(b, a.index), a.source)
 
