@@ -175,17 +175,22 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def compile(fn, example_inputs, device: str = "sim", ctx: Context | None = None,
+def compile(fn, example_inputs, device: str | None = None, ctx: Context | None = None,
             until: str = "cuda", use_graph: bool = True) -> Program:
     """Capture `fn(*example_inputs)` (a function or nn.Module) and lower it to kernels.
 
     A Hugging Face causal LM (a transformers model with a language-model head) is captured
     without its KV cache, and the program returns the logits tensor, `model(ids).logits`, not
     the ModelOutput. device="cuda" also compiles and loads the kernels on the current GPU; calls
-    then take and return CUDA tensors. use_graph: replay repeated CUDA calls as one CUDA graph."""
+    then take and return CUDA tensors; "cpu" builds them natively (C + OpenMP); "sim" runs them
+    in the simulator (the default, unless ctx pins a CPU target: then "cpu"). use_graph: replay
+    repeated CUDA calls as one CUDA graph."""
     from .frontend.capture import capture
+    ctx = ctx or Context()
+    if device is None:
+        device = "cpu" if ctx.target is not None and not ctx.target.is_gpu else "sim"
     check_device(device)
-    ctx = on_device(ctx or Context(), device)
+    ctx = on_device(ctx, device)
     if _is_causal_lm(fn):
         from .models.wrappers import CausalLMLogits
         fn = CausalLMLogits(fn)

@@ -32,8 +32,9 @@ def add_parser(sub) -> None:
                    help="tokens to generate (default 16; fewer if an end-of-sequence id comes)")
     g.add_argument("--max-len", type=int, metavar="L",
                    help="KV-cache positions (default: prompt length + max-new-tokens)")
-    g.add_argument("--device", default="sim", choices=("sim", "cuda"),
-                   help="where the kernels run: sim (the CPU simulator, tiny configs) or cuda")
+    g.add_argument("--device", default="sim", choices=("sim", "cuda", "cpu"),
+                   help="where the kernels run: sim (the CPU simulator, tiny configs), cuda, or "
+                        "cpu (natively: C with OpenMP)")
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
     g.add_argument("--compare", action="store_true",

@@ -23,7 +23,7 @@ def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
     prog.lowered.kernel.verify()
     compile_with_nvrtc(prog)
     _assert_matches(check.verify(prog, fn, inputs, contraction))   # what the caller gets, as eager
-    if HAS_CC and native and not _has_attention(prog):    # the same program natively on the CPU
+    if HAS_CC and native:                      # the same program natively on the CPU
         cpu = strata.compile(fn, inputs, device="cpu")
         _assert_matches(check.verify(cpu, fn, inputs, contraction), "cpu: ")
     return prog
@@ -33,11 +33,6 @@ def _assert_matches(report, where: str = "") -> None:
     for res in report.outputs:
         assert res.passed, where + (res.problem or f"{res.name}: rel err {res.rel:.3g}, max abs "
                                                    f"{res.max_abs:.3g} (tol {res.tol})")
-
-
-def _has_attention(prog) -> bool:
-    """Fused attention has no CPU schedule yet (tile/passes/cpu_rows.py)."""
-    return any(k.mode == "attention" for k in prog.lowered.tile.kernels)
 
 
 def _find_cc() -> bool:

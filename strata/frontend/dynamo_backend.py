@@ -32,7 +32,7 @@ from ..errors import StrataError, UnsupportedOp
 NAME = "strata"
 # options={...} of torch.compile, with their defaults (printed by `describe_options`).
 OPTIONS = {
-    "device": "auto",       # auto: cuda for CUDA inputs, else the simulator; or "sim" / "cuda"
+    "device": "auto",       # auto: cuda for CUDA inputs, else cpu (native C); or "sim" / "cuda" / "cpu"
     "fallback": False,      # run a graph strata cannot compile eagerly, with a warning
     "knobs": {},            # schedule knobs, as --knob NAME=VALUE (strata/knobs.py)
     "verbosity": 0,         # -v level of the lowering log (stderr)
@@ -72,8 +72,8 @@ def options_of(options: dict | None) -> dict:
         raise StrataError(f"unknown strata option{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(unknown)}; known: {', '.join(OPTIONS)}")
     opts.update(options or {})
-    if opts["device"] not in ("auto", "sim", "cuda"):
-        raise StrataError(f"unknown device {opts['device']!r}; choose auto, sim or cuda")
+    if opts["device"] not in ("auto", "sim", "cuda", "cpu"):
+        raise StrataError(f"unknown device {opts['device']!r}; choose auto, sim, cuda or cpu")
     return opts
 
 
@@ -231,7 +231,7 @@ def _compile(gm, args, names, opts) -> _Compiled:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     on_cuda = any(t.device.type == "cuda" for t in tensors)
     if device == "auto":
-        device = "cuda" if on_cuda else "sim"
+        device = "cuda" if on_cuda else "cpu"      # CPU tensors run natively
     if device == "cuda" and not all(t.device.type == "cuda" for t in tensors):
         raise StrataError("device cuda needs every input of the graph on the GPU; "
                           "some are on the CPU")
@@ -250,8 +250,9 @@ def _compile(gm, args, names, opts) -> _Compiled:
             say(f"strata: lowering {len(torch_program.nodes)} aten ops to kernels")
             program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
                               bool(opts["use_graph"]))
-            if device == "cuda":
-                say(f"strata: compiling {len(program.kernels)} kernels with NVRTC")
+            if device in ("cuda", "cpu"):
+                say(f"strata: compiling {len(program.kernels)} kernels "
+                    f"({'NVRTC' if device == 'cuda' else 'the C compiler'})")
                 program.load()
     return _Compiled(program, module.plan, module.slots, device)
 

@@ -247,7 +247,10 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
     from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
     from .attention_match import find_attention
-    attn = find_attention(prog, materialized, ctx.log)
+    attn = find_attention(prog, materialized, ctx.log) if ctx.arch.is_gpu else {}
+    if not attn and not ctx.arch.is_gpu:
+        ctx.log(f"fuse: {ctx.arch} has no fused-attention schedule: softmax(q @ k^T) @ v, if any, "
+                f"runs as its matmul and softmax kernels", 2)
     for m in attn.values():
         materialized.add(m.out)
         materialized |= reductions_to_materialize(prog, m, materialized)

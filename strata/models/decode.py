@@ -147,7 +147,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
         torch_program = capture(module.eval(), inputs, input_names=in_names)
         say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
         program = Program(lower_torch_program(torch_program, ctx), device)
-        if device == "cuda":
+        if device in ("cuda", "cpu"):
             say(f"compiling the {label} kernels")
             program.load()
         programs.append(program)

@@ -40,7 +40,7 @@ def native_dir() -> Path:
 
 def cache_key(source: str, compiler: list[str]) -> str:
     record = {"format": FORMAT, "source": source, "compiler": cc.compiler_identity(compiler),
-              "flags": list(cc.FLAGS), "cpu": cc.cpu_features()}
+              "flags": list(cc.FLAGS + cc.LIBS), "cpu": cc.cpu_features()}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
@@ -62,7 +62,12 @@ def build_library(source: str) -> bytes:
 
 def load_library(image: bytes) -> ctypes.CDLL:
     """dlopen a private copy of `image`, unlinked once loaded: in the native cache dir when it is
-    writable, else the temp dir."""
+    writable, else the temp dir.
+
+    The system libgomp it links reads OMP_WAIT_POLICY when it is first loaded: passive (unless
+    the user set it), so that its idle threads sleep instead of spinning on the cores that
+    torch's own OpenMP pool (a second libgomp, bundled with torch) needs right after."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for d in (native_dir(), Path(tempfile.gettempdir())):
         try:
             d.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgr
                          LoadVec, ShflIdx, ShflXor, Store, StoreVec, ThreadIdx, WgmmaDesc, walk)
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
-from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname
+from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
 
 # Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
 C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
@@ -216,14 +216,7 @@ def emit_program(program: KernelProgram, target=None) -> str:
     where = f"{target} " if target is not None else ""
     parts = [f"// strata: {len(program.kernels)} kernel(s) for the CPU {where}(C11, OpenMP): "
              f"{names}", PRELUDE.rstrip()]
-    seen: dict[str, Kernel] = {}
-    for k in program.kernels:
-        if k.name in seen:        # the same kernel launched twice is defined once
-            if seen[k.name] != k:
-                raise ValueError(f"two different kernels are named {k.name}")
-            continue
-        seen[k.name] = k
-        parts.append(emit_kernel(k))
+    parts += [emit_kernel(k) for k in distinct_kernels(program)]
     parts.append(_entry_point(program))
     return "\n\n".join(parts) + "\n"
 

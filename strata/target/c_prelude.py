@@ -12,7 +12,9 @@ the conversions (gcc 12 vectorises no `_Float16` arithmetic without AVX512-FP16)
   inf, NaN kept NaN (quiet), as NumPy's and F16C's conversions do.
 tests/runtime/test_native.py checks them against NumPy (every f16 pattern, the rounding edges, a
 million random floats); all 2^32 floats were checked once against the CPU's F16C instructions.
-With -std=c11 no libc header declares rsqrt/min/max/abs, so the names are free.
+With -std=c11 no libc header declares rsqrt/min/max/abs, so the names are free. With
+STRATA_LIBMVEC (runtime/cc.py) the float math functions are declared `omp declare simd`, so
+loops that call them vectorise through glibc's libmvec.
 """
 from __future__ import annotations
 
@@ -20,6 +22,29 @@ PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef STRATA_LIBMVEC
+// glibc's vector math (libmvec): loops calling these vectorise (at most 4 ulp from libm).
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float exp2f(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -779,12 +779,17 @@ def emit_program(program: KernelProgram, arch: Target | str = "sm_90") -> str:
         parts.append(HOPPER_PRELUDE.rstrip())
     if wgmma:
         parts.append(WGMMA_GUARD)
+    parts += [emit_kernel(k) for k in distinct_kernels(program)]
+    return "\n\n".join(parts) + "\n"
+
+
+def distinct_kernels(program: KernelProgram) -> list[Kernel]:
+    """The program's kernels, each defined once (a kernel launched twice appears once)."""
     seen: dict[str, Kernel] = {}
     for k in program.kernels:
-        if k.name in seen:        # the same kernel launched twice is defined once
+        if k.name in seen:
             if seen[k.name] != k:
                 raise ValueError(f"two different kernels are named {k.name}")
             continue
         seen[k.name] = k
-        parts.append(emit_kernel(k))
-    return "\n\n".join(parts) + "\n"
+    return list(seen.values())
