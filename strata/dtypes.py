@@ -77,8 +77,9 @@ def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float -> bf16 bit patterns (uint16), round to nearest even, NaN kept NaN."""
-    f = np.ascontiguousarray(np.asarray(values, dtype=np.float32))
-    bits = f.view(np.uint32).astype(np.uint64)
+    f = np.asarray(values, dtype=np.float32)
+    # (ascontiguousarray makes a 0-d array 1-d: reshape back)
+    bits = np.ascontiguousarray(f).view(np.uint32).astype(np.uint64).reshape(f.shape)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     out = rounded.astype(np.uint16)
     nan = np.isnan(f)

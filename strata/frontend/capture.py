@@ -138,7 +138,8 @@ def _already_final(ep) -> bool:
 
 
 def _export(module, example_inputs):
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    from torch.fx.experimental.symbolic_shapes import (GuardOnDataDependentSymNode,
+                                                       PendingUnbackedSymbolNotFound)
     try:
         with warnings.catch_warnings(), quiet_torch():
             warnings.simplefilter("ignore")
@@ -148,7 +149,7 @@ def _export(module, example_inputs):
             return ep.run_decompositions(decomposition_table())
     except StrataError:
         raise
-    except GuardOnDataDependentSymNode as e:
+    except (GuardOnDataDependentSymNode, PendingUnbackedSymbolNotFound) as e:
         raise DataDependentShape("", user_line(e)) from None
     except Exception as e:
         text = str(e).strip().splitlines()

@@ -157,13 +157,36 @@ def remainder(b, a):
 
 @rule("aten.pow")
 def pow_(b, a):
+    from .. import dtypes
     x, e, dt = a.self, other_of(a), b.out.dtype
     if isinstance(x, T) and not isinstance(e, T):
         if e == 2:
             return b.arith("square", x, dtype=dt)
         if e == 1:
             return b.cast(x, dt)
+    if isinstance(e, T) and not dtypes.is_float(dt) and dt != "bool":
+        return int_pow(b, x, e, dt)
     return b.arith("pow", x, e, dtype=dt)
+
+
+def int_pow(b, x, e: T, dt: str) -> T:
+    """Integer pow with an exponent tensor that may hold negative values, as torch computes it:
+    x ** -n is 1 for x = 1, +-1 for x = -1 (by n's parity), else 0; the power itself is taken of
+    the exponent clamped at 0 (NumPy refuses negative integer powers)."""
+    x = b.cast(x, dt) if isinstance(x, T) else x
+    e = b.cast(e, dt)
+    power = b.ew("pow", x, b.ew("maximum", e, 0, hint="exp"), dtype=dt, hint="power")
+    if dt == "u8":              # no negative exponent
+        return power
+    odd = b.ew("ne", b.ew("mod", e, 2, hint="exp_mod2"), 0, hint="exp_odd")
+    minus_one = b.ew("where", odd, -1, 1, dtype=dt, hint="minus_one_pow")
+    if isinstance(x, T):
+        inv = b.ew("where", b.ew("eq", x, -1, hint="is_minus_one"), minus_one, 0, dtype=dt,
+                   hint="inv_pow")
+        inv = b.ew("where", b.ew("eq", x, 1, hint="is_one"), 1, inv, dtype=dt, hint="inv")
+    else:
+        inv = 1 if x == 1 else (minus_one if x == -1 else 0)
+    return b.ew("where", b.ew("lt", e, 0, hint="neg_exp"), inv, power, dtype=dt)
 
 
 @rule(*COMPARE)

@@ -203,6 +203,34 @@ def stack(b, a):
     return cat_along(b, parts, d, shape)
 
 
+@rule("aten.atleast_1d", "aten.atleast_2d", "aten.atleast_3d")
+def atleast(b, a):
+    """The list form (`torch.atleast_2d(x, y)`; export keeps it whole): each tensor reshaped to
+    the shape export recorded."""
+    if "tensors" not in a:
+        return b.reshape(a.self, b.out.shape)
+    return tuple(b.reshape(x, t.shape, hint=f"atleast{k}")
+                 for k, (x, t) in enumerate(zip(a.tensors, b.out)))
+
+
+@rule("aten.meshgrid")
+def meshgrid(b, a):
+    """Each 0-d or 1-d input broadcast along its own output dimension (with indexing="xy" the
+    first two inputs take dimensions 1 and 0)."""
+    xs = list(a.tensors)
+    dims = list(range(len(xs)))
+    if a.get("indexing") == "xy" and len(xs) >= 2:
+        dims[0], dims[1] = 1, 0
+    outs = []
+    for k, (x, t) in enumerate(zip(xs, b.out)):
+        if 0 in t.shape:
+            outs.append(b.full(t.shape, 0, x.dtype, hint=f"grid{k}"))
+            continue
+        index = (Var(f"i{dims[k]}"),) if x.rank else ()
+        outs.append(b.index_map(x, t.shape, index, hint=f"grid{k}"))
+    return tuple(outs)
+
+
 @rule("aten.split_with_sizes", "aten.split")
 def split(b, a):
     x = a.self

@@ -112,7 +112,8 @@ def any_(b, a):
     x = b.cast(a.self, "bool")
     axes = axes_of(x, a.get("dim"))
     op = "max" if b.op == "aten.any" else "min"
-    return finish(b, b.reduce(op, x, axes, hint=b.op.split(".")[1]), axes, a.get("keepdim", False))
+    out = finish(b, b.reduce(op, x, axes, hint=b.op.split(".")[1]), axes, a.get("keepdim", False))
+    return b.cast(out, b.out.dtype)     # a uint8 input gives uint8 0/1 (torch's legacy rule)
 
 
 def correction_of(a) -> float:
@@ -140,6 +141,9 @@ def logsumexp(b, a):
     x = b.cast(a.self, b.out.dtype)
     axes = axes_of(x, a.get("dim"))
     m = b.reduce("max", x, axes, hint="max")
+    if m.name != x.name:        # as torch: an infinite max shifts by 0 (inf - inf would be NaN)
+        inf = b.ew("eq", b.ew("abs", m, hint="max_abs"), float("inf"), hint="max_inf")
+        m = b.ew("where", inf, 0.0, m, dtype=x.dtype, hint="shift")
     e = b.ew("exp", b.ew("subtract", x, m, hint="shifted"))
     ls = b.ew("log", b.reduce("sum", e, axes))
     return finish(b, b.ew("add", ls, m, hint="lse"), axes, a.get("keepdim", False))

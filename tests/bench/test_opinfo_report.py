@@ -55,3 +55,48 @@ def test_classify():
     assert oc.classify(SimError("race"))[0] == oc.FAILED
     status, cause = oc.classify(KeyError("k"))
     assert status == oc.FAILED and cause.startswith("KeyError: 'k'")
+
+
+def test_scope_lines_split_the_first_scope_from_the_ops_added():
+    added = result("log2", [("sample0", oc.PASSED, "")])
+    added.first = False
+    assert R.scope_lines(RESULTS) == []
+    lines = R.scope_lines(RESULTS + [added])
+    assert lines[0].endswith("8 samples of 3 ops: 3 passed (37.5%), 2 unsupported with a clear "
+                             "error, 3 failed (wrong result or internal error)")
+    assert lines[1] == ("- the ops added since (opinfo_cases.MORE): 1 sample of 1 op: 1 passed "
+                        "(100.0%), 0 unsupported with a clear error, 0 failed (wrong result or "
+                        "internal error)")
+    assert "- the ops added since" in R.render(RESULTS + [added], [])
+
+
+def _cases(*fns):
+    import torch
+    return [oc.Case(f"sample{k}", fn, (torch.randn(3, 4),), 1) for k, fn in enumerate(fns)]
+
+
+def test_runner_splits_a_failing_program_until_each_error_has_its_sample():
+    import torch
+    cases = _cases(lambda x: x + 1, lambda x: torch.nonzero(x > 0), lambda x: x.sum(0),
+                   lambda x: x * 2)
+    runner = oc._Runner(None, nvrtc=False, evaluator=True)
+    runner.run(cases)
+    got = {k: o.status for k, o in runner.out.items()}
+    assert got == {"sample0": oc.PASSED, "sample1": oc.UNSUPPORTED, "sample2": oc.PASSED,
+                   "sample3": oc.PASSED}
+    assert "depends on the data" in runner.out["sample1"].cause
+
+
+def test_runner_blames_an_error_that_shows_only_with_other_samples(monkeypatch):
+    from strata import api
+    run_flat = api.Program.run_flat
+
+    def only_together(self, inputs):
+        if len(inputs) > 1:
+            raise KeyError("boom")
+        return run_flat(self, inputs)
+    monkeypatch.setattr(api.Program, "run_flat", only_together)
+    runner = oc._Runner(None, nvrtc=False, evaluator=False)
+    runner.run(_cases(lambda x: x + 1, lambda x: x - 1))
+    for o in runner.out.values():
+        assert o.status == oc.FAILED and o.cause.startswith("(only with other samples) KeyError")

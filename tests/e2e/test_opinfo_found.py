@@ -1,5 +1,6 @@
 """Bugs the OpInfo sweep (tests/tensor/test_opinfo.py, docs/opinfo.md) found, each pinned by the
-smallest program that showed it, through every stage and the simulator against eager float64."""
+smallest program that showed it, through every stage and the simulator against eager float64
+(the Tensor IR evaluator's are in tests/tensor/test_opinfo_found_eval.py)."""
 import torch
 
 from conftest import run_and_compare
@@ -72,3 +73,42 @@ def test_a_complex_tensor_is_a_clear_error():
     from strata.errors import UnsupportedDtype
     with pytest.raises(UnsupportedDtype, match="unsupported dtype torch.complex64"):
         strata.compile(lambda x: torch.polar(x, x), (torch.rand(3),))
+
+
+def test_atleast_nd_of_several_tensors_and_meshgrid():
+    # torch.atleast_2d(x, y, z) and torch.meshgrid (cartesian_prod) reach strata whole: they
+    # were "unsupported op aten.atleast_2d / aten.meshgrid"
+    run_and_compare(lambda x, y, z: torch.atleast_3d(x, y, z),
+                    (torch.randn(3), torch.randn(()), torch.randn(2, 3)))
+    run_and_compare(lambda x, y: torch.meshgrid(x, y, indexing="xy"),
+                    (torch.randn(3), torch.randn(4)))
+    run_and_compare(lambda x, y, z: torch.meshgrid(x, y, z, indexing="ij"),
+                    (torch.randn(3), torch.randn(()), torch.randn(2)))
+    run_and_compare(lambda x, y: torch.cartesian_prod(x, y), (torch.randn(3), torch.randn(4)))
+
+
+def test_logsumexp_with_an_infinite_max():
+    # torch shifts by 0 where the max is infinite; subtracting it gave inf - inf = NaN
+    x = torch.randn(3, 5)
+    x[0, 1], x[2, 0] = float("inf"), float("-inf")
+    x[1] = float("-inf")
+    run_and_compare(lambda t: torch.logsumexp(t, dim=1), (x,))
+    run_and_compare(lambda t: torch.logsumexp(t, dim=(0, 1)), (x,))
+
+
+def test_integer_pow_with_negative_exponents():
+    # torch: x ** -n is 1 for x = 1, +-1 for x = -1, else 0; the evaluator and simulator raised
+    # NumPy's "Integers to negative integer powers are not allowed" (2 ** t, x ** t on int64)
+    b = torch.tensor([0, 1, -1, 2, -2, 3, 0, -1, -1, 5])
+    e = torch.tensor([-1, -3, -3, -1, -2, -5, 0, -2, 0, 3])
+    run_and_compare(lambda x, y: torch.pow(x, y), (b, e))
+    run_and_compare(lambda y: 2 ** y, (e,))
+    run_and_compare(lambda y: (-1) ** y, (e.to(torch.int32),))
+    run_and_compare(lambda x, y: x ** y, (b.abs().to(torch.uint8), e.abs().to(torch.uint8)))
+
+
+def test_all_and_any_of_uint8_are_uint8():
+    # torch keeps uint8 for all/any of a uint8 tensor; the rule returned bool and decompose
+    # stopped with an AssertionError (the type check against export's metadata)
+    u8 = torch.tensor([[0, 3, 1], [2, 2, 0]], dtype=torch.uint8)
+    run_and_compare(lambda x: (x.all(), x.any(dim=1), x.all(dim=0, keepdim=True)), (u8,))
