@@ -55,6 +55,7 @@ class Program:
         self.lowered, self.device, self.use_graph = lowered, device, use_graph
         self.torch_program = lowered.torch
         self._runtime = None
+        self.constants: dict = {}   # position -> a non-tensor example input it is specialised on
 
     def ir(self, stage: str) -> str:
         return self.lowered.text(stage)
@@ -143,9 +144,6 @@ class Program:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return torch.utils._pytree.tree_unflatten(outs, spec)
 
-
-    constants: dict = {}     # position -> the non-tensor example input the program is specialised on
-
     def _bound(self, inputs) -> tuple:
         """The tensor inputs of a call; the non-tensor ones must equal what it was compiled for."""
         if not self.constants:
@@ -187,8 +185,7 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     repeated CUDA calls as one CUDA graph."""
     from .frontend.capture import capture
     ctx = ctx or Context()
-    if device is None:
-        device = "cpu" if ctx.target is not None and not ctx.target.is_gpu else "sim"
+    device = device or default_device(ctx)
     check_device(device)
     ctx = on_device(ctx, device)
     if _is_causal_lm(fn):
@@ -198,9 +195,20 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
     program.constants = constants
-    if device in ("cuda", "cpu") and until in ("cuda", "c"):
+    if _loads(device, until):
         program.load()
     return program
+
+
+def default_device(ctx: Context) -> str:
+    """Where a program runs when no device is named: natively for a pinned CPU target, else in
+    the simulator."""
+    return "cpu" if ctx.target is not None and not ctx.target.is_gpu else "sim"
+
+
+def _loads(device: str, until: str) -> bool:
+    """Whether compiling loads the kernels now (a native device, lowered to its source)."""
+    return device in ("cuda", "cpu") and until in ("cuda", "c")
 
 
 def specialise(fn, example_inputs: tuple):
@@ -262,7 +270,7 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     say(f"lowering {len(torch_program.nodes)} aten ops")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
-    if device in ("cuda", "cpu") and until in ("cuda", "c"):
+    if _loads(device, until):
         program.load()
     return program, built
 
@@ -274,7 +282,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
 
     The path to generation with strata: `torch.compile(model, backend="strata").generate(...)`
     runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
-    from .models.decode import compile_decoder, greedy, model_dtype, new_caches
+    from .models.decode import compile_decoder, eos_ids, greedy, model_dtype, new_caches
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
     prompt = input_ids[0].tolist()
@@ -282,9 +290,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
     prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx)
     where = "cuda" if device == "cuda" else "cpu"
     caches = new_caches(model.config, max_len, model_dtype(model), where)
-    eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(
-        model, "generation_config") else None
-    eos = set(eos) if isinstance(eos, (list, tuple)) else ({int(eos)} if eos is not None else set())
+    eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
     new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
     return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
 
@@ -300,8 +306,7 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     from .frontend.snippet import parse_snippet
     ctx = ctx or Context()
     load = device in ("cuda", "cpu")
-    if device is None:
-        device = "cpu" if ctx.target is not None and not ctx.target.is_gpu else "sim"
+    device = device or default_device(ctx)
     ctx = on_device(ctx, device)
     t0 = time.perf_counter()
     torch_program = capture_cache.load(code)

@@ -95,13 +95,6 @@ def _check_lengths(args, prompt_len: int) -> int:
     return max_len
 
 
-def _eos(config) -> set[int]:
-    raw = getattr(config, "eos_token_id", None)
-    if raw is None:
-        return set()
-    return set(raw) if isinstance(raw, (list, tuple)) else {int(raw)}
-
-
 def _line(label: str, t_prefill: float, t_decode: float, steps: int) -> str:
     rate = f"{steps / t_decode:.2f} tokens/s" if steps and t_decode > 0 else "no decode step"
     return f"{label}: prefill {t_prefill * 1e3:.1f} ms, decode {steps} steps, {rate}"
@@ -134,7 +127,7 @@ def generate_command(args) -> int:
     from .api import check_device
     from .cli_model import ProgressContext
     from .models.build import build
-    from .models.decode import compile_decoder, greedy, new_caches
+    from .models.decode import compile_decoder, eos_ids, greedy, new_caches
     from .models.source import resolve
     check_device(args.device)
     console = Console(stderr=True, highlight=False)
@@ -159,7 +152,7 @@ def generate_command(args) -> int:
         t_compile = time.perf_counter() - t0
         device = "cuda" if args.device == "cuda" else "cpu"
         caches = new_caches(config, max_len, next(lm.parameters()).dtype, device)
-        eos = _eos(config)
+        eos = eos_ids(getattr(config, "eos_token_id", None))
         total = args.max_new_tokens
         ids, t_pre, t_dec, steps = greedy(
             prefill, decode, caches, prompt, total, eos, device,

@@ -126,7 +126,8 @@ def run_tile_passes(loop_program, ctx: Context):
     from .tile.ir import TileProgram, verify_kernels
     buffers = {b.name: b for b in loop_program.buffers}
     passes = schedule_passes(ctx.arch)
-    before = str(loop_program)
+    diffs = ctx.verbosity >= 2          # printing every stage costs time on a whole model
+    before = str(loop_program) if diffs else ""
     kernels = list(loop_program.kernels)
     origin = {k.name: k.name for k in kernels}     # tile kernel -> the loop kernel it came from
     unchanged = 0
@@ -145,13 +146,16 @@ def run_tile_passes(loop_program, ctx: Context):
         kernels = outs
         verify_kernels(kernels, ctx.arch)
         ctx.log(f"{tag:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
+        if not diffs:
+            continue
         after = str(TileProgram(kernels, loop_program))
-        if ctx.verbosity >= 2 and after != before:
+        if after != before:
             diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
             ctx.log("\n".join([f">>> {tag}", *list(diff)[2:], f"<<< {tag}"]), 2)
         unchanged += after == before
         before = after
-    ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
+    if diffs:
+        ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
     _log_unused_knobs(kernels, origin, ctx)
     return TileProgram(kernels, loop_program)
 
@@ -209,7 +213,7 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
 def _record_replay(out: Lowered, ctx: Context) -> None:
     """Process replay: with STRATA_REPLAY_LOG=FILE, append "program key <tab> emitted code hash"
     for every program lowered, so two runs of the test suite (before and after a refactor that
-    must not change the output) can be compared line by line (tests/replay/compare.py)."""
+    must not change the output) can be compared (`python tests/replay/compare.py BEFORE AFTER`)."""
     import os
     path = os.environ.get("STRATA_REPLAY_LOG")
     if not path:

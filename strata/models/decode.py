@@ -154,6 +154,13 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     return programs[0], programs[1]
 
 
+def eos_ids(raw) -> set[int]:
+    """A config's eos_token_id (None, an id or a list of ids) as a set."""
+    if raw is None:
+        return set()
+    return {int(i) for i in raw} if isinstance(raw, (list, tuple)) else {int(raw)}
+
+
 def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int,
            eos: set[int] | None = None, device="cpu", on_token=None):
     """Greedy decoding with the two programs: (generated ids, prefill seconds, decode seconds,

@@ -4,18 +4,16 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from racing_children import race
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
 from strata.runtime import cache, nvrtc  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 
 SOURCE = """#include <cuda_fp16.h>
 extern "C" __global__ void k_scale_{salt}(const __half* x, float* y, int n) {{
@@ -23,25 +21,6 @@ extern "C" __global__ void k_scale_{salt}(const __half* x, float* y, int n) {{
     if (i < n) y[i] = 2.0f * __half2float(x[i]);
 }}
 """
-
-# a child process: import, say it is ready, wait for "go", compile, print compiles and digest.
-# It skips strata/__init__ (which imports torch) so that it starts in 0.2 s, not 2 s.
-CHILD = """
-import hashlib, sys, time, types
-from pathlib import Path
-strata = types.ModuleType("strata")
-strata.__path__ = [str(Path.cwd() / "strata")]
-sys.modules["strata"] = strata
-from strata.runtime import cache, nvrtc
-src, ready, go = Path(sys.argv[1]).read_text(), Path(sys.argv[2]), Path(sys.argv[3])
-ready.touch()
-deadline = time.time() + 60
-while not go.exists() and time.time() < deadline:
-    time.sleep(0.002)
-image = cache.compile_cached(src, "sm_90")
-print(nvrtc.COMPILES, hashlib.sha256(image).hexdigest())
-"""
-
 
 def source(salt="a"):
     return SOURCE.format(salt=salt)
@@ -62,28 +41,9 @@ def compiles(fn, *args, **kw):
 
 
 def children(tmp_path, src, n):
-    """Start n processes that compile `src` through the cache at the same moment; return their
-    (compiles, sha256) lines."""
-    (tmp_path / "src.cu").write_text(src)
-    go = tmp_path / "go"
-    env = {**os.environ, "STRATA_CACHE_DIR": os.environ["STRATA_CACHE_DIR"]}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "src.cu"),
-                               str(tmp_path / f"ready{i}"), str(go)],
-                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(n)]
-    deadline = time.time() + 60
-    while sum((tmp_path / f"ready{i}").exists() for i in range(n)) < n and time.time() < deadline:
-        if any(p.poll() is not None for p in procs):
-            break
-        time.sleep(0.005)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-        count, digest = out.split()
-        results.append((int(count), digest))
-    return results
+    """n processes compiling `src` through the cache at the same moment: (compiles, sha256)."""
+    return race(tmp_path, src, n, "from strata.runtime import cache, nvrtc",
+                'cache.compile_cached(src, "sm_90")', "nvrtc.COMPILES", timeout=60)
 
 
 def test_a_second_process_compiles_nothing(tmp_path):

@@ -10,11 +10,11 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from racing_children import race
 import torch
 
 from strata import dtypes
@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import cpu_builders as C  # noqa: E402
 import kernel_builders as B  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 TRANSCENDENTAL = {"pow", "exp", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin",
                   "cos"}
 FLOATS = ("f32", "f64", "bf16", "f16")
@@ -350,42 +349,10 @@ def test_no_cache_compiles_every_time(cache_dir, compiles, monkeypatch):
     assert len(compiles) == 2 and not list(cache_dir.glob("*.native"))
 
 
-# A child process that skips strata/__init__ (which imports torch): import, say it is ready, wait
-# for "go", build through the cache, print its compiles and the library's digest.
-CHILD = """
-import hashlib, sys, time, types
-from pathlib import Path
-strata = types.ModuleType("strata")
-strata.__path__ = [str(Path.cwd() / "strata")]
-sys.modules["strata"] = strata
-from strata.runtime import cc, native_build
-src, ready, go = Path(sys.argv[1]).read_text(), Path(sys.argv[2]), Path(sys.argv[3])
-ready.touch()
-deadline = time.time() + 60
-while not go.exists() and time.time() < deadline:
-    time.sleep(0.002)
-image = native_build.build_library(src)
-print(cc.COMPILES, hashlib.sha256(image).hexdigest())
-"""
-
-
 def test_concurrent_processes_leave_one_sound_entry(cache_dir, tmp_path):
     src = emit_program(C.rms_norm_rows(4, 33, "bf16"))
-    (tmp_path / "src.c").write_text(src)
-    go, n = tmp_path / "go", 4
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "src.c"),
-                               str(tmp_path / f"ready{i}"), str(go)], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
-    deadline = time.time() + 60
-    while sum((tmp_path / f"ready{i}").exists() for i in range(n)) < n and time.time() < deadline:
-        time.sleep(0.005)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        count, digest = out.split()
-        results.append((int(count), digest))
+    results = race(tmp_path, src, 4, "from strata.runtime import cc, native_build",
+                   "native_build.build_library(src)", "cc.COMPILES")
     assert sum(c for c, _ in results) >= 1
     assert len({d for _, d in results}) == 1        # builds are reproducible: identical entries
     [entry] = cache_dir.glob("*.native")
