@@ -20,6 +20,7 @@ from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
+from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_rows import cpu_rows
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
@@ -64,9 +65,11 @@ GPU_PASSES = [
 ]
 # Each kind of target names its schedule; the passes before tileify take Loop IR kernels (and
 # the buffers they touch), the rest Tile IR kernels.
-# The CPU schedule: rows across cores, inner loops vectorised by the C compiler (target/c.py).
+# The CPU schedule: contractions as packed register-tiled micro-kernels, rows across cores,
+# inner loops vectorised by the C compiler (target/c.py).
 CPU_PASSES = [
     ("tileify", tileify),
+    ("cpu_matmul", cpu_matmul),
     ("cpu_rows", cpu_rows),
     ("mark_unroll", mark_unroll),
 ]
@@ -198,7 +201,7 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     if stop < 4:
         return out
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
-    out.kernel.verify()
+    out.kernel.verify(ctx.arch)
     if stop < 5:
         return out
     if not ctx.arch.is_gpu:

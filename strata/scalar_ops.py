@@ -34,6 +34,11 @@ def _nan_min(a, b):
     return np.where(np.isnan(a) | np.isnan(b), np.nan, np.minimum(a, b)) if np.asarray(a).dtype.kind == "f" else np.minimum(a, b)
 
 
+def _fma(a, b, c):
+    """a * b + c rounded once (exact in float64 for float32 operands)."""
+    return (np.asarray(a, np.float64) * b + c).astype(np.result_type(a, b, c))
+
+
 def _sign(x):
     return np.sign(x)
 
@@ -68,6 +73,7 @@ OPS: dict[str, ScalarOp] = {o.name: o for o in [
     _op("sign", 1, _sign, "st_sign({0})", "(({0} > 0) - ({0} < 0))"),
     _op("reciprocal", 1, lambda x: 1.0 / x, "(1.0{f} / {0})"),
     _op("square", 1, np.square, "({0} * {0})", "({0} * {0})"),
+    _op("fma", 3, _fma, "fma{f}({0}, {1}, {2})"),
     # transcendental
     _op("exp", 1, np.exp, "exp{f}({0})"),
     _op("exp2", 1, np.exp2, "exp2{f}({0})"),

@@ -467,14 +467,16 @@ class KernelProgram:
     def buffer(self, name: str) -> Buffer:
         return {b.name: b for b in self.buffers}[name]
 
-    def verify(self) -> None:
+    def verify(self, target=None) -> None:
+        """Check every kernel; on a CPU target (one thread per block, its "shared memory" a
+        scratch array in ordinary memory) the GPU's shared-memory limits do not apply."""
         names = {b.name: b for b in self.buffers}
         for k in self.kernels:
             for p in k.params:
                 b = names.get(p.name)
                 if b is None or b.dtype != p.dtype or b.numel != p.numel:
                     raise KernelVerifyError(f"{k.name}: parameter {p.name} does not match a buffer")
-            verify_kernel(k)
+            verify_kernel(k, gpu=getattr(target, "kind", "gpu") == "gpu")
 
     def __str__(self) -> str:
         return "\n\n".join(format_kernel(k) for k in self.kernels)
@@ -509,14 +511,15 @@ def _thread_dependent(e: Expr, tainted: set[str]) -> bool:
     return any(_thread_dependent(c, tainted) for c in children(e))
 
 
-def verify_kernel(k: Kernel) -> None:
-    """Check scoping, buffer references, barriers in uniform control flow and resource limits."""
+def verify_kernel(k: Kernel, gpu: bool = True) -> None:
+    """Check scoping, buffer references, barriers in uniform control flow and resource limits
+    (shared-memory sizes only for a GPU)."""
     if not 1 <= k.block <= 1024 or k.grid < 1 or k.grid >= 2 ** 31:
         raise KernelVerifyError(f"{k.name}: launch grid={k.grid} block={k.block} out of range")
-    if k.static_smem_bytes > MAX_SMEM_BYTES:
+    if gpu and k.static_smem_bytes > MAX_SMEM_BYTES:
         raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} bytes of shared memory > "
                                 f"{MAX_SMEM_BYTES}")
-    if k.static_smem_bytes + k.dynamic_smem_bytes > MAX_DYNAMIC_SMEM_BYTES:
+    if gpu and k.static_smem_bytes + k.dynamic_smem_bytes > MAX_DYNAMIC_SMEM_BYTES:
         raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} + {k.dynamic_smem_bytes} bytes "
                                 f"of static + dynamic shared memory > {MAX_DYNAMIC_SMEM_BYTES}")
     globals_ = {p.name: p for p in k.params}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from math import prod
 from .. import dtypes, scalar_ops
-from ..expr import (Cast, Const, Expr, Var, call, coefficient, floordiv, free_vars, mod,
+from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, free_vars, mod,
                     rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Stage, StridedLoop, TileKernel, TileProgram, flat_index
@@ -100,6 +100,9 @@ class Lowerer:
             return _arg_update(f"{acc}_take{self.takes}", acc, a, ai, value,
                                Cast(idx, "i64") if idx.dtype != "i64" else idx,
                                op, strict_index=other_index is not None)
+        if op == "sum" and isinstance(value, Op) and value.op == "multiply" \
+                and dtypes.is_float(value.dtype):          # a product written in place: one fma
+            return [Assign(acc, call("fma", *value.args, Var(acc, value.dtype)))]
         combine = scalar_ops.REDUCE_COMBINE[op]
         return [Assign(acc, call(combine, Var(acc, value.dtype), value))]
 

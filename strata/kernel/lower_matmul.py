@@ -8,18 +8,22 @@ depends on the M axis only is one scalar per row of points, `<v>_m<i>`; on N onl
 on both, `<v>_<i>_<j>`; on neither, one `<v>`. So a K step loads THREAD_M + THREAD_N operand
 values and does THREAD_M x THREAD_N multiply-adds. A `Guard` inside such a region (the edge of
 the matrix) is tested per point. Points run in turn are loops over (i, j).
+
+A serial tile (a CPU's, block = 1) has no thread indices: its `MicroTiles` become a loop over the
+block's register tiles along M, m0 rebound to each one's first row (skipped past the end of M).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from .. import dtypes
-from ..expr import Const, Var, add, floordiv, mod, mul, rename, substitute
+from ..expr import Const, Var, add, call, floordiv, mod, mul, rename, substitute
 from ..loop.ir import Accum, Let as LLet, Load as LLoad
 from ..tile.contraction import uses
-from ..tile.ir import (Guard, Points, Registers, StageTile, Sync as TSync, TileKernel,
-                       rename_stmt, subst_body, walk)
-from .ir import BlockIdx, For, If, Kernel, Let, Param, Smem, Store, Sync, ThreadIdx
+from ..tile.ir import (Guard, MicroTiles, Points, Registers, StageTile, Sync as TSync,
+                       TileKernel, rename_stmt, subst_body, walk)
+from .ir import BlockIdx, For, If, Kernel, Let, Load, Param, Smem, Store, Sync, ThreadIdx
 from .lower import bind_domain, reduce_identity, Lowerer
 
 
@@ -30,7 +34,8 @@ class _MatmulLowerer(Lowerer):
         self.tiles = {s.name: s for s in walk(tk.body) if isinstance(s, StageTile)}
         self.kind: dict[str, str] = {}          # register value -> the axes it depends on
         taken = {b.name for b in tk.buffers}
-        self.v.update({n: n if n not in taken else f"{n}_idx" for n in ("m0", "n0", "tm", "tn", "i", "j")})
+        self.v.update({n: n if n not in taken else f"{n}_idx" for n in ("m0", "n0", "tm", "tn", "i", "j",
+                                                                       "mi", "mr0")})
         self.special: dict = {}                 # Tile IR's m0, n0, tm, tn -> kernel expressions
         self.binds: dict = {}                   # (i, j) -> special + the point's M and N
 
@@ -133,7 +138,48 @@ class _MatmulLowerer(Lowerer):
             return self.stage(s)
         if isinstance(s, TSync):
             return [Sync()]
+        if isinstance(s, MicroTiles):
+            return self.micro_tiles(s)
         return super().stmt(s)
+
+    def micro_tiles(self, s: MicroTiles) -> list:
+        """The block's register tiles along M in turn, m0 bound to each one's first row."""
+        mt, idx, outer = self.mt, self.idx, self.special
+        mi, m0 = Var(self.v["mi"], idx), Var(self.v["mr0"], idx)
+        self.special, self.binds = {**outer, "m0": m0}, {}
+        body, tail = self.register_tile(s.body), self.register_tile(s.tail)
+        self.special, self.binds = outer, {}
+        rows = Const(self.tk.extent(mt.m))
+        within = call("lt", m0, rows)
+        if tail:
+            full = call("le", add(m0, mt.thread_m), rows)
+            body = [If(full, tuple(body), (If(within, tuple(tail)),))]
+        elif self.tk.extent(mt.m) % mt.tile_m:
+            body = [If(within, tuple(body))]
+        return [For(mi.name, Const(0), Const(s.tiles), 1,
+                    (Let(m0.name, idx, add(outer["m0"], mul(mi, mt.thread_m))), *body), dtype=idx)]
+
+    def register_tile(self, body) -> list:
+        """One register tile of a serial (CPU) block. Its accumulators are stored to a scratch
+        tile after the K loop and the epilogue runs from there, point by point in a loop: gcc's
+        SLP vectoriser turns the K loop's scalar FMAs into SIMD ones only from one contiguous
+        store of the accumulators, which a 16-bit or computed epilogue would not give it."""
+        if not body or not isinstance(body[-1], Points) or not any(isinstance(s, Registers) for s in body):
+            return self.stmts(body)
+        out, epilogue, loads = self.stmts(body[:-1]), body[-1], []
+        n = self.mt.thread_n
+        for r in (s for s in body if isinstance(s, Registers)):
+            for a in r.accs:
+                name = f"{a.acc}_tile"
+                out.append(Smem(name, a.dtype, self.mt.thread_m * n))
+                out += [Store(name, Const(i * n + j), Var(a.acc + self.suffix("mn", i, j), a.dtype))
+                        for i in range(self.mt.thread_m) for j in range(n)]
+                i = Var(self.v["i"], self.idx) if self.mt.thread_m > 1 else Const(0)
+                j = Var(self.v["j"], self.idx) if n > 1 else Const(0)
+                at = add(mul(i, n), j)
+                loads.append(Let(a.acc, a.dtype, Load(name, at, a.dtype)))
+        lowered = self.points_in_turn(epilogue)
+        return out + _prepend(lowered, loads)
 
     def stage(self, st: StageTile) -> list:
         """Smem and a loop of the whole block over the tile's elements (stmts adds the barrier)."""
@@ -157,9 +203,26 @@ class _MatmulLowerer(Lowerer):
         else:
             fill.append(If(substitute(st.bounds, bind), tuple(compute), (Store(st.name, at, Const(0, cdt)),)))
         n, block = st.k_extent * st.x_extent, self.tk.block
+        smem = Smem(st.name, st.dtype, st.k_extent * st.stride)
+        if block == 1:          # one thread (a CPU): two loops, the contiguous axis innermost
+            loops = [(kv.name, st.k_extent), (xv.name, st.x_extent)]
+            if st.fast == "k":
+                loops.reverse()
+            fill = fill[2 if st.x_var else 1:]
+            for var, extent in reversed(loops):
+                if var != xv.name or st.x_var:
+                    fill = [For(var, Const(0), Const(extent), 1, tuple(fill), dtype=idx)]
+            return [smem] + fill
         unroll = n % block == 0 and n // block <= 8
-        return [Smem(st.name, st.dtype, st.k_extent * st.stride),
-                For(f.name, Var(self.v["t"], idx), Const(n), block, tuple(fill), unroll=unroll, dtype=idx)]
+        return [smem, For(f.name, Var(self.v["t"], idx), Const(n), block, tuple(fill), unroll=unroll,
+                          dtype=idx)]
+
+
+def _prepend(loops: list, stmts: list) -> list:
+    """stmts put at the top of the innermost loop of a nest (points_in_turn's (i, j) loops)."""
+    if len(loops) == 1 and isinstance(loops[0], For):
+        return [replace(loops[0], body=tuple(_prepend(list(loops[0].body), stmts)))]
+    return stmts + loops
 
 
 def lower_matmul_kernel(tk: TileKernel) -> Kernel:

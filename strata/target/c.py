@@ -12,9 +12,11 @@ index types, provenance comments) and overrides only what differs in C:
   - bf16 and f16 are uint16_t in memory, converted in registers by the prelude (c_prelude.py);
   - vector loads/stores (load.v4 ...) are plain element accesses: the compiler vectorises;
   - `#pragma omp simd [reduction(...)]` on the innermost loops c_simd.py proves safe,
-    `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count.
-Kernels a CPU cannot run (block != 1, shared memory, barriers, shuffles, tensor cores, async
-copies, TMA, mbarriers, tensor maps) are refused with a CompileError naming kernel and node.
+    `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count;
+  - a block's "shared memory" (Smem, a packed GEMM panel) is a scratch array each OpenMP thread
+    allocates once (64-byte aligned) and reuses for all its blocks; a barrier is a no-op.
+Kernels a CPU cannot run (block != 1, shuffles, tensor cores, async copies, TMA, mbarriers,
+tensor maps) are refused with a CompileError naming kernel and node.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from .. import dtypes
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, add, children
 from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load,
-                         LoadVec, ShflIdx, ShflXor, Store, StoreVec, ThreadIdx, WgmmaDesc, walk)
+                         LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
+                         WgmmaDesc, walk)
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -31,9 +34,8 @@ from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinc
 C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
 _TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}
 _TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
-_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, Comment)
-_WHY = {"Smem": "shared memory", "Sync": "a block barrier (__syncthreads)",
-        "ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
+_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, Comment, Smem, Sync)
+_WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
         "LdMatrix": "ldmatrix", "CpAsync": "an asynchronous copy (cp.async)",
         "CpAsyncCommit": "cp.async.commit_group", "CpAsyncWait": "cp.async.wait_group",
         "Wgmma": "a wgmma", "WgmmaDesc": "a wgmma descriptor", "WgmmaFence": "wgmma.fence",
@@ -48,8 +50,8 @@ def check_kernel(k: Kernel) -> None:
     """Raise CompileError unless the C target can run `k` (see the module docstring)."""
     def refuse(what: str):
         raise CompileError(f"kernel {k.name} uses {what}, which the C target cannot run: it runs "
-                           f"one thread per block (block=1), with no shared memory, barriers, "
-                           f"warp shuffles, tensor cores or asynchronous copies")
+                           f"one thread per block (block=1), with no warp shuffles, tensor "
+                           f"cores or asynchronous copies")
     if k.block != 1:
         raise CompileError(f"kernel {k.name} has block={k.block}: the C target runs one thread "
                            f"per block (block=1); schedule it for the CPU")
@@ -127,6 +129,8 @@ class _CEmitter(_Emitter):
             self.stmt(Store(s.buf, add(s.index, k) if k else s.index, v), depth)
 
     def stmt(self, s, depth: int) -> None:
+        if isinstance(s, Sync):
+            return                                  # the block is one thread
         if not isinstance(s, For):
             return super().stmt(s, depth)
         pragma = plan_loop(s, self.types).pragma(cname)
@@ -160,14 +164,27 @@ class _CEmitter(_Emitter):
         else:
             self.lines.append("static void")
             self._wrap_signature(cname(k.name), params)
+        scratch = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
+        self.hoisted = set(scratch)
+        depth = 1 if k.grid == 1 or not scratch else 2
+        if depth == 2:
+            self.emit("#pragma omp parallel", 1)
+            self.emit("{", 1)
+        for s in scratch.values():
+            self.emit(f"{C_TYPES[s.dtype]}* restrict {cname(s.name)} = st_scratch({s.size} * "
+                      f"sizeof({C_TYPES[s.dtype]}));", depth)
         if k.grid == 1:
             if _uses_block_idx(k):
                 self.emit(f"const {self.index_t} blockIdx = 0;", 1)
             self.body(k.body, 1)
         elif k.grid > 1:
-            self.emit("#pragma omp parallel for schedule(static)", 1)
-            self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", 1)
-            self.body(k.body, 2)
+            self.emit(f"#pragma omp {'for' if scratch else 'parallel for'} schedule(static)", depth)
+            self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", depth)
+            self.body(k.body, depth + 1)
+            self.emit("}", depth)
+        for s in scratch.values():
+            self.emit(f"free({cname(s.name)});", depth)
+        if depth == 2:
             self.emit("}", 1)
         self.lines.append("}")
         return "\n".join(self.lines)

@@ -21,7 +21,19 @@ from __future__ import annotations
 PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+// A kernel's per-thread scratch (a CPU block's "shared memory": a packed GEMM panel).
+static void* st_scratch(size_t bytes) {
+    void* p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) {
+        fprintf(stderr, "strata: no memory for a kernel's %zu-byte scratch array\n", bytes);
+        abort();
+    }
+    return p;
+}
 #ifdef STRATA_LIBMVEC
 // glibc's vector math (libmvec): loops calling these vectorise (at most 4 ulp from libm).
 #pragma omp declare simd notinbranch

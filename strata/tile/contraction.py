@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from .. import dtypes
 from ..context import Context
 from ..errors import KnobError
-from ..expr import Const, Var, call, free_vars, to_str
+from ..expr import Const, Op, Var, call, coefficient, free_vars, to_str
 from ..loop.ir import Accum, Let, Load, Loop, Store
-from .ir import MatmulTile, TileKernel, rename_stmt
+from .ir import MatmulTile, TileKernel, flat_index, rename_stmt
 
 
 @dataclass(frozen=True)
@@ -212,3 +212,28 @@ def conjoin(a, b):
     if a is None or b is None:
         return a if b is None else b
     return call("logical_and", a, b)
+
+
+def without(pred, cond):
+    """pred with the conjunct `cond` removed (None when nothing is left)."""
+    if pred == cond:
+        return None
+    if isinstance(pred, Op) and pred.op == "logical_and":
+        return conjoin(without(pred.args[0], cond), without(pred.args[1], cond))
+    return pred
+
+
+def fastest_axis(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
+    """"x" when one of an operand's loads is contiguous in global memory along its M (N) axis
+    and not along K, else "k": a tile fill walks that coordinate fastest."""
+    for s in stmts:
+        if isinstance(s, Load):
+            flat = flat_index(s.index, k.shape_of(s.buf))
+            if x_var and coefficient(flat, x_var) == 1 and coefficient(flat, k_var) != 1:
+                return "x"
+    return "k"
+
+
+def value_dtype(s) -> str:
+    """The value dtype of a Loop IR Load or Let."""
+    return s.dtype if isinstance(s, Load) else s.value.dtype

@@ -18,7 +18,9 @@ A contraction (`mode="matmul"`, see `MatmulTile`) is scheduled as a 2-D block ti
 * `Registers`: accumulators held per point across the K loops;
 * `StageTile`: one K step of an operand computed (prologue included) into shared memory by the
   whole block, zero outside the matrix; `Sync`: the barrier before the tile is overwritten;
-* `Guard`: statements run only where a condition holds (edges of M, N and K).
+* `Guard`: statements run only where a condition holds (edges of M, N and K);
+* `MicroTiles`: on a CPU (`serial` tile, one thread per block) the block's register tiles along
+  M run in turn, reusing the N-side panel the block packed once (tile/passes/cpu_matmul.py).
 
 Every choice is a knob (`knobs`), printed with the kernel and pinnable with --knob.
 """
@@ -72,24 +74,32 @@ class MatmulTile:
     tile_m x tile_n tile of the output, starting at (m0, n0) = (tile_m * bm, tile_n * bn) for the
     block's position (bm, bn); thread (tm, tn) owns the thread_m x thread_n points
     m = m0 + tm + threads_m * i, n = n0 + tn + threads_n * j. The other domain axes (batch) are
-    fixed per block. `m` is None when the M-side operand is a vector (a decode shape, M = 1)."""
+    fixed per block. `m` is None when the M-side operand is a vector (a decode shape, M = 1).
+
+    serial: a CPU's tile: the block is one thread that runs its tile_m / thread_m register tiles
+    along M in turn (`MicroTiles`), tile_n == thread_n; point (i, j) is (m0 + i, n0 + j), with
+    m0 the register tile's first row, so that the points of a row are contiguous (one SIMD
+    vector of N per FMA)."""
     m: str | None
     n: str
     tile_m: int
     tile_n: int
     thread_m: int
     thread_n: int
+    serial: bool = False
 
     @property
     def threads_m(self) -> int:
-        return self.tile_m // self.thread_m
+        return 1 if self.serial else self.tile_m // self.thread_m
 
     @property
     def threads_n(self) -> int:
-        return self.tile_n // self.thread_n
+        return 1 if self.serial else self.tile_n // self.thread_n
 
     def coord(self, axis: str, point: Expr) -> Expr:
         """The M (or N) coordinate of the thread's point number `point` along that axis."""
+        if self.serial:
+            return add(Var("m0" if axis == self.m else "n0"), point)
         if axis == self.m:
             return add(add(Var("m0"), Var("tm")), mul(point, self.threads_m))
         return add(add(Var("n0"), Var("tn")), mul(point, self.threads_n))
@@ -141,6 +151,18 @@ class StageTile:
 @dataclass(frozen=True)
 class Sync:
     """A block barrier: every thread is done with the staged tiles before they are refilled."""
+
+
+@dataclass(frozen=True)
+class MicroTiles:
+    """Run `body` for each register tile of the block along M in turn (a serial MatmulTile):
+    `tiles` of them, m0 rebound to each one's first row. Statements before it (the packed
+    N-side panel) run once per block. `tail`, when M is no multiple of the register tile, is
+    the body guarded at the edge of M, run instead by the tile that overhangs it (so full
+    tiles test nothing)."""
+    tiles: int
+    body: tuple
+    tail: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -291,7 +313,7 @@ class TileProgram:
                            for k in self.kernels)
 
 
-NESTED = (Loop, StridedLoop, Points, Guard, StageTile)     # statements holding a body
+NESTED = (Loop, StridedLoop, Points, Guard, StageTile, MicroTiles)     # statements holding a body
 
 
 def walk(body):
@@ -300,6 +322,7 @@ def walk(body):
         yield s
         if isinstance(s, NESTED):
             yield from walk(s.body)
+            yield from walk(getattr(s, "tail", ()))
         elif isinstance(s, MmaLoop):
             yield from walk(s.a.body)
             yield from walk(s.b.body)
@@ -309,7 +332,9 @@ def map_body(body, fn):
     """Rebuild a body bottom-up, replacing each statement s by fn(s) (a statement or a tuple)."""
     out = []
     for s in body:
-        if isinstance(s, NESTED):
+        if isinstance(s, MicroTiles):
+            s = replace(s, body=map_body(s.body, fn), tail=map_body(s.tail, fn))
+        elif isinstance(s, NESTED):
             s = replace(s, body=map_body(s.body, fn))
         elif isinstance(s, MmaLoop):
             s = replace(s, a=replace(s.a, body=map_body(s.a.body, fn)),
@@ -362,6 +387,8 @@ def verify_kernel(k: TileKernel, target) -> None:
         if isinstance(mt, MatmulTile) and (mt.tile_m % mt.thread_m or mt.tile_n % mt.thread_n):
             fail(f"{mt.thread_m}x{mt.thread_n} points per thread do not divide the "
                  f"{mt.tile_m}x{mt.tile_n} tile")
+        if isinstance(mt, MatmulTile) and mt.serial and (k.block != 1 or mt.tile_n != mt.thread_n):
+            fail("a serial tile runs one thread per block, its register tile as wide as the block's")
         if isinstance(mt, MmaTile) and (mt.tile_m % (16 * mt.warps_m) or mt.tile_n % (8 * mt.warps_n)):
             fail(f"{mt.warps_m}x{mt.warps_n} warps do not tile {mt.tile_m}x{mt.tile_n} in m16n8 pieces")
     if k.mode is Mode.ATTENTION and k.attention is None:
@@ -410,11 +437,20 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Sync):
             out.append(f"{pad}Sync")
+        elif isinstance(s, MicroTiles):
+            out.append(f"{pad}for m0 in block_m0 + {mt.thread_m} * 0..{s.tiles}:  # register tiles, in turn")
+            _format(s.body, depth + 1, out, mt)
+            if s.tail:
+                out.append(f"{pad}    tail (the tile past the edge of M):")
+                _format(s.tail, depth + 2, out, mt)
         else:
             format_stmt(s, depth, out)
 
 
 def _bindings(mt: MatmulTile) -> str:
+    if mt.serial:
+        binds = ", ".join(f"{a} = {o} + {p}" for a, o, p in ((mt.m, "m0", "i"), (mt.n, "n0", "j")) if a)
+        return f"{binds}; {mt.thread_m}x{mt.thread_n}"
     axes = [(mt.m, "m0 + tm", mt.threads_m, "i"), (mt.n, "n0 + tn", mt.threads_n, "j")]
     binds = ", ".join(f"{a} = {base} + {step} * {p}" for a, base, step, p in axes if a)
     return f"{binds}; {mt.thread_m}x{mt.thread_n}"

@@ -183,6 +183,8 @@ def _zoo_value(name: str, a, b, c: str):
         val = fcall(name, a)
     elif name == "where":
         val = fcall("where", fcall("lt", a, b), a, b)
+    elif name == "fma":
+        val = fcall("fma", a, b, a)
     elif name in ("logical_and", "logical_or", "logical_xor"):
         val = fcall(name, fcall("gt", a, b), fcall("ne", a, b))
     else:

@@ -175,8 +175,6 @@ def test_no_kernels_is_an_empty_entry_point():
 @pytest.mark.parametrize("make,words", [
     (lambda: B.rms_norm(rows=4, cols=256), ["k_rms_norm_reduce", "block=256"]),
     (lambda: B.elementwise(100, block=32), ["k_ew_sigmoid", "block=32"]),
-    (lambda: _with(Smem("tile", "f32", 8)), ["k_loop", "shared memory (Smem)"]),
-    (lambda: _with(Sync()), ["k_loop", "block barrier", "(Sync)"]),
     (lambda: _with(Let("s", "f32", ShflXor(E.Const(1.0, "f32"), 1, "f32"))),
      ["k_loop", "warp shuffle (ShflXor)"]),
     (lambda: replace(_loop_kernel([]), params=(Param("x", "f32", 64, tensor_map=TensorMap(
@@ -191,6 +189,20 @@ def test_kernels_a_cpu_cannot_run_are_refused(make, words):
     msg = str(err.value)
     assert all(w in msg for w in words), msg
     assert "\n" not in msg and re.search(r"one thread per block \(block=1\)", msg)
+
+
+def test_scratch_arrays_are_per_thread_and_barriers_vanish():
+    """Smem in a one-thread block (the CPU matmul's packed panel) is a scratch array each OpenMP
+    thread allocates once, outside the block loop; a Sync has nothing to wait for."""
+    k = _loop_kernel([Store("tile", E.Var("c"), X), Sync(),
+                      Store("out", AT, Load("tile", E.Var("c"), "f32"))])
+    src = emit_program(KernelProgram([Buffer("x", "f32", (64,), "input"),
+                                      Buffer("out", "f32", (64,), "output")],
+                                     [replace(k, body=(Smem("tile", "f32", 32), *k.body))], ["out"]))
+    body = src.split("static void k_loop(")[1]
+    assert body.index("#pragma omp parallel") < body.index("st_scratch(32 * sizeof(float))") \
+        < body.index("#pragma omp for") < body.index("free(tile)")
+    assert "Sync" not in body and "barrier" not in body
 
 
 def _with(stmt) -> Kernel:

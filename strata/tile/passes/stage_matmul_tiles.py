@@ -15,51 +15,26 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Const, Op, Var, coefficient, sub
+from ...expr import Const, Var, sub
 from ...loop.ir import Load, Loop
-from ..contraction import closure, depends, product
-from ..ir import Guard, Points, StageTile, Sync, TileKernel, flat_index
-from ..contraction import conjoin, edge
+from ..contraction import (closure, conjoin, depends, edge, fastest_axis, product, value_dtype,
+                           without)
+from ..ir import Guard, Points, StageTile, Sync, TileKernel
 
 SMEM_BUDGET = 32 * 1024
-
-
-def _without(pred, cond):
-    """pred with the conjunct `cond` removed (None when nothing is left)."""
-    if pred == cond:
-        return None
-    if isinstance(pred, Op) and pred.op == "logical_and":
-        return conjoin(_without(pred.args[0], cond), _without(pred.args[1], cond))
-    return pred
-
-
-def _fast(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
-    """"x" when one of the operand's loads is contiguous in global memory along the M (N) axis
-    and not along K, else "k": the fill walks that coordinate across neighbouring threads."""
-    for s in stmts:
-        if isinstance(s, Load):
-            flat = flat_index(s.index, k.shape_of(s.buf))
-            if x_var and coefficient(flat, x_var) == 1 and coefficient(flat, k_var) != 1:
-                return "x"
-    return "k"
-
-
-def _dtype(s) -> str:
-    """The value dtype of a Loop IR Load or Let."""
-    return s.dtype if isinstance(s, Load) else s.value.dtype
 
 
 def _stage(k: TileKernel, body, value: str, inner: Loop, guard, side: str) -> StageTile:
     mt = k.matmul
     axis, tile, origin = (mt.m, mt.tile_m, "m0") if side == "A" else (mt.n, mt.tile_n, "n0")
     cut = edge(axis, k.extent(axis), tile)
-    stmts = tuple(replace(s, pred=_without(s.pred, cut)) if isinstance(s, Load) and cut is not None
+    stmts = tuple(replace(s, pred=without(s.pred, cut)) if isinstance(s, Load) and cut is not None
                   else s for s in closure(body, value))
     last = stmts[-1]
-    dtype = k.dtype_of(last.buf) if isinstance(last, Load) else _dtype(last)
+    dtype = k.dtype_of(last.buf) if isinstance(last, Load) else value_dtype(last)
     x_extent = tile if axis else 1
     return StageTile(f"{value}_smem", value, dtype, inner.var, inner.extent, axis, x_extent, origin,
-                     stmts, conjoin(guard, cut), _fast(k, stmts, inner.var, axis), x_extent)
+                     stmts, conjoin(guard, cut), fastest_axis(k, stmts, inner.var, axis), x_extent)
 
 
 def _stage_step(k: TileKernel, outer: Loop):
@@ -84,7 +59,7 @@ def _stage_step(k: TileKernel, outer: Loop):
     staged = {s.var for st in stages for s in st.body}
     reads = tuple(Load(st.value, st.name, (Var(inner.var), sub(Var(st.x_var), Var(st.origin))
                                            if st.x_var else Const(0)),
-                       dtypes.compute_dtype(_dtype(st.body[-1])))
+                       dtypes.compute_dtype(value_dtype(st.body[-1])))
                   for st in stages)
     compute = reads + tuple(s for s in points if getattr(s, "var", None) not in staged)
     new_inner = replace(inner, body=(Points(compute, registers=True),))

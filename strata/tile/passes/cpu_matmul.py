@@ -1,0 +1,111 @@
+"""cpu_matmul: a contraction on a CPU as a packed, register-tiled micro-kernel (GotoBLAS's shape).
+
+A block is one thread (an iteration of the kernel's OpenMP loop) owning TILE_N columns and TILE_M
+rows of the output. It packs its K x TILE_N panel of the N-side operand once (prologue computed,
+16-bit floats widened, zero past the edge of N) into a contiguous scratch array, then runs its
+THREAD_M x TILE_N register tiles along M in turn (`MicroTiles`): each K step loads THREAD_M values
+of the M-side operand (prologue computed in registers) and one row of the panel, and does
+THREAD_M x TILE_N fused multiply-adds into accumulators the C compiler keeps in SIMD registers
+(default 6 x two vectors: 6 x 32 on AVX-512, 6 x 16 on AVX2: 12 accumulator registers). The
+epilogue (bias, activation, residual, cast) runs on the registers before the store. The panel
+stays in the core's cache across the M tiles while the M-side rows stream past it.
+
+TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
+BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Declines, saying why, on a matrix-vector product (no M axis: rows of dot
+products read each weight row once, contiguously, at memory speed) and on a row that is not
+one contraction.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from math import lcm, prod
+
+from ... import dtypes
+from ...context import Context
+from ...errors import KnobError
+from ...expr import Var, call, sub
+from ...loop.ir import Accum, Load, Loop
+from ..contraction import (closure, conjoin, depends, edge, fastest_axis, match, pow2_ceil,
+                           product, value_dtype)
+from ..ir import Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel
+
+THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
+VECTORS_N = 2               # SIMD vectors across a register tile's row
+BLOCKS_PER_CORE = 4
+MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
+
+
+def _tiles(k: TileKernel, m: str, n: str, ctx: Context) -> MatmulTile:
+    lanes = max(1, ctx.arch.vector_bytes // 4)
+    tile_n = ctx.knob("TILE_N", min(VECTORS_N * lanes, pow2_ceil(k.extent(n))))
+    thread_m = ctx.knob("THREAD_M", min(THREAD_M, k.extent(m)))
+    panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
+    chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
+    rows = -(-k.extent(m) // chunks)
+    step = lcm(thread_m, 8)              # a TILE_M the user can pin back (knobs.py's rule)
+    tile_m = ctx.knob("TILE_M", min(-(-rows // step), MAX_TILE_M // step) * step)
+    if tile_m % thread_m:
+        raise KnobError(f"TILE_M={tile_m}, THREAD_M={thread_m}: the register tile must divide "
+                        f"the block's rows")
+    return MatmulTile(m, n, tile_m, tile_n, thread_m, tile_n, serial=True)
+
+
+def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode is not Mode.ROWS:
+        return k
+    c = match(k)
+    if isinstance(c, str) or c.m is None or len(c.loops) != 1:
+        why = c if isinstance(c, str) else "a matrix-vector product (rows of dot products read " \
+            "each weight row once)" if c.m is None else "more than one reduce loop"
+        ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
+        return k
+    mt = _tiles(k, c.m, c.n, ctx)
+    loop = c.loops[0]
+    a, b, p = product(loop.body)
+    if c.n in depends(loop.body, {c.m, c.n})[a]:
+        a, b = b, a
+    b_side = closure(loop.body, b)
+    dtype = dtypes.compute_dtype(value_dtype(b_side[-1]))
+    n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
+    panel = StageTile(f"{b}_panel", b, dtype, loop.var, loop.extent, c.n, mt.tile_n, "n0", b_side,
+                      n_edge, fastest_axis(k, b_side, loop.var, c.n), mt.tile_n)
+    accum = next(s for s in loop.body if isinstance(s, Accum))
+    product_ = replace(accum, value=call("multiply", Var(a, dtype), Var(b, dtype)))
+    read_panel = Load(b, panel.name, (Var(loop.var), sub(Var(c.n), Var("n0"))), dtype)
+    rows = depends(loop.body, {c.m})
+    epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
+
+    a_side = closure(loop.body, a)
+    a_dtype = dtypes.compute_dtype(value_dtype(a_side[-1]))
+    plain = len(a_side) == 1 and isinstance(a_side[0], Load) and k.dtype_of(a_side[0].buf) == a_dtype
+
+    def register_tile(m_edge):
+        """The K loop and the epilogue of one register tile, guarded at the edges given. An
+        M-side operand that is computed (a prologue, a 16-bit widening) is first packed for the
+        tile as THREAD_M floats per K step: the C compiler vectorises the FMAs only over plain
+        float loads."""
+        pack = ()
+        if plain:
+            step = tuple(replace(s, pred=conjoin(s.pred, m_edge)) if isinstance(s, Load) and m_edge
+                         is not None and c.m in rows[s.var] else s for s in a_side)
+        else:
+            pack = (StageTile(f"{a}_rows", a, a_dtype, loop.var, loop.extent, c.m, mt.thread_m,
+                              "m0", a_side, m_edge, fastest_axis(k, a_side, loop.var, c.m),
+                              mt.thread_m),)
+            step = (Load(a, pack[0].name, (Var(loop.var), sub(Var(c.m), Var("m0"))), a_dtype),)
+        step += (read_panel, product_)
+        guard, last = conjoin(m_edge, n_edge), epilogue
+        if guard is not None and epilogue:
+            last = (Guard(guard, epilogue),)
+        return pack + (Registers(loop.accs), replace(loop, accs=(), body=(Points(step, registers=True),)),
+                       Points(last, registers=True))
+    m_edge = edge(c.m, k.extent(c.m), mt.thread_m)
+    tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
+                       register_tile(m_edge) if m_edge is not None else ())
+    ctx.log(f"cpu_matmul: {k.name}: M={c.m}, N={c.n}, {mt.tile_m}x{mt.tile_n} per block, "
+            f"{mt.thread_m}x{mt.tile_n} register tiles, the {loop.extent}x{mt.tile_n} panel of "
+            f"{b} packed", 2)
+    out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(panel, tiles), block=1, group=1)
+    for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m)):
+        out = out.with_knob(name, value)
+    return out

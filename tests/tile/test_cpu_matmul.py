@@ -1,0 +1,96 @@
+"""The CPU contraction schedule (tile/passes/cpu_matmul.py -> kernel/lower_matmul.py -> target/c.py):
+a packed, register-tiled micro-kernel, run natively and compared with eager at the edges its
+tiles have (M and N not multiples of the register tile, prime K, one row, one column), with
+16-bit operands, prologues on either side, fused epilogues, strided inputs, batches and every
+knob it prints. A matrix-vector product is declined (rows of dot products) and says so."""
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strata
+from conftest import HAS_CC
+from strata import check
+from strata.context import Context
+from strata.errors import KnobError
+
+pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
+                                                   "here (install gcc)")
+r = torch.randn
+
+
+def cpu_compile(fn, inputs, knobs=None, verbose=0):
+    log = io.StringIO()
+    ctx = Context(knobs=knobs or {}, verbosity=verbose, stream=log)
+    return strata.compile(fn, inputs, device="cpu", ctx=ctx), log.getvalue()
+
+
+def assert_cpu_matches(fn, inputs, knobs=None):
+    """Natively on the CPU, every output within the contraction tolerance of float64 eager;
+    returns the program's matmul tile kernels (so tests can check the schedule was used)."""
+    prog, _ = cpu_compile(fn, inputs, knobs)
+    for res in check.verify(prog, fn, inputs, True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    return [k for k in prog.lowered.tile.kernels if k.mode == "matmul"]
+
+
+@pytest.mark.parametrize("m,n,k", [(6, 32, 1), (7, 33, 5), (61, 91, 257), (1, 2, 3), (13, 1, 31),
+                                   (2, 257, 17), (97, 17, 64)], ids=str)
+def test_mm_edges(m, n, k):
+    tiles = assert_cpu_matches(torch.mm, (r(m, k), r(k, n)))
+    if min(m, n, k) > 1:                  # one row or column: a matrix-vector product
+        assert tiles and all(t.matmul.serial for t in tiles)
+
+
+def test_schedule_prints_its_knobs_and_register_tiles():
+    prog, log = cpu_compile(torch.mm, (r(61, 40), r(40, 91)), verbose=2)
+    [tile] = prog.lowered.tile.kernels
+    text = str(tile)
+    assert "register tiles, in turn" in text and "_panel" in text and "tail" in text
+    assert {"TILE_M", "TILE_N", "THREAD_M"} <= set(dict(tile.knobs))
+    assert "cpu_matmul" in log and "register tiles" in log
+    source = prog.source("c")
+    assert "fma" in source and "st_scratch" in source
+
+
+@pytest.mark.parametrize("knobs", [{"THREAD_M": 4, "TILE_N": 16}, {"THREAD_M": 1, "TILE_N": 8},
+                                   {"TILE_M": 24, "THREAD_M": 3}, {"THREAD_M": 8, "TILE_N": 64}],
+                         ids=str)
+def test_knobs_change_the_tiles_not_the_values(knobs):
+    [tile] = assert_cpu_matches(torch.mm, (r(37, 29), r(29, 71)), knobs)
+    for name, value in knobs.items():
+        assert dict(tile.knobs)[name] == value
+
+
+def test_register_tile_must_divide_the_block():
+    with pytest.raises(KnobError, match="must divide"):
+        cpu_compile(torch.mm, (r(37, 29), r(29, 71)), {"TILE_M": 8, "THREAD_M": 6})
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_operands_widen_in_registers(dtype):
+    x, w, b = r(19, 67).to(dtype), r(45, 67).to(dtype), r(45).to(dtype)
+    assert assert_cpu_matches(F.linear, (x, w, b))
+
+
+def test_prologues_on_both_sides_and_a_fused_epilogue():
+    def fn(x, s, w, res):
+        return F.gelu(torch.relu(x * s) @ (w + 1.0)) + res
+    assert assert_cpu_matches(fn, (r(23, 41), r(41), r(41, 53), r(23, 53)))
+
+
+def test_strided_and_batched_operands():
+    assert assert_cpu_matches(lambda a, b: a.t() @ b.t(), (r(31, 17), r(43, 31)))
+    assert assert_cpu_matches(torch.bmm, (r(3, 13, 29), r(3, 29, 37)))
+    assert assert_cpu_matches(lambda a, b: torch.matmul(a, b), (r(2, 1, 11, 7), r(3, 7, 19)))
+
+
+def test_empty_k_gives_the_bias():
+    assert_cpu_matches(lambda x, w, b: F.linear(x, w, b), (r(5, 0), r(7, 0), r(7)))
+
+
+def test_matrix_vector_is_declined_and_says_why():
+    prog, log = cpu_compile(torch.mv, (r(37, 64), r(64)), verbose=1)
+    assert all(k.mode != "matmul" for k in prog.lowered.tile.kernels)
+    assert "declined, a matrix-vector product" in log
