@@ -29,16 +29,22 @@ def time_once(fn, args, min_s: float = MIN_ROUND_S) -> float:
             return dt / n
 
 
-def interleaved(variants: dict, args, rounds: int = ROUNDS) -> dict[str, float]:
-    """Median milliseconds of each variant over `rounds` rounds, one timing of each per round."""
+def interleaved_samples(variants: dict, args, rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Milliseconds per call of each variant in each of `rounds` rounds, one timing of each per
+    round, after one warm-up call each (torch.compile compiles there)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     with torch.no_grad():
-        for fn in variants.values():          # warm up (torch.compile compiles here)
+        for fn in variants.values():
             fn(*args)
         for _ in range(rounds):
             for name, fn in variants.items():
-                times[name].append(time_once(fn, args))
-    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+                times[name].append(time_once(fn, args) * 1e3)
+    return times
+
+
+def interleaved(variants: dict, args, rounds: int = ROUNDS) -> dict[str, float]:
+    """Median milliseconds of each variant over `rounds` interleaved rounds."""
+    return {name: statistics.median(ts) for name, ts in interleaved_samples(variants, args, rounds).items()}
 
 
 def copy_gbps(nbytes: int = 256 << 20) -> float:
@@ -47,6 +53,28 @@ def copy_gbps(nbytes: int = 256 << 20) -> float:
     dst = torch.empty_like(src)
     ms = interleaved({"copy": lambda: dst.copy_(src)}, (), rounds=7)["copy"]
     return 2 * nbytes / ms / 1e6
+
+
+def read_gbps(nbytes: int = 256 << 20) -> float:
+    """GB/s read by torch.sum over a large tensor: the ceiling of a kernel that mostly reads
+    (a GEMV's weights, a norm's rows); higher than a copy's, which also writes."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
+    ms = interleaved({"sum": lambda: src.sum()}, (), rounds=7)["sum"]
+    return nbytes / ms / 1e6
+
+
+def mm_tflops(dtype: str, n: int = 2048) -> float:
+    """torch.mm at n^3 in TFLOP/s: the compute ceiling of this run for `dtype`."""
+    from .. import dtypes
+    a, b = (torch.randn(n, n).to(dtypes.to_torch(dtype)) for _ in range(2))
+    ms = interleaved({"mm": lambda: torch.mm(a, b)}, (), rounds=5)["mm"]
+    return 2 * n ** 3 / ms / 1e9
+
+
+def cpu_ceilings(mm_dtypes=("f32",)):
+    from .results import Ceilings
+    return Ceilings(copy_gbps=copy_gbps(), read_gbps=read_gbps(),
+                    mm_tflops={d: mm_tflops(d) for d in dict.fromkeys(mm_dtypes)}, mm_n=2048)
 
 
 def bench_snippet_cpu(code: str, ctx) -> int:

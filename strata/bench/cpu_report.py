@@ -11,12 +11,12 @@ import argparse
 import datetime
 import os
 import pathlib
-import platform
 
 import torch
 import torch.nn.functional as F
 
 from .cpu_bench import copy_gbps, interleaved
+from .env import cpu_name
 from .work import estimate_work
 
 H, I, V = 2048, 5632, 32000          # TinyLlama: hidden, MLP, vocabulary
@@ -44,7 +44,7 @@ def run(names=None) -> str:
     from ..api import compile as strata_compile
     torch.manual_seed(0)
     lines = [f"# strata on the CPU: LLM-shaped ops against eager and torch.compile",
-             "", f"Measured {datetime.date.today()} on {_machine()}; torch {torch.__version__}, "
+             "", f"Measured {datetime.date.today()} on {cpu_name()}; torch {torch.__version__}, "
              f"{torch.get_num_threads()} torch threads, OpenMP threads: "
              f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}. Median ms of interleaved rounds "
              f"(each round times every variant once); `vs best` is the faster of eager and "
@@ -73,16 +73,6 @@ def run(names=None) -> str:
                      f"{work.bytes / t / 1e6:.1f} | {gflops} | "
                      f"{min(ms['eager'], ms['compile']) / t:.2f}x |")
     return "\n".join(lines) + "\n"
-
-
-def _machine() -> str:
-    model = platform.processor() or "CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def main() -> None:

@@ -6,6 +6,11 @@ the bandwidth limit (bench/decode_report.py). Markdown and JSON named with model
 
     python -m strata.bench.decode
     python -m strata.bench.decode Qwen/Qwen2.5-0.5B --new-tokens 128 --out docs
+    python -m strata.bench.decode --device cpu --dtype fp32 --threads 2
+
+On the CPU (--device cpu) strata's programs run natively (C + OpenMP), torch.compile uses its
+default mode (no CUDA graphs), the bandwidth limit is a large sum's read bandwidth, and fewer new
+tokens are decoded by default (32: a 1.1B model decodes a few tokens per second on two cores).
 
 MODEL is a bundled name (random weights from the fixed seed, said in the report) or a local
 directory with config.json and safetensors weights. A variant that fails is a row saying why.
@@ -28,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"a bundled model name or a local directory (default {DEFAULT_MODEL})")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
-    p.add_argument("--new-tokens", type=int, default=256, help="tokens to generate (default 256)")
+    p.add_argument("--new-tokens", type=int, default=None,
+                   help="tokens to generate (default 256; 32 on the CPU)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default) or cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="--device cpu: threads for torch and strata's OpenMP (default: every core)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
@@ -38,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(args) -> None:
     from ..errors import StrataError
+    if args.new_tokens is None:
+        args.new_tokens = 32 if getattr(args, "device", "cuda") == "cpu" else 256
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise StrataError(f"--threads must be at least 1, not {args.threads}")
     for flag, value in (("--prompt-len", args.prompt_len), ("--new-tokens", args.new_tokens),
                         ("--repeats", args.repeats)):
         if value < 1:
@@ -92,12 +105,17 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     prompt = prompt_ids(config.vocab_size, args.prompt_len)
     n, max_len = args.new_tokens, args.prompt_len + args.new_tokens
     elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
-    if copy_gbps is None:
+    if copy_gbps is None and device == "cpu":
+        from .cpu_bench import read_gbps
+        say("measuring the read bandwidth of a large sum")
+        copy_gbps = read_gbps()
+    elif copy_gbps is None:
         from .harness import measure_copy_gbps
         say("measuring the device-to-device copy bandwidth")
         copy_gbps = measure_copy_gbps()
     bench = DecodeBench(built.what, built.weights, args.dtype, args.prompt_len, n, weight_bytes(lm),
-                        kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps)
+                        kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps,
+                        device="cpu" if device == "cpu" else "cuda")
     say(f"weights: {built.weights}")
     bench.variants.append(measure_strata(lm, args, prompt, device, ctx, say))
     if device == "cuda":
@@ -108,6 +126,9 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
                                   n, args.repeats))
     say("decoding with torch.compile (compiling the step first)")
+    if compile_fn is None and device == "cpu":          # CUDA graphs do not exist there
+        from .variants import torch_compile
+        compile_fn = lambda fn: torch_compile(fn, None)   # noqa: E731
     try:
         compiled = StaticCompiled(lm, max_len, device, compile_fn)
         bench.variants.append(measure(TORCH_COMPILE, lambda k: compiled(prompt, k), n, args.repeats))
@@ -118,8 +139,9 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
 
 
 def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
-    """Compile the prefill and step programs (simulator unless device is cuda) and measure
-    them; a compile failure is the row's status. Returning frees their GPU weights and caches."""
+    """Compile the prefill and step programs (natively for cuda and cpu, else the simulator) and
+    measure them; a compile failure is the row's status. Returning frees their GPU weights and
+    caches."""
     from ..models.build import DTYPES
     from ..models.decode import compile_decoder, new_caches
     from .decode_loops import strata_greedy
@@ -127,7 +149,7 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
     max_len = args.prompt_len + args.new_tokens
     try:
         prefill, step = compile_decoder(lm, args.prompt_len, max_len,
-                                        "cuda" if device == "cuda" else "sim", ctx, say)
+                                        device if device in ("cuda", "cpu") else "sim", ctx, say)
     except Exception as e:  # noqa: BLE001 - strata's row says why; the baselines still run
         return DecodeVariant(STRATA, strata_status(e))
     caches = new_caches(lm.config, max_len, DTYPES[args.dtype], device)
@@ -138,7 +160,9 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
 
 def stem(model: str, env) -> str:
     from .env import slug
-    return f"decode-{slug(model.rstrip('/').split('/')[-1])}-{slug(env.device)}-{env.date[:10]}"
+    threads = f"-{env.extra['threads']}t" if "threads" in env.extra else ""
+    return (f"decode-{slug(model.rstrip('/').split('/')[-1])}-{slug(env.device)}{threads}-"
+            f"{env.date[:10]}")
 
 
 def main(argv=None) -> int:
@@ -152,17 +176,27 @@ def main(argv=None) -> int:
         check_args(args)
         from ..models.source import resolve
         resolve(args.model)                  # an unknown MODEL fails before the GPU check
-        from .harness import require_cuda
-        require_cuda("the decode benchmark")
         from ..context import Context
         from .decode_report import goals, rich_table, write
-        from .env import collect_env, strata_target
-        env = collect_env()
-        env.extra["strata target"] = strata_target()
+        if args.device == "cpu":
+            import torch
+
+            from .env import collect_cpu_env
+            from .suite import _use_threads
+            _use_threads(args.threads)
+            env = collect_cpu_env(torch.get_num_threads())
+            ctx = Context(target="host")
+        else:
+            from .env import collect_env, strata_target
+            from .harness import require_cuda
+            require_cuda("the decode benchmark")
+            env = collect_env()
+            env.extra["strata target"] = strata_target()
+            ctx = Context(target=env.extra["strata target"])
         console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata "
-                      f"{env.strata}  target {env.extra['strata target']}")
+                      f"{env.strata}  target {ctx.arch.name}")
         with console.status("starting") as status:
-            bench = run_bench(args, status.update, ctx=Context(target=env.extra["strata target"]))
+            bench = run_bench(args, status.update, device=args.device, ctx=ctx)
         console.print(f"model: {bench.model}\nweights: {bench.weights}")
         console.print(rich_table(bench))
         for goal, verdict in goals(bench):

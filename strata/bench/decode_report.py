@@ -22,6 +22,7 @@ TORCH_COMPILE = "torch.compile"
 VARIANTS = (STRATA, HF_EAGER, TORCH_COMPILE)
 GOAL_VS_COMPILE = 1.0       # issue 5: at or above torch.compile
 GOAL_BANDWIDTH = 0.70       # and >= 70% of the bandwidth limit
+GOAL_CPU_VS_BEST = {"fp32": 1.0, "bf16": 1.5}   # issue 12: vs the faster of HF eager and compile
 
 
 def weight_bytes(model) -> int:
@@ -72,6 +73,7 @@ class DecodeBench:
     copy_gbps: float | None
     hf_attention: str = ""          # the attention implementation the HF variants ran
     variants: list[DecodeVariant] = field(default_factory=list)
+    device: str = "cuda"            # "cpu": native kernels, copy_gbps is a large sum's read GB/s
 
     def variant(self, name: str) -> DecodeVariant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -108,19 +110,30 @@ def agree(a: list[int], b: list[int]) -> str:
     return f"no (first difference at generated token {k})"
 
 
+def vs_best(b: DecodeBench, name: str) -> float | None:
+    """tokens/s of `name` over the faster of HF eager and torch.compile (whichever ran)."""
+    ratios = [r for r in (vs(b, name, HF_EAGER), vs(b, name, TORCH_COMPILE)) if r is not None]
+    return min(ratios) if ratios else None
+
+
 def goals(b: DecodeBench) -> list[tuple[str, str]]:
-    """(goal, verdict) for issue 5's two goals."""
+    """(goal, verdict) for issue 5's two goals (issue 12's on a CPU: against the faster of HF
+    eager and torch.compile, 1x in fp32 and 1.5x in bf16)."""
     s = b.variant(STRATA)
     ran = s is not None and s.ok
-    r, f = vs(b, STRATA, TORCH_COMPILE), fraction_of_limit(b, STRATA)
+    if b.device == "cpu":
+        goal = GOAL_CPU_VS_BEST.get(b.dtype, 1.0)
+        first, r = f"strata decode ≥ {goal:g}× the faster of HF eager and torch.compile", vs_best(b, STRATA)
+    else:
+        goal = GOAL_VS_COMPILE
+        first, r = f"strata decode ≥ {goal:g}× torch.compile", vs(b, STRATA, TORCH_COMPILE)
+    f = fraction_of_limit(b, STRATA)
     out = []
     if not ran:
         why = f"not met (strata {s.status.split(':')[0] if s else 'not run'})"
-        return [(f"strata decode ≥ {GOAL_VS_COMPILE:g}× torch.compile", why),
-                (f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit", why)]
-    out.append((f"strata decode ≥ {GOAL_VS_COMPILE:g}× torch.compile",
-                "— (torch.compile did not run)" if r is None else
-                f"{'met' if r >= GOAL_VS_COMPILE else 'not met'} ({fmt_ratio(r)})"))
+        return [(first, why), (f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit", why)]
+    out.append((first, "— (no baseline ran)" if r is None else
+                f"{'met' if r >= goal else 'not met'} ({fmt_ratio(r)})"))
     out.append((f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit",
                 "— (no bandwidth measured)" if f is None else
                 f"{'met' if f >= GOAL_BANDWIDTH else 'not met'} ({fmt_pct(f)})"))
@@ -155,7 +168,8 @@ def _facts(b: DecodeBench) -> list[str]:
              f"{b.weight_bytes / 1e9:.4g} GB (tied embeddings once) + KV cache at the average "
              f"position {b.kv_bytes_per_token / 1e6:.4g} MB"),
             (f"- bandwidth limit: {'—' if limit is None else f'{limit:,.1f} tokens/s'} "
-             f"(device-to-device copy {copy}, measured in this run, over bytes per token)"),
+             f"({'a large sum reading' if b.device == 'cpu' else 'device-to-device copy'} {copy}, "
+             f"measured in this run, over bytes per token)"),
             f"- HF variants' attention: {b.hf_attention or '—'}"]
 
 
@@ -165,14 +179,17 @@ def markdown(b: DecodeBench, env: Env) -> str:
     lines = [f"# strata decode: {b.model}", ""]
     lines += _env_lines(env, Ceilings(copy_gbps=b.copy_gbps))[:3] + _facts(b)
     lines += [f"- goal: {g}: **{v}**" for g, v in goals(b)] + [""]
+    cpu = b.device == "cpu"
     lines += [("Wall clock of whole greedy runs (argmax on the host every token, synchronised), "
                "after warm-up runs; the median of the timed runs. strata: its prefill and "
-               "decode-step programs (CUDA graph replay from the second call); HF eager: "
-               "transformers' forward with its DynamicCache; torch.compile: transformers' "
-               "StaticCache with the step under torch.compile(mode=\"reduce-overhead\"), prefill "
-               "uncompiled as transformers' generate does. \"vs torch.compile\": tokens/s over "
-               "torch.compile's. Random weights make near-ties of the argmax likely, so ids may "
-               "differ between correct implementations in bf16."), ""]
+               "decode-step programs (" + ("native C + OpenMP kernels" if cpu else
+                                           "CUDA graph replay from the second call") +
+               "); HF eager: transformers' forward with its DynamicCache; torch.compile: "
+               "transformers' StaticCache with the step under torch.compile(" +
+               ("default mode, Inductor's C++ backend" if cpu else 'mode="reduce-overhead"') +
+               "), prefill uncompiled as transformers' generate does. \"vs torch.compile\": "
+               "tokens/s over torch.compile's. Random weights make near-ties of the argmax "
+               "likely, so ids may differ between correct implementations in bf16."), ""]
     lines += _md_table(COLUMNS, table_rows(b)) + [""]
     failed = [f"- {v.name}: {v.status}" for v in b.variants if not v.ok]
     if failed:

@@ -61,6 +61,37 @@ def collect_env() -> Env:
                python=platform.python_version(), extra=extra)
 
 
+def cpu_name() -> str:
+    """The CPU's model name and core count, e.g. "AMD EPYC, 2 cores"."""
+    import os
+    model = platform.processor() or "CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def collect_cpu_env(threads: int) -> Env:
+    """The environment of a native CPU run: the CPU, the threads used, the C compiler and the
+    target strata compiled for (its ISA and vector width)."""
+    from ..runtime.cc import find_compiler
+    from ..targets import get_target
+    host = get_target("host")
+    try:
+        cc = find_compiler()
+        cc_version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=10,
+                                    check=False).stdout.splitlines()[0]
+    except Exception as e:  # noqa: BLE001 - no compiler is worth a note, the run says why later
+        cc_version = f"unavailable ({type(e).__name__})"
+    extra = {"threads": str(threads), "C compiler": cc_version,
+             "target": f"host ({host.vector_bytes * 8}-bit vectors: {', '.join(sorted(host.features))})"}
+    return Env(device=cpu_name(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               torch=torch.__version__, cuda=None, strata=strata_version(),
+               python=platform.python_version(), extra=extra)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 

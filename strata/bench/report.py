@@ -29,6 +29,13 @@ from .results import (
 GOAL_VS_EAGER = 1.5            # geomean goals from issue 4
 GOAL_VS_COMPILE = 1.2
 GOAL_MEMORY_FRACTION = 0.85    # memory-bound kernels: fraction of the measured copy bandwidth
+GOAL_CPU_VS_BEST = 1.2         # CPU goals from issue 12: vs the faster of eager and torch.compile
+GOAL_CPU_MEMORY_FRACTION = 0.8  # ... and of the read bandwidth a large sum reaches
+METHOD = {
+    "cuda": ("Median of CUDA-event timings after warm-up, L2 flushed before every timed call."),
+    "cpu": ("Median of interleaved rounds (each round times every variant once, averaging as many "
+            "calls as fill 20 ms), inputs warm in the caches as in a model's step."),
+}
 
 
 # ---- numbers --------------------------------------------------------------------------------
@@ -49,7 +56,7 @@ def achieved(bytes_: int, flops: int, ms: float | None, dtype: str, ceilings: Ce
     if ms is None or ms <= 0 or (not bytes_ and not flops):
         return None
     seconds = ms * 1e-3
-    bw = ceilings.copy_gbps
+    bw = ceilings.read_gbps or ceilings.copy_gbps
     peak = ceilings.mm_tflops.get(dtype) or ceilings.mm_tflops.get("bf16")
     t_mem = bytes_ / (bw * 1e9) if bw and bytes_ else 0.0
     t_flop = flops / (peak * 1e12) if peak and flops else 0.0
@@ -82,12 +89,19 @@ def counted(case: CaseResult) -> bool:
     return bool(s and s.ok and case.accuracy_passed is not False)
 
 
+def speedup_vs_best(case: CaseResult) -> float | None:
+    """strata's speedup over the faster of eager and torch.compile (whichever of them ran)."""
+    ratios = [r for r in (speedup(case, STRATA, EAGER), speedup(case, STRATA, TORCH_COMPILE))
+              if r is not None]
+    return min(ratios) if ratios else None
+
+
 def geomeans(cases: list[CaseResult]) -> dict:
     """Geomean speedups of strata, each over the cases where both sides ran."""
     out = {}
     for key, ref in (("vs_eager", EAGER), ("vs_torch_compile", TORCH_COMPILE),
-                     ("vs_max_autotune", MAX_AUTOTUNE)):
-        ratios = [speedup(c, STRATA, ref) for c in cases if counted(c)]
+                     ("vs_max_autotune", MAX_AUTOTUNE), ("vs_best", None)):
+        ratios = [speedup(c, STRATA, ref) if ref else speedup_vs_best(c) for c in cases if counted(c)]
         ratios = [r for r in ratios if r is not None]
         out[key] = geomean(ratios)
         out[key + "_cases"] = len(ratios)
@@ -109,8 +123,9 @@ def shortfalls(case: CaseResult, ceilings: Ceilings) -> list[str]:
         if r is not None and r < 1.0:
             out.append(f"{fmt_ratio(r)} vs {label}")
     a = case_achieved(case, STRATA, ceilings)
-    if a and a.bound == "memory" and a.fraction < GOAL_MEMORY_FRACTION:
-        out.append(f"{fmt_pct(a.fraction)} of copy bandwidth")
+    goal = GOAL_CPU_MEMORY_FRACTION if ceilings.read_gbps else GOAL_MEMORY_FRACTION
+    if a and a.bound == "memory" and a.fraction < goal:
+        out.append(f"{fmt_pct(a.fraction)} of {_memory_ceiling(ceilings)[0]}")
     return out
 
 
@@ -137,9 +152,18 @@ def fmt_pct(f: float | None) -> str:
 
 
 def fmt_achieved(a: Achieved | None) -> str:
-    if a is None:
-        return "—"
-    return f"{a.value:,.0f} {a.unit}" if a.value >= 100 else f"{a.value:.3g} {a.unit}"
+    return "—" if a is None else fmt_value(a.value, a.unit)
+
+
+def fmt_value(value: float, unit: str) -> str:
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+
+
+def _memory_ceiling(ceilings: Ceilings) -> tuple[str, float | None]:
+    """The name and GB/s of the memory ceiling that "% of ceiling" uses."""
+    if ceilings.read_gbps:
+        return "a large sum's read bandwidth", ceilings.read_gbps
+    return "copy bandwidth", ceilings.copy_gbps
 
 
 def fmt_launch(x) -> str:
@@ -203,9 +227,11 @@ def ceiling_note(case: CaseResult, ceilings: Ceilings) -> str:
     if a is None:
         return ""
     if a.bound == "memory":
-        return f"ceiling: copy {ceilings.copy_gbps:,.0f} GB/s" if ceilings.copy_gbps else ""
+        if ceilings.read_gbps:
+            return f"ceiling: a large sum reads {fmt_value(ceilings.read_gbps, 'GB/s')}"
+        return f"ceiling: copy {fmt_value(ceilings.copy_gbps, 'GB/s')}" if ceilings.copy_gbps else ""
     peak = ceilings.mm_tflops.get(case.dtype) or ceilings.mm_tflops.get("bf16")
-    return f"ceiling: torch.mm {peak:,.0f} TFLOP/s" if peak else ""
+    return f"ceiling: torch.mm {fmt_value(peak, 'TFLOP/s')}" if peak else ""
 
 
 def comparison_table(case: CaseResult, ceilings: Ceilings, title: str | None = None):
@@ -290,11 +316,15 @@ def _env_lines(env: Env, ceilings: Ceilings) -> list[str]:
     if env.python:
         versions.append(f"Python {env.python}")
     versions += [f"{k} {v}" for k, v in env.extra.items()]
-    mm = ", ".join(f"{dt} {v:,.0f} TFLOP/s" for dt, v in ceilings.mm_tflops.items()) or "—"
-    copy = f"{ceilings.copy_gbps:,.0f} GB/s" if ceilings.copy_gbps else "—"
+    mm = ", ".join(f"{dt} {fmt_value(v, 'TFLOP/s')}" for dt, v in ceilings.mm_tflops.items()) or "—"
+    copy = fmt_value(ceilings.copy_gbps, "GB/s") if ceilings.copy_gbps else "—"
+    if ceilings.read_gbps:
+        memory = (f"memory copy {copy} (read + write bytes), a large sum "
+                  f"{fmt_value(ceilings.read_gbps, 'GB/s')} read (the memory ceiling)")
+    else:
+        memory = f"device-to-device copy {copy} (read + write bytes)"
     return [f"- device: {env.device}", f"- date: {env.date}", f"- versions: {', '.join(versions)}",
-            (f"- measured ceilings (same run): device-to-device copy {copy} (read + write bytes); "
-             f"torch.mm 4096³ {mm}")]
+            f"- measured ceilings (same run): {memory}; torch.mm {ceilings.mm_n}³ {mm}"]
 
 
 def _geomean_line(label: str, value: float | None, n: int, goal: float) -> str:
@@ -305,19 +335,26 @@ def _geomean_line(label: str, value: float | None, n: int, goal: float) -> str:
 
 
 def markdown_report(cases: list[CaseResult], env: Env, ceilings: Ceilings,
-                    title: str = "strata LLM op suite") -> str:
+                    title: str = "strata LLM op suite", device: str = "cuda") -> str:
     g = geomeans(cases)
-    lines = [f"# {title}", ""] + _env_lines(env, ceilings) + [
-        _geomean_line("vs eager", g["vs_eager"], g["vs_eager_cases"], GOAL_VS_EAGER),
-        _geomean_line("vs torch.compile", g["vs_torch_compile"], g["vs_torch_compile_cases"],
-                      GOAL_VS_COMPILE),
+    if device == "cpu":
+        goals = [_geomean_line("vs the faster of eager and torch.compile", g["vs_best"],
+                               g["vs_best_cases"], GOAL_CPU_VS_BEST),
+                 _geomean_line("vs eager", g["vs_eager"], g["vs_eager_cases"], GOAL_CPU_VS_BEST),
+                 _geomean_line("vs torch.compile", g["vs_torch_compile"],
+                               g["vs_torch_compile_cases"], GOAL_CPU_VS_BEST)]
+    else:
+        goals = [_geomean_line("vs eager", g["vs_eager"], g["vs_eager_cases"], GOAL_VS_EAGER),
+                 _geomean_line("vs torch.compile", g["vs_torch_compile"],
+                               g["vs_torch_compile_cases"], GOAL_VS_COMPILE)]
+    memory = _memory_ceiling(ceilings)[0]
+    lines = [f"# {title}", ""] + _env_lines(env, ceilings) + goals + [
         (f"- strata ran {g['strata_ran']} of {g['cases']} cases (accuracy checked against eager "
          f"in float64 first; a case whose accuracy fails is not counted)"),
         "",
-        ("Median of CUDA-event timings after warm-up, L2 flushed before every timed call. "
-         "\"vs\" columns: the other variant's time over strata's (> 1: strata is faster). "
-         "\"% of ceiling\": the roofline time (bytes / copy bandwidth or FLOPs / torch.mm "
-         "throughput) over the measured time."), "",
+        (f"{METHOD[device]} \"vs\" columns: the other variant's time over strata's (> 1: strata "
+         f"is faster). \"% of ceiling\": the roofline time (bytes / {memory} or FLOPs / "
+         f"torch.mm throughput) over the measured time."), "",
     ]
     lines += _md_table(SUMMARY_COLUMNS, summary_rows(cases, ceilings)) + [""]
     short = [(c, shortfalls(c, ceilings)) for c in cases]
@@ -351,32 +388,36 @@ def _status_notes(cases: list[CaseResult]) -> list[str]:
     return [f"{name} {status} ({', '.join(names)})" for (name, status), names in groups.items()]
 
 
-def json_report(cases: list[CaseResult], env: Env, ceilings: Ceilings) -> dict:
+def json_report(cases: list[CaseResult], env: Env, ceilings: Ceilings, device: str = "cuda") -> dict:
     out_cases = []
     for c in cases:
         d = to_dict(c)
         a = case_achieved(c, STRATA, ceilings)
-        d["speedup"] = {"vs_eager": speedup(c, STRATA, EAGER),
+        d["speedup"] = {"vs_best": speedup_vs_best(c), "vs_eager": speedup(c, STRATA, EAGER),
                         "vs_torch_compile": speedup(c, STRATA, TORCH_COMPILE),
                         "vs_max_autotune": speedup(c, STRATA, MAX_AUTOTUNE)}
         d["strata_achieved"] = None if a is None else {"value": a.value, "unit": a.unit,
                                                       "fraction_of_ceiling": a.fraction}
         d["shortfalls"] = shortfalls(c, ceilings)
         out_cases.append(d)
-    return {"schema": 1, "env": to_dict(env), "ceilings": to_dict(ceilings),
-            "goals": {"geomean_vs_eager": GOAL_VS_EAGER, "geomean_vs_torch_compile": GOAL_VS_COMPILE,
-                      "memory_bound_fraction": GOAL_MEMORY_FRACTION},
+    goals = ({"geomean_vs_best": GOAL_CPU_VS_BEST, "memory_bound_fraction": GOAL_CPU_MEMORY_FRACTION}
+             if device == "cpu" else
+             {"geomean_vs_eager": GOAL_VS_EAGER, "geomean_vs_torch_compile": GOAL_VS_COMPILE,
+              "memory_bound_fraction": GOAL_MEMORY_FRACTION})
+    return {"schema": 1, "device": device, "env": to_dict(env), "ceilings": to_dict(ceilings),
+            "goals": goals,
             "geomean": geomeans(cases), "cases": out_cases}
 
 
 def write_reports(out_dir, stem: str, cases: list[CaseResult], env: Env, ceilings: Ceilings,
-                  title: str = "strata LLM op suite") -> tuple[Path, Path]:
+                  title: str = "strata LLM op suite", device: str = "cuda") -> tuple[Path, Path]:
     """Write <out_dir>/<stem>.md and <stem>.json; returns both paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    _atomic_write(md, markdown_report(cases, env, ceilings, title) + "\n")
-    _atomic_write(js, json.dumps(json_report(cases, env, ceilings), indent=1, default=str) + "\n")
+    _atomic_write(md, markdown_report(cases, env, ceilings, title, device) + "\n")
+    _atomic_write(js, json.dumps(json_report(cases, env, ceilings, device), indent=1, default=str)
+                  + "\n")
     return md, js
 
 

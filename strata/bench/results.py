@@ -77,6 +77,8 @@ class Ceilings:
     read + write bytes) and torch.mm at 4096^3 per dtype (TFLOP/s; f32 without TF32)."""
     copy_gbps: float | None = None
     mm_tflops: dict[str, float] = field(default_factory=dict)
+    read_gbps: float | None = None     # a large sum's read bandwidth (CPU runs): the memory ceiling
+    mm_n: int = 4096                   # the size of the torch.mm measured
 
 
 @dataclass

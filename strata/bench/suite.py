@@ -1,5 +1,6 @@
-"""`python -m strata.bench.suite`: the LLM op suite on this machine's GPU, against eager and
-torch.compile, written as a markdown and a JSON report.
+"""`python -m strata.bench.suite`: the LLM op suite on this machine's GPU (or, with --device cpu,
+natively on its CPU: cpu_suite.py), against eager and torch.compile, written as a markdown and a
+JSON report.
 
 Each case: build the module on the GPU, compile it with strata, check its accuracy against eager
 float64, then time every variant (harness.py) and every strata kernel. A case strata cannot
@@ -8,6 +9,7 @@ after every case, so a run cut short still leaves what it measured.
 
     python -m strata.bench.suite --list
     python -m strata.bench.suite --model tinyllama --dtype bf16 --seq 128 --out docs/bench
+    python -m strata.bench.suite --device cpu --threads 1
 """
 from __future__ import annotations
 
@@ -26,11 +28,18 @@ VARIANT_ALIASES = {"max-autotune": MAX_AUTOTUNE, "compile": "torch.compile",
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m strata.bench.suite",
                                 description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cuda (default) or cpu: strata's native C + OpenMP kernels")
+    p.add_argument("--threads", type=int, default=None,
+                   help="--device cpu: threads for torch and strata's OpenMP (default: every core)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="--device cpu: interleaved timing rounds per case (default 11)")
     p.add_argument("--dtype", help="fp32,bf16 (default both)")
-    p.add_argument("--seq", help="tokens: 1,128,2048 (default all three)")
-    p.add_argument("--model", help=f"{','.join(C.MODELS)} (default both)")
+    p.add_argument("--seq", help="tokens: 1,128,2048 (default all three; 1,128 on the CPU)")
+    p.add_argument("--model", help=f"{','.join(C.MODELS)} (default both; tinyllama on the CPU)")
     p.add_argument("--ops", help=f"a subset of: {','.join(C.OPS)}")
-    p.add_argument("--variants", help="eager,torch.compile,max-autotune,strata (default all)")
+    p.add_argument("--variants", help="eager,torch.compile,max-autotune,strata (default all; "
+                                      "on the CPU all but max-autotune)")
     p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="start no new case after this many seconds; the rest are listed as skipped")
@@ -40,17 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def select(args) -> tuple[list[C.Case], list[str]]:
+    from . import cpu_suite
+    cpu = getattr(args, "device", "cuda") == "cpu"
     try:
-        seqs = [int(s) for s in args.seq.split(",") if s.strip()] if args.seq else list(C.SEQS)
+        seqs = [int(s) for s in args.seq.split(",") if s.strip()] if args.seq else \
+            list(cpu_suite.SEQS if cpu else C.SEQS)
     except ValueError:
         raise StrataError(f"--seq {args.seq!r}: expected comma-separated integers") from None
     if any(s < 1 for s in seqs):
         raise StrataError("--seq: every sequence length must be at least 1")
-    models = C.parse_list(args.model, tuple(C.MODELS), "model")
+    models = C.parse_list(args.model or (",".join(cpu_suite.MODELS) if cpu else None),
+                          tuple(C.MODELS), "model")
     dts = C.parse_list(args.dtype, ("f32", "bf16", "f16"), "dtype", C.DTYPE_ALIASES) if args.dtype \
         else list(C.DTYPES)
     ops = C.parse_list(args.ops, tuple(C.OPS), "op")
-    which = C.parse_list(args.variants, VARIANTS, "variant", VARIANT_ALIASES)
+    default = ",".join(v for v in VARIANTS if v != MAX_AUTOTUNE) if cpu else None
+    which = C.parse_list(args.variants or default, VARIANTS, "variant", VARIANT_ALIASES)
     which = [v for v in VARIANTS if v in which]        # table order
     return C.cases(models, seqs, dts, ops), which
 
@@ -134,7 +148,8 @@ def _case_line(r: CaseResult) -> str:
             f"{fmt_ratio(speedup(r, 'strata', 'torch.compile'))} torch.compile)")
 
 
-def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, console) -> int:
+def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, console,
+              device: str = "cuda", rounds: int | None = None) -> int:
     import torch
     from rich.progress import (
         BarColumn,
@@ -145,17 +160,22 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
         TimeElapsedColumn,
     )
 
-    from .env import collect_env, slug
-    from .harness import L2Flush, l2_bytes, measure_ceilings
-    from .report import fmt_ratio, geomeans, summary_table, write_reports
-    env = collect_env()
+    from . import cpu_suite
+    from .env import collect_cpu_env, collect_env, slug
+    from .report import _env_lines, fmt_ratio, geomeans, summary_table, write_reports
+    cpu = device == "cpu"
+    env = collect_cpu_env(torch.get_num_threads()) if cpu else collect_env()
     console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata {env.strata}")
-    with console.status("measuring the device ceilings (copy bandwidth, torch.mm)"):
-        ceilings = measure_ceilings(sorted({c.dtype for c in cases}))
-    console.print(f"ceilings: copy {ceilings.copy_gbps:,.0f} GB/s; torch.mm " +
-                  ", ".join(f"{d} {v:,.0f} TFLOP/s" for d, v in ceilings.mm_tflops.items()))
-    flush, l2 = L2Flush(), l2_bytes()
-    stem = f"suite-{slug(env.device)}"
+    with console.status("measuring the ceilings (memory bandwidth, torch.mm)"):
+        if cpu:
+            from .cpu_bench import cpu_ceilings
+            ceilings = cpu_ceilings(sorted({c.dtype for c in cases}))
+        else:
+            from .harness import L2Flush, l2_bytes, measure_ceilings
+            ceilings = measure_ceilings(sorted({c.dtype for c in cases}))
+            flush, l2 = L2Flush(), l2_bytes()
+    console.print(_env_lines(env, ceilings)[-1][2:])
+    stem = f"suite-{slug(env.device)}" + (f"-{env.extra['threads']}t" if cpu else "")
     results: list[CaseResult] = []
     t0 = time.monotonic()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -169,20 +189,22 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
                 def step(what, name=case.name):
                     progress.update(task, description=f"{name}: {what}")
                 try:
-                    results.append(run_case(case, which, step, flush, l2))
+                    results.append(cpu_suite.run_cpu_case(case, which, step, rounds or cpu_suite.ROUNDS)
+                                   if cpu else run_case(case, which, step, flush, l2))
                 except Exception as e:  # noqa: BLE001 - e.g. out of memory building the case
                     from .variants import reason
                     results.append(_failed_case(case, which, f"failed: {reason(e)}"))
                     torch.cuda.empty_cache()
                 progress.console.print(_case_line(results[-1]))
-            write_reports(out_dir, stem, results, env, ceilings)
+            write_reports(out_dir, stem, results, env, ceilings, device=device)
             progress.advance(task)
     console.print(summary_table(results, ceilings))
     g = geomeans(results)
     console.print(f"geomean strata speedup: {fmt_ratio(g['vs_eager'])} vs eager "
                   f"({g['vs_eager_cases']} cases), {fmt_ratio(g['vs_torch_compile'])} vs torch.compile "
-                  f"({g['vs_torch_compile_cases']} cases)")
-    md, js = write_reports(out_dir, stem, results, env, ceilings)
+                  f"({g['vs_torch_compile_cases']} cases), {fmt_ratio(g['vs_best'])} vs the faster "
+                  f"of the two")
+    md, js = write_reports(out_dir, stem, results, env, ceilings, device=device)
     console.print(f"wrote {md} and {js}")
     return 0
 
@@ -197,11 +219,26 @@ def main(argv=None) -> int:
         if args.list:
             print_list(cases, console)
             return 0
-        from .harness import require_cuda
-        require_cuda("the benchmark suite")
-        return run_suite(cases, which, args.out, args.budget_s, console)
+        if args.device == "cpu":
+            _use_threads(args.threads)
+        else:
+            from .harness import require_cuda
+            require_cuda("the benchmark suite")
+        return run_suite(cases, which, args.out, args.budget_s, console, args.device, args.rounds)
     from ..cli import guarded
     return guarded(command, args.debug)
+
+
+def _use_threads(threads: int | None) -> None:
+    """torch's threads and strata's OpenMP threads (read when its first library loads)."""
+    import os
+
+    import torch
+    if threads is not None:
+        if threads < 1:
+            raise StrataError("--threads must be at least 1")
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def test_prompt_ids_are_fixed_and_in_the_vocabulary():
 
 
 def test_whole_run_on_the_cpu(tmp_path):
-    """Every variant through the real loops: strata on the simulator, torch.compile's loop with
+    """Every variant through the real loops: strata natively on the CPU, torch.compile's loop with
     the static cache under dynamo's eager backend; fp32, so the greedy ids must all agree."""
     d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "tiny")
     args = D.build_parser().parse_args([str(d), "--prompt-len", "5", "--new-tokens", "4",
@@ -152,3 +152,25 @@ def test_short_run_on_the_gpu(tmp_path):
     data = json.loads(js.read_text())
     assert [v["name"] for v in data["result"]["variants"]] == ["strata", "HF eager", "torch.compile"]
     assert data["limit_tokens_per_s"] > 0
+
+
+def test_cpu_goals_are_against_the_faster_baseline():
+    b = _bench()                     # strata 100 tokens/s, torch.compile 80, eager 20
+    b.device = "cpu"
+    assert R.goals(b)[0] == ("strata decode ≥ 1.5× the faster of HF eager and torch.compile",
+                             "not met (1.25×)")
+    b.dtype = "fp32"
+    assert R.goals(b)[0][1] == "met (1.25×)"
+    md = R.markdown(b, Env(device="AMD EPYC, 2 cores", date="2026-11-24T00:00:00+00:00",
+                           extra={"threads": "2"}))
+    assert "native C + OpenMP kernels" in md and "a large sum reading" in md
+    assert "reduce-overhead" not in md
+
+
+def test_cpu_decodes_32_tokens_by_default():
+    args = D.build_parser().parse_args(["--device", "cpu"])
+    D.check_args(args)
+    assert args.new_tokens == 32
+    args = D.build_parser().parse_args([])
+    D.check_args(args)
+    assert args.new_tokens == 256

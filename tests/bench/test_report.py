@@ -140,3 +140,27 @@ def test_json_report_round_trips(tmp_path):
     back = [case_from_dict(c) for c in data["cases"]]
     assert back == CASES
     assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+CPU_CEIL = Ceilings(copy_gbps=40.0, read_gbps=50.0, mm_tflops={"f32": 0.2}, mm_n=2048)
+CPU_ENV = Env(device="AMD EPYC, 2 cores", date="2026-11-24T10:00:00+00:00", torch="2.13.0",
+              strata="0.1.0+abc123", python="3.11.7", extra={"threads": "1"})
+
+
+def test_cpu_report_compares_with_the_faster_baseline_and_the_read_bandwidth():
+    # a: eager 0.020, compile 0.010 -> 2x the faster; b: 0.080 / 0.040 over 0.010 -> 4x
+    a, b, _, _ = CASES
+    assert R.speedup_vs_best(a) == pytest.approx(2.0) and R.speedup_vs_best(b) == pytest.approx(4.0)
+    assert R.geomeans(CASES)["vs_best"] == pytest.approx(math.sqrt(8))
+    mem = R.achieved(3_000_000, 0, 0.1, "f32", CPU_CEIL)     # 30 GB/s of a 50 GB/s sum
+    assert mem.fraction == pytest.approx(0.6)
+    md = R.markdown_report(CASES, CPU_ENV, CPU_CEIL, device="cpu")
+    assert "geomean speedup vs the faster of eager and torch.compile: **2.83×** over 2 cases " \
+           "(meets the goal ≥ 1.2×)" in md
+    assert "memory copy 40 GB/s (read + write bytes), a large sum 50 GB/s read" in md
+    assert "torch.mm 2048³ f32 0.2 TFLOP/s" in md and "interleaved rounds" in md
+    assert "CUDA-event" not in md
+    below = md.split("## Below goal")[1].split("##")[0]
+    # rmsnorm a: 3 MB in 0.005 ms = 600 GB/s, above the sum: no shortfall; gelu d: 150 GB/s
+    assert "rmsnorm a" not in below and "gelu d" in below
+    assert R.json_report(CASES, CPU_ENV, CPU_CEIL, "cpu")["goals"]["geomean_vs_best"] == 1.2

@@ -56,3 +56,37 @@ def test_variant_selection_keeps_table_order():
     cases, which = suite.select(args)
     assert which == ["eager", "torch.compile max-autotune", "strata"]
     assert [c.name for c in cases] == ["gelu tinyllama seq=1 f32"]
+
+
+def test_cpu_suite_defaults_to_tinyllama_at_1_and_128_tokens_without_max_autotune():
+    args = suite.build_parser().parse_args(["--device", "cpu", "--ops", "rmsnorm"])
+    cases, which = suite.select(args)
+    assert [c.name for c in cases] == [f"rmsnorm tinyllama seq={s} {d}" for d in ("f32", "bf16")
+                                       for s in (1, 128)]
+    assert which == ["eager", "torch.compile", "strata"]
+
+
+def test_cpu_suite_bad_threads_is_one_sentence(capsys):
+    assert suite.main(["--device", "cpu", "--threads", "0", "--ops", "rmsnorm"]) == 1
+    assert capsys.readouterr().err.strip() == "strata: --threads must be at least 1"
+
+
+def test_a_cpu_case_is_checked_then_timed_natively(monkeypatch):
+    """A real case through cpu_suite: strata compiled to C and checked against eager float64,
+    then every variant timed in interleaved rounds (torch.compile with dynamo's eager backend
+    here, to keep the test short)."""
+    from strata.bench import cases as C
+    from strata.bench import cpu_suite, variants
+    from conftest import HAS_CC
+    if not HAS_CC:
+        pytest.skip("no C compiler: the CPU target cannot be built here (install gcc)")
+    monkeypatch.setattr(variants, "torch_compile",
+                        lambda fn, mode: torch.compile(fn, backend="eager", dynamic=False))
+    [case] = C.cases(["tinyllama"], [3], ["bf16"], ["add_rmsnorm"])
+    steps = []
+    r = cpu_suite.run_cpu_case(case, ["eager", "torch.compile", "strata"], steps.append, rounds=3)
+    assert r.accuracy.startswith("PASS"), r.accuracy
+    assert [v.name for v in r.variants] == ["eager", "torch.compile", "strata"]
+    assert all(v.ok and v.timing.runs == 3 and v.ms > 0 for v in r.variants)
+    assert r.kernels and r.bytes > 0
+    assert steps[:3] == ["building", "compiling with strata", "checking accuracy"]
