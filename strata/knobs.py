@@ -69,8 +69,8 @@ _TABLE = [
     ("SWIZZLE", "layout of the mma.sync operand tiles in shared memory",
      _one_of("xor", "pad", "none"), MMA),
     ("CP_ASYNC", "fill mma.sync operand tiles with cp.async where alignment allows", _FLAG, MMA),
-    ("PROLOGUE", "a computed operand (RMSNorm's x, SiLU(gate) * up) fused or materialized for "
-     "wgmma", _one_of("fuse", "materialize"), "contractions with a computed operand"),
+    ("PROLOGUE", "a computed operand (RMSNorm's x, SiLU(gate) * up) fused or stored once, for "
+     "wgmma or the CPU micro-kernel", _one_of("fuse", "materialize"), "contractions with a computed operand"),
     ("SPLIT_K", "blocks sharing the K loop of a contraction (must divide K)", _between(1),
      CONTRACTION),
     ("THREAD_M", "output rows per thread, or per register tile on a CPU (must divide TILE_M)",

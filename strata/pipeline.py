@@ -21,6 +21,7 @@ from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.cpu_matmul import cpu_matmul
+from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_rows import cpu_rows
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
@@ -69,6 +70,7 @@ GPU_PASSES = [
 # inner loops vectorised by the C compiler (target/c.py).
 CPU_PASSES = [
     ("tileify", tileify),
+    ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
     ("cpu_rows", cpu_rows),
     ("mark_unroll", mark_unroll),

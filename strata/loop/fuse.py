@@ -7,7 +7,9 @@ multiply work (the blow-up guard):
 * a reduction read at an index that depends on an enclosing reduction's loop variable would be
   recomputed for every iteration of that loop;
 * a reduction that depends on fewer of the kernel's parallel axes than its siblings would be
-  recomputed once per point of the missing axes.
+  recomputed once per point of the missing axes;
+* a reduction read at more than one index (RoPE's rotate_half reads q at d and d +- half) would
+  be computed once per index at every point.
 
 Such a reduction is materialized (its own kernel) and the refusal is logged with its reason at -v.
 When the first kind is refused, the planner first tries to materialize the elementwise node that
@@ -60,6 +62,7 @@ class _Walker:
         self.prog, self.by_name = prog, prog.by_name
         self.materialized, self.inline = materialized, inline
         self.reduce_deps: dict[str, set[str]] = {}
+        self.reduce_at: dict[str, set[tuple]] = {}      # the indices each reduction is read at
         self.reached: set[str] = set()          # materialized nodes read (loaded)
         self.seen: set = set()
         self.counter = 0
@@ -106,6 +109,7 @@ class _Walker:
                                      f"recomputed for every iteration of an enclosing reduction",
                                tuple(self.path[below + 1:-1]))
             self.reduce_deps.setdefault(name, set()).update(deps)
+            self.reduce_at.setdefault(name, set()).add(index)
             self.counter += 1
             r = f"r{self.counter}"
             src = self.by_name[n.arg]
@@ -148,6 +152,10 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
     dims = {f"o{d}": d for d, s in enumerate(shape) if s > 1}
     if not w.reduce_deps:
         return KernelPlan(target, tuple(dims.values()), merged), w.reached
+    for r, at in w.reduce_at.items():
+        if len(at) > 1:
+            raise _Refusal(r, f"refused fusing {r} into {target}: it is read at {len(at)} indices "
+                              f"and would be computed {len(at)}x at every point")
     outer_vars = set().union(*w.reduce_deps.values())
     worst = None
     for r, deps in w.reduce_deps.items():

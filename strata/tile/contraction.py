@@ -18,8 +18,8 @@ from .. import dtypes
 from ..context import Context
 from ..errors import KnobError
 from ..expr import Const, Op, Var, call, coefficient, free_vars, to_str
-from ..loop.ir import Accum, Let, Load, Loop, Store
-from .ir import MatmulTile, TileKernel, flat_index, rename_stmt
+from ..loop.ir import Accum, BufferInfo, Let, Load, Loop, Store
+from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, walk
 
 
 @dataclass(frozen=True)
@@ -237,3 +237,56 @@ def fastest_axis(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
 def value_dtype(s) -> str:
     """The value dtype of a Loop IR Load or Let."""
     return s.dtype if isinstance(s, Load) else s.value.dtype
+
+
+def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: set[str],
+                    ctx: Context, who: str) -> tuple[TileKernel, ...]:
+    """A contraction whose computed operands are stored once by kernels of their own: the
+    prologue kernels `<name>_prologue[i]` (elementwise over the operand's axes and K, one per
+    distinct operand: equal operands of several reductions share one) storing `dtype` temps
+    `<name>_operand[i]`, then the contraction loading those plainly. computed: (loop, operand
+    value, the other operand's value, what to call it in the log) per operand to store; `who`:
+    the pass, for the log."""
+    firsts, made, loops = [], {}, {id(l): l for l in c.loops}
+    for loop, value, other, label in computed:
+        stmts = closure(loop.body, value)
+        deps = depends(loop.body, axes)[value]
+        dom = tuple((v, e) for v, e in k.domain if v in deps) + ((loop.var, loop.extent),)
+        key = _canonical(stmts, value, dom, loop.var)
+        if key not in made:
+            i = len(made)
+            name = f"{k.name}_prologue{i or ''}"
+            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom), dtype, "temp")
+            reads = tuple(r for r in k.reads if _loads(stmts, r))
+            var = Var(value, next(s.dtype for s in stmts if s.var == value))
+            body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), var),)
+            firsts.append(TileKernel(name, "elementwise", dom, (), body, reads=reads,
+                                     writes=(buf.name,), src=k.src,
+                                     buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))
+                          .with_knob("PROLOGUE", "materialize"))
+            made[key] = buf
+            ctx.log(f"{who}: {k.name}: {label} computed once into {buf.name} "
+                    f"{list(buf.shape)} {dtype} by {name}")
+        buf = made[key]
+        cur = loops[id(loop)]
+        keep = {id(s) for s in closure(loop.body, other)}
+        drop = {id(s) for s in stmts} - keep
+        load = Load(value, buf.name, tuple(Var(v) for v, _ in dom), dtypes.compute_dtype(dtype))
+        loops[id(loop)] = replace(cur, body=(load,) + tuple(s for s in cur.body if id(s) not in drop))
+    body = tuple(loops.get(id(s), s) if isinstance(s, Loop) else s for s in c.body)
+    temps = tuple(dict.fromkeys(made.values()))
+    keep = {r for r in k.reads if _loads(tuple(k.prelude) + body, r)}
+    second = replace(k, body=body, reads=tuple(b.name for b in temps) + tuple(r for r in k.reads if r in keep),
+                     buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes) + temps)
+    return (*firsts, second.with_knob("PROLOGUE", "materialize"))
+
+
+def _canonical(stmts, value: str, dom, k_var: str) -> tuple:
+    """The operand with its names made canonical: equal keys compute equal tensors."""
+    names = {s.var: f"t{i}" for i, s in enumerate(stmts)} | {k_var: "K"}
+    return tuple(rename_stmt(s, names) for s in stmts), names[value], \
+        tuple((names.get(v, v), e) for v, e in dom)
+
+
+def _loads(body, buf: str) -> bool:
+    return any(isinstance(s, Load) and s.buf == buf for s in walk(body))

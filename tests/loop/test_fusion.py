@@ -3,6 +3,7 @@ import numpy as np
 import torch
 
 import strata
+from conftest import run_and_compare
 from strata.context import Context
 from strata.loop import eval as loop_eval
 
@@ -36,6 +37,21 @@ def test_blow_up_guard_refuses_and_logs_reason():
     prog, ctx = _loop(lambda x: x - x.mean(0) - x.mean(1, keepdim=True), torch.randn(6, 9), ctx=ctx)
     assert len(prog.lowered.loop.kernels) >= 2
     assert any("refused fusing" in m and "recomputed" in m for m in ctx.messages)
+
+
+def test_a_reduction_read_at_several_indices_is_computed_once():
+    """RoPE's rotate_half reads the projection at d and d +- half: inlined, the K loop would run
+    three times per output; it is stored once and read back instead."""
+    def rope_proj(x, w, cos, sin):
+        q = x @ w.t()
+        return q * cos + torch.cat((-q[..., 16:], q[..., :16]), -1) * sin
+    r = torch.randn
+    inputs = (r(7, 40), r(32, 40), r(7, 32), r(7, 32))
+    prog, ctx = _loop(rope_proj, *inputs)
+    assert [k.name for k in prog.lowered.loop.kernels] == ["k_matmul_red_reduce", "k_add"]
+    assert "fuse: refused fusing matmul_red into add: it is read at 3 indices and would be " \
+           "computed 3x at every point" in ctx.messages
+    run_and_compare(rope_proj, inputs, contraction=True)
 
 
 def test_nested_reduction_over_reduce_axis_is_refused():

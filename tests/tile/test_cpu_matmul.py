@@ -94,3 +94,38 @@ def test_matrix_vector_is_declined_and_says_why():
     prog, log = cpu_compile(torch.mv, (r(37, 64), r(64)), verbose=1)
     assert all(k.mode != "matmul" for k in prog.lowered.tile.kernels)
     assert "declined, a matrix-vector product" in log
+
+
+def rms_linear(x, g, w):
+    return F.linear(F.rms_norm(x, (x.shape[-1],), g), w)
+
+
+def test_a_computed_operand_is_stored_once_before_a_wide_contraction():
+    """cpu_prologue: RMSNorm's normed x is computed by a kernel of its own when the projection
+    has more than one panel of columns, then read plainly by the micro-kernel."""
+    inputs = (r(19, 67), r(67), r(75, 67))
+    prog, log = cpu_compile(rms_linear, inputs, verbose=1)
+    names = [k.name for k in prog.lowered.tile.kernels]
+    prologue = next(n for n in names if n.endswith("_prologue"))
+    assert names.index(prologue) == names.index(prologue[:-len("_prologue")]) - 1
+    assert "cpu_prologue:" in log and "computed once into" in log
+    assert assert_cpu_matches(rms_linear, inputs)
+
+
+@pytest.mark.parametrize("n,knobs,stored", [(75, {"PROLOGUE": "fuse"}, False),
+                                            (20, {}, False), (20, {"PROLOGUE": "materialize"}, True)],
+                         ids=str)
+def test_the_prologue_choice_is_a_knob(n, knobs, stored):
+    inputs = (r(19, 67), r(67), r(n, 67))
+    prog, _ = cpu_compile(rms_linear, inputs, knobs)
+    assert any(k.name.endswith("_prologue") for k in prog.lowered.tile.kernels) == stored
+    assert assert_cpu_matches(rms_linear, inputs, knobs)
+
+
+def test_dual_contraction_packs_two_panels():
+    """The MLP's silu(x @ wg^T) * (x @ wu^T): one kernel, two packed panels, one epilogue."""
+    def gated(x, wg, wu):
+        return F.silu(x @ wg.t()) * (x @ wu.t())
+    inputs = (r(13, 37), r(29, 37), r(29, 37))
+    [tile] = assert_cpu_matches(gated, inputs)
+    assert str(tile).count("_panel") >= 2

@@ -11,9 +11,11 @@ epilogue (bias, activation, residual, cast) runs on the registers before the sto
 stays in the core's cache across the M tiles while the M-side rows stream past it.
 
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
-BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Declines, saying why, on a matrix-vector product (no M axis: rows of dot
+BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
+same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
+each register tile. Declines, saying why, on a matrix-vector product (no M axis: rows of dot
 products read each weight row once, contiguously, at memory speed) and on a row that is not
-one contraction.
+a contraction.
 """
 from __future__ import annotations
 
@@ -50,40 +52,28 @@ def _tiles(k: TileKernel, m: str, n: str, ctx: Context) -> MatmulTile:
     return MatmulTile(m, n, tile_m, tile_n, thread_m, tile_n, serial=True)
 
 
-def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
-    if k.mode is not Mode.ROWS:
-        return k
-    c = match(k)
-    if isinstance(c, str) or c.m is None or len(c.loops) != 1:
-        why = c if isinstance(c, str) else "a matrix-vector product (rows of dot products read " \
-            "each weight row once)" if c.m is None else "more than one reduce loop"
-        ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
-        return k
-    mt = _tiles(k, c.m, c.n, ctx)
-    loop = c.loops[0]
-    a, b, p = product(loop.body)
+def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
+    """One reduce loop's operands: the N-side panel it packs, and a function giving its K loop
+    for one register tile (guarded at an M edge or not)."""
+    a, b, _ = product(loop.body)
     if c.n in depends(loop.body, {c.m, c.n})[a]:
         a, b = b, a
     b_side = closure(loop.body, b)
     dtype = dtypes.compute_dtype(value_dtype(b_side[-1]))
-    n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
     panel = StageTile(f"{b}_panel", b, dtype, loop.var, loop.extent, c.n, mt.tile_n, "n0", b_side,
                       n_edge, fastest_axis(k, b_side, loop.var, c.n), mt.tile_n)
     accum = next(s for s in loop.body if isinstance(s, Accum))
     product_ = replace(accum, value=call("multiply", Var(a, dtype), Var(b, dtype)))
     read_panel = Load(b, panel.name, (Var(loop.var), sub(Var(c.n), Var("n0"))), dtype)
     rows = depends(loop.body, {c.m})
-    epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
-
     a_side = closure(loop.body, a)
     a_dtype = dtypes.compute_dtype(value_dtype(a_side[-1]))
     plain = len(a_side) == 1 and isinstance(a_side[0], Load) and k.dtype_of(a_side[0].buf) == a_dtype
 
-    def register_tile(m_edge):
-        """The K loop and the epilogue of one register tile, guarded at the edges given. An
-        M-side operand that is computed (a prologue, a 16-bit widening) is first packed for the
-        tile as THREAD_M floats per K step: the C compiler vectorises the FMAs only over plain
-        float loads."""
+    def k_loop(m_edge) -> tuple:
+        """The K loop of one register tile. An M-side operand that is computed (a prologue, a
+        16-bit widening) is first packed for the tile as THREAD_M floats per K step: the C
+        compiler vectorises the FMAs only over plain float loads."""
         pack = ()
         if plain:
             step = tuple(replace(s, pred=conjoin(s.pred, m_edge)) if isinstance(s, Load) and m_edge
@@ -94,18 +84,40 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
                               mt.thread_m),)
             step = (Load(a, pack[0].name, (Var(loop.var), sub(Var(c.m), Var("m0"))), a_dtype),)
         step += (read_panel, product_)
+        return pack + (Registers(loop.accs),
+                       replace(loop, accs=(), body=(Points(step, registers=True),)))
+    return panel, k_loop
+
+
+def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
+    if k.mode is not Mode.ROWS:
+        return k
+    c = match(k)
+    if isinstance(c, str) or c.m is None:
+        why = c if isinstance(c, str) else "a matrix-vector product (rows of dot products read " \
+            "each weight row once)"
+        ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
+        return k
+    mt = _tiles(k, c.m, c.n, ctx)
+    n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
+    reductions = [_reduction(k, c, loop, mt, n_edge) for loop in c.loops]
+    epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
+
+    def register_tile(m_edge):
+        """The K loops (one per reduction: the MLP's gate and up share a kernel) and the epilogue
+        of one register tile, guarded at the edges given."""
         guard, last = conjoin(m_edge, n_edge), epilogue
         if guard is not None and epilogue:
             last = (Guard(guard, epilogue),)
-        return pack + (Registers(loop.accs), replace(loop, accs=(), body=(Points(step, registers=True),)),
-                       Points(last, registers=True))
+        return sum((k_loop(m_edge) for _, k_loop in reductions), ()) + (Points(last, registers=True),)
     m_edge = edge(c.m, k.extent(c.m), mt.thread_m)
     tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
                        register_tile(m_edge) if m_edge is not None else ())
+    panels = tuple(panel for panel, _ in reductions)
     ctx.log(f"cpu_matmul: {k.name}: M={c.m}, N={c.n}, {mt.tile_m}x{mt.tile_n} per block, "
-            f"{mt.thread_m}x{mt.tile_n} register tiles, the {loop.extent}x{mt.tile_n} panel of "
-            f"{b} packed", 2)
-    out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(panel, tiles), block=1, group=1)
+            f"{mt.thread_m}x{mt.tile_n} register tiles, the {c.loops[0].extent}x{mt.tile_n} "
+            f"panel{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed", 2)
+    out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m)):
         out = out.with_knob(name, value)
     return out

@@ -22,9 +22,9 @@ from math import prod
 
 from ...context import Context
 from ...expr import Var
-from ...loop.ir import BufferInfo, Load, Loop, Store
-from ..contraction import closure, depends, match, uses
-from ..ir import TileKernel, rename_stmt, walk
+from ...loop.ir import Load
+from ..contraction import closure, depends, match, split_prologues, uses
+from ..ir import TileKernel
 from ..tensor_core import HALF, operands, tma_dims
 
 MAX_SHARE = 4           # materialize an operand of at most a quarter of the other's bytes
@@ -87,55 +87,10 @@ def materialize_prologue(k: TileKernel, ctx: Context):
             if isinstance(dims, str):
                 return decline(f"operand {op.side} of {loop.accs[0].acc}: {dims}, so wgmma "
                                f"would decline it anyway")
-    return _split(k, c, computed, found[0][-1], axes, ctx)
+    return split_prologues(k, c, [(loop, op.value, other.value, f"operand {op.side} of "
+                                   f"{loop.accs[0].acc}") for loop, op, other in computed],
+                           found[0][-1], axes, ctx, "materialize_prologue")
 
 
 def _plain(op) -> bool:
     return len(op.body) == 1 and isinstance(op.body[0], Load)
-
-
-def _split(k: TileKernel, c, computed, dtype: str, axes: set[str], ctx: Context):
-    """The prologue kernels (one per distinct operand) and the contraction reading their temps."""
-    firsts, made, loops = [], {}, {id(l): l for l in c.loops}
-    for loop, op, other in computed:
-        stmts = closure(loop.body, op.value)
-        deps = depends(loop.body, axes)[op.value]
-        dom = tuple((v, e) for v, e in k.domain if v in deps) + ((loop.var, loop.extent),)
-        key = _key(stmts, op.value, dom, loop.var)
-        if key not in made:
-            i = len(made)
-            name = f"{k.name}_prologue{i or ''}"
-            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom), dtype, "temp")
-            reads = tuple(r for r in k.reads if _loads(stmts, r))
-            value = Var(op.value, next(s.dtype for s in stmts if s.var == op.value))
-            body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), value),)
-            firsts.append(TileKernel(name, "elementwise", dom, (), body, reads=reads,
-                                     writes=(buf.name,), src=k.src,
-                                     buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))
-                          .with_knob("PROLOGUE", "materialize"))
-            made[key] = buf
-            ctx.log(f"materialize_prologue: {k.name}: operand {op.side} of {loop.accs[0].acc} "
-                    f"computed once into {buf.name} {list(buf.shape)} {dtype} by {name}")
-        buf = made[key]
-        cur = loops[id(loop)]
-        keep = {id(s) for s in closure(loop.body, other.value)}
-        drop = {id(s) for s in stmts} - keep
-        load = Load(op.value, buf.name, tuple(Var(v) for v, _ in dom), "f32")
-        loops[id(loop)] = replace(cur, body=(load,) + tuple(s for s in cur.body if id(s) not in drop))
-    body = tuple(loops.get(id(s), s) if isinstance(s, Loop) else s for s in c.body)
-    temps = tuple(dict.fromkeys(made.values()))
-    keep = {r for r in k.reads if _loads(tuple(k.prelude) + body, r)}
-    second = replace(k, body=body, reads=tuple(b.name for b in temps) + tuple(r for r in k.reads if r in keep),
-                     buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes) + temps)
-    return (*firsts, second.with_knob("PROLOGUE", "materialize"))
-
-
-def _key(stmts, value: str, dom, k_var: str) -> tuple:
-    """The operand with its names made canonical: equal keys compute equal tensors."""
-    names = {s.var: f"t{i}" for i, s in enumerate(stmts)} | {k_var: "K"}
-    return tuple(rename_stmt(s, names) for s in stmts), names[value], \
-        tuple((names.get(v, v), e) for v, e in dom)
-
-
-def _loads(body, buf: str) -> bool:
-    return any(isinstance(s, Load) and s.buf == buf for s in walk(body))

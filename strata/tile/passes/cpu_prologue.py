@@ -1,0 +1,57 @@
+"""cpu_prologue: on a CPU, compute a contraction's M-side operand that has a prologue (RMSNorm's
+normed x before q/k/v and gate/up, SiLU(gate) * up before down, a 16-bit widening) once, into a
+float temp, before the contraction.
+
+Why: cpu_matmul packs a computed M-side operand per register tile, and every block (one panel
+of TILE_N columns) packs the same rows again: a 5632-wide projection recomputes RMSNorm 176
+times per element, scalar code that then costs more than the FMAs (the TinyLlama MLP ran 3x
+slower fused than with the normed x given). Stored once, the operand costs one write and one
+read of M x K floats, small next to the weights, and the micro-kernel loads it plainly.
+
+PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
+output has more than one panel of columns (N > VECTORS_N SIMD vectors). Declines, saying why,
+on a matrix-vector product and on a prologue that reads a value computed before the row.
+"""
+from __future__ import annotations
+
+from ... import dtypes
+from ...context import Context
+from ...loop.ir import Load
+from ..contraction import closure, depends, match, product, split_prologues, uses, value_dtype
+from ..ir import Mode, TileKernel
+from .cpu_matmul import VECTORS_N
+
+
+def cpu_prologue(k: TileKernel, ctx: Context):
+    if k.mode is not Mode.ROWS:
+        return k
+    c = match(k)
+    if isinstance(c, str) or c.m is None:
+        return k                        # cpu_matmul says why it is not a contraction
+    axes = {v for v, _ in k.domain}
+    computed = []
+    for loop in c.loops:
+        a, b, _ = product(loop.body)
+        if c.n in depends(loop.body, {c.m, c.n})[a]:
+            a, b = b, a
+        side = closure(loop.body, a)
+        dtype = dtypes.compute_dtype(value_dtype(side[-1]))
+        if len(side) == 1 and isinstance(side[0], Load) and k.dtype_of(side[0].buf) == dtype:
+            continue                    # a plain float load: nothing to compute
+        defined = {s.var for s in side} | axes | {loop.var}
+        outside = set().union(*map(uses, side)) - defined
+        if outside:
+            ctx.log(f"cpu_prologue: {k.name}: declined, the prologue of {loop.accs[0].acc} reads "
+                    f"{sorted(outside)[0]}, computed before the row")
+            return k
+        computed.append((loop, a, b, f"the M-side operand of {loop.accs[0].acc}", dtype))
+    if not computed:
+        return k
+    pinned = ctx.knob("PROLOGUE", "")
+    lanes = max(1, ctx.arch.vector_bytes // 4)
+    if pinned == "fuse" or (not pinned and k.extent(c.n) <= VECTORS_N * lanes):
+        why = "PROLOGUE=fuse pinned" if pinned else \
+            f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
+        ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
+        return k.with_knob("PROLOGUE", "fuse")
+    return split_prologues(k, c, [x[:4] for x in computed], computed[0][4], axes, ctx, "cpu_prologue")
