@@ -140,7 +140,7 @@ class Program:
         inputs = self._bound(inputs)
         outs = self._aliased(self.run_flat(inputs), inputs)
         spec = self.torch_program.out_spec
-        if spec is None:
+        if spec is None or (len(outs) == 1 and spec.is_leaf()):
             return outs[0] if len(outs) == 1 else tuple(outs)
         return torch.utils._pytree.tree_unflatten(outs, spec)
 
@@ -161,6 +161,8 @@ class Program:
         """An output that is an input's new value after an in-place update (`x.add_(1)`) is the
         caller's tensor itself, as in eager."""
         tp = self.torch_program
+        if not tp.mutations:
+            return outs
         given = dict(zip(tp.inputs, inputs))
         updated = {value: given[name] for name, value in tp.mutations.items() if name in given}
         return [updated.get(name, out) for name, out in zip(tp.outputs, outs)]

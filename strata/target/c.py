@@ -2,7 +2,8 @@
 
 Why C and one walk reused: the kernels of a CPU schedule use one thread per block (block == 1),
 so a kernel is a loop over its blocks, which are independent: `#pragma omp parallel for
-schedule(static)` runs them on every core, threadIdx.x is 0 and blockIdx.x is the loop variable.
+schedule(static)` runs them on every core (unless the whole kernel is less work than waking the
+threads costs), threadIdx.x is 0 and blockIdx.x is the loop variable.
 Everything else is what the CUDA emitter prints, so this module subclasses its tree walk
 (target/cuda.py: expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts,
 index types, provenance comments) and overrides only what differs in C:
@@ -44,6 +45,9 @@ _WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tens
         "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
         "FenceProxyAsync": "fence.proxy.async"}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
+SERIAL_WORK = 1 << 14    # statements run by a whole kernel below which it stays on one thread:
+                         # waking the OpenMP team costs about a microsecond, a decode step's
+                         # small kernels less than that
 
 
 def check_kernel(k: Kernel) -> None:
@@ -156,8 +160,11 @@ class _CEmitter(_Emitter):
             self.lines.append(f"// {line}")
         if self.wide:
             self.lines.append("// indices reach 2^31: index arithmetic in long long")
+        parallel = k.grid > 1 and k.grid * _work(k.body) >= SERIAL_WORK
         self.lines.append(f"// grid = {k.grid} block{'s' if k.grid != 1 else ''} of one thread"
-                          + (", run in parallel (OpenMP)" if k.grid > 1 else ""))
+                          + (", run in parallel (OpenMP)" if parallel else
+                             f", in turn (under {SERIAL_WORK} statements: less work than waking "
+                             f"threads)" if k.grid > 1 else ""))
         sig = f"{cname(k.name)}({', '.join(params)}) {{"
         if len("static void ") + len(sig) <= 100:
             self.lines.append(f"static void {sig}")
@@ -166,7 +173,7 @@ class _CEmitter(_Emitter):
             self._wrap_signature(cname(k.name), params)
         scratch = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
         self.hoisted = set(scratch)
-        depth = 1 if k.grid == 1 or not scratch else 2
+        depth = 2 if parallel and scratch else 1
         if depth == 2:
             self.emit("#pragma omp parallel", 1)
             self.emit("{", 1)
@@ -178,7 +185,9 @@ class _CEmitter(_Emitter):
                 self.emit(f"const {self.index_t} blockIdx = 0;", 1)
             self.body(k.body, 1)
         elif k.grid > 1:
-            self.emit(f"#pragma omp {'for' if scratch else 'parallel for'} schedule(static)", depth)
+            if parallel:
+                self.emit(f"#pragma omp {'for' if scratch else 'parallel for'} schedule(static)",
+                          depth)
             self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", depth)
             self.body(k.body, depth + 1)
             self.emit("}", depth)
@@ -188,6 +197,19 @@ class _CEmitter(_Emitter):
             self.emit("}", 1)
         self.lines.append("}")
         return "\n".join(self.lines)
+
+
+def _work(body) -> int:
+    """Statements one block runs (a loop of unknown trip count counted as 16 iterations)."""
+    n = 0
+    for s in body:
+        if isinstance(s, For):
+            n += (_trip_count(s) or 16) * max(1, _work(s.body))
+        elif isinstance(s, If):
+            n += 1 + max(_work(s.then), _work(s.orelse))
+        else:
+            n += 1
+    return n
 
 
 def _trip_count(s: For) -> int | None:

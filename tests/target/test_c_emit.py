@@ -198,11 +198,25 @@ def test_scratch_arrays_are_per_thread_and_barriers_vanish():
                       Store("out", AT, Load("tile", E.Var("c"), "f32"))])
     src = emit_program(KernelProgram([Buffer("x", "f32", (64,), "input"),
                                       Buffer("out", "f32", (64,), "output")],
-                                     [replace(k, body=(Smem("tile", "f32", 32), *k.body))], ["out"]))
+                                     [replace(k, grid=1024, body=(Smem("tile", "f32", 32), *k.body))],
+                                     ["out"]))
     body = src.split("static void k_loop(")[1]
     assert body.index("#pragma omp parallel") < body.index("st_scratch(32 * sizeof(float))") \
         < body.index("#pragma omp for") < body.index("free(tile)")
     assert "Sync" not in body and "barrier" not in body
+
+
+def test_a_kernel_with_little_work_runs_its_blocks_in_turn():
+    """Waking the OpenMP team costs about a microsecond: 2 blocks of 32 elements stay on one
+    thread; 1024 such blocks are shared out."""
+    k = _loop_kernel([Store("out", AT, X)])
+    small = emit_program(KernelProgram([Buffer("x", "f32", (64,), "input"),
+                                        Buffer("out", "f32", (64,), "output")], [k], ["out"]))
+    assert "omp parallel" not in small and "in turn (under 16384 statements" in small
+    big = emit_program(KernelProgram([Buffer("x", "f32", (64,), "input"),
+                                      Buffer("out", "f32", (64,), "output")],
+                                     [replace(k, grid=1024)], ["out"]))
+    assert "#pragma omp parallel for schedule(static)" in big
 
 
 def _with(stmt) -> Kernel:
