@@ -158,10 +158,11 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
                    args.new_tokens, args.repeats)
 
 
-def stem(model: str, env) -> str:
+def stem(model: str, env, dtype: str = "") -> str:
     from .env import slug
     threads = f"-{env.extra['threads']}t" if "threads" in env.extra else ""
-    return (f"decode-{slug(model.rstrip('/').split('/')[-1])}-{slug(env.device)}{threads}-"
+    dtype = f"-{dtype}" if dtype else ""
+    return (f"decode-{slug(model.rstrip('/').split('/')[-1])}{dtype}-{slug(env.device)}{threads}-"
             f"{env.date[:10]}")
 
 
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
         console.print(rich_table(bench))
         for goal, verdict in goals(bench):
             console.print(f"goal: {goal}: {verdict}")
-        md, js = write(args.out, stem(args.model, env), bench, env)
+        md, js = write(args.out, stem(args.model, env, args.dtype), bench, env)
         console.print(f"wrote {md} and {js}")
         return 0
     return guarded(command, args.debug)

@@ -257,10 +257,11 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
             i = len(made)
             name = f"{k.name}_prologue{i or ''}"
             buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom), dtype, "temp")
-            reads = tuple(r for r in k.reads if _loads(stmts, r))
+            pre = _prelude_for(k, stmts)
+            reads = tuple(r for r in k.reads if _loads(pre + stmts, r))
             var = Var(value, next(s.dtype for s in stmts if s.var == value))
             body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), var),)
-            firsts.append(TileKernel(name, "elementwise", dom, (), body, reads=reads,
+            firsts.append(TileKernel(name, "elementwise", dom, pre, body, reads=reads,
                                      writes=(buf.name,), src=k.src,
                                      buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))
                           .with_knob("PROLOGUE", "materialize"))
@@ -279,6 +280,13 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
     second = replace(k, body=body, reads=tuple(b.name for b in temps) + tuple(r for r in k.reads if r in keep),
                      buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes) + temps)
     return (*firsts, second.with_knob("PROLOGUE", "materialize"))
+
+
+def _prelude_for(k: TileKernel, stmts) -> tuple:
+    """The statements of k's prelude (computed once, before the parallel domain: a decode
+    step's RMSNorm scale) that `stmts` read."""
+    need = {id(x) for v in set().union(*map(uses, stmts)) for x in closure(k.prelude, v)}
+    return tuple(s for s in k.prelude if id(s) in need)
 
 
 def _canonical(stmts, value: str, dom, k_var: str) -> tuple:

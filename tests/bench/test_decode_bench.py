@@ -77,8 +77,8 @@ def test_table_and_markdown(tmp_path):
     assert rows[1][-1] == "yes"
     assert rows[2][-1] == "no (first difference at generated token 2)"
     env = Env("NVIDIA Fake GPU", "2030-01-02T03:04:05+00:00", "2.13", "12.8", "0.1")
-    md, js = R.write(tmp_path, D.stem("TinyLlama/TinyLlama-1.1B-Chat-v1.0", env), b, env)
-    assert md.name == "decode-tinyllama-1-1b-chat-v1-0-nvidia-fake-gpu-2030-01-02.md"
+    md, js = R.write(tmp_path, D.stem("TinyLlama/TinyLlama-1.1B-Chat-v1.0", env, "bf16"), b, env)
+    assert md.name == "decode-tinyllama-1-1b-chat-v1-0-bf16-nvidia-fake-gpu-2030-01-02.md"
     text = md.read_text()
     assert "weights: random (seed 0)" in text and "device: NVIDIA Fake GPU" in text
     assert "bandwidth limit: 100.0 tokens/s" in text and "HF variants' attention: sdpa" in text

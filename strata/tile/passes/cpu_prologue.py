@@ -1,22 +1,24 @@
 """cpu_prologue: on a CPU, compute a contraction's M-side operand that has a prologue (RMSNorm's
 normed x before q/k/v and gate/up, SiLU(gate) * up before down, a 16-bit widening) once, into a
-float temp, before the contraction.
+float temp, before the contraction; the vector operand of a matrix-vector product likewise.
 
 Why: cpu_matmul packs a computed M-side operand per register tile, and every block (one panel
 of TILE_N columns) packs the same rows again: a 5632-wide projection recomputes RMSNorm 176
 times per element, scalar code that then costs more than the FMAs (the TinyLlama MLP ran 3x
 slower fused than with the normed x given). Stored once, the operand costs one write and one
-read of M x K floats, small next to the weights, and the micro-kernel loads it plainly.
+read of M x K floats, small next to the weights, and the micro-kernel loads it plainly. A
+decode step's matrix-vector products are rows of dot products, each computing the vector's
+prologue again: RoPE on q once per cached key, softmax's exp once per value dimension.
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
 output has more than one panel of columns (N > VECTORS_N SIMD vectors). Declines, saying why,
-on a matrix-vector product and on a prologue that reads a value computed before the row.
+on a prologue that reads a value the row computes before its loop.
 """
 from __future__ import annotations
 
 from ... import dtypes
 from ...context import Context
-from ...loop.ir import Load
+from ...loop.ir import Let, Load
 from ..contraction import closure, depends, match, product, split_prologues, uses, value_dtype
 from ..ir import Mode, TileKernel
 from .cpu_matmul import VECTORS_N
@@ -26,7 +28,7 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     if k.mode is not Mode.ROWS:
         return k
     c = match(k)
-    if isinstance(c, str) or c.m is None:
+    if isinstance(c, str):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
     computed = []
@@ -38,13 +40,14 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
         if len(side) == 1 and isinstance(side[0], Load) and k.dtype_of(side[0].buf) == dtype:
             continue                    # a plain float load: nothing to compute
-        defined = {s.var for s in side} | axes | {loop.var}
+        defined = {s.var for s in (*k.prelude, *side) if isinstance(s, (Load, Let))} | axes | {loop.var}
         outside = set().union(*map(uses, side)) - defined
         if outside:
             ctx.log(f"cpu_prologue: {k.name}: declined, the prologue of {loop.accs[0].acc} reads "
                     f"{sorted(outside)[0]}, computed before the row")
             return k
-        computed.append((loop, a, b, f"the M-side operand of {loop.accs[0].acc}", dtype))
+        side = "M-side" if c.m is not None else "vector"
+        computed.append((loop, a, b, f"the {side} operand of {loop.accs[0].acc}", dtype))
     if not computed:
         return k
     pinned = ctx.knob("PROLOGUE", "")
