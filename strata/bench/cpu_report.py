@@ -35,7 +35,12 @@ def _cases():
         "gemv fp32 1 x 2048 -> 5632": (lambda x, w: F.linear(x, w), (r(1, H), r(I, H)), 15),
         "gemv bf16 weights 1 x 2048 -> 5632": (lambda x, w: F.linear(x, w.float()),
                                                (r(1, H), r(I, H).to(BF16)), 15),
+        "gemv bf16 1 x 2048 -> 5632": (lambda x, w: F.linear(x, w),
+                                       (r(1, H).to(BF16), r(I, H).to(BF16)), 15),
         "gemm fp32 64 x 2048 x 5632": (lambda x, w: F.linear(x, w), (r(64, H), r(I, H)), 5),
+        "gemm fp32 512 x 2048 x 5632": (lambda x, w: x @ w, (r(512, H), r(H, I)), 5),
+        "gemm bf16 512 x 2048 x 5632": (lambda x, w: x @ w,
+                                        (r(512, H).to(BF16), r(H, I).to(BF16)), 5),
     }
 
 

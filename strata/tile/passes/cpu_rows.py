@@ -6,9 +6,9 @@ parallel loop over the cores, and inner loops get `#pragma omp simd` (reductions
 accumulator). So a rows kernel keeps its rows as blocks (GROUP=1, BLOCK=1: its reduce and free
 loops run inside the block, vectorised), and an elementwise kernel becomes rows over all but its
 innermost axis with that axis as an inner loop; a 1-D elementwise kernel is cut into CHUNK-long
-rows when its length allows (CHUNK divides it), so both cores get work. Contractions are rows of
-dot products (a decode GEMV reads each weight row contiguously); a register-blocked GEMM
-micro-kernel is the next step. Fused attention has no CPU schedule yet (tileify says so).
+rows when its length allows (CHUNK divides it), so both cores get work. A contraction that
+cpu_matmul declined (a decode GEMV) stays rows of dot products: each weight row read once,
+contiguously. Fused attention has no CPU schedule yet (fusion leaves it unfused on CPUs).
 """
 from __future__ import annotations
 
