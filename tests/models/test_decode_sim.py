@@ -15,7 +15,7 @@ pytest.importorskip("safetensors")
 
 import torch  # noqa: E402
 
-from conftest import compile_with_nvrtc  # noqa: E402
+from conftest import HAS_CC, compile_with_nvrtc  # noqa: E402
 from model_helpers import FAMILIES, hf_model, write_checkpoint  # noqa: E402
 import strata  # noqa: E402
 from strata import check  # noqa: E402
@@ -58,12 +58,14 @@ def _f64_step_logits(model64, prompt, tokens):
     return out
 
 
+@pytest.mark.parametrize("device", [
+    "sim", pytest.param("cpu", marks=pytest.mark.skipif(not HAS_CC, reason="no C compiler"))])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_greedy_decode_matches_hf_generate(family, tmp_path):
+def test_greedy_decode_matches_hf_generate(family, device, tmp_path):
     ref = hf_model(family)
     write_checkpoint(ref, tmp_path)
     built = build(str(tmp_path), dtype="fp32", materialise=True)
-    prefill, step = compile_decoder(built.model, PROMPT, MAX_LEN)
+    prefill, step = compile_decoder(built.model, PROMPT, MAX_LEN, device=device)
     prompt = torch.randint(0, ref.config.vocab_size, (PROMPT,)).tolist()
     caches = new_caches(ref.config, MAX_LEN, torch.float32)
     logits = [prefill(torch.tensor([prompt]), *caches)]

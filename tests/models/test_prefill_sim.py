@@ -7,7 +7,7 @@ pytest.importorskip("safetensors")
 
 import torch  # noqa: E402
 
-from conftest import compile_with_nvrtc  # noqa: E402
+from conftest import HAS_CC, compile_with_nvrtc  # noqa: E402
 from model_helpers import FAMILIES, hf_model, write_checkpoint  # noqa: E402
 import strata  # noqa: E402
 from strata import check  # noqa: E402
@@ -22,11 +22,16 @@ def _assert_close(name, got, ref):
     assert res.passed, f"{name}: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"
 
 
+DEVICES = ["sim", pytest.param("cpu", marks=pytest.mark.skipif(not HAS_CC, reason="no C compiler"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["qwen2", "smollm2", "llama3"])
-def test_prefill_logits_from_checkpoint(family, tmp_path):
+def test_prefill_logits_from_checkpoint(family, device, tmp_path):
     ref = hf_model(family)
     write_checkpoint(ref, tmp_path)
-    prog, built = compile_model(str(tmp_path), seq_len=SEQ, dtype="fp32", materialise=True)
+    prog, built = compile_model(str(tmp_path), seq_len=SEQ, dtype="fp32", device=device,
+                                materialise=True)
     prog.lowered.kernel.verify()
     weights = prog.torch_program.weights
     assert "p_model_embed_tokens_weight" in weights
