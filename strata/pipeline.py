@@ -187,6 +187,8 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     from .tensor.decompose import to_tensor_ir
 
     ctx = ctx or Context()
+    for note in getattr(torch_program, "notes", ()):
+        ctx.log(f"capture: {note}")
     out = Lowered(torch_program, target=ctx.arch)
     stop = STAGES.index(until)
     if stop < 1:

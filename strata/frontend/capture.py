@@ -12,6 +12,7 @@ op and the rule table stays small. Anything else that survives is reported by de
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import operator
@@ -32,6 +33,8 @@ DECOMPOSE = [
     _A.addcmul, _A.addcdiv, _A.baddbmm, _A.mv, _A.dot, _A.rsub,
     _A.xlogy, _A.frac, _A.deg2rad, _A.einsum, _A.cosine_similarity, _A.split, _A.unbind,
     _A.heaviside, _A.logaddexp, _A.sgn, _A.nan_to_num, _A.rot90, _A.norm, _A.diff,
+    _A.instance_norm, _A.one_hot, _A.repeat_interleave, _A.cross_entropy_loss, _A.nll_loss,
+    _A.nll_loss_nd, _A.nll_loss2d,
 ]
 # Skip run_decompositions when it could not change the graph (tests compare both paths).
 FAST_PATH = True
@@ -172,8 +175,32 @@ def capture(fn_or_module, example_inputs, source_lines: dict[str, str] | None = 
     if input_names is None:
         fn = fn_or_module.forward if isinstance(fn_or_module, nn.Module) else fn_or_module
         input_names = _param_names(fn, len(example_inputs))
-    ep = _export(module, example_inputs)
-    return build_program(ep, list(input_names))
+    with static_experts(module) as notes:
+        ep = _export(module, example_inputs)
+    prog = build_program(ep, list(input_names))
+    prog.notes.extend(notes)
+    return prog
+
+
+@contextlib.contextmanager
+def static_experts(module):
+    """Export mixture-of-experts layers with transformers' `batched_mm` experts: the default
+    (eager) one loops over the experts hit and gathers their tokens with torch.where, shapes
+    that depend on the routing, which torch.export cannot capture. batched_mm computes each
+    (token, chosen expert) pair with that expert's weights: the same result, static shapes."""
+    configs = {id(c): c for m in module.modules() if type(m).__name__.endswith("Experts")
+               for c in [getattr(m, "config", None)]
+               if c is not None and getattr(c, "_experts_implementation", None) in (None, "eager")}
+    notes = ["mixture-of-experts layers exported with transformers' batched_mm experts (each "
+             "token times its top-k experts' weights; the eager loop over the experts has "
+             "data-dependent shapes)"] if configs else []
+    for c in configs.values():
+        c._experts_implementation = "batched_mm"
+    try:
+        yield notes
+    finally:
+        for c in configs.values():
+            c._experts_implementation = "eager"
 
 
 def capture_snippet(snippet) -> TorchProgram:

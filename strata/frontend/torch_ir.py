@@ -78,6 +78,7 @@ class TorchProgram:
     exported: Any = field(default=None, repr=False)
     # inputs the program updates in place (index_copy_, x[:, pos] = v): input -> its new value
     mutations: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)   # what capture changed to export it (-v)
 
     @property
     def input_names(self) -> list[str]:

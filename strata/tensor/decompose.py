@@ -16,15 +16,15 @@ import numpy as np
 
 from ..errors import StrataError, UnsupportedOp
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
-from . import (rules_attention, rules_const, rules_elementwise, rules_layout, rules_matmul,
-               rules_reduce, rules_scatter)
+from . import (rules_attention, rules_const, rules_conv, rules_elementwise, rules_layout,
+               rules_matmul, rules_reduce, rules_resample, rules_scatter)
 from .builder import Builder, T, rules_of
 from .fold_empty import fold_empty
 from .ir import Input, TensorProgram
 
 # Every rule module, listed once: the table of aten op -> rule is built from these.
 RULE_MODULES = (rules_const, rules_elementwise, rules_layout, rules_reduce, rules_matmul,
-                rules_attention, rules_scatter)
+                rules_conv, rules_resample, rules_attention, rules_scatter)
 RULES = rules_of(RULE_MODULES)
 
 

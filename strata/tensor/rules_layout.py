@@ -265,7 +265,7 @@ def getitem(b, a):
     return a.self[a.index]
 
 
-def _gather_along(b, src: T, idx: T, d: int, shape) -> T:
+def gather_along(b, src: T, idx: T, d: int, shape) -> T:
     """out[o] = src[o with dim d replaced by idx[o]]; idx broadcast to `shape` first."""
     if src.rank == 0:
         return b.gather(src, idx, ())
@@ -289,14 +289,14 @@ def index_select(b, a):
     d = norm_axis(a.dim, x.rank) if x.rank else 0
     idx = b.index_map(ids, shape, (Var(f"i{d}"),) if ids.rank and shape else (Const(0),) * ids.rank,
                       hint="ids")
-    return _gather_along(b, x, idx, d, shape)
+    return gather_along(b, x, idx, d, shape)
 
 
 @rule("aten.gather")
 def gather(b, a):
     x, ids = a.self, a.index
     d = norm_axis(a.dim, x.rank) if x.rank else 0
-    return _gather_along(b, x, ids, d, ids.shape)
+    return gather_along(b, x, ids, d, ids.shape)
 
 
 @rule("aten.index")

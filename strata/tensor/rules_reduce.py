@@ -11,7 +11,7 @@ from math import prod
 import torch
 
 from .. import dtypes
-from ..expr import Var, call
+from ..expr import Const, Var, call
 from .builder import T, norm_axis, rule
 
 
@@ -241,3 +241,173 @@ def cumsum(b, a):
                       fill=0, hint="tri")
     red = b.reduce("sum", tri, (x.rank,), hint="sum")
     return b.squeeze(red, (x.rank,))
+
+
+def _per_channel(b, v, like: T, dtype: str) -> T | None:
+    """A (C,) tensor broadcast along axis 1 of `like` (batch, group and instance norms)."""
+    if v is None:
+        return None
+    return b.index_map(b.cast(v, dtype), like.shape, (Var("i1"),), hint="per_channel")
+
+
+@rule("aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit",
+      "aten.native_batch_norm", "aten.batch_norm", "aten._native_batch_norm_legit_functional")
+def batch_norm(b, a):
+    """Eval mode normalises with the running statistics; training mode (and instance_norm,
+    which torch writes as a batch norm of the input's own statistics) with the batch's, biased
+    variance. Running statistics are not updated: strata compiles inference."""
+    out = b.out[0] if isinstance(b.out, (list, tuple)) else b.out
+    x = b.cast(a.input, out.dtype)
+    training = a.get("training", b.op != "aten._native_batch_norm_legit_no_training")
+    if b.op == "aten._native_batch_norm_legit" and a.get("running_mean") is None:
+        training = True
+    axes = tuple(d for d in range(x.rank) if d != 1)
+    if training:
+        var, mean = var_keep(b, x, axes, 0)
+        rstd = b.ew("rsqrt", b.ew("add", var, float(a.eps), hint="eps"), hint="rstd")
+        diff = b.ew("subtract", x, mean, hint="diff")
+    else:
+        mean = _per_channel(b, a.running_mean, x, x.dtype)
+        rstd = b.ew("rsqrt", b.ew("add", _per_channel(b, a.running_var, x, x.dtype),
+                                  float(a.eps), hint="eps"), hint="rstd")
+        diff = b.ew("subtract", x, mean, hint="diff")
+    y = b.ew("multiply", diff, rstd, hint="norm")
+    if a.get("weight") is not None:
+        y = b.ew("multiply", y, _per_channel(b, a.weight, x, x.dtype), hint="scaled")
+    if a.get("bias") is not None:
+        y = b.ew("add", y, _per_channel(b, a.bias, x, x.dtype), hint="shifted")
+    if not isinstance(b.out, (list, tuple)):
+        return y
+    rest = b.out[1:]
+    if training:        # saved mean and rstd per channel, then (functional) the running stats
+        stats = [b.reshape(mean, rest[0].shape), b.reshape(rstd, rest[1].shape)]
+        stats += [b.cast(a.running_mean, t.dtype) if i == 2 else b.cast(a.running_var, t.dtype)
+                  for i, t in enumerate(rest[2:], 2)]
+        return (y, *stats)
+    return (y, *(b.full(t.shape, 0, t.dtype, hint="unused") for t in rest))
+
+
+@rule("aten.native_group_norm", "aten.group_norm")
+def group_norm(b, a):
+    x = a.input
+    out = b.out[0] if isinstance(b.out, (list, tuple)) else b.out
+    N, C = x.shape[0], x.shape[1]
+    G = a.group if "group" in a else a.num_groups
+    per = prod(x.shape[2:]) * (C // G)
+    grouped = b.reshape(b.cast(x, out.dtype), (N, G, per), hint="groups")
+    var, mean = var_keep(b, grouped, (2,), 0)
+    rstd = b.ew("rsqrt", b.ew("add", var, float(a.eps), hint="eps"), hint="rstd")
+    normed = b.reshape(b.ew("multiply", b.ew("subtract", grouped, mean, hint="diff"), rstd,
+                            hint="norm"), x.shape, hint="ungroup")
+    y = normed
+    if a.get("weight") is not None:
+        y = b.ew("multiply", y, _per_channel(b, a.weight, x, y.dtype), hint="scaled")
+    if a.get("bias") is not None:
+        y = b.ew("add", y, _per_channel(b, a.bias, x, y.dtype), hint="shifted")
+    if b.op == "aten.group_norm":
+        return y
+    return y, b.reshape(mean, b.out[1].shape), b.reshape(rstd, b.out[2].shape)
+
+
+@rule("aten.nll_loss_forward", "aten.nll_loss2d_forward")
+def nll_loss(b, a):
+    """-x[n, target[n], ...] * weight[target], zero where target is ignore_index; reduction
+    0 none, 1 mean (over the weights taken), 2 sum. cross_entropy decomposes to this after
+    log_softmax. Returns (loss, total_weight)."""
+    x, target = a.self, a.target
+    out, total_t = b.out
+    dt = out.dtype
+    c_axis = 1 if x.rank > 1 else 0
+    keep = b.ew("ne", target, int(a.ignore_index), hint="kept")
+    safe = b.ew("where", keep, target, 0, dtype=target.dtype, hint="class")
+    index = [Var(f"i{d}") for d in range(target.rank)]
+    index.insert(c_axis, Var("idx"))
+    picked = b.gather(b.cast(x, dt), safe, tuple(index), hint="picked")
+    if a.get("weight") is not None:
+        w = b.gather(b.cast(a.weight, dt), safe, (Var("idx"),), hint="class_weight")
+    else:
+        w = b.full(target.shape, 1.0, dt, hint="one")
+    w = b.ew("where", keep, w, 0.0, dtype=dt, hint="taken")
+    loss = b.ew("negative", b.ew("multiply", picked, w, hint="weighted"), hint="nll")
+    axes = tuple(range(target.rank))
+    total = b.reshape(b.reduce("sum", w, axes, hint="total_weight"), ()) if axes else w
+    if a.reduction == 0:
+        return loss, total
+    summed = b.reshape(b.reduce("sum", loss, axes, hint="loss_sum"), ()) if axes else loss
+    if a.reduction == 2:
+        return summed, total
+    return b.ew("divide", summed, total, hint="mean"), total
+
+
+@rule("aten.topk")
+def topk(b, a):
+    """k rounds of argmax, each masking the winners before it: k passes over the row, made for
+    the small k of routing (MoE top-2 of 8 experts) and sampling. Descending (ascending when
+    largest=False); ties go to the lower index. A row holding -inf (+inf when smallest) among
+    its k winners may repeat an index."""
+    from .rules_layout import cat_along
+    x = a.self
+    vals_t, idx_t = b.out
+    k = int(a.k)
+    if k == 0 or x.rank == 0:
+        return (b.full(vals_t.shape, 0, vals_t.dtype) if k == 0 else x,
+                b.full(idx_t.shape, 0, "i64"))
+    d = norm_axis(a.get("dim", -1), x.rank)
+    op = "max" if a.get("largest", True) else "min"
+    fill = float("-inf") if op == "max" else float("inf")
+    if not dtypes.is_float(x.dtype):
+        info = torch.iinfo(dtypes.to_torch(x.dtype)) if x.dtype != "bool" else None
+        fill = (info.min if op == "max" else info.max) if info else (op == "min")
+    pos = b.iota(x.shape, d, hint="pos")
+    values, indices, cur = [], [], x
+    for j in range(k):
+        indices.append(b.reduce("arg" + op, cur, (d,), hint=f"arg{op}{j}"))
+        values.append(b.reduce(op, cur, (d,), hint=f"{op}{j}"))
+        if j + 1 < k:
+            taken = b.ew("eq", pos, indices[-1], hint="taken")
+            cur = b.ew("where", taken, fill, cur, dtype=x.dtype, hint="rest")
+    return (cat_along(b, values, d, vals_t.shape), cat_along(b, indices, d, idx_t.shape))
+
+
+@rule("aten.sort", "aten.argsort", "aten.msort")
+def sort(b, a):
+    """A stable sort by counting: an element's position is the number of elements before it in
+    the order (smaller, or equal and earlier; NaN last, as torch puts it), and each output slot
+    then picks the element whose position it is. O(n^2) per row: for the small rows of
+    routing and ranking, not a vocabulary."""
+    x = a.self
+    outs = b.out if isinstance(b.out, (list, tuple)) else (b.out,)
+    if x.rank == 0:
+        res = (x, b.full((), 0, "i64"))
+        return res if len(outs) == 2 else res[1]
+    d = norm_axis(a.get("dim", -1) if b.op != "aten.msort" else 0, x.rank)
+    desc = bool(a.get("descending", False))
+    n = x.shape[d]
+    shape = (*x.shape, n)                       # (..., i at d, ..., j last)
+    index_i = [Var(f"i{k}") for k in range(x.rank)]
+    index_j = list(index_i)
+    index_j[d] = Var(f"i{x.rank}")
+    xi = b.index_map(x, shape, tuple(index_i), hint="xi")
+    xj = b.index_map(x, shape, tuple(index_j), hint="xj")
+    i_pos, j_pos = b.iota(shape, d, hint="i"), b.iota(shape, x.rank, hint="j")
+    before = b.ew("gt" if desc else "lt", xj, xi, hint="before")
+    if dtypes.is_float(x.dtype):                # NaN sorts as the largest value
+        nan_i, nan_j = b.ew("isnan", xi), b.ew("isnan", xj)
+        nan_order = b.ew("logical_and", nan_i if not desc else nan_j,
+                         b.ew("logical_not", nan_j if not desc else nan_i))
+        before = b.ew("logical_or", before, nan_order, hint="before")
+        same = b.ew("logical_or", b.ew("eq", xj, xi), b.ew("logical_and", nan_i, nan_j))
+    else:
+        same = b.ew("eq", xj, xi)
+    earlier = b.ew("logical_and", same, b.ew("lt", j_pos, i_pos), hint="earlier")
+    ahead = b.cast(b.ew("logical_or", before, earlier), "i64")
+    rank = b.reduce("sum", ahead, (x.rank,), hint="rank")            # (..., n at d, ..., 1)
+    # slot s (at d) takes the j whose rank is s
+    rank_j = b.index_map(rank, shape, (*index_j[:x.rank], Const(0)), hint="rank_j")
+    mine = b.ew("eq", rank_j, i_pos, hint="mine")
+    idx = b.squeeze(b.reduce("sum", b.ew("where", mine, j_pos, 0, dtype="i64"), (x.rank,)),
+                    (x.rank,), hint="order")
+    if b.op == "aten.argsort":
+        return idx
+    from .rules_layout import gather_along
+    return gather_along(b, x, idx, d, x.shape), idx

@@ -132,20 +132,20 @@ def test_output_structure_aliases_and_constants():
                     lambda a, b: (torch.relu(a + b), torch.relu(a + b), b * 2), (x, y), False)
 
 
-def _sorted_plus_one(x):
-    return torch.sort(x, dim=-1).values + 1
+def _kth_plus_one(x):
+    return torch.kthvalue(x, 2, dim=-1).values + 1
 
 
 def test_unsupported_op_raises_a_clear_error():
     x = torch.randn(4, 8)
     with pytest.raises(Exception) as info:
-        torch.compile(_sorted_plus_one, backend="strata")(x)
+        torch.compile(_kth_plus_one, backend="strata")(x)
     err = info.value
     inner = getattr(err, "inner_exception", err)
     assert isinstance(inner, UnsupportedGraph) and isinstance(inner, UnsupportedOp)
-    assert inner.ops == ["aten.sort"]
-    assert "unsupported op aten.sort (at " in str(err) and "test_dynamo_backend.py" in str(err)
-    assert "torch.sort(x, dim=-1)" in str(err) and "fallback" in str(err)
+    assert inner.ops == ["aten.kthvalue"]
+    assert "unsupported op aten.kthvalue (at " in str(err) and "test_dynamo_backend.py" in str(err)
+    assert "torch.kthvalue(x, 2, dim=-1)" in str(err) and "fallback" in str(err)
 
 
 @pytest.mark.parametrize("how", ["option", "env"])
@@ -154,10 +154,10 @@ def test_fallback_opt_in_warns_and_matches_eager(how, monkeypatch, _fresh_dynamo
     if how == "env":
         monkeypatch.setenv("STRATA_FALLBACK", "1")
     x = torch.randn(4, 8)
-    with pytest.warns(StrataFallbackWarning, match=r"eagerly .*unsupported op aten\.sort"):
-        out = torch.compile(_sorted_plus_one, backend="strata", **kw)(x)
+    with pytest.warns(StrataFallbackWarning, match=r"eagerly .*unsupported op aten\.kthvalue"):
+        out = torch.compile(_kth_plus_one, backend="strata", **kw)(x)
     assert _fresh_dynamo == []
-    assert torch.equal(out, _sorted_plus_one(x))
+    assert torch.equal(out, _kth_plus_one(x))
 
 
 def test_in_place_update_of_an_input_is_refused():
