@@ -12,7 +12,6 @@ op and the rule table stays small. Anything else that survives is reported by de
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import operator
@@ -24,6 +23,7 @@ from torch import nn
 from .. import dtypes
 from ..errors import DataDependentShape, StrataError
 from .snippet import quiet_torch, register_source, user_line
+from .static_experts import static_experts
 from .torch_ir import Ref, TorchNode, TorchProgram, TorchType, user_frame
 
 _A = torch.ops.aten
@@ -180,27 +180,6 @@ def capture(fn_or_module, example_inputs, source_lines: dict[str, str] | None = 
     prog = build_program(ep, list(input_names))
     prog.notes.extend(notes)
     return prog
-
-
-@contextlib.contextmanager
-def static_experts(module):
-    """Export mixture-of-experts layers with transformers' `batched_mm` experts: the default
-    (eager) one loops over the experts hit and gathers their tokens with torch.where, shapes
-    that depend on the routing, which torch.export cannot capture. batched_mm computes each
-    (token, chosen expert) pair with that expert's weights: the same result, static shapes."""
-    configs = {id(c): c for m in module.modules() if type(m).__name__.endswith("Experts")
-               for c in [getattr(m, "config", None)]
-               if c is not None and getattr(c, "_experts_implementation", None) in (None, "eager")}
-    notes = ["mixture-of-experts layers exported with transformers' batched_mm experts (each "
-             "token times its top-k experts' weights; the eager loop over the experts has "
-             "data-dependent shapes)"] if configs else []
-    for c in configs.values():
-        c._experts_implementation = "batched_mm"
-    try:
-        yield notes
-    finally:
-        for c in configs.values():
-            c._experts_implementation = "eager"
 
 
 def capture_snippet(snippet) -> TorchProgram:

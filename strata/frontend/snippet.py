@@ -189,7 +189,9 @@ def dry_run(module, inputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
     A data-dependent shape (x[x > 0], nonzero, .item()) is one sentence."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                DynamicOutputShapeException, FakeTensorMode)
-    with quiet_torch(), FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+    from .static_experts import static_experts
+    with quiet_torch(), FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad(), \
+            static_experts(module):
         fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
         try:
             out = module(*fakes)

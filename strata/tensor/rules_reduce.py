@@ -411,3 +411,13 @@ def sort(b, a):
         return idx
     from .rules_layout import gather_along
     return gather_along(b, x, idx, d, x.shape), idx
+
+
+@rule("aten._weight_norm")
+def weight_norm(b, a):
+    """v * g / ||v||, the norm over every dim but `dim` (wav2vec2's positional convolution)."""
+    v = a.v
+    d = norm_axis(a.get("dim", 0), v.rank) if v.rank else 0
+    axes = tuple(k for k in range(v.rank) if k != d)
+    norm = b.ew("sqrt", b.reduce("sum", b.ew("square", v, hint="sq"), axes, hint="sumsq"), hint="norm")
+    return b.ew("multiply", v, b.ew("divide", b.cast(a.g, v.dtype), norm, hint="scale"))

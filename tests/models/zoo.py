@@ -12,9 +12,10 @@ from torch import nn
 
 SEQ = 8
 VOCAB = 128
-BASE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+BASE = dict(IDS, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64, head_dim=8)
-ENCODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+ENCODER = dict(IDS, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                intermediate_size=64, max_position_embeddings=64)
 VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
               image_size=32, patch_size=8, num_channels=3)
@@ -43,7 +44,8 @@ ARCHS: dict[str, tuple[str, str, dict]] = {
     "glm": ("causal", "GlmConfig", BASE),
     "nemotron": ("causal", "NemotronConfig", BASE),
     "exaone4": ("causal", "Exaone4Config", BASE),
-    "falcon": ("causal", "FalconConfig", dict(BASE, num_kv_heads=2, new_decoder_architecture=True)),
+    "falcon": ("causal", "FalconConfig", dict({k: v for k, v in BASE.items() if k != "head_dim"},
+                                              num_kv_heads=2, new_decoder_architecture=True)),
     "gpt_neox": ("causal", "GPTNeoXConfig", BASE),
     "persimmon": ("causal", "PersimmonConfig", BASE),
     "opt": ("causal", "OPTConfig", dict(BASE, ffn_dim=64, word_embed_proj_dim=32)),
@@ -72,7 +74,8 @@ ARCHS: dict[str, tuple[str, str, dict]] = {
                                                        n_heads=4, hidden_dim=64)),
     "mpnet": ("encoder", "MPNetConfig", ENCODER),
     "deberta_v2": ("encoder", "DebertaV2Config", ENCODER),
-    "modernbert": ("encoder", "ModernBertConfig", dict(ENCODER, global_attn_every_n_layers=1)),
+    "modernbert": ("encoder", "ModernBertConfig", dict(ENCODER, global_attn_every_n_layers=1,
+                                                       cls_token_id=1, sep_token_id=2)),
     # vision (pixel values 1 x 3 x 32 x 32)
     "vit": ("vision", "ViTConfig", VISION),
     "deit": ("vision", "DeiTConfig", VISION),
@@ -80,13 +83,14 @@ ARCHS: dict[str, tuple[str, str, dict]] = {
     "clip_vision": ("vision", "CLIPVisionConfig", VISION),
     "siglip_vision": ("vision", "SiglipVisionConfig", VISION),
     "convnext": ("vision", "ConvNextConfig", dict(num_channels=3, hidden_sizes=[8, 16],
-                                                  depths=[1, 1], image_size=32)),
+                                                  depths=[1, 1], num_stages=2, image_size=32)),
     "resnet": ("vision", "ResNetConfig", dict(num_channels=3, embedding_size=8,
                                               hidden_sizes=[8, 16], depths=[1, 1])),
     "mobilenet_v2": ("vision", "MobileNetV2Config", dict(num_channels=3, image_size=32,
                                                          depth_multiplier=0.25)),
     # audio
-    "whisper_encoder": ("whisper", "WhisperConfig", dict(vocab_size=VOCAB, d_model=32,
+    "whisper_encoder": ("whisper", "WhisperConfig", dict(IDS, vocab_size=VOCAB, d_model=32,
+                                                         decoder_start_token_id=1,
                                                          encoder_layers=2, decoder_layers=1,
                                                          encoder_attention_heads=4,
                                                          decoder_attention_heads=4,
@@ -128,6 +132,7 @@ def build(name: str, seed: int = 0):
     torch.manual_seed(seed)
     cfg = getattr(transformers, cfg_name)(**kw)
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"      # the reference loop (grouped_mm wants bf16 here)
     if kind == "causal":
         model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
         return _Out(model, "logits"), (torch.randint(0, VOCAB, (1, SEQ)),)
