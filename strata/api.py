@@ -30,6 +30,9 @@ def on_device(ctx: Context, device: str) -> Context:
     """`ctx` with its target filled in for `device` when the user pinned none: a program that
     will run on this GPU is compiled for the GPU's own architecture, sm_90a on H100/H200 (so
     wgmma and TMA are used), sm_80 on A100. Compiling without running keeps targets.DEFAULT."""
+    if device in ("cuda", "cpu") and ctx.tuned is None:     # runs natively: tuned schedules apply
+        from .tune.db import default_db
+        ctx.tuned = default_db()
     if device == "cuda" and ctx.target is None:
         from .runtime.driver import arch
         ctx.target = get_target(gpu_target(arch(torch.cuda.current_device())))
@@ -278,22 +281,28 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
 
 
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: str = "sim",
-             max_len: int | None = None, ctx: Context | None = None) -> torch.Tensor:
+             max_len: int | None = None, ctx: Context | None = None, sampling=None) -> torch.Tensor:
     """Greedy decoding of a Hugging Face causal LM by strata's compiled prefill and KV-cache decode
     programs; returns (1, prompt + new) ids, as `model.generate(input_ids, do_sample=False)`.
+    With `sampling` (strata.models.sampling.Sampling) the programs sample the next id instead.
 
     The path to generation with strata: `torch.compile(model, backend="strata").generate(...)`
     runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
-    from .models.decode import compile_decoder, eos_ids, greedy, model_dtype, new_caches
+    from .models.decode import compile_decoder, eos_ids, greedy, model_dtype, new_caches, sample
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
     prompt = input_ids[0].tolist()
     max_len = max_len or len(prompt) + max_new_tokens
-    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx)
+    if sampling is not None:
+        sampling.check(model.config.vocab_size)
+    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling)
     where = "cuda" if device == "cuda" else "cpu"
     caches = new_caches(model.config, max_len, model_dtype(model), where)
     eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
+    if sampling is None:
+        new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
+    else:
+        new, *_ = sample(prefill, step, caches, prompt, max_new_tokens, sampling, eos, where)
     return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
 
 

@@ -1,4 +1,5 @@
-"""`strata generate MODEL`: greedy decoding through strata's kernels with a static KV cache.
+"""`strata generate MODEL`: greedy or sampled decoding through strata's kernels with a static KV
+cache (sampling: --temperature, --top-k, --top-p, --seed, inside the compiled programs).
 
 Why a command: it is the end-to-end check a user runs on a whole LLM (prefill program + one
 decode-step program, strata/models/decode.py) and the tokens/s figure they compare. It prints
@@ -17,12 +18,14 @@ from .errors import ModelError, StrataError
 
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
+from .models.sampling import DEFAULT_TOP_K, Sampling
+
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 
 
 def add_parser(sub) -> None:
-    g = sub.add_parser("generate", help="greedy decoding of MODEL with a KV cache on strata kernels")
+    g = sub.add_parser("generate", help="greedy or sampled decoding of MODEL with a KV cache on strata kernels")
     g.add_argument("model", help="a bundled model name or a directory with config.json, optional "
                                  "*.safetensors and tokenizer files")
     src = g.add_mutually_exclusive_group(required=True)
@@ -37,6 +40,14 @@ def add_parser(sub) -> None:
                         "cpu (natively: C with OpenMP)")
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
+    g.add_argument("--temperature", type=float, metavar="T",
+                   help="sample the next token inside the compiled program (default: greedy)")
+    g.add_argument("--top-k", type=int, metavar="K",
+                   help=f"sample among the K most likely tokens (default {DEFAULT_TOP_K})")
+    g.add_argument("--top-p", type=float, metavar="P",
+                   help="sample among the most likely tokens holding probability P (default 1)")
+    g.add_argument("--seed", type=int, metavar="S",
+                   help="seed of the uniforms sampling draws (default 0): the same seed, the same ids")
     g.add_argument("--compare", action="store_true",
                    help="also decode with Hugging Face eager (and torch.compile on a GPU)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="pass timings")
@@ -121,13 +132,24 @@ def _agree(a, b) -> str:
     return agree(a, b)
 
 
+def _sampling(args, vocab: int) -> Sampling | None:
+    """The --temperature/--top-k/--top-p/--seed choice; None for greedy decoding."""
+    if args.temperature is None:
+        if any(v is not None for v in (args.top_k, args.top_p, args.seed)):
+            raise StrataError("--top-k, --top-p and --seed sample: give --temperature too")
+        return None
+    return Sampling(args.temperature, DEFAULT_TOP_K if args.top_k is None else args.top_k,
+                    1.0 if args.top_p is None else args.top_p,
+                    0 if args.seed is None else args.seed).check(vocab)
+
+
 def generate_command(args) -> int:
     from rich.console import Console
 
     from .api import check_device
     from .cli_model import ProgressContext
     from .models.build import build
-    from .models.decode import compile_decoder, eos_ids, greedy, new_caches
+    from .models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
     from .models.source import resolve
     check_device(args.device)
     console = Console(stderr=True, highlight=False)
@@ -138,6 +160,10 @@ def generate_command(args) -> int:
         tokenizer = _tokenizer(source)
         prompt = _prompt_ids(args, tokenizer, int(source.config.get("vocab_size", 0)))
         max_len = _check_lengths(args, len(prompt))
+        sampling = _sampling(args, int(source.config.get("vocab_size", 0)) or 1 << 30)
+        if sampling is not None and args.compare:
+            raise StrataError("--compare checks greedy ids against Hugging Face; leave out "
+                              "--temperature (or --compare)")
         step(f"building {args.model}")
         built = build(args.model, dtype=args.dtype, materialise=True)
         lm, config = built.model, built.config
@@ -148,15 +174,20 @@ def generate_command(args) -> int:
                               f"--device cuda")
         ctx = ProgressContext(verbosity=args.verbose, on_step=step)     # logs: stderr
         t0 = time.perf_counter()
-        prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step)
+        prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step,
+                                          sampling)
         t_compile = time.perf_counter() - t0
         device = "cuda" if args.device == "cuda" else "cpu"
         caches = new_caches(config, max_len, next(lm.parameters()).dtype, device)
         eos = eos_ids(getattr(config, "eos_token_id", None))
         total = args.max_new_tokens
-        ids, t_pre, t_dec, steps = greedy(
-            prefill, decode, caches, prompt, total, eos, device,
-            on_token=lambda k: step(f"decoding on {args.device}: token {k + 1} of {total}"))
+        on_token = lambda k: step(f"decoding on {args.device}: token {k + 1} of {total}")  # noqa: E731
+        if sampling is None:
+            ids, t_pre, t_dec, steps = greedy(prefill, decode, caches, prompt, total, eos, device,
+                                              on_token=on_token)
+        else:
+            ids, t_pre, t_dec, steps = sample(prefill, decode, caches, prompt, total, sampling,
+                                              eos, device, on_token=on_token)
         results = [(f"strata ({args.device})", ids, t_pre, t_dec, steps)]
         if args.compare:
             step("decoding with Hugging Face eager")
@@ -172,6 +203,9 @@ def generate_command(args) -> int:
     print(f"model: {built.what}")
     print(f"weights: {built.weights}")
     print(f"prompt: {len(prompt)} tokens; cache: {max_len} positions; compiled in {t_compile:.1f} s")
+    if sampling is not None:
+        print(f"sampling: temperature {sampling.temperature:g}, top-k {sampling.top_k}, "
+              f"top-p {sampling.top_p:g}, seed {sampling.seed} (in the compiled program)")
     for label, toks, t_pre, t_dec, steps in results:
         print(_line(label, t_pre, t_dec, steps))
         print(f"  ids: {' '.join(map(str, toks))}")

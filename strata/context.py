@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import KnobError
 from .knobs import KNOBS, parse
@@ -32,6 +32,11 @@ class Context:
     target: Target | str | None = None   # pinned target (a name is looked up); None: see `arch`
     messages: list[str] = field(default_factory=list)
     stream: object = None            # where log lines go at -v (default stderr)
+    # per-kernel knobs, keyed by the Loop IR kernel's signature (loop/ir.py `signature`): the
+    # tuner's candidate (kernel_knobs), else what `tuned.get(signature, target)` recorded
+    # (strata/tune/db.py's database; False: --no-tuned); the user's pins always win
+    kernel_knobs: dict[str, dict] = field(default_factory=dict)
+    tuned: object = None
 
     def __post_init__(self):
         """Check every pin here, whichever way it came (--knob, STRATA_KNOBS, torch.compile's
@@ -50,6 +55,16 @@ class Context:
         self.messages.append(msg)
         if self.verbosity >= level:
             print(msg, file=self.stream or sys.stderr)
+
+    def for_kernel(self, signature: str) -> tuple["Context", str]:
+        """(the context one kernel is scheduled with, where its extra knobs came from: "" for
+        none, "candidate" or "tuned")."""
+        extra, source = self.kernel_knobs.get(signature), "candidate"
+        if extra is None and self.tuned:
+            extra, source = self.tuned.get(signature, self.arch.key), "tuned"
+        if not extra:
+            return self, ""
+        return replace(self, knobs={**extra, **self.knobs}), source
 
     def knob(self, name: str, default):
         """A knob's value: the user's pin if any (already checked and typed), else default."""

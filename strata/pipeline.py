@@ -9,6 +9,8 @@ prints its time and what it declined; at -vv each tile pass prints a unified dif
 """
 from __future__ import annotations
 
+import sys
+
 import difflib
 import time
 from dataclasses import dataclass, field
@@ -135,16 +137,18 @@ def run_tile_passes(loop_program, ctx: Context):
     before = str(loop_program) if diffs else ""
     kernels = list(loop_program.kernels)
     origin = {k.name: k.name for k in kernels}     # tile kernel -> the loop kernel it came from
+    contexts = _kernel_contexts(kernels, buffers, ctx)
     unchanged = 0
     for num, (name, fn) in enumerate(passes, start=1):
         tag = f"t:{num:03d}_{name}"
         t0 = time.perf_counter()
         outs = []
         for k in kernels:
+            kctx = contexts.get(origin[k.name], ctx)
             if isinstance(k, LoopKernel):   # not yet scheduled: the pass also sees its buffers
-                got = fn(k, ctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
+                got = fn(k, kctx, tuple(buffers[b] for b in dict.fromkeys(k.reads + k.writes)))
             else:     # one kernel, or several when a pass splits one (chunk_reduce, split_matmul_k)
-                got = fn(k, ctx)
+                got = fn(k, kctx)
             for out in _as_tuple(got):
                 origin[out.name] = origin[k.name]
                 outs.append(out)
@@ -163,6 +167,23 @@ def run_tile_passes(loop_program, ctx: Context):
         ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
     _log_unused_knobs(kernels, origin, ctx)
     return TileProgram(kernels, loop_program)
+
+
+def _kernel_contexts(kernels, buffers: dict, ctx: Context) -> dict[str, Context]:
+    """{loop kernel: its context} for the kernels that have knobs of their own (a tuning
+    candidate, or a tuned schedule from the database), logged at -v."""
+    if not ctx.kernel_knobs and not ctx.tuned:
+        return {}
+    from .loop.ir import signature
+    out = {}
+    for k in kernels:
+        kctx, source = ctx.for_kernel(signature(k, buffers))
+        if source:
+            out[k.name] = kctx
+            pins = ", ".join(f"{n}={show(v)}" for n, v in kctx.knobs.items() if n not in ctx.knobs)
+            ctx.log(f"{k.name}: {source} schedule {pins}" +
+                    (" (from the tuning database; --no-tuned ignores it)" if source == "tuned" else ""))
+    return out
 
 
 def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
@@ -187,6 +208,8 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     from .tensor.decompose import to_tensor_ir
 
     ctx = ctx or Context()
+    # the passes recurse along dependence chains: topk(k=256) is a chain of 512 reductions
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     for note in getattr(torch_program, "notes", ()):
         ctx.log(f"capture: {note}")
     out = Lowered(torch_program, target=ctx.arch)

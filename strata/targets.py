@@ -46,6 +46,11 @@ class Target:
         """Blocks that keep every SM busy for two waves: below this a split pays."""
         return 2 * self.cores
 
+    @property
+    def key(self) -> str:
+        """What a measurement on this target depends on (the tuning database's target column)."""
+        return f"{self.name}:{self.isa}:{self.cores}:{'+'.join(sorted(self.features))}"
+
     def __str__(self) -> str:
         return self.name
 

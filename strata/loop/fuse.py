@@ -69,7 +69,9 @@ class _Walker:
         self.path: list[str] = []               # the nodes being walked, outermost first
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
-        key = (name, index, reduce_vars)
+        # only the enclosing reduction variables the index mentions can change what is below
+        # (a reduction read at a fixed index inside k nested rounds of topk is walked once)
+        key = (name, index, reduce_vars & set().union(*map(free_vars, index)))
         if key in self.seen:
             return
         self.seen.add(key)

@@ -266,3 +266,18 @@ def format_kernel(k: LoopKernel) -> str:
     for s in k.body:
         format_stmt(s, 0, out)
     return "\n".join(out)
+
+
+def signature(k: LoopKernel, buffers: dict) -> str:
+    """A kernel's identity across programs and processes (the tuning database's key): its
+    canonical Loop IR, with buffers renamed in order of use, and their shapes and dtypes."""
+    import hashlib
+    import re
+    names = list(dict.fromkeys(k.reads + k.writes))
+    rename = {n: f"buf{i}" for i, n in enumerate(names)}
+    text = format_kernel(canonical_names(replace(k, name="k"), set(rename.values())))
+    text = re.sub(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b",
+                  lambda m: rename[m.group(1)], text) if names else text
+    shapes = [(rename[n], tuple(buffers[n].shape), buffers[n].dtype) for n in names]
+    return hashlib.sha256(f"{text}\n{shapes}".encode()).hexdigest()[:24]
+

@@ -10,6 +10,9 @@ from transformers; only the cache is ours (`StaticKV`, a duck-typed transformers
     prefill(input_ids (1, S), k_0, v_0, k_1, v_1, ...)          -> logits (1, 1, vocab)
     step(input_ids (1, 1), position (1,), k_0, v_0, ...)        -> logits (1, 1, vocab)
 
+With a `Sampling` (sampling.py) both take a uniform u (1,) after their ids/position and return
+the sampled token id (1, 1) instead of the logits.
+
 Both update the caches in place (the cache inputs are mutated: on CUDA the kernels write only
 the new rows of the caller's tensors; the simulator writes them back). Caches are
 (1, kv_heads, max_len, head_dim) in the model's dtype and must start finite (zeros): a step
@@ -51,9 +54,10 @@ class StaticKV:
 class _Decode(nn.Module):
     """Shared body of the prefill and step programs (see the module docstring)."""
 
-    def __init__(self, model: nn.Module, prefill: bool):
+    def __init__(self, model: nn.Module, prefill: bool, sampling=None):
         super().__init__()
         self.lm = model
+        self.sampling = sampling
         dec = hf.decoder(model, "KV-cache decoding (strata generate)")
         self.embed, self.layers, self.norm = dec.embed_tokens, dec.layers, dec.norm
         self.rotary_emb = dec.rotary_emb
@@ -84,22 +88,33 @@ class _Decode(nn.Module):
             hidden = hf.layer_output(out)
         return self.head(self.norm(hidden[:, -1:]))
 
+    def finish(self, logits, rest):
+        """(logits, caches), or with sampling (the sampled id, caches): u is rest's first."""
+        if self.sampling is None:
+            return logits, rest
+        from .sampling import sample_next
+        return sample_next(logits, rest[0], self.sampling), rest[1:]
+
 
 class Prefill(_Decode):
-    def __init__(self, model: nn.Module):
-        super().__init__(model, prefill=True)
+    def __init__(self, model: nn.Module, sampling=None):
+        super().__init__(model, prefill=True, sampling=sampling)
 
-    def forward(self, input_ids, *caches):
+    def forward(self, input_ids, *rest):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        return self.run(input_ids, positions, caches)
+        caches = rest[1:] if self.sampling is not None else rest
+        logits = self.run(input_ids, positions, caches)
+        return self.finish(logits, rest)[0]
 
 
 class DecodeStep(_Decode):
-    def __init__(self, model: nn.Module):
-        super().__init__(model, prefill=False)
+    def __init__(self, model: nn.Module, sampling=None):
+        super().__init__(model, prefill=False, sampling=sampling)
 
-    def forward(self, input_ids, position, *caches):
-        return self.run(input_ids, position, caches)
+    def forward(self, input_ids, position, *rest):
+        caches = rest[1:] if self.sampling is not None else rest
+        logits = self.run(input_ids, position, caches)
+        return self.finish(logits, rest)[0]
 
 
 def cache_names(n_layers: int) -> list[str]:
@@ -120,8 +135,9 @@ def model_dtype(model: nn.Module) -> torch.dtype:
 
 
 def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str = "sim",
-                    ctx=None, progress=None):
-    """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache.
+                    ctx=None, progress=None, sampling=None):
+    """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache;
+    with `sampling` they sample the next id in the program (see the module docstring).
     progress(text) is told what is happening."""
     from ..api import Program, check_device, on_device
     from ..context import Context
@@ -138,11 +154,14 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     names = cache_names(config.num_hidden_layers)
     caches = new_caches(config, max_len, model_dtype(model))
     ids = torch.zeros((1, prompt_len), dtype=torch.long)
+    u = (torch.zeros(1),) if sampling is not None else ()
+    u_name = ["u"] if sampling is not None else []
     programs = []
     for label, module, inputs, in_names in (
-            ("prefill", Prefill(model), (ids, *caches), ["input_ids", *names]),
-            ("decode step", DecodeStep(model), (ids[:, :1], torch.zeros(1, dtype=torch.long), *caches),
-             ["input_ids", "position", *names])):
+            ("prefill", Prefill(model, sampling), (ids, *u, *caches), ["input_ids", *u_name, *names]),
+            ("decode step", DecodeStep(model, sampling),
+             (ids[:, :1], torch.zeros(1, dtype=torch.long), *u, *caches),
+             ["input_ids", "position", *u_name, *names])):
         say(f"capturing the {label} with torch.export")
         torch_program = capture(module.eval(), inputs, input_names=in_names)
         say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
@@ -182,6 +201,33 @@ def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
         logits = step(torch.tensor([[out[-1]]], device=device),
                       torch.tensor([pos], device=device), *caches)
         out.append(int(logits[0, -1].argmax()))
+        pos += 1
+        steps += 1
+    sync()
+    return out, t_prefill, time.perf_counter() - t0, steps
+
+
+def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int, sampling,
+           eos: set[int] | None = None, device="cpu", on_token=None):
+    """Like greedy, with programs compiled for `sampling`: each call gets the next of
+    sampling.uniforms(max_new_tokens) and returns the sampled id."""
+    import time
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    us = sampling.uniforms(max_new_tokens).to(device)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    t0 = time.perf_counter()
+    out = [int(prefill(ids, us[0:1], *caches).reshape(-1)[0])]
+    sync()
+    t_prefill = time.perf_counter() - t0
+    pos = len(prompt_ids)
+    t0 = time.perf_counter()
+    steps = 0
+    while len(out) < max_new_tokens and not (eos and out[-1] in eos):
+        if on_token is not None:
+            on_token(len(out))
+        nxt = step(torch.tensor([[out[-1]]], device=device), torch.tensor([pos], device=device),
+                   us[len(out):len(out) + 1], *caches)
+        out.append(int(nxt.reshape(-1)[0]))
         pos += 1
         steps += 1
     sync()

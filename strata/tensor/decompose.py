@@ -1,7 +1,7 @@
 """Torch IR -> Tensor IR: one rule per aten op, looked up in a table (rules are data).
 
-The rules live in rules_elementwise.py, rules_reduce.py, rules_layout.py, rules_matmul.py and
-rules_const.py; each registers itself with `@rule("aten.op")` and builds nodes with the
+The rules live in the rules_*.py files listed in RULE_MODULES; each marks itself with
+`@rule("aten.op")` and builds nodes with the
 `Builder` (builder.py). This driver binds every node's arguments to its aten schema, runs the
 rule, checks the result against the shape/dtype torch.export recorded, names the rule's last node
 after the aten node, and drops nodes no output needs. An op without a rule is an
@@ -16,15 +16,16 @@ import numpy as np
 
 from ..errors import StrataError, UnsupportedOp
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
-from . import (rules_attention, rules_const, rules_conv, rules_elementwise, rules_layout,
-               rules_matmul, rules_reduce, rules_resample, rules_scatter)
+from . import (rules_accumulate, rules_attention, rules_const, rules_conv, rules_elementwise,
+               rules_layout, rules_matmul, rules_reduce, rules_resample, rules_scan, rules_scatter)
 from .builder import Builder, T, rules_of
 from .fold_empty import fold_empty
 from .ir import Input, TensorProgram
 
 # Every rule module, listed once: the table of aten op -> rule is built from these.
 RULE_MODULES = (rules_const, rules_elementwise, rules_layout, rules_reduce, rules_matmul,
-                rules_conv, rules_resample, rules_attention, rules_scatter)
+                rules_conv, rules_resample, rules_scan, rules_attention, rules_scatter,
+                rules_accumulate)
 RULES = rules_of(RULE_MODULES)
 
 

@@ -223,26 +223,6 @@ def vector_norm(b, a):
     return finish(b, n, axes, a.get("keepdim", False))
 
 
-@rule("aten.cumsum")
-def cumsum(b, a):
-    """A prefix sum as a triangular reduction: out[.., i, ..] = sum_j x[.., j, ..] * (j <= i).
-
-    O(n^2) work along the axis, which is cheap for the short axes models scan (position ids,
-    packed-sequence ids); a log-depth Scan node would replace it for long axes."""
-    x = b.cast(a.self, b.out.dtype)
-    if x.rank == 0:
-        return x
-    d = norm_axis(a.dim, x.rank)
-    n = x.shape[d]
-    j = Var(f"i{x.rank}")                                  # the summed position, a new last axis
-    index = [Var(f"i{k}") for k in range(x.rank)]
-    index[d] = j
-    tri = b.index_map(x, x.shape + (n,), tuple(index), valid=call("le", j, Var(f"i{d}")),
-                      fill=0, hint="tri")
-    red = b.reduce("sum", tri, (x.rank,), hint="sum")
-    return b.squeeze(red, (x.rank,))
-
-
 def _per_channel(b, v, like: T, dtype: str) -> T | None:
     """A (C,) tensor broadcast along axis 1 of `like` (batch, group and instance norms)."""
     if v is None:
@@ -341,10 +321,10 @@ def nll_loss(b, a):
 
 @rule("aten.topk")
 def topk(b, a):
-    """k rounds of argmax, each masking the winners before it: k passes over the row, made for
-    the small k of routing (MoE top-2 of 8 experts) and sampling. Descending (ascending when
-    largest=False); ties go to the lower index. A row holding -inf (+inf when smallest) among
-    its k winners may repeat an index."""
+    """k rounds, each finding the first element in the order that comes after the previous
+    round's winner (value, then index): every round reads the row and two scalars, so k rounds
+    cost k passes and the program grows linearly in k (sampling's top-50 over a vocabulary).
+    torch's order: descending with NaN first, or ascending with NaN last; ties by lower index."""
     from .rules_layout import cat_along
     x = a.self
     vals_t, idx_t = b.out
@@ -353,20 +333,56 @@ def topk(b, a):
         return (b.full(vals_t.shape, 0, vals_t.dtype) if k == 0 else x,
                 b.full(idx_t.shape, 0, "i64"))
     d = norm_axis(a.get("dim", -1), x.rank)
-    op = "max" if a.get("largest", True) else "min"
-    fill = float("-inf") if op == "max" else float("inf")
-    if not dtypes.is_float(x.dtype):
-        info = torch.iinfo(dtypes.to_torch(x.dtype)) if x.dtype != "bool" else None
-        fill = (info.min if op == "max" else info.max) if info else (op == "min")
+    largest = a.get("largest", True)
+    is_float = dtypes.is_float(x.dtype)
     pos = b.iota(x.shape, d, hint="pos")
-    values, indices, cur = [], [], x
+    nan_x = b.ew("isnan", x, hint="nan") if is_float else None
+    values, indices = [], []
     for j in range(k):
-        indices.append(b.reduce("arg" + op, cur, (d,), hint=f"arg{op}{j}"))
-        values.append(b.reduce(op, cur, (d,), hint=f"{op}{j}"))
-        if j + 1 < k:
-            taken = b.ew("eq", pos, indices[-1], hint="taken")
-            cur = b.ew("where", taken, fill, cur, dtype=x.dtype, hint="rest")
+        if j == 0:
+            cand = None
+        else:
+            v, i = values[-1], indices[-1]
+            same = b.ew("eq", x, v, hint="same")
+            before = b.ew("gt" if largest else "lt", v, x, hint="before")   # v ranks before x
+            if is_float:
+                nan_v = b.ew("isnan", v, hint="nan_v")
+                same = b.ew("logical_or", same, b.ew("logical_and", nan_x, nan_v))
+                nan_first = (nan_v, b.ew("logical_not", nan_x)) if largest else \
+                    (b.ew("logical_not", nan_v), nan_x)
+                before = b.ew("logical_or", before, b.ew("logical_and", *nan_first))
+            later = b.ew("logical_and", same, b.ew("gt", pos, i))
+            cand = b.ew("logical_or", before, later, hint="after")
+        values.append(_first_in_order(b, x, cand, nan_x, d, largest))
+        hit = b.ew("eq", x, values[-1])
+        if is_float:
+            hit = b.ew("logical_or", hit, b.ew("logical_and", nan_x, b.ew("isnan", values[-1])))
+        if cand is not None:
+            hit = b.ew("logical_and", hit, cand)
+        at = b.ew("where", hit, pos, x.shape[d], dtype="i64", hint="at")
+        indices.append(b.reduce("min", at, (d,), hint=f"index{j}"))
     return (cat_along(b, values, d, vals_t.shape), cat_along(b, indices, d, idx_t.shape))
+
+
+def _first_in_order(b, x, cand, nan_x, d: int, largest: bool):
+    """The best value among the candidates (all of x when cand is None): max propagates NaN,
+    which is first in descending order; ascending order wants NaN only when nothing else is left."""
+    op = "max" if largest else "min"
+    if dtypes.is_float(x.dtype):
+        fill = float("-inf") if largest else float("inf")
+    elif x.dtype == "bool":
+        fill = not largest
+    else:
+        info = torch.iinfo(dtypes.to_torch(x.dtype))
+        fill = info.min if largest else info.max
+    if largest or nan_x is None:
+        masked = x if cand is None else b.ew("where", cand, x, fill, dtype=x.dtype)
+        return b.reduce(op, masked, (d,), hint=f"{op}")
+    real = b.ew("logical_not", nan_x) if cand is None else \
+        b.ew("logical_and", cand, b.ew("logical_not", nan_x))
+    best = b.reduce(op, b.ew("where", real, x, fill, dtype=x.dtype), (d,), hint=op)
+    left = b.reduce("max", b.ew("where", real, 1, 0, dtype="i32"), (d,), hint="any_real")
+    return b.ew("where", left, best, float("nan"), dtype=x.dtype, hint="or_nan")
 
 
 @rule("aten.sort", "aten.argsort", "aten.msort")

@@ -50,11 +50,12 @@ def index_copy(b, a):
 
 @rule("aten.index_put")
 def index_put(b, a):
-    """x[..., pos, ...] = v with one integer index tensor (the others None), accumulate=False."""
+    """x[..., pos, ...] = v with one integer index tensor (the others None); with accumulate
+    (x[..., pos, ...] += v, repeated positions adding up) a reduction (rules_accumulate.py)."""
     dest = a.self
     given = [k for k, t in enumerate(a.indices) if t is not None]
-    if a.accumulate or len(given) != 1:
-        raise UnsupportedOp("aten.index_put (only one index tensor, without accumulate)")
+    if len(given) != 1:
+        raise UnsupportedOp("aten.index_put (only one index tensor)")
     axis = given[0]
     index = _positions(b, a.indices[axis])
     n = dest.shape[axis]
@@ -63,4 +64,7 @@ def index_put(b, a):
     values = a["values"]            # (a.values is the dict method)
     if values.rank < dest.rank:             # torch broadcasts values against the indexed shape
         values = b.reshape(values, (1,) * (dest.rank - values.rank) + values.shape, hint="vals")
+    if a.accumulate:
+        from .rules_accumulate import index_put_accumulate
+        return index_put_accumulate(b, dest, axis, wrapped, values)
     return scatter(b, dest, axis, wrapped, values)

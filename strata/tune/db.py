@@ -1,0 +1,85 @@
+"""The tuning database: the best measured schedule of each kernel, on each target.
+
+Why SQLite: several processes (a tune while a test suite compiles, two tunes on one machine) read
+and write it at once; SQLite's locking (WAL journal, a busy timeout) makes that safe without a
+lock file of our own, and `strata tune --show` is one query. A row is keyed by the kernel's
+signature (loop/ir.py: its canonical Loop IR and buffer shapes), the target's name and strata's
+version, so a new compiler never applies an old measurement. It lives at
+<user cache dir>/tuning.sqlite; STRATA_NO_CACHE=1 neither reads nor writes it.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from ..user_cache import caching_enabled, user_cache_dir
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
+    signature TEXT NOT NULL, target TEXT NOT NULL, version TEXT NOT NULL,
+    knobs TEXT NOT NULL,          -- JSON {NAME: value}: {} when the default schedule won
+    label TEXT NOT NULL,          -- what the kernel computes, for --show
+    default_ms REAL NOT NULL, tuned_ms REAL NOT NULL, candidates INTEGER NOT NULL,
+    rejected TEXT NOT NULL,       -- JSON list of "knobs: why" for wrong, crashed or hung ones
+    created REAL NOT NULL,
+    PRIMARY KEY (signature, target, version))"""
+
+
+def db_path() -> Path:
+    return user_cache_dir() / "tuning.sqlite"
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+class TuningDB:
+    """Lookups for the compiler (`get`) and records for the tuner (`put`, `rows`)."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path or db_path())
+        self.version = _version()
+        self._cache: dict[tuple[str, str], dict | None] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(self.path, timeout=30)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute(SCHEMA)
+        return con
+
+    def get(self, signature: str, target: str) -> dict | None:
+        """The tuned knobs of a kernel ({} when its default won), or None when never tuned."""
+        key = (signature, target)
+        if key not in self._cache:
+            if not self.path.exists():
+                return None
+            with self._connect() as con:
+                row = con.execute("SELECT knobs FROM tuned WHERE signature=? AND target=? AND "
+                                  "version=?", (signature, target, self.version)).fetchone()
+            self._cache[key] = json.loads(row[0]) if row else None
+        return self._cache[key]
+
+    def put(self, signature: str, target: str, knobs: dict, label: str, default_ms: float,
+            tuned_ms: float, candidates: int, rejected: list[str]) -> None:
+        with self._connect() as con:
+            con.execute("INSERT OR REPLACE INTO tuned VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (signature, target, self.version, json.dumps(knobs, sort_keys=True), label,
+                         default_ms, tuned_ms, candidates, json.dumps(rejected), time.time()))
+        self._cache[(signature, target)] = knobs
+
+    def rows(self) -> list[dict]:
+        """Every record of this strata version, the most recent first."""
+        if not self.path.exists():
+            return []
+        with self._connect() as con:
+            con.row_factory = sqlite3.Row
+            return [dict(r) for r in con.execute(
+                "SELECT * FROM tuned WHERE version=? ORDER BY created DESC", (self.version,))]
+
+
+def default_db() -> TuningDB | None:
+    """The database compiles consult, or None when caching is off."""
+    return TuningDB() if caching_enabled() else None
