@@ -1,5 +1,5 @@
-"""The `strata` command: compile a snippet and print any stage, or run it and check it against
-PyTorch. Errors print one sentence and exit non-zero; --debug shows the traceback instead."""
+"""The `strata` command: compile a snippet and print any stage, run it and check it against
+PyTorch, generate with a model, or tune schedules by measuring them. Errors print one sentence and exit non-zero; --debug shows the traceback instead."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="what to compile for: a GPU architecture (sm_70 ... sm_90a) or a CPU (cpu, "
                         "cpu-avx2, host); default: the GPU's own with --device cuda (sm_90a on "
                         "H100/H200), else sm_90")
+    p.add_argument("--no-tuned", action="store_true",
+                   help="ignore schedules `strata tune` recorded for this machine")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--bench plus an ncu profile of every kernel, when ncu is installed")
     from .cli_generate import add_parser as add_generate
     add_generate(sub)
+    from .cli_tune import add_parser as add_tune
+    add_tune(sub)
     return parser
 
 
@@ -65,7 +69,8 @@ def _context(args) -> Context:
         if not sep or not name:
             raise StrataError(f"--knob {item!r}: expected NAME=VALUE")
         knobs[name] = value
-    return Context(verbosity=args.verbose, knobs=knobs, target=args.target)     # logs: stderr
+    return Context(verbosity=args.verbose, knobs=knobs, target=args.target,     # logs: stderr
+                   tuned=False if args.no_tuned else None)
 
 
 def cmd_compile(args) -> int:
@@ -132,8 +137,13 @@ def main(argv=None) -> int:
         from .knobs import describe_knobs
         print(describe_knobs())
         return 0
-    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run,
-                            "generate": cmd_generate}[args.command](args), args.debug)
+    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
+                            "tune": cmd_tune}[args.command](args), args.debug)
+
+
+def cmd_tune(args) -> int:
+    from .cli_tune import tune_command
+    return tune_command(args)
 
 
 def cmd_generate(args) -> int:

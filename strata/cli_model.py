@@ -49,7 +49,7 @@ def compile_model_command(args, base: Context) -> int:
     with spinner as status:
         step = status.update if status is not None else (lambda text: None)
         ctx = ProgressContext(verbosity=base.verbosity, knobs=base.knobs, target=base.target,
-                              stream=base.stream, on_step=step)
+                              tuned=base.tuned, stream=base.stream, on_step=step)
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
                                        dtype=args.dtype, ctx=ctx, until=args.ir, progress=step)
         text = program.ir(args.ir)

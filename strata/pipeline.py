@@ -166,7 +166,7 @@ def run_tile_passes(loop_program, ctx: Context):
     if diffs:
         ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
     _log_unused_knobs(kernels, origin, ctx)
-    return TileProgram(kernels, loop_program)
+    return TileProgram(kernels, loop_program, origin)
 
 
 def _kernel_contexts(kernels, buffers: dict, ctx: Context) -> dict[str, Context]:

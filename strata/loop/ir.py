@@ -270,14 +270,15 @@ def format_kernel(k: LoopKernel) -> str:
 
 def signature(k: LoopKernel, buffers: dict) -> str:
     """A kernel's identity across programs and processes (the tuning database's key): its
-    canonical Loop IR, with buffers renamed in order of use, and their shapes and dtypes."""
+    canonical Loop IR with buffers renamed in order of use, and their shapes and dtypes."""
     import hashlib
-    import re
-    names = list(dict.fromkeys(k.reads + k.writes))
-    rename = {n: f"buf{i}" for i, n in enumerate(names)}
-    text = format_kernel(canonical_names(replace(k, name="k"), set(rename.values())))
-    text = re.sub(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b",
-                  lambda m: rename[m.group(1)], text) if names else text
-    shapes = [(rename[n], tuple(buffers[n].shape), buffers[n].dtype) for n in names]
-    return hashlib.sha256(f"{text}\n{shapes}".encode()).hexdigest()[:24]
+    names = {n: f"buf{i}" for i, n in enumerate(dict.fromkeys(k.reads + k.writes))}
 
+    def go(body):
+        return tuple(replace(s, body=go(s.body)) if isinstance(s, Loop) else
+                     replace(s, buf=names[s.buf]) if isinstance(s, (Load, Store)) else s
+                     for s in body)
+    k = replace(k, name="k", body=go(k.body), reads=(), writes=())
+    text = format_kernel(canonical_names(k, set(names.values())))
+    shapes = [(new, tuple(buffers[old].shape), buffers[old].dtype) for old, new in names.items()]
+    return hashlib.sha256(f"{text}\n{shapes}".encode()).hexdigest()[:24]

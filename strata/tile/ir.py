@@ -306,6 +306,7 @@ class TileKernel:
 class TileProgram:
     kernels: list[TileKernel]
     loop_program: object                # the LoopProgram (buffers, outputs, weights)
+    origin: dict = field(default_factory=dict)      # kernel name -> the loop kernel it came from
 
     def __str__(self) -> str:       # kernels no pass has scheduled yet print as Loop IR
         from ..loop.ir import format_kernel as format_loop_kernel

@@ -46,8 +46,16 @@ class TuningDB:
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(self.path, timeout=30)
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute(SCHEMA)
+        for attempt in range(200):      # switching to WAL does not wait for a busy lock itself
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+                con.execute(SCHEMA)
+                return con
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == 199:
+                    raise
+                time.sleep(0.05)
         return con
 
     def get(self, signature: str, target: str) -> dict | None:

@@ -1,0 +1,120 @@
+"""`strata tune`: measure schedule candidates of a program's kernels on this machine and keep the
+fastest correct ones in the tuning database (strata/tune/), which later compiles use.
+
+    strata tune -c CODE [--device cpu] [--budget S] [--force]
+    strata tune --suite [--ops rmsnorm,mlp] [--seqs 1,128] [--dtypes f32] [--budget S]
+    strata tune --show
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from .errors import DeviceUnavailable, StrataError
+
+DEFAULT_BUDGET_S = 60
+
+
+def add_parser(sub) -> None:
+    t = sub.add_parser("tune", help="search each kernel's schedule knobs by measuring them here; "
+                                    "later compiles use the winners")
+    t.add_argument("-c", "--code", help="the program to tune, as for `strata run -c`")
+    t.add_argument("--suite", action="store_true", help="tune the op suite's cases instead")
+    t.add_argument("--ops", help="with --suite: only these ops (comma-separated)")
+    t.add_argument("--seqs", default="1,128", help="with --suite: token counts (default 1,128)")
+    t.add_argument("--dtypes", default="f32,bf16", help="with --suite: dtypes (default f32,bf16)")
+    t.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where candidates are timed (default cpu)")
+    t.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+                   help=f"seconds of search per program (default {DEFAULT_BUDGET_S})")
+    t.add_argument("--force", action="store_true", help="measure kernels tuned before again")
+    t.add_argument("--show", action="store_true", help="print the tuning database and exit")
+    t.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="pin a knob for every kernel (the search leaves it alone)")
+    t.add_argument("--debug", action="store_true", help="show Python tracebacks")
+
+
+def tune_command(args) -> int:
+    from .tune.db import TuningDB, db_path
+    from .user_cache import caching_enabled
+    db = TuningDB()
+    if args.show:
+        return _show(db.rows())
+    if bool(args.code) == bool(args.suite):
+        raise StrataError("give either -c CODE or --suite (or --show)")
+    if not caching_enabled():
+        raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
+    if args.budget <= 0:
+        raise StrataError(f"--budget {args.budget:g}: give a number of seconds above 0")
+    from .api import check_device
+    check_device(args.device)
+    if args.device == "cuda":
+        raise DeviceUnavailable("strata tune measures on the CPU target so far: use --device cpu")
+    pins = dict(item.partition("=")[::2] for item in args.knob)
+    from .context import Context
+    Context(knobs=pins)                            # a bad pin is one sentence here
+    requests = _requests(args, pins)
+    from rich.console import Console
+    console = Console(stderr=True, highlight=False)
+    from .tune.search import tune_program
+    total, t0 = [], time.perf_counter()
+    for label, req in requests:
+        with console.status(f"{label}: starting") as status:
+            def say(text, label=label):
+                status.update(f"{label}: {text}")
+            try:
+                results, _ = tune_program(req, args.budget, db, args.force, say)
+            except RuntimeError as e:
+                print(f"strata: {label}: {e}", file=sys.stderr)
+                continue
+        _print_results(label, results)
+        total += results
+    measured = [r for r in total if not r.note]
+    sys.stdout.flush()
+    print(f"strata: {len(measured)} kernels measured, {len(total) - len(measured)} not "
+          f"(tuned before or no knobs) in {time.perf_counter() - t0:.0f} s; database: {db_path()}",
+          file=sys.stderr)
+    return 0
+
+
+def _requests(args, pins: dict) -> list[tuple[str, dict]]:
+    base = {"op": "prepare", "device": args.device, "knobs": pins}
+    if args.code:
+        return [(args.code if len(args.code) <= 40 else args.code[:37] + "...",
+                 {**base, "code": args.code})]
+    from .bench.cases import DTYPE_ALIASES, OPS, SEQS, cases, parse_list
+    ops = parse_list(args.ops, tuple(OPS), "op") if args.ops else tuple(OPS)
+    seqs = [int(s) for s in parse_list(args.seqs, tuple(str(s) for s in SEQS), "seq")]
+    dtypes = parse_list(args.dtypes, ("f32", "bf16"), "dtype", DTYPE_ALIASES)
+    chosen = cases(models=("tinyllama",), seqs=tuple(seqs), dtypes=tuple(dtypes), ops=tuple(ops))
+    return [(c.name, {**base, "case": c.name}) for c in chosen]
+
+
+def _print_results(label: str, results) -> None:
+    """One line per kernel: the whole program's time with the kernel's default schedule and
+    with the winner (interleaved medians of the same rounds), and the winner's knobs."""
+    print(f"{label}   (program time: default -> with the kernel's tuned schedule)")
+    for r in results:
+        if r.note:
+            print(f"  {r.name:<28} {r.note}")
+            continue
+        knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "default kept"
+        print(f"  {r.name:<28} {r.default_ms * 1e3:9.1f} us -> {r.ms * 1e3:9.1f} us  "
+              f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried)")
+        for why in r.rejected:
+            print(f"    rejected {why}")
+
+
+def _show(rows: list[dict]) -> int:
+    import json
+    if not rows:
+        print("the tuning database is empty: run `strata tune -c CODE` or `strata tune --suite`")
+        return 0
+    print(f"{'kernel (what it writes)':<40} {'target':<10} {'default us':>10} {'tuned us':>10} "
+          f"{'speedup':>8}  knobs   (program times)")
+    for r in rows:
+        knobs = ", ".join(f"{k}={v}" for k, v in json.loads(r["knobs"]).items()) or "default"
+        speed = r["default_ms"] / r["tuned_ms"] if r["tuned_ms"] else 1.0
+        print(f"{r['label'][:40]:<40} {r['target'].split(':')[0]:<10} {r['default_ms'] * 1e3:10.1f} "
+              f"{r['tuned_ms'] * 1e3:10.1f} {speed:7.2f}x  {knobs}")
+    return 0

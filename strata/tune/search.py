@@ -1,0 +1,194 @@
+"""Measured search over each kernel's schedule knobs, on the device at hand, kept in the tuning
+database so that later compiles use the winner.
+
+How: a worker process (worker.py) compiles the program with its default schedule and checks it
+against eager; then, kernel by kernel, each candidate pins knobs for that kernel only (Context's
+kernel_knobs) and is compiled, checked against eager (a wrong one is discarded and reported: a
+compiler bug) and timed interleaved with the default in the same rounds. Candidates are first
+every other allowed value of each knob the kernel's schedule consulted, one knob at a time, then
+the combination of the knobs that helped; the best is timed again with more rounds and kept only
+when it beats the default by more than the noise margin, so the default is always a candidate and
+a tuned schedule is never slower than it was measured to be. A crash or a hang (timeout) kills
+the worker, is reported, and the search goes on with a fresh one. A kernel already in the
+database is not measured again (--force re-measures).
+"""
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..knobs import KNOBS
+from .db import TuningDB
+
+# the values tried for each knob (filtered by the knob's own rule)
+VALUES = {
+    "TILE_M": (16, 32, 48, 64, 96, 128, 192, 256), "TILE_N": (16, 32, 64, 128),
+    "THREAD_M": (1, 2, 3, 4, 5, 6, 8), "PROLOGUE": ("fuse", "materialize"),
+    "TILE_K": (8, 16, 32, 64), "THREAD_N": (1, 2, 4, 8), "SPLIT_K": (1, 2, 4, 8),
+    "STAGES": (2, 3, 4), "WARPS_M": (1, 2, 4), "WARPS_N": (1, 2, 4), "VEC": (1, 2, 4, 8),
+    "BLOCK": (64, 128, 256, 512), "GROUP": (1, 32, 64, 128, 256), "CHUNKS": (1, 2, 4, 8),
+    "BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "KV_SPLITS": (1, 2, 4, 8),
+}
+NOISE = 0.97            # a candidate must take under 97% of the default's time to win
+ROUNDS, CONFIRM_ROUNDS = 7, 15
+TIMEOUT_S = 120         # one candidate's compile, check and timing
+
+
+@dataclass
+class KernelResult:
+    name: str
+    label: str
+    signature: str
+    default_knobs: dict
+    knobs: dict = field(default_factory=dict)       # the winner's pins ({}: the default won)
+    default_ms: float = 0.0
+    ms: float = 0.0
+    tried: int = 0
+    rejected: list[str] = field(default_factory=list)
+    note: str = ""                                  # why nothing was measured
+
+    @property
+    def speedup(self) -> float:
+        return self.default_ms / self.ms if self.ms else 1.0
+
+
+class WorkerProcess:
+    """worker.py in a child process; `ask` answers {"error": "crashed" | "hung"} instead of
+    raising when the child dies or overruns, and restarts it."""
+
+    def __init__(self, prepare: dict, command: list[str] | None = None):
+        self.prepare, self.proc = prepare, None
+        self.command = command or [sys.executable, "-m", "strata.tune.worker"]
+
+    def start(self) -> dict:
+        self.proc = subprocess.Popen(self.command, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        return self.ask(self.prepare, restart=False)
+
+    def ask(self, req: dict, timeout: float | None = None, restart: bool = True) -> dict:
+        timeout = TIMEOUT_S if timeout is None else timeout
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else None
+        except (BrokenPipeError, OSError):
+            line = ""
+        if line:
+            return json.loads(line)
+        if line is None:
+            reply = {"error": "hung", "why": f"no answer within {timeout:.0f} s"}
+        else:
+            reply = {"error": "crashed", "why": f"the process exited with code {self.proc.wait()}"}
+        self.close()
+        if restart:
+            self.start()
+        return reply
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def candidates(default_knobs: dict) -> list[dict]:
+    """One knob changed at a time, to every other value it may take."""
+    out = []
+    for name, value in default_knobs.items():
+        for v in VALUES.get(name, ()):
+            if v != value and KNOBS[name].ok(v):
+                out.append({name: v})
+    return out
+
+
+def _show(knobs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "default"
+
+
+def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say) -> KernelResult:
+    """Search one kernel's knobs until `deadline` (time.monotonic())."""
+    r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
+    sig, measured = k["signature"], {}          # {pins as json: ratio to the default}
+
+    def attempt(pins: dict, rounds: int = ROUNDS) -> float | None:
+        reply = worker.ask({"op": "try", "kernel_knobs": {sig: pins}, "rounds": rounds})
+        r.tried += 1
+        if "error" in reply:
+            if reply["error"] != "does not fit":
+                r.rejected.append(f"{_show(pins)}: {reply['error']}: {reply['why']}")
+            return None
+        if reply.get("same"):
+            return None
+        ratio = reply["ms"] / reply["default_ms"]
+        r.default_ms = r.ms = r.default_ms or reply["default_ms"]
+        measured[json.dumps(pins, sort_keys=True)] = ratio
+        best = min(measured.values())
+        say(f"{r.name}: {r.tried} candidates, best {1 / best:.2f}x the default")
+        return ratio
+
+    for pins in candidates(r.default_knobs):
+        if time.monotonic() > deadline:
+            break
+        attempt(pins)
+    best_single: dict[str, tuple] = {}          # knob -> (value, ratio) of its best change
+    for key, ratio in measured.items():
+        (name, value), = json.loads(key).items()
+        if ratio < NOISE and ratio < best_single.get(name, (None, 2.0))[1]:
+            best_single[name] = (value, ratio)
+    helped = {name: value for name, (value, _) in best_single.items()}
+    if len(helped) > 1 and time.monotonic() < deadline:
+        attempt(helped)
+    if measured:
+        key = min(measured, key=measured.get)
+        if measured[key] < NOISE:
+            pins = json.loads(key)
+            reply = worker.ask({"op": "try", "kernel_knobs": {sig: pins}, "rounds": CONFIRM_ROUNDS})
+            if "ms" in reply and reply["ms"] < NOISE * reply["default_ms"]:
+                r.knobs, r.ms, r.default_ms = pins, reply["ms"], reply["default_ms"]
+                return r
+            if "ms" in reply:
+                r.ms = r.default_ms = reply["default_ms"]
+            else:
+                r.rejected.append(f"{_show(pins)}: {reply['error']} when timed again: {reply['why']}")
+    return r
+
+
+def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,
+                 say=lambda text: None, command=None) -> tuple[list[KernelResult], str]:
+    """Tune every kernel of one program (worker.py's prepare request) within `budget_s`;
+    returns the results and the target's key. Raises RuntimeError when the default schedule
+    itself cannot be compiled or is wrong."""
+    start = time.monotonic()
+    worker = WorkerProcess(prepare, command)
+    try:
+        say("compiling and checking the default schedule")
+        info = worker.start()
+        if "error" in info:
+            raise RuntimeError(info["why"])
+        target, results, todo = info["target"], [], []
+        pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
+        for k in info["kernels"]:
+            k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
+            r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
+            if not force and db.get(k["signature"], target) is not None:
+                r.note = "tuned before (--force measures again)"
+            elif not k["knobs"]:
+                r.note = "its schedule has no knobs"
+            else:
+                todo.append(k)
+                continue
+            results.append(r)
+        for i, k in enumerate(todo):
+            left = budget_s - (time.monotonic() - start)
+            deadline = time.monotonic() + left / (len(todo) - i)
+            r = tune_kernel(worker, k, deadline, say)
+            db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried, r.rejected)
+            results.append(r)
+        return results, target
+    finally:
+        worker.close()

@@ -1,0 +1,133 @@
+"""The tuner's measuring process: compiles a program's schedule candidates, checks each against
+eager, and times it against the default schedule.
+
+Why a process of its own: a candidate whose kernel crashes or never returns takes this process
+with it, not the tuner, which kills and restarts it (search.py). It reads one JSON request per
+line on stdin and answers one JSON line on stdout (logs go to stderr):
+
+  {"op": "prepare", "code": CODE or "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
+      -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}}], "target": key}
+  {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R}
+      -> {"ms": candidate, "default_ms": default, "same": bool}   (interleaved medians)
+      or {"error": "wrong" | "does not fit" | "bug", "why": one sentence}
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+
+
+def _label(kernel, loop_program) -> str:
+    """What a kernel computes, for the report: the buffers it writes and their shapes."""
+    shapes = {b.name: b.shape for b in loop_program.buffers}
+    return ", ".join(f"{w}{list(shapes[w])}" for w in kernel.writes)
+
+
+class Worker:
+    def __init__(self):
+        self.device, self.pins = "cpu", {}
+        self.module = self.inputs = self.default = None
+
+    def build(self, req: dict) -> None:
+        """The program to tune: a -c snippet, or a case of the op suite (bench/cases.py)."""
+        if req.get("code"):
+            from ..frontend.snippet import parse_snippet
+            snippet = parse_snippet(req["code"])
+            self.module, self.inputs = snippet.module, tuple(snippet.example_inputs)
+        else:
+            from ..bench.cases import cases
+            case = next(c for c in cases() if c.name == req["case"])
+            self.module, self.inputs = case.build("cpu")
+
+    def compile(self, kernel_knobs: dict):
+        """The program with these per-kernel knobs; the first call captures, later ones reuse
+        the captured Torch IR (only the schedule changes between candidates)."""
+        from ..api import Program, compile as strata_compile, on_device
+        from ..context import Context
+        from ..pipeline import SOURCE, lower_torch_program
+        ctx = Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs)
+        if self.default is None:
+            return strata_compile(self.module, self.inputs, device=self.device, ctx=ctx)
+        ctx = on_device(ctx, self.device)
+        program = Program(lower_torch_program(self.default.torch_program, ctx,
+                                              SOURCE[ctx.arch.kind]), self.device)
+        program.constants = self.default.constants
+        program.load()
+        return program
+
+    def check(self, program) -> str | None:
+        """None when the program matches eager (outputs poisoned first, so an element no kernel
+        writes shows), else the first mismatch."""
+        from ..check import verify
+        runtime = program.runtime
+        runtime.poison = True
+        try:
+            report = verify(program, self.module, [x.clone() for x in self.inputs])
+        finally:
+            runtime.poison = False
+        if report.passed:
+            return None
+        bad = next(r for r in report.outputs if not r.passed)
+        return bad.problem or f"{bad.name}: rel err {bad.rel:.3g} (tolerance {bad.tol})"
+
+    def prepare(self, req: dict) -> dict:
+        from ..loop.ir import signature
+        self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
+        self.build(req)
+        self.default = self.compile({})
+        problem = self.check(self.default)
+        if problem:
+            return {"error": "wrong", "why": f"the default schedule does not match eager: {problem}"}
+        lowered = self.default.lowered
+        buffers = {b.name: b for b in lowered.loop.buffers}
+        kernels = []
+        for k in lowered.loop.kernels:
+            knobs: dict = {}
+            for t in lowered.tile.kernels:
+                if lowered.tile.origin.get(t.name) == k.name:
+                    knobs.update(t.knobs)
+            kernels.append({"name": k.name, "signature": signature(k, buffers),
+                            "label": _label(k, lowered.loop), "knobs": knobs})
+        return {"kernels": kernels, "target": lowered.target.key}
+
+    def time(self, programs: dict, rounds: int) -> dict:
+        from ..bench.cpu_bench import interleaved_samples
+        args = [x.clone() for x in self.inputs]
+        samples = interleaved_samples(programs, args, rounds)
+        return {name: statistics.median(ts) for name, ts in samples.items()}
+
+    def try_(self, req: dict) -> dict:
+        from ..errors import StrataError
+        try:
+            program = self.compile(req["kernel_knobs"])
+        except StrataError as e:
+            return {"error": "does not fit", "why": str(e)}
+        if _source(program) == _source(self.default):
+            return {"same": True}
+        problem = self.check(program)
+        if problem:
+            return {"error": "wrong", "why": problem}
+        ms = self.time({"default": self.default, "candidate": program}, req.get("rounds", 7))
+        return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False}
+
+
+def _source(program) -> str:
+    lowered = program.lowered
+    return hashlib.sha256((lowered.c or lowered.cuda).encode()).hexdigest()
+
+
+def main() -> None:
+    worker = Worker()
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
+        except Exception as e:          # noqa: BLE001 - every failure is the candidate's verdict
+            reply = {"error": "bug", "why": f"{type(e).__name__}: {e}"}
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""strata tune (strata/tune/): the database, kernel signatures, per-kernel knobs in a compile,
+the search's verdicts on wrong, crashing and hanging candidates, and the command end to end."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import strata
+from conftest import HAS_CC
+from strata.cli import main
+from strata.context import Context
+from strata.loop.ir import signature
+from strata.tune.db import TuningDB
+from strata.tune.search import WorkerProcess, candidates, tune_program
+
+MATMUL = "torch.randn(64, 96) @ torch.randn(96, 128)"
+native = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot run")
+
+
+def _loop_kernels(program):
+    lowered = program.lowered
+    buffers = {b.name: b for b in lowered.loop.buffers}
+    return [(k, signature(k, buffers)) for k in lowered.loop.kernels]
+
+
+def test_database_round_trip_and_versions(tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite")
+    assert db.get("sig", "host") is None
+    db.put("sig", "host", {"TILE_N": 64}, "matmul[4, 4]", 2.0, 1.0, 5, ["TILE_M=8: wrong: x"])
+    assert TuningDB(tmp_path / "t.sqlite").get("sig", "host") == {"TILE_N": 64}
+    assert TuningDB(tmp_path / "t.sqlite").get("sig", "other") is None
+    old = TuningDB(tmp_path / "t.sqlite")
+    old.version = "0.0.0"                   # another strata version never sees the row
+    assert old.get("sig", "host") is None
+    assert [r["label"] for r in db.rows()] == ["matmul[4, 4]"]
+
+
+def test_database_takes_concurrent_writers(tmp_path):
+    path = tmp_path / "t.sqlite"
+    code = textwrap.dedent(f"""
+        import sys
+        from strata.tune.db import TuningDB
+        db = TuningDB({str(path)!r})
+        for i in range(40):
+            db.put(f"{{sys.argv[1]}}{{i}}", "host", {{}}, "k", 1.0, 1.0, 0, [])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, tag]) for tag in "ab"]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert len(TuningDB(path).rows()) == 80
+
+
+def test_signature_is_the_same_kernel_whatever_its_names():
+    a = strata.compile(lambda x, y: x @ y, (torch.randn(8, 16), torch.randn(16, 4)))
+    b = strata.compile(lambda p, q: torch.matmul(p, q), (torch.randn(8, 16), torch.randn(16, 4)))
+    c = strata.compile(lambda x, y: x @ y, (torch.randn(8, 16), torch.randn(16, 5)))
+    assert _loop_kernels(a)[0][1] == _loop_kernels(b)[0][1] != _loop_kernels(c)[0][1]
+
+
+def test_kernel_knobs_change_only_that_kernel():
+    fn = lambda x, w, v: torch.relu(x @ w) @ v                                    # noqa: E731
+    args = (torch.randn(16, 32), torch.randn(32, 64), torch.randn(64, 48))
+    ctx = Context(target="cpu")
+    default = strata.compile(fn, args, ctx=ctx, until="kernel")
+    (k0, s0), (k1, s1) = _loop_kernels(default)                 # relu(x @ w), then @ v
+    pinned = strata.compile(fn, args, ctx=Context(target="cpu", kernel_knobs={s1: {"TILE_N": 16}}),
+                            until="kernel")
+    knobs = {t.name: dict(t.knobs) for t in pinned.lowered.tile.kernels}
+    base = {t.name: dict(t.knobs) for t in default.lowered.tile.kernels}
+    assert knobs[k1.name]["TILE_N"] == 16 != base[k1.name]["TILE_N"] and s0 != s1
+    assert knobs[k0.name] == base[k0.name]
+
+
+@native
+def test_tuned_schedules_apply_and_no_tuned_ignores_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    program, _ = strata.api.compile_snippet(MATMUL, device="cpu")
+    (k, sig), = _loop_kernels(program)
+    TuningDB().put(sig, program.lowered.target.key, {"TILE_N": 16}, "matmul", 1.0, 1.0, 1, [])
+    assert main(["run", "-c", MATMUL, "--device", "cpu", "-v"]) == 0
+    err = capsys.readouterr().err
+    assert f"{k.name}: tuned schedule TILE_N=16 (from the tuning database" in err
+    assert main(["compile", "-c", MATMUL, "--target", "host", "--ir", "tile"]) == 0
+    assert main(["run", "-c", MATMUL, "--device", "cpu", "-v", "--no-tuned"]) == 0
+    assert "tuned schedule" not in capsys.readouterr().err
+
+
+def test_candidates_change_one_allowed_knob_at_a_time():
+    got = candidates({"TILE_N": 32, "PROLOGUE": "fuse"})
+    assert {"PROLOGUE": "materialize"} in got and {"TILE_N": 64} in got
+    assert all(len(c) == 1 for c in got) and {"TILE_N": 32} not in got
+
+
+FAKE = textwrap.dedent("""
+    import json, sys, time, os
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "prepare":
+            reply = {"target": "fake", "kernels": [
+                {"name": "k", "signature": "s", "label": "k[1]", "knobs": {"TILE_N": 32}}]}
+        else:
+            n = req["kernel_knobs"]["s"].get("TILE_N")
+            if n == 16:
+                os._exit(3)                                      # a crash
+            if n == 64:
+                time.sleep(60)                                   # a hang
+            reply = ({"error": "wrong", "why": "out: rel err 1"} if n == 128 else
+                     {"ms": 1.0 if n == 8 else 2.0, "default_ms": 2.0, "same": False})
+        print(json.dumps(reply), flush=True)
+""")
+
+
+def test_wrong_crashing_and_hanging_candidates_are_reported_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setattr("strata.tune.search.TIMEOUT_S", 3)
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (8, 16, 64, 128)})
+    db = TuningDB(tmp_path / "t.sqlite")
+    results, target = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    (r,) = results
+    why = "\n".join(r.rejected)
+    assert "TILE_N=16: crashed" in why and "TILE_N=64: hung" in why and "TILE_N=128: wrong" in why
+    assert r.knobs == {"TILE_N": 8} and r.speedup == pytest.approx(2.0)
+    assert db.get("s", "fake") == {"TILE_N": 8}
+    again, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    assert again[0].note.startswith("tuned before") and again[0].tried == 0
+
+
+@native
+@pytest.mark.slow
+def test_tune_command_end_to_end(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    assert main(["tune", "-c", MATMUL, "--budget", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "k_matmul_reduce" in out and "tried" in out
+    rows = TuningDB().rows()
+    assert len(rows) == 1 and rows[0]["candidates"] > 1 and json.loads(rows[0]["rejected"]) == []
+    assert main(["tune", "-c", MATMUL]) == 0                      # measures nothing
+    assert "tuned before" in capsys.readouterr().out
+    assert main(["tune", "--show"]) == 0
+    assert "matmul[64, 128]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["tune"], "give either -c CODE or --suite"),
+    (["tune", "-c", MATMUL, "--budget", "0"], "--budget 0: give a number of seconds"),
+    (["tune", "-c", MATMUL, "--knob", "TILE_Q=3"], "unknown knob TILE_Q"),
+])
+def test_bad_tune_options_are_one_sentence(argv, says, capsys):
+    assert main(argv) != 0
+    assert says in capsys.readouterr().err
