@@ -57,19 +57,28 @@ def tune_command(args) -> int:
     from rich.console import Console
     console = Console(stderr=True, highlight=False)
     from .tune.search import tune_program
-    total, t0 = [], time.perf_counter()
-    for label, req in requests:
-        with console.status(f"{label}: starting") as status:
-            def say(text, label=label):
-                status.update(f"{label}: {text}")
+    total, speedups, t0 = [], [], time.perf_counter()
+    for i, (label, req) in enumerate(requests, start=1):
+        where = f"[{i}/{len(requests)}] {label}" if len(requests) > 1 else label
+        with console.status(f"{where}: starting") as status:
+            def say(text, where=where):
+                status.update(f"{where}: {text}")
             try:
-                results, _ = tune_program(req, args.budget, db, args.force, say)
+                results, _, times = tune_program(req, args.budget, db, args.force, say)
             except RuntimeError as e:
                 print(f"strata: {label}: {e}", file=sys.stderr)
                 continue
-        _print_results(label, results)
+        _print_results(label, results, times)
+        if any(not r.note for r in results):       # measured now: no tuned schedule counts 1x
+            speedups.append(times[0] / times[1] if times else 1.0)
         total += results
     measured = [r for r in total if not r.note]
+    if len(requests) > 1 and speedups:
+        from math import exp, log
+        better = [x for x in speedups if x != 1.0]
+        print(f"programs measured: {len(speedups)}, {len(better)} with a tuned schedule; geomean "
+              f"of default / tuned program time {exp(sum(map(log, speedups)) / len(speedups)):.2f}x"
+              f" (those {len(better)}: {min(better, default=1):.2f}x to {max(better, default=1):.2f}x)")
     sys.stdout.flush()
     print(f"strata: {len(measured)} kernels measured, {len(total) - len(measured)} not "
           f"(tuned before or no knobs) in {time.perf_counter() - t0:.0f} s; database: {db_path()}",
@@ -90,17 +99,27 @@ def _requests(args, pins: dict) -> list[tuple[str, dict]]:
     return [(c.name, {**base, "case": c.name}) for c in chosen]
 
 
-def _print_results(label: str, results) -> None:
+def _print_results(label: str, results, times) -> None:
     """One line per kernel: the whole program's time with the kernel's default schedule and
-    with the winner (interleaved medians of the same rounds), and the winner's knobs."""
+    with the winner (interleaved medians of the same rounds), and the winner's knobs; then the
+    program with every tuned schedule against the defaults."""
     print(f"{label}   (program time: default -> with the kernel's tuned schedule)")
+    if times:
+        print(f"  whole program, every tuned schedule: {times[0] * 1e3:.1f} us -> "
+              f"{times[1] * 1e3:.1f} us, {times[0] / times[1]:.2f}x")
     for r in results:
         if r.note:
             print(f"  {r.name:<28} {r.note}")
             continue
+        if not r.default_ms:
+            why = (f"each of {r.tried} candidates compiled to the default's code or did not fit"
+                   if r.complete else f"the budget ran out after {r.tried} candidates")
+            print(f"  {r.name:<28} nothing timed: {why}")
+            continue
+        cut = "" if r.complete else ", budget ran out: not recorded unless it won"
         knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "default kept"
         print(f"  {r.name:<28} {r.default_ms * 1e3:9.1f} us -> {r.ms * 1e3:9.1f} us  "
-              f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried)")
+              f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried{cut})")
         for why in r.rejected:
             print(f"    rejected {why}")
 

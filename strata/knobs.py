@@ -101,6 +101,8 @@ _TABLE = [
      _between(0, 48 * 1024), "row kernels reading a row twice and CUDA-core contractions"),
     ("UNROLL_MAX", "the most iterations of a loop given #pragma unroll", _between(0, 64),
      "kernels with loops"),
+    ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
+     "has enough work, else one)", _between(0, 256), "CPU kernels"),
 ]
 
 KNOBS: dict[str, Knob] = {name: Knob(name, meaning, *rule, scope)

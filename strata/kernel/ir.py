@@ -422,6 +422,7 @@ class Kernel:
     block: int
     body: tuple[Stmt, ...]
     src: str = field(default="", compare=False)   # provenance: what it computes, user lines
+    threads: int = 0            # CPU: threads running the blocks (0: the emitter decides by work)
 
     def __str__(self) -> str:
         return format_kernel(self)

@@ -9,7 +9,9 @@ with a predicated tail when the domain does not fill the last block.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
+
 from .. import dtypes, scalar_ops
 from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, free_vars, mod,
                     rename, simplify, substitute, add, mul)
@@ -280,4 +282,6 @@ def lower(tp: TileProgram) -> KernelProgram:
             if b.name not in known:
                 known.add(b.name)
                 buffers.append(Buffer(b.name, b.dtype, b.shape, b.kind))
-    return KernelProgram(buffers, [lower_kernel(k) for k in tp.kernels], list(lp.outputs))
+    kernels = [replace(lower_kernel(k), threads=dict(k.knobs).get("THREADS", 0))
+               for k in tp.kernels]
+    return KernelProgram(buffers, kernels, list(lp.outputs))

@@ -184,39 +184,30 @@ def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
            eos: set[int] | None = None, device="cpu", on_token=None):
     """Greedy decoding with the two programs: (generated ids, prefill seconds, decode seconds,
     decode steps). Stops after max_new_tokens or at an id in `eos`. on_token(count) is told."""
-    import time
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    t0 = time.perf_counter()
-    logits = prefill(ids, *caches)
-    out = [int(logits[0, -1].argmax())]
-    sync()
-    t_prefill = time.perf_counter() - t0
-    pos = len(prompt_ids)
-    t0 = time.perf_counter()
-    steps = 0
-    while len(out) < max_new_tokens and not (eos and out[-1] in eos):
-        if on_token is not None:
-            on_token(len(out))
-        logits = step(torch.tensor([[out[-1]]], device=device),
-                      torch.tensor([pos], device=device), *caches)
-        out.append(int(logits[0, -1].argmax()))
-        pos += 1
-        steps += 1
-    sync()
-    return out, t_prefill, time.perf_counter() - t0, steps
+    return _decode(prefill, step, caches, prompt_ids, max_new_tokens, None, eos, device, on_token)
 
 
 def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int, sampling,
            eos: set[int] | None = None, device="cpu", on_token=None):
     """Like greedy, with programs compiled for `sampling`: each call gets the next of
     sampling.uniforms(max_new_tokens) and returns the sampled id."""
+    return _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device,
+                   on_token)
+
+
+def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device, on_token):
     import time
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    us = sampling.uniforms(max_new_tokens).to(device)
+    us = sampling.uniforms(max_new_tokens).to(device) if sampling is not None else None
+
+    def u(i: int) -> tuple:             # the uniform the i-th token's call consumes, if sampling
+        return () if us is None else (us[i:i + 1],)
+
+    def pick(result) -> int:            # logits (greedy) or the sampled id
+        return int(result[0, -1].argmax()) if us is None else int(result.reshape(-1)[0])
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     t0 = time.perf_counter()
-    out = [int(prefill(ids, us[0:1], *caches).reshape(-1)[0])]
+    out = [pick(prefill(ids, *u(0), *caches))]
     sync()
     t_prefill = time.perf_counter() - t0
     pos = len(prompt_ids)
@@ -225,9 +216,8 @@ def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
     while len(out) < max_new_tokens and not (eos and out[-1] in eos):
         if on_token is not None:
             on_token(len(out))
-        nxt = step(torch.tensor([[out[-1]]], device=device), torch.tensor([pos], device=device),
-                   us[len(out):len(out) + 1], *caches)
-        out.append(int(nxt.reshape(-1)[0]))
+        out.append(pick(step(torch.tensor([[out[-1]]], device=device),
+                             torch.tensor([pos], device=device), *u(len(out)), *caches)))
         pos += 1
         steps += 1
     sync()

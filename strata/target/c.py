@@ -160,11 +160,15 @@ class _CEmitter(_Emitter):
             self.lines.append(f"// {line}")
         if self.wide:
             self.lines.append("// indices reach 2^31: index arithmetic in long long")
-        parallel = k.grid > 1 and k.grid * _work(k.body) >= SERIAL_WORK
+        parallel = k.grid > 1 and (k.threads > 1 or not k.threads and
+                                   k.grid * _work(k.body) >= SERIAL_WORK)
+        why = (f"THREADS={k.threads}" if k.threads else
+               f"under {SERIAL_WORK} statements: less work than waking threads")
         self.lines.append(f"// grid = {k.grid} block{'s' if k.grid != 1 else ''} of one thread"
-                          + (", run in parallel (OpenMP)" if parallel else
-                             f", in turn (under {SERIAL_WORK} statements: less work than waking "
-                             f"threads)" if k.grid > 1 else ""))
+                          + (", run in parallel (OpenMP" + (f", {k.threads} threads)" if k.threads
+                                                              else ")") if parallel else
+                             f", in turn ({why})" if k.grid > 1 else ""))
+        team = f" num_threads({k.threads})" if parallel and k.threads > 1 else ""
         sig = f"{cname(k.name)}({', '.join(params)}) {{"
         if len("static void ") + len(sig) <= 100:
             self.lines.append(f"static void {sig}")
@@ -175,7 +179,7 @@ class _CEmitter(_Emitter):
         self.hoisted = set(scratch)
         depth = 2 if parallel and scratch else 1
         if depth == 2:
-            self.emit("#pragma omp parallel", 1)
+            self.emit(f"#pragma omp parallel{team}", 1)
             self.emit("{", 1)
         for s in scratch.values():
             self.emit(f"{C_TYPES[s.dtype]}* restrict {cname(s.name)} = st_scratch({s.size} * "
@@ -186,8 +190,8 @@ class _CEmitter(_Emitter):
             self.body(k.body, 1)
         elif k.grid > 1:
             if parallel:
-                self.emit(f"#pragma omp {'for' if scratch else 'parallel for'} schedule(static)",
-                          depth)
+                self.emit(f"#pragma omp {'for' if scratch else 'parallel for' + team} "
+                          f"schedule(static)", depth)
             self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", depth)
             self.body(k.body, depth + 1)
             self.emit("}", depth)

@@ -77,12 +77,13 @@ def scatter_add(b, a):
     return accumulate(b, x, norm_axis(a.dim, x.rank), a.index, a.src, "sum")
 
 
-@rule("aten.scatter_reduce")
+@rule("aten.scatter_reduce", "aten.index_reduce")
 def scatter_reduce(b, a):
     x = a.self
     if x.rank == 0:
         raise UnsupportedOp(f"{b.op} (of a 0-d tensor)")
-    return accumulate(b, x, norm_axis(a.dim, x.rank), a.index, a.src, a.reduce,
+    src = a.src if b.op == "aten.scatter_reduce" else a.source
+    return accumulate(b, x, norm_axis(a.dim, x.rank), a.index, src, a.reduce,
                       a.get("include_self", True))
 
 
@@ -97,15 +98,6 @@ def index_add(b, a):
         return b.ew("add", x, b.reshape(b.cast(src, x.dtype), ()))
     return accumulate(b, x, norm_axis(a.dim, x.rank), b.reshape(a.index, (a.index.numel,)), src,
                       "sum")
-
-
-@rule("aten.index_reduce")
-def index_reduce(b, a):
-    x = a.self
-    if x.rank == 0:
-        raise UnsupportedOp(f"{b.op} (of a 0-d tensor)")
-    return accumulate(b, x, norm_axis(a.dim, x.rank), a.index, a.source, a.reduce,
-                      a.get("include_self", True))
 
 
 def index_put_accumulate(b, dest: T, axis: int, index: T, values: T) -> T:

@@ -10,7 +10,8 @@ the combination of the knobs that helped; the best is timed again with more roun
 when it beats the default by more than the noise margin, so the default is always a candidate and
 a tuned schedule is never slower than it was measured to be. A crash or a hang (timeout) kills
 the worker, is reported, and the search goes on with a fresh one. A kernel already in the
-database is not measured again (--force re-measures).
+database is not measured again (--force re-measures); one whose search the budget cut short
+before every candidate was tried is recorded only if a candidate won.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ VALUES = {
     "STAGES": (2, 3, 4), "WARPS_M": (1, 2, 4), "WARPS_N": (1, 2, 4), "VEC": (1, 2, 4, 8),
     "BLOCK": (64, 128, 256, 512), "GROUP": (1, 32, 64, 128, 256), "CHUNKS": (1, 2, 4, 8),
     "BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "KV_SPLITS": (1, 2, 4, 8),
+    "THREADS": (0, 1, 2, 4, 8),
 }
 NOISE = 0.97            # a candidate must take under 97% of the default's time to win
 ROUNDS, CONFIRM_ROUNDS = 7, 15
@@ -50,6 +52,7 @@ class KernelResult:
     tried: int = 0
     rejected: list[str] = field(default_factory=list)
     note: str = ""                                  # why nothing was measured
+    complete: bool = True       # every single-knob candidate was tried (else not recorded)
 
     @property
     def speedup(self) -> float:
@@ -96,12 +99,13 @@ class WorkerProcess:
             self.proc.wait()
 
 
-def candidates(default_knobs: dict) -> list[dict]:
-    """One knob changed at a time, to every other value it may take."""
+def candidates(default_knobs: dict, cores: int = 1 << 10) -> list[dict]:
+    """One knob changed at a time, to every other value it may take (no more THREADS than
+    the target has cores)."""
     out = []
     for name, value in default_knobs.items():
         for v in VALUES.get(name, ()):
-            if v != value and KNOBS[name].ok(v):
+            if v != value and KNOBS[name].ok(v) and not (name == "THREADS" and v > cores):
                 out.append({name: v})
     return out
 
@@ -110,7 +114,8 @@ def _show(knobs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "default"
 
 
-def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say) -> KernelResult:
+def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int = 1 << 10
+                ) -> KernelResult:
     """Search one kernel's knobs until `deadline` (time.monotonic())."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
     sig, measured = k["signature"], {}          # {pins as json: ratio to the default}
@@ -131,8 +136,9 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say) -> KernelR
         say(f"{r.name}: {r.tried} candidates, best {1 / best:.2f}x the default")
         return ratio
 
-    for pins in candidates(r.default_knobs):
+    for pins in candidates(r.default_knobs, cores):
         if time.monotonic() > deadline:
+            r.complete = False
             break
         attempt(pins)
     best_single: dict[str, tuple] = {}          # knob -> (value, ratio) of its best change
@@ -159,9 +165,10 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say) -> KernelR
 
 
 def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,
-                 say=lambda text: None, command=None) -> tuple[list[KernelResult], str]:
+                 say=lambda text: None, command=None) -> tuple[list[KernelResult], str, tuple | None]:
     """Tune every kernel of one program (worker.py's prepare request) within `budget_s`;
-    returns the results and the target's key. Raises RuntimeError when the default schedule
+    returns the results, the target's key and the whole program's (default ms, tuned ms) when
+    this run measured something. Raises RuntimeError when the default schedule
     itself cannot be compiled or is wrong."""
     start = time.monotonic()
     worker = WorkerProcess(prepare, command)
@@ -186,9 +193,24 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
         for i, k in enumerate(todo):
             left = budget_s - (time.monotonic() - start)
             deadline = time.monotonic() + left / (len(todo) - i)
-            r = tune_kernel(worker, k, deadline, say)
-            db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried, r.rejected)
+            r = tune_kernel(worker, k, deadline, say, info.get("cores", 1 << 10))
+            if r.complete or r.knobs:       # a search the budget cut short is not the last word
+                db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
+                       r.rejected)
             results.append(r)
-        return results, target
+        times = _program_times(worker, results, db, target, say) if todo else None
+        return results, target, times
     finally:
         worker.close()
+
+
+def _program_times(worker, results, db: TuningDB, target: str, say) -> tuple[float, float] | None:
+    """(default ms, ms with every tuned schedule) of the whole program, interleaved in the same
+    rounds; None when no kernel has a tuned schedule."""
+    pins = {r.signature: db.get(r.signature, target) for r in results}
+    pins = {sig: knobs for sig, knobs in pins.items() if knobs}
+    if not pins:
+        return None
+    say("timing the program with every tuned schedule")
+    reply = worker.ask({"op": "try", "kernel_knobs": pins, "rounds": CONFIRM_ROUNDS})
+    return (reply["default_ms"], reply["ms"]) if "ms" in reply else None

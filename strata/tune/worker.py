@@ -90,7 +90,7 @@ class Worker:
                     knobs.update(t.knobs)
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs})
-        return {"kernels": kernels, "target": lowered.target.key}
+        return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
 
     def time(self, programs: dict, rounds: int) -> dict:
         from ..bench.cpu_bench import interleaved_samples

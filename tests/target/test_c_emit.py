@@ -222,3 +222,24 @@ def test_a_kernel_with_little_work_runs_its_blocks_in_turn():
 def _with(stmt) -> Kernel:
     k = _loop_kernel([Store("out", AT, X)])
     return replace(k, body=(stmt, *k.body))
+
+
+@pytest.mark.parametrize("code, threads, pragma", [
+    ("torch.softmax(torch.randn(64, 1000), dim=-1)", 1, None),
+    ("torch.softmax(torch.randn(64, 1000), dim=-1)", 2, "#pragma omp parallel for num_threads(2)"),
+    ("torch.softmax(torch.randn(2, 8), dim=-1)", 2, "#pragma omp parallel for num_threads(2)"),
+    ("torch.randn(64, 96) @ torch.randn(96, 128)", 1, None),
+])
+def test_threads_knob_sets_the_team(code, threads, pragma):
+    """THREADS=1 runs every block in turn (no fork), THREADS=n a team of n whatever the work;
+    unpinned, the emitter decides by work (the header shows THREADS=0)."""
+    from strata.api import compile_snippet
+    from strata.context import Context
+    program, _ = compile_snippet(code, Context(target="host", knobs={"THREADS": threads}), until="c")
+    kernels = program.lowered.c.split("omp_get_max_threads")[-1]     # after the prelude
+    if pragma is None:
+        assert "omp parallel" not in kernels and "static void" in kernels
+    else:
+        assert pragma in kernels
+    default, _ = compile_snippet(code, Context(target="host"), until="tile")
+    assert "THREADS=0" in default.ir("tile")

@@ -91,6 +91,7 @@ def test_candidates_change_one_allowed_knob_at_a_time():
     got = candidates({"TILE_N": 32, "PROLOGUE": "fuse"})
     assert {"PROLOGUE": "materialize"} in got and {"TILE_N": 64} in got
     assert all(len(c) == 1 for c in got) and {"TILE_N": 32} not in got
+    assert candidates({"THREADS": 0}, cores=2) == [{"THREADS": 1}, {"THREADS": 2}]
 
 
 FAKE = textwrap.dedent("""
@@ -116,14 +117,16 @@ def test_wrong_crashing_and_hanging_candidates_are_reported_not_fatal(tmp_path, 
     monkeypatch.setattr("strata.tune.search.TIMEOUT_S", 3)
     monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (8, 16, 64, 128)})
     db = TuningDB(tmp_path / "t.sqlite")
-    results, target = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    results, target, times = tune_program({"op": "prepare"}, 60, db,
+                                          command=[sys.executable, "-c", FAKE])
     (r,) = results
     why = "\n".join(r.rejected)
     assert "TILE_N=16: crashed" in why and "TILE_N=64: hung" in why and "TILE_N=128: wrong" in why
     assert r.knobs == {"TILE_N": 8} and r.speedup == pytest.approx(2.0)
     assert db.get("s", "fake") == {"TILE_N": 8}
-    again, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
-    assert again[0].note.startswith("tuned before") and again[0].tried == 0
+    assert times == (2.0, 1.0)                 # the program with every tuned schedule
+    again, _, times = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    assert again[0].note.startswith("tuned before") and again[0].tried == 0 and times is None
 
 
 @native

@@ -32,6 +32,14 @@ def _chunk(extent: int, cores: int) -> int:
 
 
 def cpu_rows(k: TileKernel, ctx: Context) -> TileKernel:
+    """Schedule k (module docstring); every kernel it leaves gets the THREADS knob (0: the
+    emitter runs the blocks on every core when there is enough work, else on one)."""
+    if k.mode is Mode.MATMUL:
+        return k.with_knob("THREADS", ctx.knob("THREADS", 0))
+    return _rows(k, ctx).with_knob("THREADS", ctx.knob("THREADS", 0))
+
+
+def _rows(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode is Mode.ROWS:
         return replace(k, group=1, block=1)
     if k.mode is not Mode.ELEMENTWISE:
