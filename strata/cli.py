@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the accuracy check, time against eager and torch.compile "
                         "(--device cuda or cpu)")
     r.add_argument("--profile", action="store_true",
-                   help="--bench plus an ncu profile of every kernel, when ncu is installed")
+                   help="with --device sim: the simulator's access counters per kernel (coalescing, "
+                        "bank conflicts, bytes against the minimum); with --device cuda: --bench "
+                        "plus an ncu profile of every kernel, when ncu is installed")
     from .cli_generate import add_parser as add_generate
     add_generate(sub)
     from .cli_tune import add_parser as add_tune
@@ -110,8 +112,9 @@ def write_stage(text: str, args) -> None:
 def cmd_run(args) -> int:
     from .api import check_device, compile_snippet
     from .check import compare_with_eager, print_report
-    if args.profile and args.device != "cuda":
-        raise DeviceUnavailable("--profile runs ncu on a GPU: add --device cuda")
+    if args.profile and args.device == "cpu":
+        raise DeviceUnavailable("--profile counts a GPU schedule's memory accesses: use --device "
+                                "sim (the simulator's counters) or --device cuda (ncu)")
     if args.bench and args.device == "sim":
         raise DeviceUnavailable("--bench times real kernels: add --device cpu or --device cuda "
                                 "(the simulator runs them but cannot time them)")
@@ -122,6 +125,9 @@ def cmd_run(args) -> int:
     if args.bench and args.device == "cpu":
         from .bench.cpu_bench import bench_snippet_cpu
         return bench_snippet_cpu(args.code, ctx)
+    if args.profile and args.device == "sim":
+        from .cli_sim_profile import profile_snippet_sim
+        return profile_snippet_sim(args.code, ctx)
     if args.bench or args.profile:
         from .bench.cli_bench import bench_snippet
         return bench_snippet(args.code, ctx, profile=args.profile)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import InputMismatch, SimError
 from ..expr import Expr, evaluate
-from . import sim_mma
+from . import sim_mma, sim_profile
 from .ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                  KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
                  StoreVec, Sync, ThreadIdx, WgmmaDesc, walk)
@@ -114,6 +114,7 @@ class _Launch:
         self.params = {p.name: p for p in kernel.params}
         self.memory = buffers
         self.writers: dict[str, np.ndarray] = {}    # global buffer -> writing thread id, -1
+        self.profile = sim_profile.start(kernel)    # access counters, under --profile only
         self.smem_decls: dict[str, Smem] = {}
         for s in walk(kernel.body):
             if isinstance(s, Smem):
@@ -184,6 +185,7 @@ class _Batch:
         self.local = np.repeat(np.arange(nblocks, dtype=np.int64), k.block)
         self.bid = self.local + b0
         self.gtid = self.bid * k.block + self.tid
+        self.warp = self.local * -(-k.block // 32) + self.tid // 32     # warps of the batch
         self.env: dict[str, np.ndarray] = {}
         self.types: dict[str, str] = {}
         self.smem = {n: _Shared(d, nblocks) for n, d in launch.smem_decls.items()}
@@ -267,6 +269,7 @@ class _Batch:
         sh = self.smem.get(buf)
         if sh is not None:
             self.check_bounds(buf, index, sh.decl.size, idx, f"shared {what} of", width)
+            self.count_access("shared", "load", lanes, index, width, sh.decl.dtype)
             blk = self.local[lanes]
             out = []
             for k in range(width):
@@ -291,6 +294,7 @@ class _Batch:
         if p is None:
             self.launch.fail(f"load from unknown buffer {buf}")
         self.check_bounds(buf, index, p.numel, idx, what + " of", width)
+        self.count_access("global", "load", lanes, index, width, p.dtype)
         writers = self.launch.writers.get(buf)
         mem = self.launch.memory[buf]
         out = []
@@ -313,6 +317,7 @@ class _Batch:
         sh = self.smem.get(buf)
         if sh is not None:
             self.check_bounds(buf, index, sh.decl.size, idx, f"shared {what} to", width)
+            self.count_access("shared", "store", lanes, index, width, sh.decl.dtype)
             blk, tid = self.local[lanes], self.tid[lanes]
             for k, v in enumerate(values):
                 i = index + k
@@ -333,6 +338,7 @@ class _Batch:
         if not p.output:
             self.launch.fail(f"store to read-only parameter {buf} by {self.who(lanes[0])}")
         self.check_bounds(buf, index, p.numel, idx, what + " to", width)
+        self.count_access("global", "store", lanes, index, width, p.dtype)
         writers = self.launch.writers.get(buf)
         if writers is None:
             writers = self.launch.writers[buf] = np.full(p.numel, -1, dtype=np.int64)
@@ -352,6 +358,13 @@ class _Batch:
                     f"global race: {self.who(lanes[j])} and block {w[j] // self.bs}, thread "
                     f"{w[j] % self.bs} both write {buf}[{i[j]}] in one launch")
             mem[i] = to_storage(np.broadcast_to(v, i.shape), p.dtype)
+
+    def count_access(self, space: str, kind: str, lanes, index, width: int, dtype: str) -> None:
+        prof = self.launch.profile
+        if prof is not None:
+            size = sim_profile.itemsize(dtype)
+            request = prof.global_request if space == "global" else prof.shared_request
+            request(kind, self.warp[lanes], np.asarray(index, dtype=np.int64) * size, width * size)
 
     def check_shared_write(self, buf, sh, i, lanes, blk, tid) -> None:
         """Fail if threads `tid` may not write shared elements `i` now: a cp.async to them is in
@@ -407,9 +420,12 @@ class _Batch:
     # ------------------------------------------------------------ statements
 
     def run(self, body, idx) -> None:
+        prof = self.launch.profile
         for s in body:
             if idx is not None and len(idx) == 0:
                 return
+            if prof is not None:
+                prof.issued[type(s).__name__] += len(np.unique(self.warp[self.lanes(idx)]))
             if isinstance(s, Let):
                 self.set_var(s.var, s.dtype, self.eval(s.value, idx), idx)
             elif isinstance(s, Assign):
