@@ -2,6 +2,7 @@
 fastest correct ones in the tuning database (strata/tune/), which later compiles use.
 
     strata tune -c CODE [--device cpu] [--budget S] [--force]
+    strata tune MODEL [--layer N] [--seq-len S] [--dtype bf16|fp16|fp32] [--budget S]
     strata tune --suite [--ops rmsnorm,mlp] [--seqs 1,128] [--dtypes f32] [--budget S]
     strata tune --show
 """
@@ -18,7 +19,14 @@ DEFAULT_BUDGET_S = 60
 def add_parser(sub) -> None:
     t = sub.add_parser("tune", help="search each kernel's schedule knobs by measuring them here; "
                                     "later compiles use the winners")
+    t.add_argument("model", nargs="?", help="a bundled model name or a directory, as for "
+                                            "`strata compile MODEL` (use --layer N for one layer)")
     t.add_argument("-c", "--code", help="the program to tune, as for `strata run -c`")
+    t.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
+    t.add_argument("--seq-len", type=int, default=128, metavar="S",
+                   help="with MODEL: prompt length (default 128)")
+    t.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="with MODEL: weight and activation dtype (default: the config's)")
     t.add_argument("--suite", action="store_true", help="tune the op suite's cases instead")
     t.add_argument("--ops", help="with --suite: only these ops (comma-separated)")
     t.add_argument("--seqs", default="1,128", help="with --suite: token counts (default 1,128)")
@@ -40,8 +48,8 @@ def tune_command(args) -> int:
     db = TuningDB()
     if args.show:
         return _show(db.rows())
-    if bool(args.code) == bool(args.suite):
-        raise StrataError("give either -c CODE or --suite (or --show)")
+    if (bool(args.code) + bool(args.suite) + bool(args.model)) != 1:
+        raise StrataError("give one of MODEL, -c CODE or --suite (or --show)")
     if not caching_enabled():
         raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
     if args.budget <= 0:
@@ -57,7 +65,7 @@ def tune_command(args) -> int:
     from rich.console import Console
     console = Console(stderr=True, highlight=False)
     from .tune.search import tune_program
-    total, speedups, t0 = [], [], time.perf_counter()
+    total, speedups, failed, t0 = [], [], 0, time.perf_counter()
     for i, (label, req) in enumerate(requests, start=1):
         where = f"[{i}/{len(requests)}] {label}" if len(requests) > 1 else label
         with console.status(f"{where}: starting") as status:
@@ -67,12 +75,13 @@ def tune_command(args) -> int:
                 results, _, times = tune_program(req, args.budget, db, args.force, say)
             except RuntimeError as e:
                 print(f"strata: {label}: {e}", file=sys.stderr)
+                failed += 1
                 continue
         _print_results(label, results, times)
         if any(not r.note for r in results):       # measured now: no tuned schedule counts 1x
             speedups.append(times[0] / times[1] if times else 1.0)
         total += results
-    measured = [r for r in total if not r.note]
+    measured = [r for r in total if not r.note and r.default_ms]
     if len(requests) > 1 and speedups:
         from math import exp, log
         better = [x for x in speedups if x != 1.0]
@@ -80,14 +89,20 @@ def tune_command(args) -> int:
               f"of default / tuned program time {exp(sum(map(log, speedups)) / len(speedups)):.2f}x"
               f" (those {len(better)}: {min(better, default=1):.2f}x to {max(better, default=1):.2f}x)")
     sys.stdout.flush()
-    print(f"strata: {len(measured)} kernels measured, {len(total) - len(measured)} not "
-          f"(tuned before or no knobs) in {time.perf_counter() - t0:.0f} s; database: {db_path()}",
-          file=sys.stderr)
-    return 0
+    print(f"strata: {len(measured)} kernels timed, {len(total) - len(measured)} not (tuned "
+          f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "
+          f"{db_path()}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _requests(args, pins: dict) -> list[tuple[str, dict]]:
     base = {"op": "prepare", "device": args.device, "knobs": pins}
+    if args.model:
+        from .models.source import resolve
+        resolve(args.model)                      # an unknown MODEL is one sentence here
+        what = args.model + (f" layer {args.layer}" if args.layer is not None else "")
+        return [(what, {**base, "model": args.model, "layer": args.layer,
+                        "seq_len": args.seq_len, "dtype": args.dtype})]
     if args.code:
         return [(args.code if len(args.code) <= 40 else args.code[:37] + "...",
                  {**base, "code": args.code})]

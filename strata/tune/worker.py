@@ -5,7 +5,8 @@ Why a process of its own: a candidate whose kernel crashes or never returns take
 with it, not the tuner, which kills and restarts it (search.py). It reads one JSON request per
 line on stdin and answers one JSON line on stdout (logs go to stderr):
 
-  {"op": "prepare", "code": CODE or "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
+  {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D |
+   "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}}], "target": key}
   {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R}
       -> {"ms": candidate, "default_ms": default, "same": bool}   (interleaved medians)
@@ -31,11 +32,17 @@ class Worker:
         self.module = self.inputs = self.default = None
 
     def build(self, req: dict) -> None:
-        """The program to tune: a -c snippet, or a case of the op suite (bench/cases.py)."""
+        """The program to tune: a -c snippet, a MODEL (one decoder layer with `layer`, weights
+        loaded or drawn as `strata compile MODEL` does), or a case of the op suite."""
         if req.get("code"):
             from ..frontend.snippet import parse_snippet
             snippet = parse_snippet(req["code"])
             self.module, self.inputs = snippet.module, tuple(snippet.example_inputs)
+        elif req.get("model"):
+            from ..models.build import build
+            built = build(req["model"], layer=req.get("layer"), seq_len=req.get("seq_len", 128),
+                          dtype=req.get("dtype"), materialise=True)
+            self.module, self.inputs = built.module, tuple(built.example_inputs)
         else:
             from ..bench.cases import cases
             case = next(c for c in cases() if c.name == req["case"])
@@ -125,7 +132,9 @@ def main() -> None:
         try:
             reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
         except Exception as e:          # noqa: BLE001 - every failure is the candidate's verdict
-            reply = {"error": "bug", "why": f"{type(e).__name__}: {e}"}
+            from ..errors import StrataError
+            reply = {"error": "bug", "why": str(e) if isinstance(e, StrataError)
+                     else f"{type(e).__name__}: {e}"}
         print(json.dumps(reply), flush=True)
 
 

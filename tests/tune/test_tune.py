@@ -144,8 +144,23 @@ def test_tune_command_end_to_end(tmp_path, monkeypatch, capsys):
     assert "matmul[64, 128]" in capsys.readouterr().out
 
 
+@native
+@pytest.mark.slow
+def test_tune_a_model_layer(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "models"))
+    from model_helpers import hf_model, write_checkpoint
+    d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "model")
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["tune", str(d), "--layer", "0", "--seq-len", "8", "--budget", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"{d} layer 0" in out and "k_linear" in out
+    assert main(["tune", str(d), "--layer", "7"]) == 1
+    assert "--layer 7 is out of range" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, says", [
-    (["tune"], "give either -c CODE or --suite"),
+    (["tune"], "give one of MODEL, -c CODE or --suite"),
+    (["tune", "no/such-model"], "unknown model 'no/such-model'"),
     (["tune", "-c", MATMUL, "--budget", "0"], "--budget 0: give a number of seconds"),
     (["tune", "-c", MATMUL, "--knob", "TILE_Q=3"], "unknown knob TILE_Q"),
 ])
