@@ -193,7 +193,9 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
         for i, k in enumerate(todo):
             left = budget_s - (time.monotonic() - start)
             deadline = time.monotonic() + left / (len(todo) - i)
-            r = tune_kernel(worker, k, deadline, say, info.get("cores", 1 << 10))
+            def progress(text, i=i):
+                say(f"kernel {i + 1}/{len(todo)}, {text}")
+            r = tune_kernel(worker, k, deadline, progress, info.get("cores", 1 << 10))
             if r.complete or r.knobs:       # a search the budget cut short is not the last word
                 db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
                        r.rejected)
