@@ -16,7 +16,15 @@ try:
 except PackageNotFoundError:        # a source checkout on sys.path, not installed
     __version__ = "0+unknown"
 
-_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors"}
+_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors",
+         "kernel": "dsl.kernel"}
+# what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
+_DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
+        "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
+        "ceil", "abs", "relu", "isnan", "maximum", "minimum", "pow", "program_id", "thread_id",
+        "num_programs", "block_dim", "where", "fma", "shared", "barrier", "shfl_xor", "shfl",
+        "warp_sum", "warp_max", "warp_min", "atomic_add", "atomic_max", "atomic_min")
+_LAZY.update(dict.fromkeys(_DSL, "dsl.lang"))
 
 
 def __getattr__(name: str):

@@ -54,6 +54,10 @@ class CompileError(StrataError):
     """NVRTC rejected generated CUDA; the message names the kernel and carries the log."""
 
 
+class KernelSyntaxError(StrataError):
+    """A @strata.kernel body strata cannot compile: `file:line: why`."""
+
+
 class SimError(StrataError):
     """The simulator caught an out-of-bounds access, a race or a divergent barrier."""
 

@@ -172,6 +172,26 @@ class If(Stmt):
 
 
 @dataclass(frozen=True)
+class While(Stmt):
+    """while (cond) body; the condition may differ per thread."""
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
+ATOMIC_OPS = ("add", "max", "min")
+
+
+@dataclass(frozen=True)
+class Atomic(Stmt):
+    """buf[index] = op(buf[index], value) as one indivisible update (atomicAdd/Max/Min): threads
+    may update one element in one launch. f32 and i32/i64 buffers, global or shared."""
+    op: str
+    buf: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
 class Sync(Stmt):
     """__syncthreads(): every thread of the block must reach it (no divergence)."""
 
@@ -423,6 +443,8 @@ class Kernel:
     body: tuple[Stmt, ...]
     src: str = field(default="", compare=False)   # provenance: what it computes, user lines
     threads: int = 0            # CPU: threads running the blocks (0: the emitter decides by work)
+    scalars: tuple[tuple[str, str], ...] = ()   # (name, dtype) of arguments passed by value,
+                                                # read as Var(name, dtype) (@strata.kernel)
 
     def __str__(self) -> str:
         return format_kernel(self)
@@ -497,7 +519,7 @@ def walk(body):
     """Every statement in a body, depth first."""
     for s in body:
         yield s
-        if isinstance(s, For):
+        if isinstance(s, (For, While)):
             yield from walk(s.body)
         elif isinstance(s, If):
             yield from walk(s.then)
@@ -525,6 +547,7 @@ def verify_kernel(k: Kernel, gpu: bool = True) -> None:
                                 f"of static + dynamic shared memory > {MAX_DYNAMIC_SMEM_BYTES}")
     globals_ = {p.name: p for p in k.params}
     smem = {s.name for s in walk(k.body) if isinstance(s, Smem)}
+    scalars = {name for name, _ in k.scalars}
 
     def check_expr(e: Expr, scope: set[str], where: str):
         missing = free_vars(e) - scope
@@ -574,6 +597,24 @@ def verify_kernel(k: Kernel, gpu: bool = True) -> None:
                 div = divergent or _thread_dependent(s.cond, tainted)
                 check(s.then, scope, tainted, div)
                 check(s.orelse, scope, tainted, div)
+            elif isinstance(s, While):
+                check_expr(s.cond, scope, "while")
+                inner_t = set(tainted)
+                check(s.body, scope, inner_t, divergent)   # twice: a variable the body makes
+                check(s.body, scope, inner_t, divergent or _thread_dependent(s.cond, inner_t))
+                tainted |= inner_t                         # thread-dependent taints the condition
+            elif isinstance(s, Atomic):
+                for e in (s.index, s.value):
+                    check_expr(e, scope, f"atomic {s.op} on {s.buf}")
+                if s.op not in ATOMIC_OPS:
+                    raise KernelVerifyError(f"{k.name}: atomic {s.op} (not {'/'.join(ATOMIC_OPS)})")
+                if s.buf in globals_ and not globals_[s.buf].output:
+                    raise KernelVerifyError(f"{k.name}: atomic on read-only parameter {s.buf}")
+                if s.buf not in globals_ and s.buf not in smem:
+                    raise KernelVerifyError(f"{k.name}: atomic on unknown buffer {s.buf}")
+                if _buf_dtype(s.buf, globals_, k) not in ("f32", "i32", "i64"):
+                    raise KernelVerifyError(f"{k.name}: atomics take f32, i32 or i64 buffers, not "
+                                            f"{_buf_dtype(s.buf, globals_, k)} ({s.buf})")
             elif isinstance(s, Sync):
                 if divergent:
                     raise KernelVerifyError(f"{k.name}: __syncthreads() under thread-dependent control flow")
@@ -597,7 +638,7 @@ def verify_kernel(k: Kernel, gpu: bool = True) -> None:
             else:
                 raise KernelVerifyError(f"{k.name}: unknown statement {s!r}")
 
-    check(k.body, set(), set(), False)
+    check(k.body, scalars, set(), False)
     _check_warp_ops(k)
     _check_hopper_ops(k)
 
@@ -801,6 +842,11 @@ def _format_body(body, depth: int, out: list[str]) -> None:
             if s.orelse:
                 out.append(f"{pad}else:")
                 _format_body(s.orelse, depth + 1, out)
+        elif isinstance(s, While):
+            out.append(f"{pad}while {format_expr(s.cond)}:")
+            _format_body(s.body, depth + 1, out)
+        elif isinstance(s, Atomic):
+            out.append(f"{pad}atomic.{s.op} {s.buf}[{format_expr(s.index)}], {format_expr(s.value)}")
         elif isinstance(s, Sync):
             out.append(f"{pad}Sync")
         elif isinstance(s, Smem):
@@ -865,7 +911,7 @@ def _format_param(p: Param) -> str:
 
 
 def format_kernel(k: Kernel) -> str:
-    params = ", ".join(_format_param(p) for p in k.params)
+    params = ", ".join([_format_param(p) for p in k.params] + [f"{n}: {t}" for n, t in k.scalars])
     out = [f"kernel {k.name}({params})  grid={k.grid} block={k.block}"]
     _format_body(k.body, 1, out)
     return "\n".join(out)

@@ -36,9 +36,9 @@ import numpy as np
 from ..errors import InputMismatch, SimError
 from ..expr import Expr, evaluate
 from . import sim_mma, sim_profile
-from .ir import (Assign, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
+from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                  KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
-                 StoreVec, Sync, ThreadIdx, WgmmaDesc, walk)
+                 StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
 from .sim_async import AsyncCopies
 from .sim_tma import TMA_STMTS, TmaState
 from .sim_wgmma import WGMMA_STMTS, WgmmaState
@@ -87,8 +87,10 @@ def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray],
     return out
 
 
-def run_kernel(kernel: Kernel, buffers: Mapping[str, np.ndarray]) -> None:
-    """Run one launch of `kernel` in place on flat storage arrays named like its params."""
+def run_kernel(kernel: Kernel, buffers: Mapping[str, np.ndarray],
+               scalars: Mapping[str, object] | None = None) -> None:
+    """Run one launch of `kernel` in place on flat storage arrays named like its params;
+    `scalars` gives the value of each of kernel.scalars."""
     for p in kernel.params:
         a = buffers.get(p.name)
         if a is None:
@@ -97,6 +99,10 @@ def run_kernel(kernel: Kernel, buffers: Mapping[str, np.ndarray]) -> None:
             raise SimError(f"{kernel.name}: buffer {p.name} is {a.dtype}{list(a.shape)}, expected "
                            f"flat {np.dtype(storage_numpy(p.dtype))}[{p.numel}] ({p.dtype}).")
     launch = _Launch(kernel, buffers)
+    for name, dtype in kernel.scalars:
+        if scalars is None or name not in scalars:
+            raise SimError(f"{kernel.name}: no value for scalar argument {name}.")
+        launch.scalars[name] = (dtype, scalars[name])
     smem_elems = sum(s.size for s in launch.smem_decls.values())
     per_batch = max(1, min(MAX_LANES // kernel.block, MAX_SMEM_ELEMS // max(1, smem_elems)))
     with np.errstate(all="ignore"):
@@ -114,6 +120,8 @@ class _Launch:
         self.params = {p.name: p for p in kernel.params}
         self.memory = buffers
         self.writers: dict[str, np.ndarray] = {}    # global buffer -> writing thread id, -1
+        self.scalars: dict[str, tuple] = {}           # name -> (dtype, value)
+        self.where = ""              # the last Comment run: the user's line, in errors
         self.profile = sim_profile.start(kernel)    # access counters, under --profile only
         self.smem_decls: dict[str, Smem] = {}
         for s in walk(kernel.body):
@@ -124,7 +132,8 @@ class _Launch:
                                    f"differently.")
 
     def fail(self, what: str) -> None:
-        raise SimError(f"{self.kernel.name}: {what}.")
+        at = f" at {self.where}" if self.where else ""
+        raise SimError(f"{self.kernel.name}: {what}{at}.")
 
 
 class _Shared:
@@ -193,6 +202,8 @@ class _Batch:
         self.copies = AsyncCopies(self)
         self.tma = TmaState(self)
         self.wgmma = WgmmaState(self)
+        for name, (dtype, value) in launch.scalars.items():
+            self.set_var(name, dtype, np.asarray(value), None)
 
     # ------------------------------------------------------------ helpers
 
@@ -453,6 +464,15 @@ class _Batch:
                     self.run(s.then, then)
                 if s.orelse and (orelse is None or len(orelse)):
                     self.run(s.orelse, orelse)
+            elif isinstance(s, While):
+                cur = self.sub(idx, self.eval(s.cond, idx))
+                while cur is None or len(cur):
+                    self.run(s.body, cur)
+                    cur = self.sub(cur, self.eval(s.cond, cur))
+            elif isinstance(s, Atomic):
+                self.atomic(s, idx)
+            elif isinstance(s, Comment):
+                self.launch.where = s.text
             elif isinstance(s, Sync):
                 self.sync(idx)
             elif isinstance(s, LdMatrix):
@@ -469,10 +489,30 @@ class _Batch:
                 self.tma.run(s, idx)
             elif isinstance(s, WGMMA_STMTS):
                 self.wgmma.run(s, idx)
-            elif isinstance(s, (Smem, Comment)):
+            elif isinstance(s, Smem):
                 pass
             else:
                 self.launch.fail(f"cannot simulate statement {s!r}")
+
+    def atomic(self, s: Atomic, idx) -> None:
+        """Apply the lanes' updates one after another (in lane order): atomics never race with
+        each other, so they are not recorded as writes."""
+        lanes = self.lanes(idx)
+        index = self.ints(self.eval(s.index, idx), idx)
+        values = np.broadcast_to(np.asarray(self.eval(s.value, idx)), index.shape)
+        sh = self.smem.get(s.buf)
+        if sh is not None:
+            self.check_bounds(s.buf, index, sh.decl.size, idx, "shared atomic on")
+            mem, at, dtype = sh.data, (self.local[lanes], index), sh.decl.dtype
+        else:
+            p = self.launch.params.get(s.buf)
+            if p is None or not p.output:
+                self.launch.fail(f"atomic on {'read-only parameter' if p else 'unknown buffer'} "
+                                 f"{s.buf}")
+            self.check_bounds(s.buf, index, p.numel, idx, "atomic on")
+            mem, at, dtype = self.launch.memory[s.buf], index, p.dtype
+        ufunc = {"add": np.add, "max": np.fmax, "min": np.fmin}[s.op]
+        ufunc.at(mem, at, to_storage(values, dtype))
 
     def vec_index(self, buf, index_expr, width, idx, what) -> np.ndarray:
         index = self.ints(self.eval(index_expr, idx), idx)

@@ -24,9 +24,9 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, add, children
-from ..kernel.ir import (Assign, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let, Load,
-                         LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
-                         WgmmaDesc, walk)
+from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
+                         Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
+                         WgmmaDesc, While, walk)
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -35,7 +35,7 @@ from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinc
 C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
 _TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}
 _TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
-_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, Comment, Smem, Sync)
+_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, While, Atomic, Comment, Smem, Sync)
 _WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
         "LdMatrix": "ldmatrix", "CpAsync": "an asynchronous copy (cp.async)",
         "CpAsyncCommit": "cp.async.commit_group", "CpAsyncWait": "cp.async.wait_group",
@@ -132,6 +132,11 @@ class _CEmitter(_Emitter):
         for k, v in enumerate(s.values):
             self.stmt(Store(s.buf, add(s.index, k) if k else s.index, v), depth)
 
+    def atomic(self, s: Atomic, depth: int) -> None:
+        t = {"f32": "float", "i32": "int32", "i64": "int64"}[self.bufs[s.buf]]
+        self.emit(f"st_atomic_{s.op}_{t}(&{cname(s.buf)}[{_strip(self.expr(s.index))}], "
+                  f"{_strip(self.expr(s.value))});", depth)
+
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Sync):
             return                                  # the block is one thread
@@ -155,7 +160,7 @@ class _CEmitter(_Emitter):
     def kernel(self) -> str:
         k = self.k
         params = [f"{'' if p.output else 'const '}{C_TYPES[p.dtype]}* restrict {cname(p.name)}"
-                  for p in k.params]
+                  for p in k.params] + [f"{C_TYPES[t]} {cname(n)}" for n, t in k.scalars]
         for line in (k.src or "").splitlines():
             self.lines.append(f"// {line}")
         if self.wide:

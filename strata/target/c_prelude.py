@@ -131,6 +131,24 @@ static inline uint16_t st_float_to_f16(float f) {
     return (uint16_t)(h | sign);
 }
 
+// Atomic read-modify-write (@strata.kernel's st.atomic_*): compare-and-swap loops, any type.
+#define ST_ATOMIC(name, T, expr) \
+static inline void name(T* p, T v) { \
+    T old, new_; \
+    __atomic_load(p, &old, __ATOMIC_RELAXED); \
+    do { new_ = (expr); } while (!__atomic_compare_exchange(p, &old, &new_, 0, \
+                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED)); \
+}
+ST_ATOMIC(st_atomic_add_float, float, old + v)
+ST_ATOMIC(st_atomic_max_float, float, v > old ? v : old)
+ST_ATOMIC(st_atomic_min_float, float, v < old ? v : old)
+ST_ATOMIC(st_atomic_add_int32, int32_t, old + v)
+ST_ATOMIC(st_atomic_max_int32, int32_t, v > old ? v : old)
+ST_ATOMIC(st_atomic_min_int32, int32_t, v < old ? v : old)
+ST_ATOMIC(st_atomic_add_int64, int64_t, old + v)
+ST_ATOMIC(st_atomic_max_int64, int64_t, v > old ? v : old)
+ST_ATOMIC(st_atomic_min_int64, int64_t, v < old ? v : old)
+
 // How many threads the kernels' parallel loops use (OMP_NUM_THREADS, else every core).
 int strata_num_threads(void) {
 #ifdef _OPENMP

@@ -27,12 +27,12 @@ from .. import dtypes, scalar_ops
 from ..errors import CompileError
 from ..targets import Target, get_target
 from ..expr import Cast, Const, Expr, Op, Var, children
-from ..kernel.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, BlockIdx, Comment,
+from ..kernel.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, Atomic, BlockIdx, Comment,
                          CpAsync, CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel,
                          KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
                          MbarTryWait, MbarWait, Mma, ShflIdx, ShflXor, Smem, Store, StoreVec,
                          Sync, ThreadIdx, TmaLoad, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence,
-                         WgmmaWait, walk)
+                         WgmmaWait, While, walk)
 
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
@@ -61,6 +61,17 @@ __device__ __forceinline__ double st_fmod(double a, double b) {
     return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
 """
+# atomicMax/Min on floats: a compare-and-swap loop on the bits (NaN never replaces a value).
+ATOMIC_PRELUDE = r"""__device__ __forceinline__ void st_atomic_max(float* p, float v) {
+    int* q = (int*)p; int old = *q, seen;
+    do { seen = old; if (!(v > __int_as_float(seen))) return;
+         old = atomicCAS(q, seen, __float_as_int(v)); } while (old != seen);
+}
+__device__ __forceinline__ void st_atomic_min(float* p, float v) {
+    int* q = (int*)p; int old = *q, seen;
+    do { seen = old; if (!(v < __int_as_float(seen))) return;
+         old = atomicCAS(q, seen, __float_as_int(v)); } while (old != seen);
+}"""
 
 TENSOR_CORE_PRELUDE = r"""// mma.sync m16n8k16, ldmatrix and cp.async are inline PTX for sm_80 and newer.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -404,6 +415,12 @@ class _Emitter:
                 self.emit("} else {", depth)
                 self.body(orelse, depth + 1)
             self.emit("}", depth)
+        elif isinstance(s, While):
+            self.emit(f"while ({_strip(self.expr(s.cond))}) {{", depth)
+            self.body(s.body, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, Atomic):
+            self.atomic(s, depth)
         elif isinstance(s, Sync):
             self.emit("__syncthreads();", depth)
         elif isinstance(s, Smem) and s.dynamic:     # a slice of the aligned dynamic arrays
@@ -442,6 +459,17 @@ class _Emitter:
             self.hopper(s, depth)
         else:
             raise TypeError(f"{self.k.name}: cannot emit statement {s!r}")
+
+    def atomic(self, s: Atomic, depth: int) -> None:
+        t = self.bufs[s.buf]
+        ptr, v = f"&{cname(s.buf)}[{_strip(self.expr(s.index))}]", _strip(self.expr(s.value))
+        if t == "f32" and s.op != "add":
+            self.emit(f"st_atomic_{s.op}({ptr}, {v});", depth)
+        elif t == "i64" and s.op == "add":
+            self.emit(f"atomicAdd((unsigned long long*){ptr}, (unsigned long long)({v}));", depth)
+        else:
+            fn = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[s.op]
+            self.emit(f"{fn}({ptr}, ({dtypes.C_STORAGE[t]})({v}));", depth)
 
     def smem_addr(self, buf: str, index: Expr) -> str:
         return f"st_smem_addr(&{cname(buf)}[{_strip(self.expr(index))}])"
@@ -656,6 +684,7 @@ class _Emitter:
         params = [f"{'' if p.output else 'const '}{dtypes.C_STORAGE[p.dtype]}* __restrict__ {cname(p.name)}"
                   if p.tensor_map is None else
                   f"const __grid_constant__ st_tensor_map {cname(p.name)}" for p in k.params]
+        params += [f"{dtypes.C_STORAGE[t]} {cname(n)}" for n, t in k.scalars]
         for line in (k.src or "").splitlines():
             self.lines.append(f"// {line}")
         if self.wide:
@@ -759,6 +788,8 @@ def emit_program(program: KernelProgram, arch: Target | str = "sm_90") -> str:
     parts = [f"// strata: {len(program.kernels)} kernel(s) for {target}: {names}",
              "#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
              PRELUDE.rstrip()]
+    if any(isinstance(s, Atomic) for k in program.kernels for s in walk(k.body)):
+        parts.append(ATOMIC_PRELUDE)
     users = [k.name for k in program.kernels
              if any(isinstance(s, WARP_OPS + HOPPER_STMTS) for s in walk(k.body))]
     hopper = [k.name for k in program.kernels if any(isinstance(s, HOPPER_STMTS) for s in walk(k.body))]

@@ -1,0 +1,262 @@
+"""@strata.kernel: a SIMT kernel written in Python, launched as `k[grid, block](*args)`.
+
+Why this shape: it is the launch syntax GPU programmers know (Triton, Numba, locomp), and one
+function runs everywhere strata does:
+  device="sim"   the simulator and sanitizer (kernel/sim.py): races, out-of-bounds accesses and
+                 divergent barriers are errors that name the user's line;
+  device="cpu"   native C (target/c.py) after kernel/thread_loops.py turns each block's threads
+                 into loops split at barriers; blocks run on the cores (OpenMP);
+  source(...)    CUDA C (target/cuda.py, compiled by NVRTC where it is installed) or C.
+The default device is where the tensors are (CPU tensors and NumPy arrays: "cpu"). Tensors are
+passed by reference (a kernel writes its outputs in place); ints, floats and bools are runtime
+scalars; `st.constexpr` parameters are compiled in. Each specialisation (dtypes, shapes, grid,
+block, constexpr values) is built once per KernelFunction.
+"""
+from __future__ import annotations
+
+import ctypes
+import inspect
+from math import prod
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import DeviceUnavailable, InputMismatch, StrataError
+from ..kernel.ir import Kernel, verify_kernel
+from .frontend import Spec, build
+from .lang import constexpr
+
+DEVICES = ("sim", "cpu")
+_SCALAR_TYPES = {bool: "bool", int: "i32", float: "f32"}
+
+
+def kernel(fn=None):
+    """Decorate a function as a SIMT kernel (see the module docstring)."""
+    if fn is None:
+        return kernel
+    return KernelFunction(fn)
+
+
+def _dims(v, what: str) -> tuple:
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not (1 <= len(t) <= 3 and all(isinstance(n, (int, np.integer)) and n >= 1 for n in t)):
+        raise InputMismatch(f"the {what} is a positive int or a tuple of up to 3 of them, not {v!r}")
+    return tuple(int(n) for n in t) + (1,) * (3 - len(t))
+
+
+class KernelFunction:
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.signature = inspect.signature(fn)
+        self.cache: dict = {}
+        self.last: tuple | None = None            # the key of the latest launch
+
+    def __getitem__(self, launch):
+        if not (isinstance(launch, tuple) and len(launch) == 2):
+            raise InputMismatch(f"launch {self.__name__} as {self.__name__}[grid, block](...)")
+        return _Launcher(self, _dims(launch[0], "grid"), _dims(launch[1], "block"))
+
+    def __call__(self, *args, **kwargs):
+        raise InputMismatch(f"a kernel is launched with a grid and a block: "
+                            f"{self.__name__}[grid, block](...)")
+
+    # ------------------------------------------------------------ specialisation
+
+    def bind(self, args, kwargs) -> tuple[Spec, dict]:
+        """(the parameter kinds, name -> value) of one call."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise InputMismatch(f"{self.__name__}: {e}") from None
+        kinds, values = {}, dict(bound.arguments)
+        for name, p in self.signature.parameters.items():
+            if name not in values:
+                raise InputMismatch(f"{self.__name__}: missing argument {name}")
+            v = values[name]
+            if p.annotation is constexpr or p.annotation == "st.constexpr":
+                kinds[name] = ("const", v)
+            elif _is_tensor(v):
+                kinds[name] = ("tensor", _dtype_of(v, name), tuple(v.shape))
+            elif type(v) in _SCALAR_TYPES or isinstance(v, np.generic):
+                kinds[name] = ("scalar", _scalar_dtype(v))
+            else:
+                raise InputMismatch(f"{self.__name__}: argument {name} is a "
+                                    f"{type(v).__name__}; pass a tensor, an int, a float or a bool")
+        return kinds, values
+
+    def specialise(self, kinds: dict, grid: tuple, block: tuple) -> Kernel:
+        key = (tuple(sorted((k, repr(v)) for k, v in kinds.items())), grid, block)
+        k = self.cache.get(key)
+        if k is None:
+            if prod(block) > 1024:
+                raise InputMismatch(f"{self.__name__}: a block of {prod(block)} threads (at most "
+                                    f"1024)")
+            k = build(self.fn, Spec(kinds, grid, block))
+            verify_kernel(k, gpu=True)
+            self.cache[key] = k
+        self.last = key
+        return k
+
+    def kernel_ir(self, args=(), kwargs=None, grid=None, block=None) -> Kernel:
+        """The Kernel IR for example arguments, else of the latest launch."""
+        kwargs = kwargs or {}
+        if args or kwargs:
+            kinds, _ = self.bind(args, kwargs)
+            return self.specialise(kinds, _dims(grid or 1, "grid"), _dims(block or 1, "block"))
+        if self.last is None:
+            raise StrataError(f"{self.__name__} has not been launched: pass example arguments "
+                              f"(and grid=, block=) to see its code")
+        return self.cache[self.last]
+
+    def ir(self, stage: str = "kernel", *args, grid=None, block=None, **kwargs) -> str:
+        if stage != "kernel":
+            raise StrataError(f"a @strata.kernel has one IR, 'kernel' (not {stage!r})")
+        return str(self.kernel_ir(args, kwargs, grid, block))
+
+    def source(self, target: str = "cuda", *args, grid=None, block=None, **kwargs) -> str:
+        """The source for `target` ("cuda" or "c") of the latest launch or of example args."""
+        k = self.kernel_ir(args, kwargs, grid, block)
+        return source_of(k, target)
+
+
+class _Launcher:
+    def __init__(self, fn: KernelFunction, grid: tuple, block: tuple):
+        self.fn, self.grid, self.block = fn, grid, block
+
+    def __call__(self, *args, device: str | None = None, **kwargs):
+        kinds, values = self.fn.bind(args, kwargs)
+        tensors = {n: v for n, v in values.items() if kinds[n][0] == "tensor"}
+        device = device or _device_of(tensors.values())
+        k = self.fn.specialise(kinds, self.grid, self.block)
+        scalars = {n: values[n] for n, _ in k.scalars}
+        if device == "sim":
+            run_sim(k, tensors, scalars)
+        elif device == "cpu":
+            run_cpu(k, tensors, scalars)
+        elif device == "cuda":
+            raise DeviceUnavailable("launching a @strata.kernel on CUDA is not built yet; print "
+                                    "its code with .source('cuda') (NVRTC compiles it)")
+        else:
+            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim' or 'cpu'")
+
+
+# ---------------------------------------------------------------- running
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, np.ndarray) or type(v).__module__.startswith("torch")
+
+
+def _dtype_of(v, name: str) -> str:
+    try:
+        if isinstance(v, np.ndarray):
+            return dtypes.from_torch(__import__("torch").from_numpy(v[:0].copy()).dtype)
+        return dtypes.from_torch(v.dtype)
+    except Exception:
+        raise InputMismatch(f"argument {name} has dtype {v.dtype}, which kernels do not take") from None
+
+
+def _scalar_dtype(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, np.integer)):
+        return "i32" if -2 ** 31 <= int(v) < 2 ** 31 else "i64"
+    return "f32"
+
+
+def _device_of(tensors) -> str:
+    kinds = {getattr(getattr(t, "device", None), "type", "cpu") for t in tensors} or {"cpu"}
+    if len(kinds) > 1:
+        raise InputMismatch(f"the tensors are on different devices ({', '.join(sorted(kinds))})")
+    return kinds.pop()
+
+
+def _contiguous(name: str, t) -> None:
+    ok = t.flags["C_CONTIGUOUS"] if isinstance(t, np.ndarray) else t.is_contiguous()
+    if not ok:
+        raise InputMismatch(f"argument {name} is not contiguous; kernels index contiguous data "
+                            f"(pass .contiguous())")
+
+
+def run_sim(k: Kernel, tensors: dict, scalars: dict) -> None:
+    """Simulate one launch; tensors the kernel writes are updated in place."""
+    import torch
+
+    from ..kernel.sim import run_kernel
+    from ..kernel.sim_memory import storage_numpy
+    memory, written = {}, {p.name for p in k.params if p.output}
+    for p in k.params:
+        t = tensors[p.name]
+        _contiguous(p.name, t)
+        a = torch.as_tensor(t).reshape(-1)
+        if p.dtype in ("bf16", "f16"):
+            a = a.view(torch.int16)
+        memory[p.name] = a.numpy().view(storage_numpy(p.dtype)).copy()
+    run_kernel(k, memory, scalars)
+    for name in written:
+        t = tensors[name]
+        out = torch.as_tensor(t)
+        src = torch.from_numpy(memory[name].view(np.int16) if out.dtype in
+                               (torch.bfloat16, torch.float16) else memory[name])
+        if out.dtype in (torch.bfloat16, torch.float16):
+            src = src.view(out.dtype)
+        out.reshape(-1).copy_(src)
+
+
+_LIBS: dict = {}            # C source -> (library, entry): one build per source per process
+
+
+def source_of(k: Kernel, target: str) -> str:
+    if target == "cuda":
+        from ..kernel.ir import KernelProgram
+        from ..target.cuda import emit_program
+        return emit_program(KernelProgram([], [k], []), "sm_90")
+    if target == "c":
+        return _c_source(k)
+    raise StrataError(f"target {target!r}: a kernel's source is 'cuda' or 'c'")
+
+
+def _c_source(k: Kernel) -> str:
+    from ..kernel.thread_loops import to_thread_loops
+    from ..target.c import C_TYPES, emit_kernel
+    from ..target.c_prelude import PRELUDE
+    from ..target.cuda import cname
+    one = to_thread_loops(k)
+    args = [f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{i}]"
+            for i, p in enumerate(one.params)]
+    args += [f"*(const {C_TYPES[t]}*)args[{len(one.params) + j}]"
+             for j, (_, t) in enumerate(one.scalars)]
+    entry = (f"void strata_launch(void** args) {{\n    {cname(one.name)}({', '.join(args)});\n}}")
+    return "\n\n".join([f"// strata: @strata.kernel {k.name} for the CPU (C11, OpenMP)",
+                        PRELUDE.rstrip(), emit_kernel(one), entry]) + "\n"
+
+
+def run_cpu(k: Kernel, tensors: dict, scalars: dict) -> None:
+    """One launch as native code on the CPU tensors (NumPy arrays are shared, not copied)."""
+    import torch
+
+    from ..runtime.native_build import build_library, load_library
+    source = _c_source(k)
+    entry = _LIBS.get(source)
+    if entry is None:
+        lib = load_library(build_library(source))
+        entry = lib.strata_launch
+        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        entry.restype = None
+        _LIBS[source] = entry
+    ptrs, keep = [], []
+    for p in k.params:
+        t = tensors[p.name]
+        _contiguous(p.name, t)
+        t = torch.as_tensor(t)
+        if t.device.type != "cpu":
+            raise InputMismatch(f"argument {p.name} is on {t.device}; device='cpu' takes CPU "
+                                f"tensors")
+        ptrs.append(t.data_ptr() or None)
+    for name, dtype in k.scalars:
+        c = {"bool": ctypes.c_bool, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+             "f32": ctypes.c_float, "f64": ctypes.c_double}[dtype](scalars[name])
+        keep.append(c)
+        ptrs.append(ctypes.cast(ctypes.pointer(c), ctypes.c_void_p).value)
+    entry((ctypes.c_void_p * max(1, len(ptrs)))(*ptrs))

@@ -1,0 +1,262 @@
+"""A kernel of many threads per block -> the same kernel with one thread per block, for the CPU.
+
+Why: the C target runs one thread per block (target/c.py) while a kernel written by hand
+(@strata.kernel) is SIMT: `block` threads that meet at barriers and exchange values through
+shared memory and warp shuffles. The classic CPU answer (as OpenCL CPU drivers do it) is used:
+  - each stretch of statements between barriers becomes a loop over the block's threads, so a
+    barrier is where one thread loop ends and the next begins; a loop, `if` or `while` that holds
+    a barrier is uniform (every thread takes it alike, which the simulator checks) and stays
+    outside, around the thread loops of its body;
+  - a variable one thread loop sets and another reads (or a uniform loop bound or condition
+    reads) lives on in a per-thread array `v__t[block]`, read at thread 0 where uniform;
+  - a shuffle `x = shfl(v, ...)` becomes: every thread stores v, barrier, every thread reads its
+    source lane's slot, barrier.
+Kernels with vector accesses, tensor cores or asynchronous copies are left to the C target's
+refusal (they come from GPU schedules, which the CPU schedules replace).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..expr import Cast, Const, Expr, Op, Var
+from .ir import (Assign, Atomic, For, If, Kernel, Let, Load, ShflIdx, ShflXor, Smem, Stmt, Store,
+                 Sync, ThreadIdx, While, walk)
+
+T = "st_thread"              # the thread loop's variable
+
+
+def to_thread_loops(k: Kernel) -> Kernel:
+    """`k` with block == 1 computing what its `block` threads compute (k itself if block == 1)."""
+    if k.block == 1:
+        return k
+    exchange: dict[str, str] = {}                  # shuffle slots: dtype -> Smem name
+    body = _shuffles(_inline_indices(k), exchange)
+    decls = [s for s in walk(body) if isinstance(s, Smem)]
+    decls += [Smem(name, dtype, k.block) for dtype, name in exchange.items()]
+    split = _split(tuple(s for s in body if not isinstance(s, Smem)), k.block)
+    types = {s.var: s.dtype for s in walk(split) if isinstance(s, Let)}
+    promoted = _promoted(split) & set(types)
+    decls += [Smem(f"{v}__t", types[v], k.block) for v in sorted(promoted)]
+    body = tuple(decls) + _rewrite(split, {v: types[v] for v in promoted}, False)
+    return replace(k, block=1, body=body)
+
+
+# ---------------------------------------------------------------- index variables
+
+def _inline_indices(k: Kernel) -> tuple:
+    """The kernel's body with top-level `let v = <ids, scalars and constants>` (never assigned)
+    substituted into their uses: `row = program_id(0)` need not live in a per-thread array."""
+    assigned = {s.var for s in walk(k.body) if isinstance(s, Assign)}
+    known = {name for name, _ in k.scalars}
+    inline: dict[str, Expr] = {}
+    for s in k.body:
+        if (isinstance(s, Let) and s.var not in assigned and _pure(s.value)
+                and _vars(s.value) <= known | set(inline)):
+            inline[s.var] = _subst(s.value, inline)
+    if not inline:
+        return k.body
+    return _rewrite_body(tuple(s for s in k.body if not (isinstance(s, Let) and s.var in inline)),
+                         lambda e: _subst(e, inline))
+
+
+def _pure(e: Expr) -> bool:
+    return not isinstance(e, (Load, ShflXor, ShflIdx)) and all(_pure(c) for c in _kids(e))
+
+
+def _subst(e: Expr, inline: dict) -> Expr:
+    if isinstance(e, Var):
+        return inline.get(e.name, e)
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Op):
+        return Op(e.op, tuple(_subst(a, inline) for a in e.args), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(_subst(e.arg, inline), e.dtype)
+    return e.map_children(lambda c: _subst(c, inline))
+
+
+def _rewrite_body(body, ex) -> tuple:
+    out = []
+    for s in body:
+        fields = {f: ex(getattr(s, f)) for f in ("value", "index", "start", "stop", "cond")
+                  if isinstance(getattr(s, f, None), Expr)}
+        if isinstance(s, (For, While)):
+            fields["body"] = _rewrite_body(s.body, ex)
+        elif isinstance(s, If):
+            fields.update(then=_rewrite_body(s.then, ex), orelse=_rewrite_body(s.orelse, ex))
+        out.append(replace(s, **fields) if fields else s)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- shuffles
+
+def _lane_xor(mask: int) -> Expr:
+    """thread ^ mask with arithmetic only: each set bit of mask flips that bit of the thread."""
+    e: Expr = ThreadIdx()
+    for bit in range(mask.bit_length()):
+        m = 1 << bit
+        if mask & m:
+            flipped = Op("eq", (Op("mod", (Op("floordiv", (ThreadIdx(), Const(m, "i32")), "i32"),
+                                           Const(2, "i32")), "i32"), Const(1, "i32")), "bool")
+            e = Op("add", (e, Op("where", (flipped, Const(-m, "i32"), Const(m, "i32")), "i32")),
+                   "i32")
+    return e
+
+
+def _shuffles(body, exchange: dict) -> tuple:
+    """Each `Let(x, shfl(v, ...))` as a store, barrier, load, barrier through a shared slot."""
+    out: list[Stmt] = []
+    for s in body:
+        v = getattr(s, "value", None)
+        if isinstance(s, Let) and isinstance(v, (ShflXor, ShflIdx)):
+            slot = exchange.setdefault(s.dtype, f"st_shfl_{s.dtype}")
+            src = (_lane_xor(v.mask) if isinstance(v, ShflXor) else
+                   Op("add", (Op("subtract", (ThreadIdx(), Op("mod", (ThreadIdx(), Const(32, "i32")),
+                                                                "i32")), "i32"),
+                              Op("mod", (Cast(v.lane, "i32"), Const(32, "i32")), "i32")), "i32"))
+            out += [Store(slot, ThreadIdx(), v.value), Sync(), Let(s.var, s.dtype,
+                                                                 Load(slot, src, s.dtype)), Sync()]
+        elif isinstance(s, (For, While)):
+            out.append(replace(s, body=_shuffles(s.body, exchange)))
+        elif isinstance(s, If):
+            out.append(replace(s, then=_shuffles(s.then, exchange),
+                               orelse=_shuffles(s.orelse, exchange)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- splitting at barriers
+
+def _has_sync(s) -> bool:
+    return isinstance(s, Sync) or any(isinstance(x, Sync) for x in walk([s]))
+
+
+def _split(body, block: int) -> tuple:
+    """Thread loops between the barriers of `body` (a uniform stretch of the kernel)."""
+    out: list[Stmt] = []
+    run: list[Stmt] = []
+
+    def flush():
+        if run:
+            out.append(For(T, Const(0, "i32"), Const(block, "i32"), 1, tuple(run)))
+            run.clear()
+    for s in body:
+        if not _has_sync(s):
+            run.append(s)
+            continue
+        flush()
+        if isinstance(s, (For, While)):
+            out.append(replace(s, body=_split(s.body, block)))
+        elif isinstance(s, If):
+            out.append(replace(s, then=_split(s.then, block), orelse=_split(s.orelse, block)))
+    flush()
+    return tuple(out)
+
+
+def _is_thread_loop(s) -> bool:
+    return isinstance(s, For) and s.var == T
+
+
+def _promoted(body) -> set[str]:
+    """Variables set in one thread loop and used outside it."""
+    where: dict[str, set] = {}
+
+    def note(names, place):
+        for n in names:
+            where.setdefault(n, set()).add(place)
+
+    def visit(stmts, place):
+        for s in stmts:
+            if _is_thread_loop(s):
+                inner = id(s)
+                for x in walk(s.body):
+                    note(_names(x), inner)
+                continue
+            note(_names(s), place)
+            for sub in _bodies(s):
+                visit(sub, place)
+    visit(body, "uniform")
+    return {n for n, places in where.items() if len(places) > 1}
+
+
+def _bodies(s):
+    if isinstance(s, (For, While)):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then, s.orelse)
+    return ()
+
+
+def _exprs(s):
+    for f in ("value", "index", "start", "stop", "cond"):
+        e = getattr(s, f, None)
+        if isinstance(e, Expr):
+            yield e
+
+
+def _names(s) -> set[str]:
+    out = {s.var} if isinstance(s, (Let, Assign)) else set()
+    for e in _exprs(s):
+        out |= _vars(e)
+    return out
+
+
+def _vars(e: Expr) -> set[str]:
+    if isinstance(e, Var):
+        return {e.name}
+    out: set[str] = set()
+    for c in _kids(e):
+        out |= _vars(c)
+    return out
+
+
+def _kids(e: Expr):
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, Cast):
+        return (e.arg,)
+    if isinstance(e, (Const, Var)):
+        return ()
+    return e.children()
+
+
+# ---------------------------------------------------------------- rewriting
+
+def _rewrite(body, promoted: dict[str, str], in_thread: bool) -> tuple:
+    """Thread ids as the loop variable, promoted variables as their per-thread arrays."""
+    me = Var(T, "i32") if in_thread else Const(0, "i32")
+
+    def ex(e: Expr) -> Expr:
+        if isinstance(e, ThreadIdx):
+            return me
+        if isinstance(e, Var):
+            return Load(f"{e.name}__t", me, e.dtype) if e.name in promoted else e
+        if isinstance(e, Const):
+            return e
+        if isinstance(e, Op):
+            return Op(e.op, tuple(ex(a) for a in e.args), e.dtype)
+        if isinstance(e, Cast):
+            return Cast(ex(e.arg), e.dtype)
+        return e.map_children(ex)
+
+    out: list[Stmt] = []
+    for s in body:
+        if _is_thread_loop(s):
+            out.append(replace(s, body=_rewrite(s.body, promoted, True)))
+        elif isinstance(s, (Let, Assign)) and s.var in promoted:
+            out.append(Store(f"{s.var}__t", me, ex(s.value)))
+        elif isinstance(s, (Let, Assign, Store, Atomic)):
+            out.append(replace(s, **{f: ex(getattr(s, f)) for f in ("value", "index")
+                                     if hasattr(s, f)}))
+        elif isinstance(s, For):
+            out.append(replace(s, start=ex(s.start), stop=ex(s.stop),
+                               body=_rewrite(s.body, promoted, in_thread)))
+        elif isinstance(s, While):
+            out.append(replace(s, cond=ex(s.cond), body=_rewrite(s.body, promoted, in_thread)))
+        elif isinstance(s, If):
+            out.append(replace(s, cond=ex(s.cond), then=_rewrite(s.then, promoted, in_thread),
+                               orelse=_rewrite(s.orelse, promoted, in_thread)))
+        else:
+            out.append(s)
+    return tuple(out)
