@@ -16,8 +16,7 @@ try:
 except PackageNotFoundError:        # a source checkout on sys.path, not installed
     __version__ = "0+unknown"
 
-_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors",
-         "kernel": "dsl.kernel"}
+_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors"}
 # what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
 _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
         "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
@@ -28,6 +27,9 @@ _LAZY.update(dict.fromkeys(_DSL, "dsl.lang"))
 
 
 def __getattr__(name: str):
+    if name == "kernel":            # @strata.kernel: the Kernel IR package, callable (see there)
+        import importlib
+        return importlib.import_module(".kernel", __name__)
     if name not in _LAZY:
         raise AttributeError(f"module 'strata' has no attribute {name!r}")
     import importlib

@@ -4,6 +4,8 @@ import torch
 
 import strata as st
 
+TOL = 1e-5
+
 
 @st.kernel
 def softmax(x, out, n_cols: int, BLOCK: st.constexpr):

@@ -1,0 +1,39 @@
+"""Every examples/kernels/*.py kernel against PyTorch (float64) on the simulator and natively
+on the CPU, and its CUDA through NVRTC for sm_80 and sm_90."""
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+
+EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples" / "kernels").glob("*.py"))
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("device", ["sim", "cpu"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_matches_torch(path, device):
+    m = load(path)
+    torch.manual_seed(0)
+    got, want = m.run(device)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.double(), want.double(), atol=m.TOL, rtol=m.TOL)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_cuda_compiles(path, arch):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from strata.runtime.nvrtc import compile_cuda
+    m = load(path)
+    m.run("sim")                                    # the specialisation to print
+    kernel = next(v for v in vars(m).values() if type(v).__name__ == "KernelFunction")
+    source = kernel.source("cuda")
+    assert f"__global__ void __launch_bounds__" in source
+    assert len(compile_cuda(source, arch)) > 0
