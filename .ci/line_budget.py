@@ -17,6 +17,7 @@ STAGES = {
     "kernel (Kernel IR, lowering, simulator)": ["kernel/*.py"],
     "target (emitters)": ["target/*.py"],
     "runtime": ["runtime/*.py"],
+    "dsl (@strata.kernel front end)": ["dsl/*.py"],
     "shared (pipeline, expr, scalar ops, targets, knobs)": [
         "pipeline.py", "expr.py", "scalar_ops.py", "dtypes.py", "targets.py", "knobs.py",
         "context.py", "errors.py"],

@@ -492,7 +492,14 @@ class _Builder:
         return Op(op, (a, b), t)
 
     def cast(self, v: Expr, dtype: str) -> Expr:
-        return v if v.dtype == dtype else Cast(v, dtype)
+        """v as dtype; a literal is converted exactly (2 and 1e-12 take the other side's type,
+        not float32's rounding first)."""
+        if v.dtype == dtype:
+            return v
+        if isinstance(v, Const) and dtype in _RANK:
+            kind = bool if dtype == "bool" else float if dtypes.is_float(dtype) else int
+            return Const(kind(v.value), dtype)
+        return Cast(v, dtype)
 
     def truth(self, v: Expr) -> Expr:
         return self.cast(v, "bool")
@@ -587,7 +594,7 @@ class _Builder:
             return self.expr(ast.Constant(self.const_value(c)))       # float("inf")
         if fn in lang.DTYPES or fn in ("int", "float"):
             dt = {"int": "i32", "float": "f32"}.get(fn) or lang.DTYPES[fn].strata
-            return Cast(self.expr(args[0]), dt)
+            return self.cast(self.expr(args[0]), dt)
         if fn in lang.UNARY:
             v = self.expr(args[0])
             t = _kind(v.dtype) if fn in ("abs", "relu") else (

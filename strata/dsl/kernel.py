@@ -21,8 +21,8 @@ from math import prod
 import numpy as np
 
 from .. import dtypes
-from ..errors import DeviceUnavailable, InputMismatch, StrataError
-from ..kernel.ir import Kernel, verify_kernel
+from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, StrataError
+from ..kernel.ir import Kernel, KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 
@@ -94,7 +94,11 @@ class KernelFunction:
                 raise InputMismatch(f"{self.__name__}: a block of {prod(block)} threads (at most "
                                     f"1024)")
             k = build(self.fn, Spec(kinds, grid, block))
-            verify_kernel(k, gpu=True)
+            try:
+                verify_kernel(k, gpu=True)
+            except KernelVerifyError as e:
+                where = f"{inspect.getsourcefile(self.fn)}:{self.fn.__code__.co_firstlineno}"
+                raise KernelSyntaxError(f"{where}: {str(e).split(': ', 1)[-1]}") from None
             self.cache[key] = k
         self.last = key
         return k
