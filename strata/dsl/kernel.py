@@ -26,7 +26,7 @@ from ..kernel.ir import Kernel, KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 
-DEVICES = ("sim", "cpu")
+DEVICES = ("sim", "cpu", "opencl")
 _SCALAR_TYPES = {bool: "bool", int: "i32", float: "f32"}
 
 
@@ -139,11 +139,13 @@ class _Launcher:
             run_sim(k, tensors, scalars)
         elif device == "cpu":
             run_cpu(k, tensors, scalars)
+        elif device == "opencl":
+            run_opencl(k, tensors, scalars)
         elif device == "cuda":
             raise DeviceUnavailable("launching a @strata.kernel on CUDA is not built yet; print "
                                     "its code with .source('cuda') (NVRTC compiles it)")
         else:
-            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim' or 'cpu'")
+            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim', 'cpu' or 'opencl'")
 
 
 # ---------------------------------------------------------------- running
@@ -218,7 +220,10 @@ def source_of(k: Kernel, target: str) -> str:
         return emit_program(KernelProgram([], [k], []), "sm_90")
     if target == "c":
         return _c_source(k)
-    raise StrataError(f"target {target!r}: a kernel's source is 'cuda' or 'c'")
+    if target == "opencl":
+        from ..target.opencl import emit_source
+        return emit_source([k])
+    raise StrataError(f"target {target!r}: a kernel's source is 'cuda', 'c' or 'opencl'")
 
 
 def _c_source(k: Kernel) -> str:
@@ -264,3 +269,62 @@ def run_cpu(k: Kernel, tensors: dict, scalars: dict) -> None:
         keep.append(c)
         ptrs.append(ctypes.cast(ctypes.pointer(c), ctypes.c_void_p).value)
     entry((ctypes.c_void_p * max(1, len(ptrs)))(*ptrs))
+
+
+_CL: dict = {}              # OpenCL: the context and queue, and a built kernel per source
+
+
+def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
+    """One launch through pyopencl on its first device (PoCL's CPU driver here): tensors are
+    copied to device buffers and the ones the kernel writes copied back."""
+    import torch
+    try:
+        import pyopencl as cl
+    except ImportError:
+        raise DeviceUnavailable("device='opencl' needs pyopencl and an OpenCL driver: pip install "
+                                "pyopencl pocl-binary-distribution") from None
+    if "queue" not in _CL:
+        devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+        if not devices:
+            raise DeviceUnavailable("pyopencl finds no OpenCL device (pip install "
+                                    "pocl-binary-distribution gives a CPU one)")
+        _CL["ctx"] = cl.Context([devices[0]])
+        _CL["queue"] = cl.CommandQueue(_CL["ctx"])
+    ctx, queue = _CL["ctx"], _CL["queue"]
+    source = source_of(k, "opencl")
+    launch = _CL.get(source)
+    if launch is None:
+        try:
+            launch = _CL[source] = cl.Kernel(cl.Program(ctx, source).build(), cname_of(k.name))
+        except cl.RuntimeError as e:
+            errors = [line for line in str(e).splitlines() if "error" in line][-3:]
+            raise StrataError(f"the OpenCL compiler rejected the generated code of {k.name} "
+                              f"(a strata bug): {' | '.join(errors)}") from None
+    mf, bufs, hosts = cl.mem_flags, [], {}
+    for p in k.params:
+        t = tensors[p.name]
+        _contiguous(p.name, t)
+        host = torch.as_tensor(t).reshape(-1)
+        if host.dtype in (torch.bfloat16, torch.float16):
+            host = host.view(torch.int16)
+        host = host.cpu().numpy()
+        hosts[p.name] = host
+        bufs.append(cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
+                    if host.size else cl.Buffer(ctx, mf.READ_WRITE, 1))
+    args = bufs + [np.dtype({"bool": np.uint8, "i32": np.int32, "i64": np.int64,
+                             "f32": np.float32, "f64": np.float64}[t]).type(scalars[n])
+                   for n, t in k.scalars]
+    launch(queue, (k.grid * k.block,), (k.block,), *args)
+    for p, buf in zip(k.params, bufs):
+        if p.output and hosts[p.name].size:
+            out = np.empty_like(hosts[p.name])
+            cl.enqueue_copy(queue, out, buf)
+            dst = torch.as_tensor(tensors[p.name]).reshape(-1)
+            src = torch.from_numpy(out)
+            dst.copy_(src.view(dst.dtype) if dst.dtype in (torch.bfloat16, torch.float16) else src)
+    queue.finish()
+
+
+def cname_of(name: str) -> str:
+    from ..target.cuda import cname
+    return cname(name)

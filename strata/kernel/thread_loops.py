@@ -41,6 +41,17 @@ def to_thread_loops(k: Kernel) -> Kernel:
     return replace(k, block=1, body=body)
 
 
+def exchange_shuffles(k: Kernel) -> Kernel:
+    """`k` with its warp shuffles done through shared memory between barriers (for targets
+    without 32-lane shuffles, such as OpenCL): the same block, the same results."""
+    exchange: dict[str, str] = {}
+    body = _shuffles(k.body, exchange)
+    if not exchange:
+        return k
+    return replace(k, body=tuple(Smem(name, dtype, k.block) for dtype, name in exchange.items())
+                   + body)
+
+
 # ---------------------------------------------------------------- index variables
 
 def _inline_indices(k: Kernel) -> tuple:

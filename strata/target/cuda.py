@@ -129,6 +129,9 @@ _RESERVED = {
     "sizeof", "static", "struct", "switch", "template", "this", "true", "typedef", "union",
     "unsigned", "void", "volatile", "while", "min", "max", "abs", "threadIdx", "blockIdx",
     "blockDim", "gridDim", "warpSize", "half", "NAN", "INFINITY",
+    # OpenCL C and Metal keywords (one name per buffer on every target)
+    "local", "global", "constant", "private", "kernel", "device", "thread", "threadgroup", "uint",
+    "uchar", "ushort", "ulong", "barrier",
 }
 # The math functions the scalar templates call, float and double (a buffer named `exp` would
 # hide exp()).
@@ -238,6 +241,8 @@ def data_vars(kernel: Kernel) -> set[str]:
 # ---------------------------------------------------------------- the emitter
 
 class _Emitter:
+    float_suffix = "f"          # expf, rsqrtf: C's float math names (OpenCL overloads: exp)
+
     def __init__(self, kernel: Kernel):
         self.k = kernel
         self.wide = needs_64bit_indices(kernel)
@@ -356,7 +361,7 @@ class _Emitter:
         value_arg = e.args[1] if e.op == "where" else e.args[0]
         floating = any(dtypes.is_float(x.dtype) for x in e.args) or dtypes.is_float(value_arg.dtype)
         t = op.c_float if floating or op.c_int is None else op.c_int
-        t = t.replace("{f}", "" if "f64" in (x.dtype for x in e.args) else "f")
+        t = t.replace("{f}", "" if "f64" in (x.dtype for x in e.args) else self.float_suffix)
         full = [self.expr(x) for x in e.args]
         atom = [self.expr(x, ATOM) for x in e.args]
 

@@ -7,7 +7,7 @@ import torch
 
 import strata as st
 
-DEVICES = ["sim", "cpu"]
+from dsl_devices import DEVICES, OPENCL_MISSING
 
 
 @st.kernel
@@ -26,8 +26,8 @@ def loops(x, out, n: int):
     out[t] = total + k
 
 
-def test_break_continue_while(device="sim"):
-    for device in DEVICES:
+def test_break_continue_while():
+    for device in ["sim", "cpu"] + ([] if OPENCL_MISSING else ["opencl"]):
         x = torch.tensor([1.0, 2.0, 3.0, -1.0, 5.0, 6.0])
         out = torch.zeros(8)
         loops[1, 8](x, out, 6, device=device)

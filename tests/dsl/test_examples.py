@@ -1,10 +1,12 @@
-"""Every examples/kernels/*.py kernel against PyTorch (float64) on the simulator and natively
-on the CPU, and its CUDA through NVRTC for sm_80 and sm_90."""
+"""Every examples/kernels/*.py kernel against PyTorch (float64) on the simulator, natively on
+the CPU and on OpenCL (PoCL), and its CUDA through NVRTC for sm_80 and sm_90."""
 import importlib.util
 import pathlib
 
 import pytest
 import torch
+
+from dsl_devices import DEVICES
 
 EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples" / "kernels").glob("*.py"))
 
@@ -16,7 +18,7 @@ def load(path):
     return module
 
 
-@pytest.mark.parametrize("device", ["sim", "cpu"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_matches_torch(path, device):
     m = load(path)

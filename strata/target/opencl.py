@@ -1,0 +1,158 @@
+"""Kernel IR -> OpenCL C 1.2: SIMT kernels for any OpenCL device (PoCL runs them on a CPU).
+
+Why a subclass of the C emitter: OpenCL C is C99 with address spaces, so the expressions, the
+16-bit storage (ushort, converted by the same integer arithmetic) and the statements are C's;
+only the SIMT frame differs: blocks are work-groups (`get_group_id(0)`), threads are work-items
+(`get_local_id(0)`), shared arrays are `__local` (declared at the kernel's top, as OpenCL
+requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `expf`), and
+`long` is 64 bits. Warp shuffles are done through local memory first
+(kernel/thread_loops.exchange_shuffles); tensor cores and asynchronous copies are refused.
+"""
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..kernel.ir import Atomic, BlockIdx, For, Kernel, Load, Smem, Sync, ThreadIdx, walk
+from ..kernel.thread_loops import exchange_shuffles
+from .c import _TO_FLOAT, _WHY, _CEmitter, _nodes, _stmt_exprs
+from .cuda import ATOM, UNARY, _Emitter, _strip, cname
+
+CL_TYPES = {"f32": "float", "f64": "double", "i64": "long", "i32": "int", "i16": "short",
+            "i8": "char", "u8": "uchar", "bool": "uchar", "f16": "ushort", "bf16": "ushort"}
+_ALLOWED = ("Let", "Assign", "Store", "LoadVec", "StoreVec", "For", "If", "While", "Atomic",
+            "Comment", "Smem", "Sync")
+
+PRELUDE = r"""// strata's OpenCL prelude: torch's NaN-propagating max/min, sign and mod; 16-bit floats
+// stored as ushort and converted in registers (as the C target does); atomics on floats.
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable
+#define OVL __attribute__((overloadable))
+OVL float st_max(float a, float b) { return (a > b || a != a) ? a : b; }
+OVL float st_min(float a, float b) { return (a < b || a != a) ? a : b; }
+OVL float st_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
+OVL float st_fmod(float a, float b) {
+    float r = fmod(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+#ifdef cl_khr_fp64
+OVL double st_max(double a, double b) { return (a > b || a != a) ? a : b; }
+OVL double st_min(double a, double b) { return (a < b || a != a) ? a : b; }
+OVL double st_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+OVL double st_fmod(double a, double b) {
+    double r = fmod(a, b);
+    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+#endif
+float st_bf16_to_float(ushort h) { return as_float((uint)h << 16); }
+ushort st_float_to_bf16(float f) {
+    uint u = as_uint(f);
+    return f != f ? (ushort)0x7FC0 : (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float st_f16_to_float(ushort h) { return vload_half(0, (const __private half*)&h); }
+ushort st_float_to_f16(float f) { ushort h; vstore_half_rte(f, 0, (__private half*)&h); return h; }
+#define ST_ATOMIC_F32(name, space, expr) \
+void name(volatile space float* p, float v) { \
+    volatile space int* q = (volatile space int*)p; int seen, old = *q; \
+    do { seen = old; float cur = as_float(seen); float want = (expr); \
+         old = atomic_cmpxchg(q, seen, as_int(want)); } while (old != seen); \
+}
+ST_ATOMIC_F32(st_atomic_add_g, __global, cur + v)
+ST_ATOMIC_F32(st_atomic_max_g, __global, v > cur ? v : cur)
+ST_ATOMIC_F32(st_atomic_min_g, __global, v < cur ? v : cur)
+ST_ATOMIC_F32(st_atomic_add_l, __local, cur + v)
+ST_ATOMIC_F32(st_atomic_max_l, __local, v > cur ? v : cur)
+ST_ATOMIC_F32(st_atomic_min_l, __local, v < cur ? v : cur)"""
+
+
+def check_kernel(k: Kernel) -> None:
+    """Raise CompileError unless OpenCL C can express `k`."""
+    for s in walk(k.body):
+        name = type(s).__name__
+        bad = name if name not in _ALLOWED else next(
+            (type(x).__name__ for e in _stmt_exprs(s) for x in _nodes(e)
+             if type(x).__name__ in ("ShflXor", "ShflIdx", "WgmmaDesc")), None)
+        if bad:
+            raise CompileError(f"kernel {k.name} uses {_WHY.get(bad, bad)} ({bad}), which OpenCL "
+                               f"cannot run: tensor cores, asynchronous copies and TMA are "
+                               f"CUDA-only")
+    for p in k.params:
+        if p.tensor_map is not None:
+            raise CompileError(f"kernel {k.name} takes a TMA tensor map ({p.name}): CUDA-only")
+
+
+class _CLEmitter(_CEmitter):
+    float_suffix = ""
+
+    def ex(self, e):
+        if isinstance(e, ThreadIdx):
+            return "(int)get_local_id(0)", UNARY
+        if isinstance(e, BlockIdx):
+            return f"({self.index_t})get_group_id(0)", UNARY
+        if isinstance(e, Load):
+            text = f"{cname(e.buf)}[{self.expr(e.index)}]"
+            conv = _TO_FLOAT.get(self.bufs.get(e.buf, ""))
+            return (f"{conv}({text})" if conv else text), ATOM
+        return super().ex(e)
+
+    def op(self, e):
+        return _Emitter.op(self, e) if e.op in ("add", "subtract") else super().op(e)
+
+    def atomic(self, s: Atomic, depth: int) -> None:
+        ptr = f"&{cname(s.buf)}[{_strip(self.expr(s.index))}]"
+        v = _strip(self.expr(s.value))
+        t = self.bufs[s.buf]
+        if t == "f32":
+            space = "l" if s.buf in self.smem else "g"
+            self.emit(f"st_atomic_{s.op}_{space}({ptr}, {v});", depth)
+        else:
+            fn = {"add": "atomic_add", "max": "atomic_max", "min": "atomic_min"}[s.op]
+            fn = fn.replace("atomic_", "atom_") if t == "i64" else fn
+            self.emit(f"{fn}({ptr}, ({CL_TYPES[t]})({v}));", depth)
+
+    def stmt(self, s, depth: int) -> None:
+        if isinstance(s, Sync):
+            self.emit("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", depth)
+        elif isinstance(s, Smem):
+            self.emit(f"__local {CL_TYPES[s.dtype]} {cname(s.name)}[{s.size}];", depth)
+        elif isinstance(s, For):
+            _Emitter.stmt(self, s, depth)       # no OpenMP pragmas
+        elif isinstance(s, Atomic):
+            self.atomic(s, depth)
+        else:
+            super().stmt(s, depth)
+
+    def kernel(self) -> str:
+        k = self.k
+        params = [f"__global {'' if p.output else 'const '}{CL_TYPES[p.dtype]}* restrict "
+                  f"{cname(p.name)}" for p in k.params]
+        params += [f"const {CL_TYPES[t]} {cname(n)}" for n, t in k.scalars]
+        for line in (k.src or "").splitlines():
+            self.lines.append(f"// {line}")
+        self.lines.append(f"__kernel __attribute__((reqd_work_group_size({k.block}, 1, 1)))")
+        self._wrap_signature(f"void {cname(k.name)}", params)
+        self.hoisted = set(self.smem)
+        for s in self.smem.values():
+            self.stmt(s, 1)
+        self.body(k.body, 1)
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def ctype(self, var: str, dtype: str) -> str:
+        return super().ctype(var, dtype).replace("long long", "long")
+
+
+def emit_kernel(kernel: Kernel) -> str:
+    """OpenCL C for one kernel (after emit_program's prelude)."""
+    kernel = exchange_shuffles(kernel)
+    check_kernel(kernel)
+    text = _CLEmitter(kernel).kernel()
+    return text.replace("unsigned long long", "ulong").replace("long long", "long")
+
+
+def emit_source(kernels: list[Kernel]) -> str:
+    names = ", ".join(k.name for k in kernels)
+    return "\n\n".join([f"// strata: {len(kernels)} kernel(s) for OpenCL C 1.2: {names}",
+                        PRELUDE, *(emit_kernel(k) for k in kernels)]) + "\n"
+
