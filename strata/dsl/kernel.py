@@ -220,10 +220,11 @@ def source_of(k: Kernel, target: str) -> str:
         return emit_program(KernelProgram([], [k], []), "sm_90")
     if target == "c":
         return _c_source(k)
-    if target == "opencl":
-        from ..target.opencl import emit_source
-        return emit_source([k])
-    raise StrataError(f"target {target!r}: a kernel's source is 'cuda', 'c' or 'opencl'")
+    if target in ("opencl", "hip", "metal"):
+        import importlib
+        return importlib.import_module(f"..target.{target}", __package__).emit_source([k])
+    raise StrataError(f"target {target!r}: a kernel's source is 'cuda', 'c', 'opencl', 'hip' "
+                      f"or 'metal'")
 
 
 def _c_source(k: Kernel) -> str:

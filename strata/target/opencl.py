@@ -66,17 +66,18 @@ ST_ATOMIC_F32(st_atomic_max_l, __local, v > cur ? v : cur)
 ST_ATOMIC_F32(st_atomic_min_l, __local, v < cur ? v : cur)"""
 
 
-def check_kernel(k: Kernel) -> None:
-    """Raise CompileError unless OpenCL C can express `k`."""
+def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> None:
+    """Raise CompileError unless `target` can express `k` (shuffles: it has warp shuffles)."""
+    refused = ("WgmmaDesc",) + (() if shuffles else ("ShflXor", "ShflIdx"))
     for s in walk(k.body):
         name = type(s).__name__
         bad = name if name not in _ALLOWED else next(
             (type(x).__name__ for e in _stmt_exprs(s) for x in _nodes(e)
-             if type(x).__name__ in ("ShflXor", "ShflIdx", "WgmmaDesc")), None)
+             if type(x).__name__ in refused), None)
         if bad:
-            raise CompileError(f"kernel {k.name} uses {_WHY.get(bad, bad)} ({bad}), which OpenCL "
-                               f"cannot run: tensor cores, asynchronous copies and TMA are "
-                               f"CUDA-only")
+            raise CompileError(f"kernel {k.name} uses {_WHY.get(bad, bad)} ({bad}), which "
+                               f"{target} cannot run: tensor cores, asynchronous copies and TMA "
+                               f"are CUDA-only")
     for p in k.params:
         if p.tensor_map is not None:
             raise CompileError(f"kernel {k.name} takes a TMA tensor map ({p.name}): CUDA-only")
