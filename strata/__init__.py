@@ -25,6 +25,7 @@ _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int6
         "warp_sum", "warp_max", "warp_min", "atomic_add", "atomic_max", "atomic_min")
 _LAZY.update(dict.fromkeys(_DSL, "dsl.lang"))
 _LAZY["autotune"] = "dsl.autotune"
+_LAZY["custom_op"] = "dsl.custom_op"
 
 
 def __getattr__(name: str):

@@ -40,6 +40,7 @@ class Spec:
     params: dict
     grid: tuple
     block: tuple
+    names: dict = field(default_factory=dict)   # parameter -> the buffer it is (custom ops)
 
 
 @dataclass
@@ -125,11 +126,13 @@ class _Builder:
         a = f.args
         if a.vararg or a.kwarg or a.posonlyargs or a.kwonlyargs:
             self.fail("a kernel's parameters are plain names (no *args, **kwargs or keyword-only)")
+        self.taken |= set(self.spec.names.values())
         for arg in a.args:
             self.taken.add(arg.arg)
             kind = self.spec.params[arg.arg]
             if kind[0] == "tensor":
-                self.names[arg.arg] = _Tensor(arg.arg, kind[1], tuple(kind[2]))
+                buf = self.spec.names.get(arg.arg, arg.arg)
+                self.names[arg.arg] = _Tensor(buf, kind[1], tuple(kind[2]))
             elif kind[0] == "scalar":
                 self.scalars.append((arg.arg, kind[1]))
                 self.names[arg.arg] = Var(arg.arg, kind[1])
@@ -143,7 +146,7 @@ class _Builder:
         for arg in a.args:
             t = self.names.get(arg.arg)
             if isinstance(t, _Tensor):
-                self.params.append(Param(arg.arg, t.dtype, max(1, prod(t.shape)), t.written))
+                self.params.append(Param(t.name, t.dtype, max(1, prod(t.shape)), t.written))
         return Kernel(name, tuple(self.params), prod(self.spec.grid), prod(self.spec.block), body,
                       src=f"@strata.kernel {self.fn.__qualname__} ({self.file}:{self.first})",
                       scalars=tuple(self.scalars))

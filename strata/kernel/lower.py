@@ -177,6 +177,10 @@ def bind_domain(flat: Expr, domain, bounds) -> list:
 
 
 def lower_kernel(tk: TileKernel) -> Kernel:
+    if tk.mode == "custom":          # st.custom_op: the author's Kernel IR, on these buffers
+        op = tk.body[0]
+        return op.kernel.kernel_ir(tk.name, op.args, op.out,
+                                   {b.name: (b.dtype, tuple(b.shape)) for b in tk.buffers})
     if tk.mode == "attention":
         from .lower_attention import lower_attention_kernel  # flash attention (tile/attention.py)
         return lower_attention_kernel(tk)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..expr import Expr, evaluate as eval_expr
 from .attention import Attention
-from .ir import Accum, Let, Load, Loop, LoopProgram, Store
+from .ir import Accum, CustomCall, Let, Load, Loop, LoopProgram, Store
 
 
 def _reduce(op: str, vals: np.ndarray, axis: int):
@@ -72,6 +72,10 @@ class _Evaluator:
                 buf[tuple(np.broadcast_to(i, shape) for i in idx)] = np.broadcast_to(val, shape)
             elif isinstance(s, Attention):
                 self.attention(s)
+            elif isinstance(s, CustomCall):
+                args = [self.buffers[a] if isinstance(a, str) else a for a in s.args]
+                out = self.buffers[s.out]
+                out[...] = s.kernel.reference(args, s.dtype, "f64")
             elif isinstance(s, Loop):
                 shape = [1] * self.ndim
                 shape[depth] = s.extent

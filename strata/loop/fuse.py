@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..context import Context
+from .custom import CustomPlan
 from ..expr import Const, Expr, Var, add, free_vars, substitute
-from ..tensor.ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
+from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
 
 
@@ -265,6 +266,10 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
         materialized.add(m.out)
         materialized |= reductions_to_materialize(prog, m, materialized)
     materialized |= {v for v in prog.mutations.values() if not isinstance(prog.node(v), Input)}
+    custom = {n.name: n for n in prog.nodes if isinstance(n, Custom)}
+    for n in custom.values():     # a hand-written kernel reads buffers and writes one
+        materialized.add(n.name)
+        materialized |= {a for a in n.operands() if not isinstance(prog.node(a), Input)}
     for n in prog.nodes:          # a scatter and its destination are buffers (loop/scatter.py)
         if isinstance(n, Scatter):
             materialized.add(n.name)
@@ -274,7 +279,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     # one) and planning goes on from there. Materializing only prunes what a kernel inlines, so
     # a kernel that passed keeps passing: no target is planned twice before the final pass below,
     # and the refusals come in the order a restart from the first target would find them.
-    passed: set[str] = set(attn)
+    passed: set[str] = set(attn) | set(custom)
     while len(passed) < len(materialized):
         t = min(materialized - passed, key=pos.__getitem__)
         try:
@@ -288,17 +293,19 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             materialized.add(instead[0] if instead else r.node)
     mats = sorted(materialized, key=pos.__getitem__)
     reached = {t: reached_buffers(prog, attn[t], materialized) if t in attn
+               else set(custom[t].operands()) if t in custom
                else plan_kernel(prog, t, materialized)[1] for t in mats}
 
     # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
     merged_into: dict[str, str] = {}
     for x in mats:
-        if _has_reduce(prog, x, materialized) or isinstance(prog.node(x), Scatter):
+        if _has_reduce(prog, x, materialized) or isinstance(prog.node(x), (Scatter, Custom)):
             continue
         loaders = [t for t in mats if x in reached[t]]
         if loaders and not isinstance(prog.node(loaders[0]), Scatter) \
                 and prog.node(loaders[0]).type.shape == prog.node(x).type.shape \
-                and loaders[0] not in merged_into and loaders[0] not in attn:
+                and loaders[0] not in merged_into and loaders[0] not in attn \
+                and loaders[0] not in custom:
             merged_into[x] = loaders[0]
     kernels = []
     for t in mats:
@@ -306,6 +313,9 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             continue
         if t in attn:
             kernels.append(AttentionPlan(t, attn[t]))
+            continue
+        if t in custom:
+            kernels.append(CustomPlan(t))
             continue
         extra = tuple(x for x in mats if merged_into.get(x) == t)
         try:

@@ -62,6 +62,17 @@ class Store(Stmt):
 
 
 @dataclass(frozen=True)
+class CustomCall(Stmt):
+    """A hand-written kernel (st.custom_op) run whole: it reads `args` (buffers or Python
+    scalars) and writes `out`; `kernel` builds its Kernel IR (strata/dsl, duck-typed)."""
+    op: str
+    args: tuple
+    out: str
+    dtype: str                     # of out
+    kernel: object = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class AccInit:
     acc: str
     op: str
@@ -256,6 +267,9 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
         out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}")
         for b in s.body:
             format_stmt(b, depth + 1, out)
+    elif isinstance(s, CustomCall):
+        args = ", ".join(a if isinstance(a, str) else repr(a) for a in s.args)
+        out.append(f"{pad}{s.out} = custom {s.op}({args})")
     elif hasattr(s, "batch") and hasattr(s, "safe"):      # loop/attention.py
         from .attention import format_attention
         format_attention(s, depth, out)

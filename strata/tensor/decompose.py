@@ -20,7 +20,7 @@ from . import (rules_accumulate, rules_attention, rules_const, rules_conv, rules
                rules_layout, rules_matmul, rules_reduce, rules_resample, rules_scan, rules_scatter)
 from .builder import Builder, T, rules_of
 from .fold_empty import fold_empty
-from .ir import Input, TensorProgram
+from .ir import CUSTOM_OPS, Custom, Input, TensorProgram
 
 # Every rule module, listed once: the table of aten op -> rule is built from these.
 RULE_MODULES = (rules_const, rules_elementwise, rules_layout, rules_reduce, rules_matmul,
@@ -63,8 +63,18 @@ def bind(node: TorchNode, env: dict) -> Args:
     return a
 
 
+def _custom_rule(op: str):
+    """A hand-written kernel's op (st.custom_op): one Custom node over its arguments."""
+    def rule(b: Builder, a: Args) -> T:
+        args = tuple(v.name if isinstance(v, T) else v for v in a.values())
+        return b.emit(Custom, b.base, b.out.shape, b.out.dtype, op=op, args=args,
+                      kernel=CUSTOM_OPS[op])
+    return rule
+
+
 def supported_ops() -> list[str]:
-    return sorted(RULES)
+    """Every op with a rule, and the ops st.custom_op registered (without their overload)."""
+    return sorted(set(RULES) | {op.rsplit(".", 1)[0] for op in CUSTOM_OPS})
 
 
 def _rename_last(b: Builder, start: int, result: T, name: str) -> T:
@@ -152,6 +162,8 @@ def to_tensor_ir(prog: TorchProgram) -> TensorProgram:
             env[name] = b.emit(Input, name, t.shape, t.dtype, kind=kind)
     for node in prog.nodes:
         fn = RULES.get("getitem" if node.op == "getitem" else node.packet)
+        if fn is None and node.op in CUSTOM_OPS:
+            fn = _custom_rule(node.op)
         where = str(node.where) if node.where else ""
         if fn is None:
             raise UnsupportedOp(node.packet, where=where)

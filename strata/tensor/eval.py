@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import dtypes, scalar_ops
 from ..expr import cast_values, evaluate as eval_expr
-from .ir import (Elementwise, Full, Gather, IndexMap, Input, Iota, Node, Reduce, Scatter,
+from .ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Node, Reduce, Scatter,
                  TensorProgram)
 
 
@@ -121,6 +121,9 @@ def _node(n: Node, vals: dict, inputs: Mapping, weights: Mapping, precision: str
         idx = np.asarray(vals[n.indices], dtype=np.int64)
         np.moveaxis(out, n.axis, 0)[idx] = np.moveaxis(np.asarray(vals[n.values]), n.axis, 0)
         return out
+    if isinstance(n, Custom):         # the op itself, eagerly (st.custom_op)
+        return n.kernel.reference([vals[a] if isinstance(a, str) else a for a in n.args],
+                                  n.type.dtype, precision)
     raise TypeError(f"cannot evaluate {n!r}")
 
 

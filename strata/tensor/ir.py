@@ -123,6 +123,22 @@ class Scatter(Node):
         return (self.dest, self.values, self.indices)
 
 
+@dataclass(frozen=True)
+class Custom(Node):
+    """The result of a hand-written kernel (a @strata.kernel registered by st.custom_op): opaque
+    to fusion, its tensor operands are buffers. `kernel` (duck-typed, from strata/dsl) builds
+    its Kernel IR for given buffers (`kernel_ir`) and computes its reference (`reference`)."""
+    op: str = ""
+    args: tuple = ()              # node names (str) or Python scalars, in the op's order
+    kernel: object = field(default=None, compare=False)
+
+    def operands(self):
+        return tuple(a for a in self.args if isinstance(a, str))
+
+
+# custom op name (as Torch IR spells it: "mylib.scale_add.default") -> its kernel (st.custom_op)
+CUSTOM_OPS: dict[str, object] = {}
+
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 IDX = Var("idx")
 
@@ -214,6 +230,9 @@ def _verify_node(n: Node, env: dict[str, Node]) -> None:
         if idx.type.shape != n.type.shape:
             raise VerifyError(f"{n.name}: indices shape {idx.type.shape} != {n.type.shape}")
         _verify_index(n, n.index, src.type.shape, allowed={"idx"})
+    elif isinstance(n, Custom):
+        for a in n.operands():
+            need(a)
     elif isinstance(n, Scatter):
         dest, vals, idx = need(n.dest), need(n.values), need(n.indices)
         count = idx.type.shape[0] if len(idx.type.shape) == 1 else -1
@@ -266,6 +285,8 @@ def format_node(n: Node) -> str:
             rhs += f" if {to_str(n.valid)} else {_arg(n.fill)}"
     elif isinstance(n, Gather):
         rhs = f"{n.data}[{', '.join(to_str(e) for e in n.index)}] with idx = {n.indices}"
+    elif isinstance(n, Custom):
+        rhs = f"custom {n.op}({', '.join(_arg(a) for a in n.args)})"
     elif isinstance(n, Scatter):
         where = ", ".join("idx" if d == n.axis else ":" for d in range(len(n.type.shape)))
         rhs = f"{n.dest} with [{where}] = {n.values} with idx = {n.indices}"

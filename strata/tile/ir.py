@@ -31,7 +31,7 @@ from enum import Enum
 from math import prod
 
 from ..expr import Expr, Var, add, mul, rename, to_str
-from ..loop.ir import Accum, AccInit, Let, Load, Loop, Store, format_stmt
+from ..loop.ir import Accum, AccInit, CustomCall, Let, Load, Loop, Store, format_stmt
 
 
 @dataclass(frozen=True)
@@ -228,6 +228,7 @@ class Mode(str, Enum):
     MMA = "mma"                         # mma.sync tensor cores (MmaTile)
     WGMMA = "wgmma"                     # Hopper wgmma + TMA (MmaTile)
     ATTENTION = "attention"             # a fused flash attention (tile/attention.py)
+    CUSTOM = "custom"                   # a hand-written kernel (st.custom_op), run as written
 
 
 CONTRACTION_MODES = (Mode.MATMUL, Mode.MMA, Mode.WGMMA)
@@ -347,7 +348,7 @@ def map_body(body, fn):
 
 # ---------------------------------------------------------------- verification
 
-STATEMENTS = NESTED + (Combine, Stage, Registers, Sync, MmaLoop, Load, Let, Accum, Store)
+STATEMENTS = NESTED + (Combine, Stage, Registers, Sync, MmaLoop, Load, Let, Accum, Store, CustomCall)
 
 
 def verify_kernel(k: TileKernel, target) -> None:
@@ -483,6 +484,10 @@ def format_kernel(k: TileKernel) -> str:
         _format(k.body, 1, out, mt)
         return "\n".join(out)
     axes = ", ".join(f"{v}:{e}" for v, e in k.domain) or "()"
+    if k.mode == "custom":
+        out.append("Tile(custom: grid and block as its @strata.kernel launches it):")
+        _format(k.body, 1, out)
+        return "\n".join(out)
     if k.mode == "rows":
         if k.group == k.block:
             sched = f"rows=({axes})=BLOCK, t:{k.group}=THREAD"

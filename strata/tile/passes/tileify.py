@@ -12,6 +12,7 @@ from ...context import Context
 from ...expr import Var, floordiv, mod
 from ...errors import StrataError
 from ...loop.attention import attention_of
+from ...loop.custom import custom_of
 from ...loop.ir import Let, Load, Loop, LoopKernel
 from ..ir import TileKernel, map_body, subst_body
 
@@ -36,6 +37,9 @@ def _flatten_free(loop: Loop) -> Loop:
 def tileify(k: LoopKernel | TileKernel, ctx: Context, buffers: tuple = ()) -> TileKernel:
     if isinstance(k, TileKernel):       # scheduled already (tile_attention)
         return k
+    if custom_of(k) is not None:        # a hand-written kernel keeps its own launch
+        return TileKernel(k.name, "custom", (), (), k.body, reads=k.reads, writes=k.writes,
+                          buffers=buffers, src=k.src)
     if attention_of(k) is not None:     # only the GPU pipeline has tile_attention
         raise StrataError(f"{k.name}: fused attention has no {ctx.arch.kind.upper()} schedule "
                           f"yet; run it with --device sim or on a GPU")
