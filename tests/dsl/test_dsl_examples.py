@@ -28,14 +28,19 @@ def test_example_matches_torch(path, device):
     torch.testing.assert_close(got.double(), want.double(), atol=m.TOL, rtol=m.TOL)
 
 
+def launched_kernels(path) -> list:
+    """Every @strata.kernel of an example, each specialised by one run on the simulator."""
+    m = load(path)
+    m.run("sim")
+    return [v for v in vars(m).values() if type(v).__name__ == "KernelFunction" and v.last]
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_cuda_compiles(path, arch):
     pytest.importorskip("cuda.bindings.nvrtc")
     from strata.runtime.nvrtc import compile_cuda
-    m = load(path)
-    m.run("sim")                                    # the specialisation to print
-    kernel = next(v for v in vars(m).values() if type(v).__name__ == "KernelFunction")
-    source = kernel.source("cuda")
-    assert f"__global__ void __launch_bounds__" in source
-    assert len(compile_cuda(source, arch)) > 0
+    for kernel in launched_kernels(path):
+        source = kernel.source("cuda")
+        assert "__global__ void __launch_bounds__" in source
+        assert len(compile_cuda(source, arch)) > 0, kernel.__name__

@@ -9,7 +9,7 @@ import pytest
 from strata.errors import CompileError
 from strata.kernel.ir import CpAsyncCommit, Kernel, Param, Sync
 from strata.target import hip, metal, opencl
-from test_examples import EXAMPLES, load
+from test_dsl_examples import EXAMPLES, launched_kernels
 
 HIP_ON_CUDA = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -18,24 +18,23 @@ template <typename T> __device__ T __shfl_xor(T v, int m, int w) { return __shfl
 template <typename T> __device__ T __shfl(T v, int l, int w) { return __shfl_sync(0xffffffffu, v, l, w); }"""
 
 
-def kernel_of(path):
-    m = load(path)
-    m.run("sim")
-    return next(v for v in vars(m).values() if type(v).__name__ == "KernelFunction")
-
-
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_hip_source_compiles_as_hip_on_cuda(path):
     pytest.importorskip("cuda.bindings.nvrtc")
     from strata.runtime.nvrtc import compile_cuda
-    source = kernel_of(path).source("hip")
-    assert hip.HEADER in source and "__nv_bfloat16" not in source and "_sync(" not in source
-    assert len(compile_cuda(source.replace(hip.HEADER, HIP_ON_CUDA), "sm_80")) > 0
+    for k in launched_kernels(path):
+        source = k.source("hip")
+        assert hip.HEADER in source and "__nv_bfloat16" not in source and "_sync(" not in source
+        assert len(compile_cuda(source.replace(hip.HEADER, HIP_ON_CUDA), "sm_80")) > 0
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_metal_source_has_its_frame(path, tmp_path):
-    k = kernel_of(path)
+    for k in launched_kernels(path):
+        check_metal(k, tmp_path)
+
+
+def check_metal(k, tmp_path):
     source = k.source("metal")
     ir = k.kernel_ir()
     assert source.startswith("// strata: 1 kernel(s) for Metal") and "#include <metal_stdlib>" in source
