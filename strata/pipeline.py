@@ -231,6 +231,9 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     if stop < 4:
         return out
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
+    if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops
+        from .kernel.thread_loops import to_thread_loops
+        out.kernel.kernels = [to_thread_loops(k) for k in out.kernel.kernels]
     out.kernel.verify(ctx.arch)
     if stop < 5:
         return out

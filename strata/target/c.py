@@ -249,10 +249,7 @@ def _uses_block_idx(k: Kernel) -> bool:
 # ---------------------------------------------------------------- public entry points
 
 def emit_kernel(kernel: Kernel) -> str:
-    """C for one kernel (needs the prelude of `emit_program` to compile); a block of many
-    threads (a hand-written kernel) runs them as loops split at its barriers."""
-    from ..kernel.thread_loops import to_thread_loops
-    kernel = to_thread_loops(kernel)
+    """C for one kernel (needs the prelude of `emit_program` to compile)."""
     check_kernel(kernel)
     return _CEmitter(kernel).kernel()
 
