@@ -210,7 +210,7 @@ def run_sim(k: Kernel, tensors: dict, scalars: dict) -> None:
         out.reshape(-1).copy_(src)
 
 
-_LIBS: dict = {}            # C source -> (library, entry): one build per source per process
+_LIBS: dict = {}            # id(kernel) -> (kernel, entry, argument array type)
 
 
 def source_of(k: Kernel, target: str) -> str:
@@ -242,37 +242,41 @@ def _c_source(k: Kernel) -> str:
                         PRELUDE.rstrip(), emit_kernel(one), entry]) + "\n"
 
 
+_SCALAR_C = {"bool": ctypes.c_bool, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+             "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
 def run_cpu(k: Kernel, tensors: dict, scalars: dict) -> None:
     """One launch as native code on the CPU tensors (NumPy arrays are shared, not copied)."""
     import torch
 
     from ..runtime.native_build import build_library, load_library
-    source = _c_source(k)
-    entry = _LIBS.get(source)
-    if entry is None:
-        lib = load_library(build_library(source))
-        entry = lib.strata_launch
-        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        entry.restype = None
-        _LIBS[source] = entry
+    entry = _LIBS.get(id(k))
+    if entry is None:                     # once per specialisation (k lives in its cache)
+        lib = load_library(build_library(_c_source(k)))
+        fn = lib.strata_launch
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        fn.restype = None
+        entry = _LIBS[id(k)] = (k, fn, ctypes.c_void_p * max(1, len(k.params) + len(k.scalars)))
+    _, fn, array = entry
     ptrs, keep = [], []
     for p in k.params:
         t = tensors[p.name]
-        _contiguous(p.name, t)
-        t = torch.as_tensor(t)
+        if not isinstance(t, torch.Tensor):
+            t = torch.as_tensor(t)
         if t.device.type != "cpu":
             raise InputMismatch(f"argument {p.name} is on {t.device}; device='cpu' takes CPU "
                                 f"tensors")
+        if not t.is_contiguous():
+            _contiguous(p.name, t)
         ptrs.append(t.data_ptr() or None)
     for name, dtype in k.scalars:
-        c = {"bool": ctypes.c_bool, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-             "f32": ctypes.c_float, "f64": ctypes.c_double}[dtype](scalars[name])
+        c = _SCALAR_C[dtype](scalars[name])
         keep.append(c)
-        ptrs.append(ctypes.cast(ctypes.pointer(c), ctypes.c_void_p).value)
-    entry((ctypes.c_void_p * max(1, len(ptrs)))(*ptrs))
+        ptrs.append(ctypes.addressof(c))
+    fn(array(*ptrs))
 
-
-_CL: dict = {}              # OpenCL: the context and queue, and a built kernel per source
+_CL: dict = {}              # OpenCL: the context and queue; id(kernel) -> (kernel, built kernel)
 
 
 def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
@@ -292,11 +296,12 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
         _CL["ctx"] = cl.Context([devices[0]])
         _CL["queue"] = cl.CommandQueue(_CL["ctx"])
     ctx, queue = _CL["ctx"], _CL["queue"]
-    source = source_of(k, "opencl")
-    launch = _CL.get(source)
+    launch = _CL.get(id(k), (None, None))[1]
     if launch is None:
+        source = source_of(k, "opencl")
         try:
-            launch = _CL[source] = cl.Kernel(cl.Program(ctx, source).build(), cname_of(k.name))
+            launch = cl.Kernel(cl.Program(ctx, source).build(), cname_of(k.name))
+            _CL[id(k)] = (k, launch)
         except cl.RuntimeError as e:
             errors = [line for line in str(e).splitlines() if "error" in line][-3:]
             raise StrataError(f"the OpenCL compiler rejected the generated code of {k.name} "
