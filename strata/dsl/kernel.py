@@ -142,10 +142,10 @@ class _Launcher:
         elif device == "opencl":
             run_opencl(k, tensors, scalars)
         elif device == "cuda":
-            raise DeviceUnavailable("launching a @strata.kernel on CUDA is not built yet; print "
-                                    "its code with .source('cuda') (NVRTC compiles it)")
+            run_cuda(k, tensors, scalars)
         else:
-            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim', 'cpu' or 'opencl'")
+            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim', 'cpu', 'opencl' or "
+                                f"'cuda'")
 
 
 # ---------------------------------------------------------------- running
@@ -334,3 +334,50 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
 def cname_of(name: str) -> str:
     from ..target.cuda import cname
     return cname(name)
+
+
+_CUDA: dict = {}            # id(kernel) -> (kernel, context, module, function)
+_NUMPY = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+
+
+def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
+    """One launch on a CUDA GPU through NVRTC and strata's runtime: the cubin from the compile
+    cache, loaded once per specialisation, launched on torch's current stream with no
+    synchronisation (a kernel's outputs are ready when torch's next op on that stream runs).
+    `driver`: runtime/driver.py, or a stand-in (the tests run one over the simulator)."""
+    import torch
+
+    from ..runtime.launch import PackedArgs
+    from ..runtime.program import compile_cubin
+    from ..target.cuda import cname
+    fake = driver is not None
+    if driver is None:
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable("device='cuda' needs a CUDA GPU; run on 'sim' or 'cpu' here")
+        from ..runtime import driver
+    ts = [torch.as_tensor(tensors[p.name]) for p in k.params]
+    for p, t in zip(k.params, ts):
+        if not (fake or t.is_cuda):
+            raise InputMismatch(f"argument {p.name} is on {t.device}; device='cuda' takes CUDA "
+                                f"tensors")
+        _contiguous(p.name, t)
+    device = next((t.device for t in ts if t.is_cuda), torch.device("cuda", 0))
+    entry = _CUDA.get(id(k))
+    if entry is None:
+        ctx = driver.context(device)
+        arch = driver.arch(device)
+        image = compile_cubin(source_of_arch(k, arch), arch, [cname(k.name)])
+        module = driver.load_module(image, k.name)
+        entry = _CUDA[id(k)] = (k, ctx, module, driver.get_function(module, cname(k.name)))
+    _, ctx, _, function = entry
+    driver.make_current(ctx)
+    args = PackedArgs([t.data_ptr() for t in ts] +
+                      [np.array([scalars[n]], dtype=_NUMPY[t]) for n, t in k.scalars])
+    driver.launch(function, cname(k.name), k.grid, k.block, args.address,
+                  driver.current_stream(device))
+
+
+def source_of_arch(k: Kernel, arch: str) -> str:
+    from ..kernel.ir import KernelProgram
+    from ..target.cuda import emit_program
+    return emit_program(KernelProgram([], [k], []), arch)
