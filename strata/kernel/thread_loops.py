@@ -33,7 +33,8 @@ def to_thread_loops(k: Kernel) -> Kernel:
     body = _shuffles(_inline_indices(k), exchange)
     decls = [s for s in walk(body) if isinstance(s, Smem)]
     decls += [Smem(name, dtype, k.block) for dtype, name in exchange.items()]
-    split = _split(tuple(s for s in body if not isinstance(s, Smem)), k.block)
+    split = _split(tuple(s for s in body if not isinstance(s, Smem)), k.block,
+                   {name for name, _ in k.scalars})
     types = {s.var: s.dtype for s in walk(split) if isinstance(s, Let)}
     promoted = _promoted(split) & set(types)
     decls += [Smem(f"{v}__t", types[v], k.block) for v in sorted(promoted)]
@@ -143,7 +144,7 @@ def _has_sync(s) -> bool:
     return isinstance(s, Sync) or any(isinstance(x, Sync) for x in walk([s]))
 
 
-def _split(body, block: int) -> tuple:
+def _split(body, block: int, uniform: set[str]) -> tuple:
     """Thread loops between the barriers of `body` (a uniform stretch of the kernel)."""
     out: list[Stmt] = []
     run: list[Stmt] = []
@@ -153,16 +154,58 @@ def _split(body, block: int) -> tuple:
             out.append(For(T, Const(0, "i32"), Const(block, "i32"), 1, tuple(run)))
             run.clear()
     for s in body:
+        strided = _strided(s, block, uniform)
+        if strided is not None:         # for c = t; c < n; c += block: threads innermost
+            flush()
+            out.append(strided)
+            continue
         if not _has_sync(s):
             run.append(s)
             continue
         flush()
-        if isinstance(s, (For, While)):
-            out.append(replace(s, body=_split(s.body, block)))
+        if isinstance(s, For):
+            out.append(replace(s, body=_split(s.body, block, uniform | {s.var})))
+        elif isinstance(s, While):
+            out.append(replace(s, body=_split(s.body, block, uniform)))
         elif isinstance(s, If):
-            out.append(replace(s, then=_split(s.then, block), orelse=_split(s.orelse, block)))
+            out.append(replace(s, then=_split(s.then, block, uniform),
+                               orelse=_split(s.orelse, block, uniform)))
     flush()
     return tuple(out)
+
+
+def _strided(s, block: int, uniform: set[str]) -> For | None:
+    """`for c = thread + u; c < n; c += block` (u and n the same for every thread) as
+    `for c0 = u; c0 < n; c0 += block: for thread: c = c0 + thread; if c < n: body`: each thread
+    still takes its iterations in order, and between barriers threads may interleave, so the
+    threads become the inner, contiguous (vectorisable) loop."""
+    if not (isinstance(s, For) and s.step == block and not _has_sync(s)):
+        return None
+    start = s.start
+    if isinstance(start, ThreadIdx):
+        offset = None
+    elif isinstance(start, Op) and start.op == "add" and isinstance(start.args[0], ThreadIdx):
+        offset = start.args[1]
+    else:
+        return None
+    if any(_thread_dependent(e, uniform) for e in (s.stop,) + ((offset,) if offset else ())):
+        return None
+    c0 = f"{s.var}__0"
+    first = Const(0, s.dtype) if offset is None else offset
+    me = Op("add", (Var(c0, s.dtype), Cast(ThreadIdx(), s.dtype)), s.dtype)
+    inner = (Let(s.var, s.dtype, me), If(Op("lt", (Var(s.var, s.dtype), s.stop), "bool"), s.body))
+    return For(c0, first, s.stop, block, (For(T, Const(0, "i32"), Const(block, "i32"), 1, inner),),
+               dtype=s.dtype)
+
+
+def _thread_dependent(e: Expr, uniform: set[str]) -> bool:
+    """Whether e may differ between threads (a thread id, a load, a variable not known to be
+    uniform: only the kernel's scalar arguments and the enclosing uniform loops' are)."""
+    if isinstance(e, (ThreadIdx, Load, ShflXor, ShflIdx)):
+        return True
+    if isinstance(e, Var):
+        return e.name not in uniform
+    return any(_thread_dependent(c, uniform) for c in _kids(e))
 
 
 def _is_thread_loop(s) -> bool:
