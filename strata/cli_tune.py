@@ -88,6 +88,13 @@ def tune_command(args) -> int:
         print(f"programs measured: {len(speedups)}, {len(better)} with a tuned schedule; geomean "
               f"of default / tuned program time {exp(sum(map(log, speedups)) / len(speedups)):.2f}x"
               f" (those {len(better)}: {min(better, default=1):.2f}x to {max(better, default=1):.2f}x)")
+    judged = [r for r in measured if r.model_rank is not None]
+    if judged:
+        from statistics import median
+        hits = sum(bool(r.model_top_ok) for r in judged)
+        print(f"cost model (tune/cost.py) on {len(judged)} kernels with 3+ measured schedules: "
+              f"median Spearman {median(r.model_rank for r in judged):.2f}; its top pick within "
+              f"1.2x of the measured best on {hits} ({100 * hits / len(judged):.0f}%)")
     sys.stdout.flush()
     print(f"strata: {len(measured)} kernels timed, {len(total) - len(measured)} not (tuned "
           f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "
@@ -133,8 +140,9 @@ def _print_results(label: str, results, times) -> None:
             continue
         cut = "" if r.complete else ", budget ran out: not recorded unless it won"
         knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "default kept"
+        model = "" if r.model_rank is None else f", cost model rank {r.model_rank:+.2f}"
         print(f"  {r.name:<28} {r.default_ms * 1e3:9.1f} us -> {r.ms * 1e3:9.1f} us  "
-              f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried{cut})")
+              f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried{cut}{model})")
         for why in r.rejected:
             print(f"    rejected {why}")
 

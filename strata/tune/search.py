@@ -53,6 +53,8 @@ class KernelResult:
     rejected: list[str] = field(default_factory=list)
     note: str = ""                                  # why nothing was measured
     complete: bool = True       # every single-knob candidate was tried (else not recorded)
+    model_rank: float | None = None     # Spearman of the cost model against the measured times
+    model_top_ok: bool | None = None    # its top pick within 1.2x of the measured best
 
     @property
     def speedup(self) -> float:
@@ -136,11 +138,18 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
         say(f"{r.name}: {r.tried} candidates, best {1 / best:.2f}x the default")
         return ratio
 
-    for pins in candidates(r.default_knobs, cores):
+    todo = candidates(r.default_knobs, cores)
+    reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo]})
+    estimates = {}
+    if "ms" in reply:                   # the cost model's order: the likeliest winners first
+        estimates = {json.dumps(p, sort_keys=True): e for p, e in zip([{}] + todo, reply["ms"])}
+        todo.sort(key=lambda p: estimates[json.dumps(p, sort_keys=True)])
+    for pins in todo:
         if time.monotonic() > deadline:
             r.complete = False
             break
         attempt(pins)
+    _judge_model(r, estimates, measured)
     best_single: dict[str, tuple] = {}          # knob -> (value, ratio) of its best change
     for key, ratio in measured.items():
         (name, value), = json.loads(key).items()
@@ -162,6 +171,17 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
             else:
                 r.rejected.append(f"{_show(pins)}: {reply['error']} when timed again: {reply['why']}")
     return r
+
+
+def _judge_model(r: KernelResult, estimates: dict, measured: dict) -> None:
+    """How well the cost model ordered what was measured (the default counts, at ratio 1)."""
+    from .cost import spearman
+    points = [(estimates[key], ratio) for key, ratio in measured.items() if key in estimates]
+    if "{}" in estimates and points:
+        points.append((estimates["{}"], 1.0))
+        r.model_rank = spearman([e for e, _ in points], [t for _, t in points])
+        pick = min(points)[1]
+        r.model_top_ok = pick <= 1.2 * min(t for _, t in points)
 
 
 def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,

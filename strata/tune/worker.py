@@ -8,6 +8,8 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
   {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D |
    "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}}], "target": key}
+  {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...]}
+      -> {"ms": [the cost model's time of the program with each, tune/cost.py]}
   {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R}
       -> {"ms": candidate, "default_ms": default, "same": bool}   (interleaved medians)
       or {"error": "wrong" | "does not fit" | "bug", "why": one sentence}
@@ -105,6 +107,17 @@ class Worker:
         samples = interleaved_samples(programs, args, rounds)
         return {name: statistics.median(ts) for name, ts in samples.items()}
 
+    def estimate(self, kernel_knobs: dict) -> float:
+        """The cost model's time of the program with these knobs (lowered, not compiled)."""
+        from ..api import on_device
+        from ..context import Context
+        from ..pipeline import lower_torch_program
+        from .cost import program_ms
+        ctx = on_device(Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs),
+                        self.device)
+        lowered = lower_torch_program(self.default.torch_program, ctx, "kernel")
+        return program_ms(lowered.kernel.kernels, lowered.target)
+
     def try_(self, req: dict) -> dict:
         from ..errors import StrataError
         try:
@@ -130,7 +143,10 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
+            if req["op"] == "estimate":
+                reply = {"ms": [worker.estimate(k) for k in req["candidates"]]}
+            else:
+                reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
         except Exception as e:          # noqa: BLE001 - every failure is the candidate's verdict
             from ..errors import StrataError
             reply = {"error": "bug", "why": str(e) if isinstance(e, StrataError)

@@ -101,6 +101,8 @@ FAKE = textwrap.dedent("""
         if req["op"] == "prepare":
             reply = {"target": "fake", "kernels": [
                 {"name": "k", "signature": "s", "label": "k[1]", "knobs": {"TILE_N": 32}}]}
+        elif req["op"] == "estimate":                            # the cost model: 8 looks best
+            reply = {"ms": [float(c["s"].get("TILE_N", 32)) for c in req["candidates"]]}
         else:
             n = req["kernel_knobs"]["s"].get("TILE_N")
             if n == 16:
@@ -123,6 +125,7 @@ def test_wrong_crashing_and_hanging_candidates_are_reported_not_fatal(tmp_path, 
     why = "\n".join(r.rejected)
     assert "TILE_N=16: crashed" in why and "TILE_N=64: hung" in why and "TILE_N=128: wrong" in why
     assert r.knobs == {"TILE_N": 8} and r.speedup == pytest.approx(2.0)
+    assert r.model_top_ok is True and r.model_rank is None       # two points measured: no rank
     assert db.get("s", "fake") == {"TILE_N": 8}
     assert times == (2.0, 1.0)                 # the program with every tuned schedule
     again, _, times = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
@@ -167,3 +170,23 @@ def test_tune_a_model_layer(tmp_path, monkeypatch, capsys):
 def test_bad_tune_options_are_one_sentence(argv, says, capsys):
     assert main(argv) != 0
     assert says in capsys.readouterr().err
+
+
+def test_cost_model_ranks_and_estimates():
+    """Spearman with ties; a kernel's estimate grows with its work and shrinks with its cores."""
+    from strata.kernel.ir import Kernel, Param, Store
+    from strata.expr import Const, Var
+    from strata.kernel.ir import For, Load
+    from strata.tune.cost import Machine, estimate_ms, spearman
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2], [5, 5, 9]) == pytest.approx(1.0) and spearman([1, 2], [1, 2]) is None
+
+    def kernel(n, grid, threads):
+        body = (For("i", Const(0, "i32"), Const(n, "i32"), 1,
+                    (Store("out", Var("i", "i32"), Load("x", Var("i", "i32"), "f32")),)),)
+        return Kernel("k", (Param("x", "f32", n), Param("out", "f32", n, True)), grid, 1, body,
+                      threads=threads)
+    m = Machine(dram_gbs=10.0, cores=2, vector=8)
+    assert estimate_ms(kernel(1 << 16, 64, 1), m) < estimate_ms(kernel(1 << 18, 64, 1), m)
+    assert estimate_ms(kernel(1 << 16, 64, 2), m) < estimate_ms(kernel(1 << 16, 64, 1), m)

@@ -1,0 +1,163 @@
+"""The tuner's cost model for the CPU target: a kernel's time estimated from its Kernel IR.
+
+Why analytic: the tuner ranks candidates before measuring them (the best-looking ones are timed
+first, so a budget cut short still tries them), and the estimate can be checked against the
+measurements it precedes (Spearman rank correlation; how often its top pick is within 1.2x of
+the measured best), which `strata tune` prints. A roofline of three terms, per kernel:
+  - memory: every buffer the kernel touches, once, at the machine's DRAM bandwidth;
+  - cache: every load and store the kernel executes (its re-reads: a GEMM's operand tiles, a
+    row read twice), at the per-core cache bandwidth, over the cores that run it;
+  - compute: every arithmetic operation, at the per-core scalar rate, divided by the vector
+    width inside loops the C target vectorises (`#pragma omp simd`, target/c_simd.py);
+plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
+target/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
+copy with torch); the per-core rates are constants (SCALAR_GOPS, CACHE_GBS), the vector width
+is the Target's.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import dtypes
+from ..expr import Const, Expr, Op, children
+from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
+
+SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
+CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
+FORK_US = 3.0               # waking the OpenMP team
+UNKNOWN_TRIPS = 16          # a loop whose trip count is not a constant
+
+
+@dataclass(frozen=True)
+class Machine:
+    dram_gbs: float                 # bytes per ns across the whole chip
+    cores: int
+    vector: int                     # fp32 lanes of a vector
+
+
+_MACHINE: dict = {}
+
+
+def machine(target) -> Machine:
+    """The constants of this machine (DRAM bandwidth measured once: a 64 MiB copy)."""
+    if target.key not in _MACHINE:
+        import torch
+        src = torch.empty(16 << 20)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            dst.copy_(src)
+            best = min(best, time.perf_counter() - start)
+        _MACHINE[target.key] = Machine(2 * src.numel() * 4 / best / 1e9, target.cores,
+                                       max(1, target.vector_bytes // 4))
+    return _MACHINE[target.key]
+
+
+@dataclass
+class Counts:
+    ops: float = 0.0                # scalar operations
+    vector_ops: float = 0.0         # operations in vectorised loops (lanes counted)
+    bytes: float = 0.0              # loaded and stored
+
+
+def _trips(s: For) -> float:
+    if isinstance(s.start, Const) and isinstance(s.stop, Const) and s.step > 0:
+        return max(0, -(-(int(s.stop.value) - int(s.start.value)) // s.step))
+    return UNKNOWN_TRIPS
+
+
+def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
+    if isinstance(e, Load):
+        c.bytes += sizes.get(e.buf, 4)
+    elif isinstance(e, Op) and e.op not in ("cast",):
+        if vec:
+            c.vector_ops += 1
+        else:
+            c.ops += 1
+    for x in children(e):
+        _expr(x, sizes, c, vec)
+
+
+def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool) -> None:
+    from ..target.c_simd import plan_loop
+    for s in body:
+        if isinstance(s, For):
+            inner = Counts()
+            simd = vec or bool(plan_loop(s, types).pragma(str))
+            _count(s.body, sizes, types, inner, 1.0, simd)
+            n = _trips(s) * scale
+            c.ops += inner.ops * n
+            c.vector_ops += inner.vector_ops * n
+            c.bytes += inner.bytes * n
+            continue
+        if isinstance(s, While):
+            _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec)
+            continue
+        if isinstance(s, If):
+            _count(s.then, sizes, types, c, scale, vec)
+            _count(s.orelse, sizes, types, c, scale, vec)
+        inner = Counts()
+        for f in ("value", "index", "cond"):
+            e = getattr(s, f, None)
+            if isinstance(e, Expr):
+                _expr(e, sizes, inner, vec)
+        for e in getattr(s, "values", None) or ():
+            _expr(e, sizes, inner, vec)
+        if hasattr(s, "buf") and not isinstance(s, (LoadVec, Smem)):
+            inner.bytes += sizes.get(s.buf, 4)              # the store
+        if isinstance(s, LoadVec):
+            inner.bytes += sizes.get(s.buf, 4) * len(s.vars)
+        c.ops += inner.ops * scale
+        c.vector_ops += inner.vector_ops * scale
+        c.bytes += inner.bytes * scale
+
+
+def estimate_ms(k: Kernel, m: Machine) -> float:
+    """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
+    from ..target.c import SERIAL_WORK, _work
+    sizes = {p.name: dtypes.ITEMSIZE[p.dtype] for p in k.params}
+    sizes.update({s.name: dtypes.ITEMSIZE[s.dtype] for s in walk(k.body) if isinstance(s, Smem)})
+    types = {s.var: s.dtype for s in walk(k.body) if hasattr(s, "var") and hasattr(s, "dtype")}
+    c = Counts()
+    _count(k.body, sizes, types, c, 1.0, False)
+    parallel = k.grid > 1 and (k.threads > 1 or not k.threads and
+                               k.grid * _work(k.body) >= SERIAL_WORK)
+    cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
+    unique = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)
+    memory = unique / m.dram_gbs
+    cache = c.bytes * k.grid / (CACHE_GBS * cores)
+    compute = (c.ops + c.vector_ops / m.vector) * k.grid / (SCALAR_GOPS * cores)
+    return (max(memory, cache, compute) + (FORK_US * 1e3 if parallel else 0.0)) / 1e6
+
+
+def program_ms(kernels, target) -> float:
+    m = machine(target)
+    return sum(estimate_ms(k, m) for k in kernels)
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Rank correlation of two equally long lists (None under three points or no spread)."""
+    if len(xs) < 3:
+        return None
+
+    def ranks(v):
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for t in range(i, j + 1):
+                r[order[t]] = (i + j) / 2
+            i = j + 1
+        return r
+    a, b = ranks(xs), ranks(ys)
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    va, vb = sum((x - ma) ** 2 for x in a), sum((y - mb) ** 2 for y in b)
+    return cov / (va * vb) ** 0.5 if va and vb else None
+
