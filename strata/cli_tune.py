@@ -92,9 +92,12 @@ def tune_command(args) -> int:
     if judged:
         from statistics import median
         hits = sum(bool(r.model_top_ok) for r in judged)
+        wide = [r for r in judged if r.spread > 1.2]
         print(f"cost model (tune/cost.py) on {len(judged)} kernels with 3+ measured schedules: "
               f"median Spearman {median(r.model_rank for r in judged):.2f}; its top pick within "
-              f"1.2x of the measured best on {hits} ({100 * hits / len(judged):.0f}%)")
+              f"1.2x of the measured best on {hits} ({100 * hits / len(judged):.0f}%); on the "
+              f"{len(wide)} whose schedules differ by more than 1.2x: "
+              f"{sum(bool(r.model_top_ok) for r in wide)}")
     sys.stdout.flush()
     print(f"strata: {len(measured)} kernels timed, {len(total) - len(measured)} not (tuned "
           f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "

@@ -361,6 +361,9 @@ class _Builder:
         if isinstance(target, ast.Name):
             b = self.names.get(target.id)
             if isinstance(b, tuple) and b[0] == "var":
+                if dtypes.is_float(_kind(value.dtype)) and not dtypes.is_float(b[2]):
+                    self.fail(f"{target.id} holds an integer and is assigned a float here (it "
+                              f"would be truncated); start it as a float, e.g. {target.id} = 0.0")
                 self.emit(Assign(b[1], self.cast(value, b[2])))
             elif target.id in self.names:
                 self.fail(f"{target.id} is a kernel argument or a shared array and cannot be "

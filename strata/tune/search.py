@@ -55,6 +55,7 @@ class KernelResult:
     complete: bool = True       # every single-knob candidate was tried (else not recorded)
     model_rank: float | None = None     # Spearman of the cost model against the measured times
     model_top_ok: bool | None = None    # its top pick within 1.2x of the measured best
+    spread: float = 1.0                 # slowest / fastest measured schedule
 
     @property
     def speedup(self) -> float:
@@ -180,8 +181,9 @@ def _judge_model(r: KernelResult, estimates: dict, measured: dict) -> None:
     if "{}" in estimates and points:
         points.append((estimates["{}"], 1.0))
         r.model_rank = spearman([e for e, _ in points], [t for _, t in points])
-        pick = min(points)[1]
-        r.model_top_ok = pick <= 1.2 * min(t for _, t in points)
+        pick, best = min(points)[1], min(t for _, t in points)
+        r.model_top_ok = pick <= 1.2 * best
+        r.spread = max(t for _, t in points) / best
 
 
 def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,

@@ -75,6 +75,14 @@ def k_barrier_value(x, out):
 
 
 @st.kernel
+def k_int_accumulator(x, out, n: int):
+    total = 0
+    for i in range(n):
+        total += x[i]
+    out[0] = total
+
+
+@st.kernel
 def k_shared_shape(x, out, n: int):
     s = st.shared((n,), st.float32)
 
@@ -92,6 +100,7 @@ CASES = [
     (k_try, "try:", "`Try` statements are not supported"),
     (k_barrier_value, "st.barrier()", "st.barrier(...) is a statement, not a value"),
     (k_shared_shape, "st.shared((n,)", "must be a constant"),
+    (k_int_accumulator, "total += x[i]", "total holds an integer and is assigned a float"),
 ]
 
 
