@@ -146,7 +146,7 @@ class _Builder:
         for arg in a.args:
             t = self.names.get(arg.arg)
             if isinstance(t, _Tensor):
-                self.params.append(Param(t.name, t.dtype, max(1, prod(t.shape)), t.written))
+                self.params.append(Param(t.name, t.dtype, prod(t.shape), t.written))
         return Kernel(name, tuple(self.params), prod(self.spec.grid), prod(self.spec.block), body,
                       src=f"@strata.kernel {self.fn.__qualname__} ({self.file}:{self.first})",
                       scalars=tuple(self.scalars))
