@@ -3,7 +3,8 @@
 A convolution is an implicit GEMM: the window view of the input (N, groups, output positions,
 C/groups x kernel positions), IndexMap'd with its padding as `valid` (zero outside), times the
 weight viewed as (groups, out channels / groups, C/groups x kernel positions), through the
-matmul rule, so the contraction schedules (micro-kernel on a CPU, tensor cores on a GPU) apply
+matmul rule (a transposed convolution gathers the same way: output o reads input i where
+i*stride = o + padding - k*dilation, valid where that divides), so the contraction schedules (micro-kernel on a CPU, tensor cores on a GPU) apply
 and the bias and activation fuse as its epilogue. Pooling reduces the same window view (fill
 -inf for max, 0 for avg) over its kernel axis. Any number of spatial dims (1d, 2d, 3d).
 """
@@ -41,6 +42,23 @@ def _window(out_pos, k_pos, stride, pad, dil) -> list:
     return [add(sub(mul(o, s), p), mul(k, d)) for o, k, s, p, d in zip(out_pos, k_pos, stride, pad, dil)]
 
 
+def _transposed_window(out_pos, k_pos, stride, pad, dil, ks, in_sp):
+    """A transposed convolution's input coordinates: output o takes input i at offset k where
+    i*s = o + p - k*d. Shifted by m*s (m*s >= the largest k*d) so that every // and % is of a
+    non-negative number; valid where the shifted value divides and i is inside the input."""
+    coords, terms = [], []
+    for o, k, s, p, d, kn, n in zip(out_pos, k_pos, stride, pad, dil, ks, in_sp):
+        m = -(-((kn - 1) * d) // s)
+        t = add(sub(add(o, p), mul(k, d)), m * s)
+        i = sub(floordiv(t, s), m)
+        coords.append(i)
+        terms += [call("eq", mod(t, s), Const(0)), call("ge", i, 0), call("lt", i, n)]
+    valid = terms[0]
+    for term in terms[1:]:
+        valid = call("logical_and", valid, term)
+    return coords, valid
+
+
 def _inside(coords, lo, hi):
     """lo[d] <= coords[d] < hi[d] for every d, as one index expression (None: always)."""
     terms = []
@@ -52,11 +70,11 @@ def _inside(coords, lo, hi):
     return out
 
 
-@rule("aten.convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d")
+@rule("aten.convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.conv_transpose1d",
+      "aten.conv_transpose2d", "aten.conv_transpose3d")
 def convolution(b, a):
     x, w = a.input, a.weight
-    if a.get("transposed"):
-        raise StrataError("transposed convolution (conv_transpose) is not supported yet")
+    transposed = bool(a.get("transposed")) or "transpose" in b.op
     n_sp = w.rank - 2
     ks = w.shape[2:]
     stride = _per_dim(a.get("stride"), n_sp, 1)
@@ -73,17 +91,27 @@ def convolution(b, a):
         x = b.reshape(x, (1, *x.shape), hint="batched")
     out_shape = ((1,) if unbatched else ()) + tuple(b.out.shape)
     N, C, *in_sp = x.shape
-    OC, Cg = w.shape[:2]
     out_sp = out_shape[2:]
-    P, K, OCg = prod(out_sp), Cg * prod(ks), OC // groups
+    # weight: (OC, C/groups, *ks); transposed: (C, OC/groups, *ks)
+    Cg, OCg = (C // groups, w.shape[1]) if transposed else (w.shape[1], w.shape[0] // groups)
+    P, K = prod(out_sp), Cg * prod(ks)
     dt = b.out.dtype
     n, g, p, k = (Var(f"i{d}") for d in range(4))
     c, *k_pos = _unflatten(k, (Cg, *ks))
-    coords = _window(_unflatten(p, out_sp), k_pos, stride, pad, dil)
+    if transposed:
+        coords, valid = _transposed_window(_unflatten(p, out_sp), k_pos, stride, pad, dil, ks,
+                                           in_sp)
+        g2, oc2, k2 = (Var(f"i{d}") for d in range(3))
+        c2, *k2_pos = _unflatten(k2, (Cg, *ks))
+        wk = b.index_map(b.cast(w, dt), (groups, OCg, K), (add(mul(g2, Cg), c2), oc2, *k2_pos),
+                         hint="wk")
+    else:
+        coords = _window(_unflatten(p, out_sp), k_pos, stride, pad, dil)
+        valid = _inside(coords, [0] * n_sp, in_sp)
+        wk = b.reshape(b.cast(w, dt), (groups, OCg, K), hint="wk")
     cols = b.index_map(b.cast(x, dt), (N, groups, P, K), (n, add(mul(g, Cg), c), *coords),
-                       valid=_inside(coords, [0] * n_sp, in_sp), fill=0, hint="im2col")
-    y = matmul(b, cols, b.reshape(b.cast(w, dt), (groups, OCg, K), hint="wk"), transposed=True,
-               hint="conv")                                        # (N, groups, P, OCg)
+                       valid=valid, fill=0, hint="im2col")
+    y = matmul(b, cols, wk, transposed=True, hint="conv")          # (N, groups, P, OCg)
     o = [Var(f"i{d}") for d in range(2 + n_sp)]
     flat = Const(0)
     for d, size in enumerate(out_sp):

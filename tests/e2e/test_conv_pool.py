@@ -51,10 +51,27 @@ def test_conv_padding_modes():
         run_and_compare(conv, (r(1, 2, 6, 5),), contraction=True)
 
 
-def test_conv_transpose_says_unsupported():
-    from strata.errors import StrataError
-    with pytest.raises(StrataError, match="unsupported op aten.conv_transpose2d"):
-        run_and_compare(nn.ConvTranspose2d(2, 2, 3).eval(), (r(1, 2, 4, 4),))
+TRANSPOSED = [
+    # (input shape, ConvTranspose kwargs)
+    pytest.param((1, 2, 4, 4), dict(out=2, k=3), id="2d"),
+    pytest.param((2, 4, 5, 3), dict(out=6, k=(3, 2), stride=(2, 3), padding=(1, 0),
+                                    output_padding=(1, 2)), id="2d-stride-pad-outpad"),
+    pytest.param((1, 4, 5, 5), dict(out=6, k=3, stride=2, groups=2, dilation=2), id="2d-grouped-dilated"),
+    pytest.param((2, 3, 7), dict(out=5, k=4, stride=2, padding=1, bias=False), id="1d-upsample"),
+    pytest.param((1, 2, 3, 2, 3), dict(out=3, k=2, stride=2), id="3d"),
+    pytest.param((1, 1, 1, 1), dict(out=1, k=1), id="1x1-pixel"),
+]
+
+
+@pytest.mark.parametrize("shape, kw", TRANSPOSED)
+def test_conv_transpose(shape, kw):
+    torch.manual_seed(0)
+    cls = {3: nn.ConvTranspose1d, 4: nn.ConvTranspose2d, 5: nn.ConvTranspose3d}[len(shape)]
+    conv = cls(shape[1], kw["out"], kw["k"], stride=kw.get("stride", 1),
+               padding=kw.get("padding", 0), output_padding=kw.get("output_padding", 0),
+               groups=kw.get("groups", 1), bias=kw.get("bias", True),
+               dilation=kw.get("dilation", 1)).eval()
+    run_and_compare(conv, (r(*shape),), contraction=True)
 
 
 @pytest.mark.parametrize("fn", [
