@@ -495,6 +495,8 @@ class _Builder:
         a, b = self.cast(a, t), self.cast(b, t)
         if op == "floordiv" and dtypes.is_float(t):
             return Op("floor", (Op("divide", (a, b), t),), t)
+        if op in ("floordiv", "mod") and not dtypes.is_float(t):
+            return _python_int_division(op, a, b, t)
         return Op(op, (a, b), t)
 
     def cast(self, v: Expr, dtype: str) -> Expr:
@@ -660,6 +662,37 @@ class _Builder:
         if prod(dims[axis + 1:]) > 1:
             e = Op("mod", (e, Const(dims[axis], "i32")), "i32")
         return e
+
+
+def _python_int_division(op: str, a: Expr, b: Expr, t: str) -> Expr:
+    """Python's // and % on integers (rounding down, the remainder taking the divisor's sign) on
+    every target: Kernel IR's floordiv is C's truncating / in the emitters, so it is only ever
+    applied to non-negative operands here."""
+    def op2(name, x, y, dtype=t):
+        return Op(name, (x, y), dtype)
+
+    def positive_divisor(x, y):         # floor(x / y) for y > 0
+        if _non_negative(x):
+            return op2("floordiv", x, y)
+        down = Op("negative", (op2("floordiv", op2("subtract", op2("subtract", y, Const(1, t)), x),
+                                   y),), t)
+        return Op("where", (op2("ge", x, Const(0, t), "bool"), op2("floordiv", x, y), down), t)
+    if isinstance(b, Const) and b.value > 0:
+        q = positive_divisor(a, b)
+    else:
+        neg = lambda x: Op("negative", (x,), t)   # noqa: E731
+        q = Op("where", (op2("lt", b, Const(0, t), "bool"), positive_divisor(neg(a), neg(b)),
+                         positive_divisor(a, b)), t)
+    return q if op == "floordiv" else op2("subtract", a, op2("multiply", b, q))
+
+
+def _non_negative(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return e.value >= 0
+    if isinstance(e, (ThreadIdx, BlockIdx)):
+        return True
+    return isinstance(e, Op) and e.op in ("add", "multiply", "floordiv", "mod") and all(
+        _non_negative(x) for x in e.args)
 
 
 def _fn_name(c: ast.Call, globals_) -> str:

@@ -153,3 +153,25 @@ def test_specialisations_are_cached_and_printed():
     assert len(loops.cache) == before + 1
     assert "while" in loops.ir() and "n: i32" in loops.ir()
     assert "int n" in loops.source("cuda") and "strata_launch" in loops.source("c")
+
+
+@st.kernel
+def divide(a, b, q, r, fq, fr):
+    i = st.thread_id(0)
+    q[i] = a[i] // b[i]
+    r[i] = a[i] % b[i]
+    fq[i] = st.float32(a[i]) // 4.0
+    fr[i] = (a[i] - 3) % 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_division_rounds_down_as_in_python(device):
+    a = torch.tensor([7, -7, 7, -7, 0, 5, -1, 9], dtype=torch.int32)
+    b = torch.tensor([2, 2, -2, -2, 3, -5, 4, 3], dtype=torch.int32)
+    q, r = torch.zeros_like(a), torch.zeros_like(a)
+    fq, fr = torch.zeros(8), torch.zeros_like(a)
+    divide[1, 8](a, b, q, r, fq, fr, device=device)
+    assert q.tolist() == [x // y for x, y in zip(a.tolist(), b.tolist())]
+    assert r.tolist() == [x % y for x, y in zip(a.tolist(), b.tolist())]
+    assert fq.tolist() == [float(x // 4.0) for x in a.tolist()]
+    assert fr.tolist() == [(x - 3) % 4 for x in a.tolist()]
