@@ -8,6 +8,7 @@ fastest correct ones in the tuning database (strata/tune/), which later compiles
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -62,6 +63,9 @@ def tune_command(args) -> int:
     from .context import Context
     Context(knobs=pins)                            # a bad pin is one sentence here
     requests = _requests(args, pins)
+    warning = busy_warning(os.getloadavg()[0], os.cpu_count() or 1)
+    if warning:
+        print(f"strata: {warning}", file=sys.stderr)
     from rich.console import Console
     console = Console(stderr=True, highlight=False)
     from .tune.search import tune_program
@@ -103,6 +107,17 @@ def tune_command(args) -> int:
           f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "
           f"{db_path()}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def busy_warning(load: float, cores: int) -> str | None:
+    """A sentence when other processes keep the CPU busy: a schedule timed against them can look
+    many times faster than the default only because the default's threads waited (an OpenMP team
+    spinning against another process), and the database would keep that."""
+    if load < 0.75:
+        return None
+    return (f"the machine is busy (load {load:.1f} over the last minute on {cores} cores): "
+            f"timings will be noisy and may crown a schedule that only looked faster; tune on a "
+            f"quiet machine")
 
 
 def _requests(args, pins: dict) -> list[tuple[str, dict]]:

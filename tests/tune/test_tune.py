@@ -190,3 +190,9 @@ def test_cost_model_ranks_and_estimates():
     m = Machine(dram_gbs=10.0, cores=2, vector=8)
     assert estimate_ms(kernel(1 << 16, 64, 1), m) < estimate_ms(kernel(1 << 18, 64, 1), m)
     assert estimate_ms(kernel(1 << 16, 64, 2), m) < estimate_ms(kernel(1 << 16, 64, 1), m)
+
+
+def test_a_busy_machine_is_named_before_tuning():
+    from strata.cli_tune import busy_warning
+    assert busy_warning(0.2, 2) is None
+    assert "the machine is busy (load 2.5 over the last minute on 2 cores)" in busy_warning(2.5, 2)
