@@ -298,6 +298,21 @@ def free_vars(e: Expr) -> set[str]:
     return out
 
 
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """e rebuilt top-down: fn(x) gives x's replacement, or None to keep x and visit its
+    children (IR-specific nodes, such as kernel loads, included); no simplification."""
+    out = fn(e)
+    if out is not None:
+        return out
+    if isinstance(e, (Const, Var)):
+        return e
+    if isinstance(e, Op):
+        return Op(e.op, tuple(map_expr(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(map_expr(e.arg, fn), e.dtype)
+    return e.map_children(lambda c: map_expr(c, fn))
+
+
 def rename(e: Expr, names: Mapping[str, str]) -> Expr:
     """The same expression with variables renamed (dtypes kept); no simplification."""
     if isinstance(e, Var):

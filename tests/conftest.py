@@ -58,6 +58,14 @@ def compile_with_nvrtc(prog):
         compile_cuda(prog.source("cuda"), arch, want="ptx")
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """strata's caches (capture, native, tuning database) in a fresh directory, caching on."""
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("STRATA_NO_CACHE", raising=False)
+    return tmp_path
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -46,6 +46,7 @@ def autotune(configs, key=(), rounds: int = ROUNDS):
 class AutotunedKernel:
     def __init__(self, fn: KernelFunction, configs: list[dict], key: tuple, rounds: int):
         self.fn, self.configs, self.key, self.rounds = fn, configs, key, rounds
+        self.source = inspect.getsource(fn.fn)      # part of every launch's signature
         self.__name__ = fn.__name__
         self.chosen: dict = {}           # signature -> config, in this process
         self.report: list[str] = []      # what the latest search found (discarded configs)
@@ -63,7 +64,7 @@ class AutotunedKernel:
                 raise InputMismatch(f"{self.__name__}: autotune key {name} is not an argument")
         described = {n: (tuple(v.shape), str(v.dtype)) if hasattr(v, "shape") else repr(v)
                      for n, v in bound.items() if n in self.key or hasattr(v, "shape")}
-        text = inspect.getsource(self.fn.fn) + repr(sorted(described.items())) + device
+        text = self.source + repr(sorted(described.items())) + device
         return "dsl:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def launch(self, shape, args, kwargs, device) -> None:

@@ -15,6 +15,7 @@ errors. Anything else is a KernelSyntaxError naming the file and line.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
 from dataclasses import dataclass, field
@@ -48,8 +49,7 @@ class _Tensor:
     name: str
     dtype: str                  # storage dtype
     shape: tuple
-    shared: bool = False
-    written: bool = field(default=False)
+    written: bool = False                   # stored to or updated atomically
 
     @property
     def compute(self) -> str:
@@ -157,12 +157,11 @@ class _Builder:
         """Compile `stmts` into `out`; after a statement that may break, continue or return, the
         rest runs under `if not (flags)`."""
         for i, s in enumerate(stmts):
-            saved, self.body = self.body, out
             self.node = s
             if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)):
                 out.append(self.where(s))
-            self.stmt(s)
-            self.body = saved
+            with self.into(out):
+                self.stmt(s)
             flags = self.exit_flags(s)
             if flags and i + 1 < len(stmts):
                 rest: list = []
@@ -191,6 +190,15 @@ class _Builder:
 
     def emit(self, s) -> None:
         self.body.append(s)
+
+    @contextlib.contextmanager
+    def into(self, out: list):
+        """Emit into `out` for a while (a branch, a loop body, a condition's statements)."""
+        saved, self.body = self.body, out
+        try:
+            yield out
+        finally:
+            self.body = saved
 
     def stmt(self, s) -> None:
         if isinstance(s, ast.Assign):
@@ -270,6 +278,16 @@ class _Builder:
             self.ret = self.fresh("returned")
         return flags
 
+    def loop_body(self, s, flags: dict) -> list:
+        """The statements of a loop's body: the continue flag reset, then the body."""
+        self.loops.append(flags)
+        body: list = []
+        if "cont" in flags:
+            body.append(Assign(flags["cont"], Const(False, "bool")))
+        self.block(s.body, body)
+        self.loops.pop()
+        return body
+
     def stop_cond(self, flags) -> Expr | None:
         names = [f for f in (flags.get("brk"), self.ret) if f]
         return Op("logical_not", (self.any_of(names),), "bool") if names else None
@@ -294,12 +312,7 @@ class _Builder:
         flags = self.loop_flags(s)
         shadowed = self.names.get(s.target.id)
         self.names[s.target.id] = ("var", var, dtype)
-        self.loops.append(flags)
-        body: list = []
-        if "cont" in flags:
-            body.append(Assign(flags["cont"], Const(False, "bool")))
-        self.block(s.body, body)
-        self.loops.pop()
+        body = self.loop_body(s, flags)
         if shadowed is not None:
             self.names[s.target.id] = shadowed
         else:               # (Python keeps the last value; a kernel reads it inside the loop)
@@ -319,17 +332,10 @@ class _Builder:
             self.fail("while ... else is not supported", s)
         flags = self.loop_flags(s)
         go = self.fresh("go")
-        cond_stmts: list = []
-        saved, self.body = self.body, cond_stmts
-        cond = self.truth(self.expr(s.test))
-        self.body = saved
+        with self.into([]) as cond_stmts:
+            cond = self.truth(self.expr(s.test))
         stop_cond = self.stop_cond(flags)
-        self.loops.append(flags)
-        body: list = []
-        if "cont" in flags:
-            body.append(Assign(flags["cont"], Const(False, "bool")))
-        self.block(s.body, body)
-        self.loops.pop()
+        body = self.loop_body(s, flags)
         recompute = [*cond_stmts, Assign(go, cond)]
         if stop_cond is not None:
             recompute = [Assign(go, Const(False, "bool")), If(stop_cond, tuple(recompute))]
@@ -394,7 +400,7 @@ class _Builder:
             self.fail("st.shared's dtype is an st dtype such as st.float32")
         if name in self.names:
             self.fail(f"{name} is already defined; a shared array needs a new name")
-        arr = _Tensor(self.fresh(name), dtype.strata, shape, shared=True)
+        arr = _Tensor(self.fresh(name), dtype.strata, shape)
         self.names[name] = arr
         self.smem.append(Smem(arr.name, dtype.strata, prod(shape)))
 
@@ -509,6 +515,11 @@ class _Builder:
             return Const(kind(v.value), dtype)
         return Cast(v, dtype)
 
+    def select(self, cond: Expr, a: Expr, b: Expr) -> Expr:
+        """cond ? a : b, both evaluated, in their promoted type."""
+        t = _promote(a.dtype, b.dtype)
+        return Op("where", (cond, self.cast(a, t), self.cast(b, t)), t)
+
     def truth(self, v: Expr) -> Expr:
         return self.cast(v, "bool")
 
@@ -535,10 +546,8 @@ class _Builder:
         t = self.fresh("cond")
         self.emit(Let(t, "bool", self.truth(self.expr(n.values[0]))))
         for v in n.values[1:]:
-            inner: list = []
-            saved, self.body = self.body, inner
-            value = self.truth(self.expr(v))
-            self.body = saved
+            with self.into([]) as inner:
+                value = self.truth(self.expr(v))
             inner.append(Assign(t, value))
             cond = Var(t, "bool")
             if isinstance(n.op, ast.Or):
@@ -550,15 +559,11 @@ class _Builder:
         cond = self.truth(self.expr(n.test))
         sides = []
         for branch in (n.body, n.orelse):
-            stmts: list = []
-            saved, self.body = self.body, stmts
-            sides.append((self.expr(branch), stmts))
-            self.body = saved
+            with self.into([]) as stmts:
+                sides.append((self.expr(branch), stmts))
         if not sides[0][1] and not sides[1][1] and not any(
                 isinstance(x, ast.Subscript) for b in (n.body, n.orelse) for x in ast.walk(b)):
-            a, b = sides[0][0], sides[1][0]
-            t = _promote(a.dtype, b.dtype)
-            return Op("where", (cond, self.cast(a, t), self.cast(b, t)), t)
+            return self.select(cond, sides[0][0], sides[1][0])
         t = _promote(sides[0][0].dtype, sides[1][0].dtype)
         var = self.fresh("pick")
         self.emit(Let(var, t, Const(0 if t != "bool" else False, t)))
@@ -616,9 +621,8 @@ class _Builder:
             op = {"min": "minimum", "max": "maximum"}.get(fn, fn)
             return self.binary(op, self.expr(args[0]), self.expr(args[1]))
         if fn == "where":
-            cond, a, b = self.truth(self.expr(args[0])), self.expr(args[1]), self.expr(args[2])
-            t = _promote(a.dtype, b.dtype)
-            return Op("where", (cond, self.cast(a, t), self.cast(b, t)), t)
+            return self.select(self.truth(self.expr(args[0])), self.expr(args[1]),
+                               self.expr(args[2]))
         if fn == "fma":
             vals = [self.expr(a) for a in args]
             t = "f64" if any(v.dtype == "f64" for v in vals) else "f32"

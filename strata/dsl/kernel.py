@@ -26,7 +26,6 @@ from ..kernel.ir import Kernel, KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 
-DEVICES = ("sim", "cpu", "opencl")
 _SCALAR_TYPES = {bool: "bool", int: "i32", float: "f32"}
 
 
@@ -64,7 +63,7 @@ class KernelFunction:
 
     # ------------------------------------------------------------ specialisation
 
-    def bind(self, args, kwargs) -> tuple[Spec, dict]:
+    def bind(self, args, kwargs) -> tuple[dict, dict]:
         """(the parameter kinds, name -> value) of one call."""
         try:
             bound = self.signature.bind(*args, **kwargs)
@@ -120,7 +119,8 @@ class KernelFunction:
         return str(self.kernel_ir(args, kwargs, grid, block))
 
     def source(self, target: str = "cuda", *args, grid=None, block=None, **kwargs) -> str:
-        """The source for `target` ("cuda" or "c") of the latest launch or of example args."""
+        """The source for `target` ("cuda", "c", "opencl", "hip" or "metal") of the latest launch
+        or of example arguments."""
         k = self.kernel_ir(args, kwargs, grid, block)
         return source_of(k, target)
 
@@ -134,18 +134,11 @@ class _Launcher:
         tensors = {n: v for n, v in values.items() if kinds[n][0] == "tensor"}
         device = device or _device_of(tensors.values())
         k = self.fn.specialise(kinds, self.grid, self.block)
-        scalars = {n: values[n] for n, _ in k.scalars}
-        if device == "sim":
-            run_sim(k, tensors, scalars)
-        elif device == "cpu":
-            run_cpu(k, tensors, scalars)
-        elif device == "opencl":
-            run_opencl(k, tensors, scalars)
-        elif device == "cuda":
-            run_cuda(k, tensors, scalars)
-        else:
-            raise InputMismatch(f"device {device!r}: a kernel runs on 'sim', 'cpu', 'opencl' or "
-                                f"'cuda'")
+        run = _RUNNERS.get(device)
+        if run is None:
+            raise InputMismatch(f"device {device!r}: a kernel runs on "
+                                f"{', '.join(map(repr, _RUNNERS))}")
+        run(k, tensors, {n: values[n] for n, _ in k.scalars})
 
 
 # ---------------------------------------------------------------- running
@@ -215,9 +208,7 @@ _LIBS: dict = {}            # id(kernel) -> (kernel, entry, argument array type)
 
 def source_of(k: Kernel, target: str) -> str:
     if target == "cuda":
-        from ..kernel.ir import KernelProgram
-        from ..target.cuda import emit_program
-        return emit_program(KernelProgram([], [k], []), "sm_90")
+        return source_of_arch(k, "sm_90")
     if target == "c":
         return _c_source(k)
     if target in ("opencl", "hip", "metal"):
@@ -381,3 +372,6 @@ def source_of_arch(k: Kernel, arch: str) -> str:
     from ..kernel.ir import KernelProgram
     from ..target.cuda import emit_program
     return emit_program(KernelProgram([], [k], []), arch)
+
+
+_RUNNERS = {"sim": run_sim, "cpu": run_cpu, "opencl": run_opencl, "cuda": run_cuda}

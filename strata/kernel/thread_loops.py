@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..expr import Cast, Const, Expr, Op, Var
+from ..expr import Cast, Const, Expr, Op, Var, children, free_vars, map_expr
 from .ir import (Assign, Atomic, For, If, Kernel, Let, Load, ShflIdx, ShflXor, Smem, Stmt, Store,
-                 Sync, ThreadIdx, While, walk)
+                 Sync, ThreadIdx, While, _stmt_exprs, walk)
 
 T = "st_thread"              # the thread loop's variable
 
@@ -63,7 +63,7 @@ def _inline_indices(k: Kernel) -> tuple:
     inline: dict[str, Expr] = {}
     for s in k.body:
         if (isinstance(s, Let) and s.var not in assigned and _pure(s.value)
-                and _vars(s.value) <= known | set(inline)):
+                and free_vars(s.value) <= known | set(inline)):
             inline[s.var] = _subst(s.value, inline)
     if not inline:
         return k.body
@@ -72,19 +72,11 @@ def _inline_indices(k: Kernel) -> tuple:
 
 
 def _pure(e: Expr) -> bool:
-    return not isinstance(e, (Load, ShflXor, ShflIdx)) and all(_pure(c) for c in _kids(e))
+    return not isinstance(e, (Load, ShflXor, ShflIdx)) and all(_pure(c) for c in children(e))
 
 
 def _subst(e: Expr, inline: dict) -> Expr:
-    if isinstance(e, Var):
-        return inline.get(e.name, e)
-    if isinstance(e, Const):
-        return e
-    if isinstance(e, Op):
-        return Op(e.op, tuple(_subst(a, inline) for a in e.args), e.dtype)
-    if isinstance(e, Cast):
-        return Cast(_subst(e.arg, inline), e.dtype)
-    return e.map_children(lambda c: _subst(c, inline))
+    return map_expr(e, lambda x: inline.get(x.name, x) if isinstance(x, Var) else None)
 
 
 def _rewrite_body(body, ex) -> tuple:
@@ -205,7 +197,7 @@ def _thread_dependent(e: Expr, uniform: set[str]) -> bool:
         return True
     if isinstance(e, Var):
         return e.name not in uniform
-    return any(_thread_dependent(c, uniform) for c in _kids(e))
+    return any(_thread_dependent(c, uniform) for c in children(e))
 
 
 def _is_thread_loop(s) -> bool:
@@ -242,37 +234,11 @@ def _bodies(s):
     return ()
 
 
-def _exprs(s):
-    for f in ("value", "index", "start", "stop", "cond"):
-        e = getattr(s, f, None)
-        if isinstance(e, Expr):
-            yield e
-
-
 def _names(s) -> set[str]:
     out = {s.var} if isinstance(s, (Let, Assign)) else set()
-    for e in _exprs(s):
-        out |= _vars(e)
+    for e in _stmt_exprs(s):
+        out |= free_vars(e)
     return out
-
-
-def _vars(e: Expr) -> set[str]:
-    if isinstance(e, Var):
-        return {e.name}
-    out: set[str] = set()
-    for c in _kids(e):
-        out |= _vars(c)
-    return out
-
-
-def _kids(e: Expr):
-    if isinstance(e, Op):
-        return e.args
-    if isinstance(e, Cast):
-        return (e.arg,)
-    if isinstance(e, (Const, Var)):
-        return ()
-    return e.children()
 
 
 # ---------------------------------------------------------------- rewriting
@@ -281,18 +247,15 @@ def _rewrite(body, promoted: dict[str, str], in_thread: bool) -> tuple:
     """Thread ids as the loop variable, promoted variables as their per-thread arrays."""
     me = Var(T, "i32") if in_thread else Const(0, "i32")
 
-    def ex(e: Expr) -> Expr:
-        if isinstance(e, ThreadIdx):
+    def one(x: Expr) -> Expr | None:
+        if isinstance(x, ThreadIdx):
             return me
-        if isinstance(e, Var):
-            return Load(f"{e.name}__t", me, e.dtype) if e.name in promoted else e
-        if isinstance(e, Const):
-            return e
-        if isinstance(e, Op):
-            return Op(e.op, tuple(ex(a) for a in e.args), e.dtype)
-        if isinstance(e, Cast):
-            return Cast(ex(e.arg), e.dtype)
-        return e.map_children(ex)
+        if isinstance(x, Var) and x.name in promoted:
+            return Load(f"{x.name}__t", me, x.dtype)
+        return None
+
+    def ex(e: Expr) -> Expr:
+        return map_expr(e, one)
 
     out: list[Stmt] = []
     for s in body:

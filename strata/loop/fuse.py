@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..context import Context
-from .custom import CustomPlan
 from ..expr import Const, Expr, Var, add, free_vars, substitute
 from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
+from .custom import CustomPlan
 
 
 @dataclass

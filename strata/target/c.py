@@ -165,8 +165,7 @@ class _CEmitter(_Emitter):
             self.lines.append(f"// {line}")
         if self.wide:
             self.lines.append("// indices reach 2^31: index arithmetic in long long")
-        parallel = k.grid > 1 and (k.threads > 1 or not k.threads and
-                                   k.grid * _work(k.body) >= SERIAL_WORK)
+        parallel = runs_in_parallel(k)
         why = (f"THREADS={k.threads}" if k.threads else
                f"under {SERIAL_WORK} statements: less work than waking threads")
         self.lines.append(f"// grid = {k.grid} block{'s' if k.grid != 1 else ''} of one thread"
@@ -206,6 +205,13 @@ class _CEmitter(_Emitter):
             self.emit("}", 1)
         self.lines.append("}")
         return "\n".join(self.lines)
+
+
+def runs_in_parallel(k: Kernel) -> bool:
+    """Whether the kernel's blocks run on an OpenMP team: THREADS > 1, or THREADS unset and
+    enough work to pay for waking the team."""
+    return k.grid > 1 and (k.threads > 1 or
+                           not k.threads and k.grid * _work(k.body) >= SERIAL_WORK)
 
 
 def _work(body) -> int:

@@ -85,7 +85,7 @@ class _MetalEmitter(_CLEmitter):
         else:
             super().stmt(s, depth)
 
-    def kernel(self) -> str:
+    def frame(self) -> tuple[str, str, list[str]]:
         k = self.k
         params = [f"device {'' if p.output else 'const '}{CL_TYPES[p.dtype]}* {cname(p.name)} "
                   f"[[buffer({i})]]" for i, p in enumerate(k.params)]
@@ -93,17 +93,8 @@ class _MetalEmitter(_CLEmitter):
                    for j, (n, t) in enumerate(k.scalars)]
         params += ["uint st_tid [[thread_position_in_threadgroup]]",
                    "uint st_bid [[threadgroup_position_in_grid]]"]
-        for line in (k.src or "").splitlines():
-            self.lines.append(f"// {line}")
-        self.lines.append(f"// dispatch {k.grid} threadgroups of {k.block} threads")
-        self._wrap_signature(f"kernel void {cname(k.name)}", params)
-        self.hoisted = set(self.smem)
-        for s in self.smem.values():
-            self.stmt(s, 1)
-        self.body(k.body, 1)
-        self.lines.append("}")
-        return "\n".join(self.lines)
-
+        return (f"// dispatch {k.grid} threadgroups of {k.block} threads",
+                f"kernel void {cname(k.name)}", params)
 
 def emit_kernel(kernel: Kernel) -> str:
     check_kernel(kernel, "Metal", shuffles=True)

@@ -124,15 +124,22 @@ class _CLEmitter(_CEmitter):
         else:
             super().stmt(s, depth)
 
-    def kernel(self) -> str:
+    def frame(self) -> tuple[str, str, list[str]]:
+        """(the line before the signature, the return type and name, the parameters)."""
         k = self.k
         params = [f"__global {'' if p.output else 'const '}{CL_TYPES[p.dtype]}* restrict "
                   f"{cname(p.name)}" for p in k.params]
         params += [f"const {CL_TYPES[t]} {cname(n)}" for n, t in k.scalars]
+        return (f"__kernel __attribute__((reqd_work_group_size({k.block}, 1, 1)))",
+                f"void {cname(k.name)}", params)
+
+    def kernel(self) -> str:
+        k = self.k
         for line in (k.src or "").splitlines():
             self.lines.append(f"// {line}")
-        self.lines.append(f"__kernel __attribute__((reqd_work_group_size({k.block}, 1, 1)))")
-        self._wrap_signature(f"void {cname(k.name)}", params)
+        head, name, params = self.frame()
+        self.lines.append(head)
+        self._wrap_signature(name, params)
         self.hoisted = set(self.smem)
         for s in self.smem.values():
             self.stmt(s, 1)

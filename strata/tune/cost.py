@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from .. import dtypes
-from ..expr import Const, Expr, Op, children
+from ..expr import Expr, Op, children
 from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
@@ -64,9 +64,9 @@ class Counts:
 
 
 def _trips(s: For) -> float:
-    if isinstance(s.start, Const) and isinstance(s.stop, Const) and s.step > 0:
-        return max(0, -(-(int(s.stop.value) - int(s.start.value)) // s.step))
-    return UNKNOWN_TRIPS
+    from ..target.c import _trip_count
+    n = _trip_count(s)
+    return UNKNOWN_TRIPS if n is None else n
 
 
 def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
@@ -117,14 +117,13 @@ def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool) -
 
 def estimate_ms(k: Kernel, m: Machine) -> float:
     """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
-    from ..target.c import SERIAL_WORK, _work
+    from ..target.c import runs_in_parallel
     sizes = {p.name: dtypes.ITEMSIZE[p.dtype] for p in k.params}
     sizes.update({s.name: dtypes.ITEMSIZE[s.dtype] for s in walk(k.body) if isinstance(s, Smem)})
     types = {s.var: s.dtype for s in walk(k.body) if hasattr(s, "var") and hasattr(s, "dtype")}
     c = Counts()
     _count(k.body, sizes, types, c, 1.0, False)
-    parallel = k.grid > 1 and (k.threads > 1 or not k.threads and
-                               k.grid * _work(k.body) >= SERIAL_WORK)
+    parallel = runs_in_parallel(k)
     cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
     unique = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)
     memory = unique / m.dram_gbs

@@ -21,14 +21,7 @@ def grid_for(n):
     return lambda c: (n + c["BLOCK"] - 1) // c["BLOCK"]
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("STRATA_NO_CACHE", raising=False)
-    return tmp_path
-
-
-def test_winner_is_recorded_and_reused(cache):
+def test_winner_is_recorded_and_reused(cache_dir):
     n = 1000
     x, out = torch.randn(n), torch.zeros(n)
     tuned = st.autotune(configs=CONFIGS, key=["n"])(scale)
@@ -45,7 +38,7 @@ def test_winner_is_recorded_and_reused(cache):
     assert torch.equal(out2, 3.0 * x)
 
 
-def test_a_wrong_config_is_discarded_and_named(cache):
+def test_a_wrong_config_is_discarded_and_named(cache_dir):
     n = 1000
     x, out = torch.randn(n), torch.zeros(n)
     tuned = st.autotune(configs=CONFIGS, key=["n"])(scale)
@@ -56,7 +49,7 @@ def test_a_wrong_config_is_discarded_and_named(cache):
     assert len(tuned.report) == 1 and "{'BLOCK': 64}" in tuned.report[0]
 
 
-def test_on_the_simulator_every_config_is_checked_and_the_first_used(cache):
+def test_on_the_simulator_every_config_is_checked_and_the_first_used(cache_dir):
     n = 100
     x, out = torch.randn(n), torch.zeros(n)
     tuned = st.autotune(configs=CONFIGS, key=["n"])(scale)

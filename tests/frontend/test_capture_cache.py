@@ -20,13 +20,6 @@ SNIPPETS = [
 ]
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("STRATA_NO_CACHE", raising=False)
-    return tmp_path
-
-
 def _compile(code):
     ctx = Context()
     prog, snippet = compile_snippet(code, ctx)
