@@ -150,7 +150,7 @@ def _is_tensor(v) -> bool:
 def _dtype_of(v, name: str) -> str:
     try:
         if isinstance(v, np.ndarray):
-            return dtypes.from_torch(__import__("torch").from_numpy(v[:0].copy()).dtype)
+            return dtypes.from_torch(__import__("torch").from_numpy(np.empty(0, v.dtype)).dtype)
         return dtypes.from_torch(v.dtype)
     except Exception:
         raise InputMismatch(f"argument {name} has dtype {v.dtype}, which kernels do not take") from None

@@ -1,5 +1,6 @@
 """The edges users hit, on every device: empty and size-1 tensors, a 0-d tensor, odd sizes,
 integer and boolean data, one tensor updated in place."""
+import numpy as np
 import pytest
 import torch
 
@@ -34,6 +35,9 @@ def test_zero_dim_tensors(device):
     x, out = torch.tensor(3.5), torch.tensor(0.0)
     double_0d[1, 1](x, out, device=device)
     assert out.shape == () and out.item() == 7.0
+    a, b = np.array(3.5, dtype=np.float32), np.array(0.0, dtype=np.float32)   # 0-d NumPy too
+    double_0d[1, 1](a, b, device=device)
+    assert b.shape == () and b.item() == 7.0
 
 
 @st.kernel
