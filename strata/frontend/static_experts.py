@@ -1,29 +1,88 @@
-"""Capture mixture-of-experts layers in a form torch.export can: used by capture and by the
-check's shape dry run, which must run the module the way it is captured."""
+"""Capture mixture-of-experts layers in a form torch.export can, as a grouped expert matmul:
+used by capture and by the check's shape dry run, which must run the module the way it is
+captured."""
 from __future__ import annotations
 
 import contextlib
 
+import torch
+
+_notes: list[str] | None = None      # the open static_experts context's notes
+
+
+def group_rows(rows: int, experts: int) -> int:
+    """Rows per tile: the power of two nearest below the mean rows per expert, at most 64 (a
+    block's M tile); fewer tiles read fewer expert weights, smaller ones pad less."""
+    g = 1
+    while g * 2 * experts <= rows and g < 64:
+        g *= 2
+    return g
+
+
+def grouped_experts_forward(self, hidden, top_k_index, top_k_weights):
+    """transformers' experts forward, static-shaped: the T*K (token, choice) rows are placed
+    by expert into NT tiles of G rows (each expert's rows padded to whole tiles, unused rows
+    and tiles zero), every tile one batch of a bmm whose weights are its expert's, so a kernel
+    reads an expert's weights once per tile of its rows, not once per row."""
+    tokens, k = top_k_index.shape
+    experts, width, rows = self.num_experts, hidden.shape[-1], top_k_index.numel()
+    g = group_rows(rows, experts)
+    nt = (rows + experts * (g - 1)) // g            # the most tiles any routing needs
+    if _notes is not None and not _notes:
+        _notes.append(f"mixture-of-experts layers exported as a grouped expert matmul: the "
+                      f"{rows} (token, choice) rows placed by expert into {nt} tiles of {g} rows, "
+                      f"one expert per tile (static shapes; transformers' eager and grouped_mm "
+                      f"forms have data-dependent ones)")
+    ids = top_k_index.reshape(-1)
+    onehot = (ids[:, None] == torch.arange(experts, device=ids.device)).to(torch.int64)
+    rank = ((onehot.cumsum(0) - 1) * onehot).sum(1)              # place among its expert's rows
+    tiles = (onehot.sum(0) + g - 1) // g
+    tile_end = tiles.cumsum(0)
+    dest = (tile_end - tiles)[ids] * g + rank                    # each row's padded position
+    src = torch.full((nt * g,), rows, dtype=torch.int64, device=ids.device)
+    src[dest] = torch.arange(rows, device=ids.device)            # each position's row (or none)
+    expert = (torch.arange(nt, device=ids.device)[:, None] >= tile_end).sum(1).clamp(max=experts - 1)
+    x = hidden[(src // k).clamp(max=tokens - 1)] * (src < rows)[:, None].to(hidden.dtype)
+    up = "gate_up_proj" if self.has_gate else "up_proj"
+    y = _tile_linear(self, x.view(nt, g, width), up, expert)
+    y = self._apply_gate(y) if self.has_gate else self.act_fn(y)
+    z = _tile_linear(self, y, "down_proj", expert)
+    if self.has_post_expert_norm:
+        z = self.post_expert_norm(z)
+    z = z.reshape(nt * g, width)
+    # back to row order by a scatter (unused positions to spare rows of their own, so no two
+    # write one row): a gather z[dest] would be fused into its consumer, computing each row's
+    # down projection apart again
+    spare = rows + torch.arange(nt * g, device=ids.device)
+    out = torch.zeros(rows + nt * g, width, dtype=z.dtype, device=z.device)
+    out[torch.where(src < rows, src, spare)] = z
+    return (out[:rows] * top_k_weights.reshape(-1, 1)).view(tokens, k, width).sum(1).to(hidden.dtype)
+
+
+def _tile_linear(self, x, name: str, expert):
+    """x [tiles, rows, in] times each tile's expert's weight `name` (and its bias)."""
+    w = getattr(self, name)[expert]
+    y = torch.bmm(x, w if self.is_transposed else w.transpose(1, 2))
+    return y + getattr(self, name + "_bias")[expert][:, None, :] if self.has_bias else y
+
 
 @contextlib.contextmanager
 def static_experts(module):
-    """Export mixture-of-experts layers with transformers' `batched_mm` experts: the eager one
-    loops over the experts hit and gathers their tokens with torch.where, and grouped_mm sorts
-    the tokens by expert into groups whose sizes depend on the routing; torch.export cannot
-    capture either with static shapes. batched_mm computes each
-    (token, chosen expert) pair with that expert's weights: the same result, static shapes."""
-    modules = module.modules() if hasattr(module, "modules") else ()
-    configs = {id(c): c for m in modules if type(m).__name__.endswith("Experts")
-               for c in [getattr(m, "config", None)]
-               if c is not None and getattr(c, "_experts_implementation", None) != "batched_mm"}
-    notes = ["mixture-of-experts layers exported with transformers' batched_mm experts (each "
-             "token times its top-k experts' weights; the eager and grouped_mm forms have "
-             "data-dependent shapes)"] if configs else []
-    before = {k: c._experts_implementation for k, c in configs.items()}
+    """Export mixture-of-experts layers with grouped_experts_forward (restored afterwards)."""
+    global _notes
+    experts = [m for m in (module.modules() if hasattr(module, "modules") else ())
+               if type(m).__name__.endswith("Experts") and getattr(m, "config", None) is not None]
+    configs = {id(m.config): m.config for m in experts}
+    _notes = notes = []
+    if configs:
+        from transformers.integrations.moe import ExpertsInterface
+        ExpertsInterface.register("strata_grouped", grouped_experts_forward)
+    before = {key: c._experts_implementation for key, c in configs.items()}
     for c in configs.values():
-        c._experts_implementation = "batched_mm"
+        c._experts_implementation = "strata_grouped"
     try:
         yield notes
     finally:
-        for k, c in configs.items():
-            c._experts_implementation = before[k]
+        _notes = None
+        for key, c in configs.items():
+            c._experts_implementation = before[key]
