@@ -10,13 +10,15 @@ import torch
 _notes: list[str] | None = None      # the open static_experts context's notes
 
 
-def group_rows(rows: int, experts: int) -> int:
-    """Rows per tile: the power of two nearest below the mean rows per expert, at most 64 (a
-    block's M tile); fewer tiles read fewer expert weights, smaller ones pad less."""
+def grouping(tokens: int, k: int, experts: int) -> tuple[int, int]:
+    """(G, NT): rows per tile and the most tiles any routing of tokens x k rows needs. A tile
+    reads its expert's weights once, so G is as large as one block's M tile allows (64), and
+    no larger than the most rows an expert can get (one per token); NT bounds the sum over
+    experts of ceil(rows / G), each expert's rows at most `tokens`."""
     g = 1
-    while g * 2 * experts <= rows and g < 64:
+    while g < min(tokens, 64):
         g *= 2
-    return g
+    return g, min((tokens * k + experts * (g - 1)) // g, experts * -(-tokens // g))
 
 
 def grouped_experts_forward(self, hidden, top_k_index, top_k_weights):
@@ -26,8 +28,7 @@ def grouped_experts_forward(self, hidden, top_k_index, top_k_weights):
     reads an expert's weights once per tile of its rows, not once per row."""
     tokens, k = top_k_index.shape
     experts, width, rows = self.num_experts, hidden.shape[-1], top_k_index.numel()
-    g = group_rows(rows, experts)
-    nt = (rows + experts * (g - 1)) // g            # the most tiles any routing needs
+    g, nt = grouping(tokens, k, experts)
     if _notes is not None and not _notes:
         _notes.append(f"mixture-of-experts layers exported as a grouped expert matmul: the "
                       f"{rows} (token, choice) rows placed by expert into {nt} tiles of {g} rows, "

@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 from conftest import run_and_compare  # noqa: E402
 
 import strata  # noqa: E402
-from strata.frontend.static_experts import group_rows, static_experts  # noqa: E402
+from strata.frontend.static_experts import grouping, static_experts  # noqa: E402
 from strata.expr import free_vars  # noqa: E402
 from strata.loop.ir import Let, Load  # noqa: E402
 from strata.tile.contraction import uses  # noqa: E402
@@ -48,7 +48,7 @@ def moe_block(arch: str, experts: int = 4, k: int = 2, skew: bool = False, seed:
 
 
 @pytest.mark.parametrize("arch", ["mixtral", "qwen3_moe", "gpt_oss"])
-@pytest.mark.parametrize("tokens", [1, 5, 37])
+@pytest.mark.parametrize("tokens", [1, 5, 37, 70])
 @pytest.mark.parametrize("skew", [False, True])
 def test_grouped_form_equals_transformers_experts(arch, tokens, skew):
     block = moe_block(arch, skew=skew).double()
@@ -63,7 +63,7 @@ def test_grouped_form_equals_transformers_experts(arch, tokens, skew):
     assert "tiles of" in notes[0]
 
 
-@pytest.mark.parametrize("tokens", [1, 13])
+@pytest.mark.parametrize("tokens", [1, 13, 70])
 @pytest.mark.parametrize("skew", [False, True])
 def test_compiled_moe_block_matches_eager(tokens, skew):
     block = moe_block("mixtral", skew=skew)
@@ -80,8 +80,7 @@ def test_each_expert_matmul_is_a_block_tiled_contraction_over_one_expert(device)
     tokens, experts, k = 64, 4, 2
     block = moe_block("mixtral", experts=experts, k=k)
     prog = strata.compile(block, (torch.randn(1, tokens, HIDDEN),), device=device)
-    g = group_rows(tokens * k, experts)
-    tiles = (tokens * k + experts * (g - 1)) // g
+    g, tiles = grouping(tokens, k, experts)
     weights = {"p_experts_gate_up_proj", "p_experts_down_proj"}
     seen = set()
     for kern in prog.lowered.tile.kernels:
