@@ -235,8 +235,13 @@ def _feeds_softmax(by, red: Reduce) -> bool:
     for a in prod.operands():
         n = by[a]
         for _ in range(4):
-            if isinstance(n, IndexMap) or (isinstance(n, Elementwise) and n.op in ("cast", "where")):
-                n = by[n.args[-1] if isinstance(n, Elementwise) else n.arg]
+            if isinstance(n, IndexMap):
+                n = by[n.arg]
+            elif isinstance(n, Elementwise) and n.op in ("cast", "where"):
+                tensors = [x for x in n.args[1 if n.op == "where" else 0:] if isinstance(x, str)]
+                if not tensors:            # where(c, 0, 0): no value to follow
+                    break
+                n = by[tensors[-1]]
             else:
                 break
         if isinstance(n, Elementwise) and n.op == "divide" and isinstance(n.args[1], str):

@@ -81,3 +81,12 @@ def test_equal_programs_print_identically():
     a, _ = _loop(lambda x: torch.softmax(x, -1), torch.randn(3, 10))
     b, _ = _loop(lambda x: torch.softmax(x, -1), torch.randn(3, 10))
     assert a.ir("loop") == b.ir("loop")
+
+
+def test_a_contraction_of_a_where_with_a_constant_branch():
+    """The attention matcher walks through wheres toward a softmax; where(c, w, 0) has a
+    constant branch, which used to crash it (KeyError: 0.0) for every GPU target."""
+    def fn(x, w, keep):
+        return torch.bmm(x, torch.where(keep[:, None, None], w, 0).transpose(1, 2))
+    args = (torch.randn(3, 16, 32), torch.randn(3, 24, 32), torch.tensor([True, False, True]))
+    run_and_compare(fn, args)
