@@ -33,6 +33,15 @@ class Target:
     vector_bytes: int = 16               # the widest vector load or store
     features: frozenset = field(default_factory=frozenset)
     caches: tuple = ()                   # (level, bytes), nearest first
+    # a GPU's SM, for occupancy: resident threads, blocks and shared memory at most per SM
+    sm_threads: int = 0
+    sm_blocks: int = 0
+    sm_smem: int = 0
+    # the roofline of the reference part (0: not given): DRAM GB/s, CUDA-core ops and tensor-core
+    # bf16 flops (dense) per second in tera
+    dram_gbs: float = 0.0
+    core_tops: float = 0.0
+    tensor_tflops: float = 0.0
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -46,6 +55,19 @@ class Target:
         """Blocks that keep every SM busy for two waves: below this a split pays."""
         return 2 * self.cores
 
+    def occupancy(self, threads: int, registers: int, smem: int) -> tuple[int, str]:
+        """Blocks of `threads` threads, `registers` per thread and `smem` bytes that one SM holds
+        at once, and what limits them (registers are allocated per warp in 256s; from sm_80 on
+        the driver reserves 1 KiB of shared memory per block)."""
+        warps = -(-threads // self.warp_size)
+        per_warp = -(-max(registers, 1) * self.warp_size // 256) * 256
+        reserved = KiB if self.sm >= 80 else 0
+        limits = {"threads": self.sm_threads // (warps * self.warp_size), "blocks": self.sm_blocks,
+                  "registers": 65536 // per_warp // warps,
+                  "shared memory": self.sm_smem // (smem + reserved) if smem else self.sm_blocks}
+        why = min(limits, key=limits.get)
+        return limits[why], why
+
     @property
     def key(self) -> str:
         """What a measurement on this target depends on (the tuning database's target column)."""
@@ -55,26 +77,31 @@ class Target:
         return self.name
 
 
-def _gpu(name, sm, sms, optin_kib, l2_mib, features=()):
+def _gpu(name, sm, sms, optin_kib, l2_mib, sm_limits, features=(), roofline=(0.0, 0.0, 0.0)):
     tensor = ("mma.sync", "ldmatrix", "cp.async") if sm >= 80 else ()
+    threads, blocks, smem_kib = sm_limits
     return Target(name, "gpu", name, sm=sm, warp_size=32, cores=sms,
                   smem_per_block=STATIC_SMEM_BYTES, smem_optin=optin_kib * KiB, registers=255,
                   vector_bytes=16, features=frozenset(tensor + tuple(features)),
-                  caches=(("L1", 128 * KiB), ("L2", l2_mib * MiB)))
+                  caches=(("L1", 128 * KiB), ("L2", l2_mib * MiB)), sm_threads=threads,
+                  sm_blocks=blocks, sm_smem=smem_kib * KiB, dram_gbs=roofline[0],
+                  core_tops=roofline[1], tensor_tflops=roofline[2])
 
 
 # H100's 132 SMs are every GPU's today (the splits of chunk_reduce and split_matmul_k aim at two
 # waves of them); per-part counts come with measurements on those parts.
 _SMS = 132
+# H100 SXM's roofline: 3.35 TB/s HBM3, 132 SMs x 128 lanes x 1.83 GHz, 989 dense bf16 TFLOPS.
+_H100 = (3350.0, 30.9, 989.0)
 GPUS = [
-    _gpu("sm_70", 70, _SMS, 96, 6),
-    _gpu("sm_75", 75, _SMS, 64, 4),
-    _gpu("sm_80", 80, _SMS, 163, 40),
-    _gpu("sm_86", 86, _SMS, 99, 6),
-    _gpu("sm_87", 87, _SMS, 163, 4),
-    _gpu("sm_89", 89, _SMS, 99, 72),
-    _gpu("sm_90", 90, _SMS, 227, 50, ("tma", "mbarrier")),
-    _gpu("sm_90a", 90, _SMS, 227, 50, ("tma", "mbarrier", "wgmma")),
+    _gpu("sm_70", 70, _SMS, 96, 6, (2048, 32, 96)),
+    _gpu("sm_75", 75, _SMS, 64, 4, (1024, 16, 64)),
+    _gpu("sm_80", 80, _SMS, 163, 40, (2048, 32, 164)),
+    _gpu("sm_86", 86, _SMS, 99, 6, (1536, 16, 100)),
+    _gpu("sm_87", 87, _SMS, 163, 4, (1536, 16, 164)),
+    _gpu("sm_89", 89, _SMS, 99, 72, (1536, 24, 100)),
+    _gpu("sm_90", 90, _SMS, 227, 50, (2048, 32, 228), ("tma", "mbarrier"), _H100),
+    _gpu("sm_90a", 90, _SMS, 227, 50, (2048, 32, 228), ("tma", "mbarrier", "wgmma"), _H100),
 ]
 CPUS = [
     Target("cpu", "cpu", "x86-64", cores=os.cpu_count() or 1, vector_bytes=16,

@@ -436,7 +436,8 @@ class _Batch:
             if idx is not None and len(idx) == 0:
                 return
             if prof is not None:
-                prof.issued[type(s).__name__] += len(np.unique(self.warp[self.lanes(idx)]))
+                live = self.lanes(idx)
+                prof.issue(s, len(live), len(np.unique(self.warp[live])))
             if isinstance(s, Let):
                 self.set_var(s.var, s.dtype, self.eval(s.value, idx), idx)
             elif isinstance(s, Assign):

@@ -9,7 +9,7 @@ Per kernel and per warp request (one load or store statement run by a warp's act
     bank conflict;
   - bytes moved through global memory against the kernel's minimum (every parameter it reads
     read once, every one it writes written once);
-  - statements issued per warp, by kind.
+  - statements issued per warp, by kind; scalar operations per lane, tensor-core flops.
 Counted for plain and vector loads and stores; the traffic of ldmatrix, cp.async, TMA and wgmma
 (sim_mma.py, sim_async.py, sim_tma.py, sim_wgmma.py) is not. Counting runs only inside
 `with profiling() as kernels:`, which collects {kernel name: KernelProfile} of every launch.
@@ -48,6 +48,19 @@ class KernelProfile:
     accesses: dict = field(default_factory=lambda: {k: Access() for k in (
         "global load", "global store", "shared load", "shared store")})
     issued: Counter = field(default_factory=Counter)     # statement kind -> warp issues
+    lane_ops: int = 0           # scalar statements (Let, Assign) times the lanes running them
+    tensor_flops: int = 0       # mma and wgmma multiply-adds, times two
+
+    def issue(self, s, lanes: int, warps: int) -> None:
+        """A statement run by `lanes` lanes of `warps` warps."""
+        kind = type(s).__name__
+        self.issued[kind] += warps
+        if kind in ("Let", "Assign"):
+            self.lane_ops += lanes
+        elif kind == "Mma":                     # m16n8k16 per warp
+            self.tensor_flops += warps * 2 * 16 * 8 * 16
+        elif kind == "Wgmma":                   # m64nNk16 per warpgroup: a quarter per warp
+            self.tensor_flops += warps * 2 * 16 * s.n * 16
 
     def global_request(self, kind: str, warps: np.ndarray, start: np.ndarray, nbytes: int):
         a = self.accesses[f"global {kind}"]

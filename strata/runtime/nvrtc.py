@@ -85,6 +85,23 @@ def compile_cuda(source: str, arch: str = "sm_90", kernel_names=(), want: str = 
 def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
                        want: str = "cubin") -> tuple[bytes, float]:
     """compile_cuda, also returning the seconds NVRTC took."""
+    image, seconds, _ = _compile(source, arch, kernel_names, want)
+    return image, seconds
+
+
+_PTXAS_FN = re.compile(r"Function properties for (\w+)\s*\n[^\n]*?(\d+) bytes spill stores, (\d+) "
+                       r"bytes spill loads\s*\n[^\n]*?Used (\d+) registers(?:[^\n]*?(\d+) bytes smem)?")
+
+
+def resource_usage(source: str, arch: str = "sm_90") -> dict[str, dict]:
+    """What ptxas says of each kernel: {name: {registers, spill_stores, spill_loads, smem}}
+    (registers per thread, spill bytes per thread, static shared memory bytes per block)."""
+    text = _compile(source, arch, (), "cubin", ("--ptxas-options=-v",))[2]
+    return {m[1]: dict(registers=int(m[4]), spill_stores=int(m[2]), spill_loads=int(m[3]),
+                       smem=int(m[5] or 0)) for m in _PTXAS_FN.finditer(text)}
+
+
+def _compile(source: str, arch: str, kernel_names, want: str, extra=()) -> tuple[bytes, float, str]:
     global COMPILES
     from cuda.bindings import nvrtc
     if want not in ("cubin", "ptx"):
@@ -92,7 +109,7 @@ def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
     names = list(kernel_names) or kernel_names_in(source)
     label = ", ".join(names) or "<no kernels>"
     unit = f"strata_{names[0] if names else 'program'}.cu"
-    opts = options(arch)
+    opts = options(arch) + list(extra)
     t0 = time.perf_counter()
     COMPILES += 1
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), unit.encode(), 0, [], [])
@@ -122,7 +139,7 @@ def compile_cuda_timed(source: str, arch: str = "sm_90", kernel_names=(),
     seconds = time.perf_counter() - t0
     log.debug("nvrtc %s for %s: %.1f ms, %d bytes%s", label, arch, seconds * 1e3, len(image),
               f"\n{text}" if text.strip() else "")
-    return image, seconds
+    return image, seconds, text
 
 
 def _log(nvrtc, prog) -> str:

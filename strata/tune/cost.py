@@ -1,4 +1,5 @@
-"""The tuner's cost model for the CPU target: a kernel's time estimated from its Kernel IR.
+"""The tuner's cost model for the CPU target: a kernel's time estimated from its Kernel IR; and
+a GPU roofline from the simulator's counters (`gpu_roofline_us`, shown by `--profile`).
 
 Why analytic: the tuner ranks candidates before measuring them (the best-looking ones are timed
 first, so a budget cut short still tries them), and the estimate can be checked against the
@@ -135,6 +136,21 @@ def estimate_ms(k: Kernel, m: Machine) -> float:
 def program_ms(kernels, target) -> float:
     m = machine(target)
     return sum(estimate_ms(k, m) for k in kernels)
+
+
+def gpu_roofline_us(prof, target) -> float | None:
+    """A GPU kernel's time on `target` from what the simulator counted (kernel/sim_profile.py):
+    the slowest of its global bytes (at least each parameter once: cp.async, TMA and ldmatrix
+    traffic is not counted) at the DRAM bandwidth, its scalar operations at the CUDA-core rate
+    and its tensor-core flops at the tensor rate. No launch cost, no overlap loss: a lower
+    bound. None when the Target gives no roofline."""
+    if not target.dram_gbs:
+        return None
+    a = prof.accesses
+    moved = max(a["global load"].bytes, prof.minimum_read) + \
+        max(a["global store"].bytes, prof.minimum_written)
+    return max(moved / target.dram_gbs / 1e3, prof.lane_ops / target.core_tops / 1e6,
+               prof.tensor_flops / target.tensor_tflops / 1e6)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

@@ -88,3 +88,57 @@ def test_profile_command(capsys):
     assert "PASS" in out and "k_softmax" in out and "1.00" in out
     assert main(["run", "-c", "torch.relu(torch.randn(4))", "--device", "cpu", "--profile"]) == 2
     assert "use --device sim" in capsys.readouterr().err
+
+
+def test_occupancy_from_the_target():
+    """Blocks per SM and the limit, against the CUDA occupancy rules worked by hand for sm_90:
+    65536 registers allocated per warp in 256s, 2048 threads, 32 blocks, 228 KiB of shared memory
+    with 1 KiB reserved per block."""
+    from strata.targets import TARGETS
+    sm90 = TARGETS["sm_90"]
+    assert sm90.occupancy(256, 32, 0) == (8, "threads")           # 8 x 256 = 2048 threads
+    assert sm90.occupancy(128, 168, 0) == (3, "registers")        # 168 x 32 = 5376 per warp: 12 warps
+    assert sm90.occupancy(128, 32, 100 * 1024) == (2, "shared memory")   # 228 / 101 KiB
+    assert sm90.occupancy(32, 16, 0) == (32, "blocks")
+    assert TARGETS["sm_75"].occupancy(256, 32, 0) == (4, "threads")      # 1024 threads on Turing
+
+
+def test_ptxas_resources_of_emitted_kernels():
+    """NVRTC's ptxas report, per kernel: registers, spills and static shared memory."""
+    pytest.importorskip("cuda.bindings")
+    from strata.runtime.nvrtc import resource_usage
+    prog = strata.compile(lambda x, w: (x.softmax(-1) @ w).relu(),
+                          (torch.randn(128, 256), torch.randn(256, 64)))
+    use = resource_usage(prog.lowered.cuda, "sm_90")
+    assert set(use) == {k.name for k in prog.kernels}
+    for k in prog.kernels:
+        assert 0 < use[k.name]["registers"] <= 255
+        assert use[k.name]["smem"] == k.smem_bytes       # static shared memory, as Kernel IR says
+
+
+def test_roofline_estimate_counts_bytes_and_tensor_flops():
+    """The H100 estimate is the slowest of bytes at DRAM bandwidth and flops at the tensor rate:
+    a bf16 matmul's mma flops are exactly 2 M N K, an elementwise kernel is bound by its bytes."""
+    from strata.targets import TARGETS
+    from strata.tune.cost import gpu_roofline_us
+    a, b = torch.randn(128, 256, dtype=torch.bfloat16), torch.randn(256, 128, dtype=torch.bfloat16)
+    prog = strata.compile(torch.matmul, (a, b))
+    with profiling() as kernels:
+        prog(a, b)
+    (prof,) = kernels.values()
+    assert prof.tensor_flops == 2 * 128 * 256 * 128
+    x = torch.randn(1 << 16)
+    prog = strata.compile(lambda x: x * 2, (x,))
+    with profiling() as kernels:
+        prog(x)
+    (prof,) = kernels.values()
+    h100 = TARGETS["sm_90"]
+    assert gpu_roofline_us(prof, h100) == pytest.approx(2 * x.numel() * 4 / h100.dram_gbs / 1e3)
+    assert gpu_roofline_us(prof, TARGETS["sm_80"]) is None      # no roofline given for sm_80
+
+
+def test_profile_command_prints_ptxas_columns(capsys):
+    pytest.importorskip("cuda.bindings")
+    assert main(["run", "-c", "torch.softmax(torch.randn(8, 1000), dim=-1)", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "regs" in out and "occupancy" in out and "(threads)" in out
