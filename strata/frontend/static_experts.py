@@ -42,12 +42,14 @@ def grouped_experts_forward(self, hidden, top_k_index, top_k_weights):
     dest = (tile_end - tiles)[ids] * g + rank                    # each row's padded position
     src = torch.full((nt * g,), rows, dtype=torch.int64, device=ids.device)
     src[dest] = torch.arange(rows, device=ids.device)            # each position's row (or none)
-    expert = (torch.arange(nt, device=ids.device)[:, None] >= tile_end).sum(1).clamp(max=experts - 1)
+    tile = torch.arange(nt, device=ids.device)
+    expert = (tile[:, None] >= tile_end).sum(1).clamp(max=experts - 1)
+    used = (tile < tile_end[-1])[:, None, None]        # a tile the routing leaves empty reads no weights
     x = hidden[(src // k).clamp(max=tokens - 1)] * (src < rows)[:, None].to(hidden.dtype)
     up = "gate_up_proj" if self.has_gate else "up_proj"
-    y = _tile_linear(self, x.view(nt, g, width), up, expert)
+    y = _tile_linear(self, x.view(nt, g, width), up, expert, used)
     y = self._apply_gate(y) if self.has_gate else self.act_fn(y)
-    z = _tile_linear(self, y, "down_proj", expert)
+    z = _tile_linear(self, y, "down_proj", expert, used)
     if self.has_post_expert_norm:
         z = self.post_expert_norm(z)
     z = z.reshape(nt * g, width)
@@ -60,9 +62,10 @@ def grouped_experts_forward(self, hidden, top_k_index, top_k_weights):
     return (out[:rows] * top_k_weights.reshape(-1, 1)).view(tokens, k, width).sum(1).to(hidden.dtype)
 
 
-def _tile_linear(self, x, name: str, expert):
-    """x [tiles, rows, in] times each tile's expert's weight `name` (and its bias)."""
-    w = getattr(self, name)[expert]
+def _tile_linear(self, x, name: str, expert, used):
+    """x [tiles, rows, in] times each tile's expert's weight `name` (and its bias); zero weights
+    for an unused tile (strata reads a gather under a where only where it is taken)."""
+    w = torch.where(used, getattr(self, name)[expert], 0)
     y = torch.bmm(x, w if self.is_transposed else w.transpose(1, 2))
     return y + getattr(self, name + "_bias")[expert][:, None, :] if self.has_bias else y
 

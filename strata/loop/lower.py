@@ -145,7 +145,10 @@ class LoopBuilder:
 
     def elementwise(self, n: Elementwise, index, pred) -> Expr:
         cdt = dtypes.compute_dtype(n.type.dtype)
-        vals = [self.value(a, index, pred) if isinstance(a, str) else a for a in n.args]
+        if n.op == "where":
+            vals = self.where_operands(n, index, pred)
+        else:
+            vals = [self.value(a, index, pred) if isinstance(a, str) else a for a in n.args]
         if n.op == "cast":
             (v,) = vals
             v = v if isinstance(v, Expr) else Const(v, cdt)
@@ -170,6 +173,22 @@ class LoopBuilder:
             args.append(v)
         out_dt = "bool" if n.op in _LOGICAL or n.op in _COMPARE else cdt
         return self.let(Op(n.op, tuple(args), out_dt))
+
+    def where_operands(self, n: Elementwise, index, pred) -> list:
+        """where(c, x, k), k a constant and x a gather: x is read only where c holds, so a masked
+        lookup reads nothing it drops (a mixture-of-experts tile left empty reads no weights)."""
+        c = self.value(n.args[0], index, pred) if isinstance(n.args[0], str) else n.args[0]
+        vals = [c]
+        for pos in (1, 2):
+            a, other = n.args[pos], n.args[3 - pos]
+            if isinstance(a, str) and isinstance(self.nodes[a], Gather) and isinstance(c, Var) \
+                    and (not isinstance(other, str) or isinstance(self.nodes[other], Full)) \
+                    and self.lookup(("node", a, index, pred)) is None:
+                took = c if pos == 1 else self.let(call("logical_not", c))
+                vals.append(self.value(a, index, _and(pred, took)))
+            else:
+                vals.append(self.value(a, index, pred) if isinstance(a, str) else a)
+        return vals
 
     def reduce(self, n: Reduce, index, pred) -> Expr:
         src = self.nodes[n.arg]

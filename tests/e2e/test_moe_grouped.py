@@ -75,8 +75,9 @@ def test_compiled_moe_block_matches_eager(tokens, skew):
 def test_each_expert_matmul_is_a_block_tiled_contraction_over_one_expert(device):
     """Both expert matmuls take the contraction schedule with the tile's rows as M and the
     tiles as the batch, and their weight loads' expert coordinate depends on the tile only: a
-    block reads its expert's weight tile once for all the rows of the tile. (Captured as
-    transformers' batched_mm, the expert depended on the row: one weight read per row.)"""
+    block reads its expert's weight tile once for all the rows of the tile, and not at all for a
+    tile the routing leaves empty. (Captured as transformers' batched_mm, the expert depended on
+    the row: one weight read per row.)"""
     tokens, experts, k = 64, 4, 2
     block = moe_block("mixtral", experts=experts, k=k)
     prog = strata.compile(block, (torch.randn(1, tokens, HIDDEN),), device=device)
@@ -95,6 +96,8 @@ def test_each_expert_matmul_is_a_block_tiled_contraction_over_one_expert(device)
         for load in loads:
             seen.add(load.buf)
             assert m not in _axes(kern, load.index[0]), f"{kern.name} reads {load.buf} per row"
+            # read only by a tile the routing uses: an empty one reads no weights
+            assert load.pred is not None and _axes(kern, load.pred) <= set(dict(kern.domain)) - {m, n}
     assert seen == weights
     assert tiles < tokens * k          # one weight read per tile, where there was one per row
 

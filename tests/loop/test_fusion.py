@@ -90,3 +90,19 @@ def test_a_contraction_of_a_where_with_a_constant_branch():
         return torch.bmm(x, torch.where(keep[:, None, None], w, 0).transpose(1, 2))
     args = (torch.randn(3, 16, 32), torch.randn(3, 24, 32), torch.tensor([True, False, True]))
     run_and_compare(fn, args)
+
+
+def test_a_gather_under_a_where_is_read_only_where_it_is_taken():
+    """where(keep, table[idx], 0) loads table[idx] only where keep holds (loop/lower.py): the
+    simulator, which refuses an out-of-bounds load, runs it with indices out of range exactly
+    where keep is false (a mixture-of-experts tile left empty reads no weights this way)."""
+    def fn(table, idx, keep):
+        return torch.where(keep[:, None], table[idx], 0)
+    table, keep = torch.randn(10, 4), torch.tensor([True, False, True, False])
+    prog = strata.compile(fn, (table, torch.tensor([1, 2, 3, 4]), keep))
+    from strata.tile.ir import walk
+    loads = [s for k in prog.lowered.loop.kernels for s in walk(k.body) if getattr(s, "buf", "") == "table"]
+    assert loads and all(s.pred is not None for s in loads)
+    idx = torch.tensor([1, 12, 3, 99])
+    got = prog(table, idx, keep)
+    torch.testing.assert_close(got, fn(table, idx.clamp(max=9), keep))
