@@ -140,10 +140,11 @@ def _requests(args, pins: dict) -> list[tuple[str, dict]]:
 
 
 def _print_results(label: str, results, times) -> None:
-    """One line per kernel: the whole program's time with the kernel's default schedule and
-    with the winner (interleaved medians of the same rounds), and the winner's knobs; then the
-    program with every tuned schedule against the defaults."""
-    print(f"{label}   (program time: default -> with the kernel's tuned schedule)")
+    """One line per kernel: its time with the default schedule and with the winner (interleaved
+    medians of the same rounds; on the CPU the kernel's launches alone, on buffers a whole run
+    filled), and the winner's knobs; then the program with every tuned schedule against the
+    defaults."""
+    print(f"{label}   (each kernel alone: default -> tuned schedule)")
     if times:
         print(f"  whole program, every tuned schedule: {times[0] * 1e3:.1f} us -> "
               f"{times[1] * 1e3:.1f} us, {times[0] / times[1]:.2f}x")
@@ -163,6 +164,8 @@ def _print_results(label: str, results, times) -> None:
               f"{r.speedup:5.2f}x  {knobs}  ({r.tried} tried{cut}{model})")
         for why in r.rejected:
             print(f"    rejected {why}")
+        if r.dropped:
+            print(f"    {r.dropped}")
 
 
 def _show(rows: list[dict]) -> int:
@@ -171,7 +174,7 @@ def _show(rows: list[dict]) -> int:
         print("the tuning database is empty: run `strata tune -c CODE` or `strata tune --suite`")
         return 0
     print(f"{'kernel (what it writes)':<40} {'target':<10} {'default us':>10} {'tuned us':>10} "
-          f"{'speedup':>8}  knobs   (program times)")
+          f"{'speedup':>8}  knobs   (the kernel's launches alone)")
     for r in rows:
         knobs = ", ".join(f"{k}={v}" for k, v in json.loads(r["knobs"]).items()) or "default"
         speed = r["default_ms"] / r["tuned_ms"] if r["tuned_ms"] else 1.0

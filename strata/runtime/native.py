@@ -109,6 +109,22 @@ class NativeProgram:
 
     __call__ = run
 
+    def kernel_runner(self, inputs):
+        """A function of k that runs the program's k-th kernel (launch order) alone, on buffers
+        one whole run on `inputs` has filled: how the tuner times one kernel's schedules."""
+        args = prepare_args(self.spec, list(inputs), "cpu")
+        outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self._outs]
+        slab = self._slab()
+        ptrs = self._pointers(args, outs, slab)
+        self._entry(ptrs)
+        fn = self.library.strata_run_kernel
+        fn.argtypes, fn.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
+
+        def run_kernel(k: int) -> None:
+            fn(k, ptrs)
+        run_kernel.buffers = (args, outs, slab)       # alive as long as the runner
+        return run_kernel
+
     def _slab(self) -> torch.Tensor | None:
         """The temps' memory for one call: a spare one from an earlier call, else a new one."""
         if not self.plan.total_bytes:

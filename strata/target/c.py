@@ -281,17 +281,22 @@ def _entry_point(program: KernelProgram) -> str:
              *(f"//   args[{i}] {b.name}: {b.dtype}{list(b.shape)} {b.kind}"
                for i, b in enumerate(program.buffers)),
              "void strata_run(void** args) {"]
+    calls = []
     for k in program.kernels:
         args = []
         for p in k.params:
             if p.name not in index:
                 raise CompileError(f"kernel {k.name}: parameter {p.name} is no buffer of the program")
             args.append(f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{index[p.name]}]")
-        call = f"{cname(k.name)}({', '.join(args)});"
+        calls.append(f"{cname(k.name)}({', '.join(args)});")
+        call = calls[-1]
         if len(INDENT + call) > 100:
             call = f"{cname(k.name)}(" + f",\n{INDENT}{' ' * (len(cname(k.name)) + 1)}".join(args) + ");"
         lines.append(INDENT + call)
     if not program.kernels:
         lines.append(f"{INDENT}(void)args;      // nothing to compute (empty tensors)")
-    lines.append("}")
+    # one kernel alone, by launch index, on buffers a whole run filled: what the tuner times
+    lines += ["}", "", "void strata_run_kernel(int k, void** args) {", f"{INDENT}switch (k) {{",
+              *(f"{INDENT}case {i}: {c} break;" for i, c in enumerate(calls)),
+              f"{INDENT}default: (void)args;", f"{INDENT}}}", "}"]
     return "\n".join(lines)

@@ -8,7 +8,10 @@ compiler bug) and timed interleaved with the default in the same rounds. Candida
 every other allowed value of each knob the kernel's schedule consulted, one knob at a time, then
 the combination of the knobs that helped; the best is timed again with more rounds and kept only
 when it beats the default by more than the noise margin, so the default is always a candidate and
-a tuned schedule is never slower than it was measured to be. A crash or a hang (timeout) kills
+a tuned schedule is never slower than it was measured to be. On the CPU a kernel is timed alone
+(its launches on buffers a whole run filled), which sees a small kernel's gain that a long
+program's time would drown; the whole program is then timed with every winner, and when it is
+not faster the program's winners are dropped. A crash or a hang (timeout) kills
 the worker, is reported, and the search goes on with a fresh one. A kernel already in the
 database is not measured again (--force re-measures); one whose search the budget cut short
 before every candidate was tried is recorded only if a candidate won.
@@ -56,6 +59,7 @@ class KernelResult:
     model_rank: float | None = None     # Spearman of the cost model against the measured times
     model_top_ok: bool | None = None    # its top pick within 1.2x of the measured best
     spread: float = 1.0                 # slowest / fastest measured schedule
+    dropped: str = ""                   # why a winner was not kept (the program was not faster)
 
     @property
     def speedup(self) -> float:
@@ -223,6 +227,15 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                        r.rejected)
             results.append(r)
         times = _program_times(worker, results, db, target, say) if todo else None
+        if times and times[1] >= times[0]:      # never slower: the program keeps its defaults
+            for r in results:
+                if r.knobs and not r.note:
+                    r.dropped = (f"{_show(r.knobs)} dropped: the whole program was not faster "
+                                 f"with it ({times[0] / times[1]:.2f}x)")
+                    r.knobs, r.ms = {}, r.default_ms
+                    db.put(r.signature, target, {}, r.label, r.default_ms, r.default_ms, r.tried,
+                           r.rejected)
+            times = None
         return results, target, times
     finally:
         worker.close()
@@ -236,5 +249,6 @@ def _program_times(worker, results, db: TuningDB, target: str, say) -> tuple[flo
     if not pins:
         return None
     say("timing the program with every tuned schedule")
-    reply = worker.ask({"op": "try", "kernel_knobs": pins, "rounds": CONFIRM_ROUNDS})
+    reply = worker.ask({"op": "try", "kernel_knobs": pins, "rounds": CONFIRM_ROUNDS,
+                        "scope": "program"})
     return (reply["default_ms"], reply["ms"]) if "ms" in reply else None

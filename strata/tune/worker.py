@@ -10,8 +10,10 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}}], "target": key}
   {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...]}
       -> {"ms": [the cost model's time of the program with each, tune/cost.py]}
-  {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R}
-      -> {"ms": candidate, "default_ms": default, "same": bool}   (interleaved medians)
+  {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R, "scope": "program"?}
+      -> {"ms": candidate, "default_ms": default, "same": bool, "scope": "kernel" | "program"}
+         (interleaved medians; with one signature on the CPU, of that kernel's launches alone,
+         run on buffers a whole run filled, unless scope "program" asks for the whole program)
       or {"error": "wrong" | "does not fit" | "bug", "why": one sentence}
 """
 from __future__ import annotations
@@ -20,6 +22,8 @@ import hashlib
 import json
 import statistics
 import sys
+
+from ..bench.cpu_bench import interleaved_samples
 
 
 def _label(kernel, loop_program) -> str:
@@ -30,7 +34,7 @@ def _label(kernel, loop_program) -> str:
 
 class Worker:
     def __init__(self):
-        self.device, self.pins = "cpu", {}
+        self.device, self.pins, self.names = "cpu", {}, {}     # names: signature -> loop kernels
         self.module = self.inputs = self.default = None
 
     def build(self, req: dict) -> None:
@@ -99,10 +103,10 @@ class Worker:
                     knobs.update(t.knobs)
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs})
+            self.names.setdefault(kernels[-1]["signature"], set()).add(k.name)
         return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
 
     def time(self, programs: dict, rounds: int) -> dict:
-        from ..bench.cpu_bench import interleaved_samples
         args = [x.clone() for x in self.inputs]
         samples = interleaved_samples(programs, args, rounds)
         return {name: statistics.median(ts) for name, ts in samples.items()}
@@ -129,8 +133,35 @@ class Worker:
         problem = self.check(program)
         if problem:
             return {"error": "wrong", "why": problem}
-        ms = self.time({"default": self.default, "candidate": program}, req.get("rounds", 7))
-        return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False}
+        rounds = req.get("rounds", 7)
+        (sig, *more) = req["kernel_knobs"]
+        runs = {"default": self.kernel_calls(self.default, sig),
+                "candidate": self.kernel_calls(program, sig)} \
+            if self.device == "cpu" and not more and req.get("scope") != "program" else {}
+        if all(runs.values()) and runs:
+            ms = {name: statistics.median(ts) for name, ts in
+                  interleaved_samples(runs, (), rounds).items()}
+            return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False,
+                    "scope": "kernel"}
+        ms = self.time({"default": self.default, "candidate": program}, rounds)
+        return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False,
+                "scope": "program"}
+
+    def kernel_calls(self, program, sig: str):
+        """A function running, alone and in launch order, the kernels of `program` that come
+        from the loop kernels of signature `sig` (a split one is several); None if none do."""
+        lowered = program.lowered
+        loops = self.names.get(sig, set())
+        picks = [i for i, k in enumerate(lowered.kernel.kernels)
+                 if lowered.tile.origin.get(k.name, k.name) in loops]
+        if not picks:
+            return None
+        run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
+
+        def calls():
+            for i in picks:
+                run(i)
+        return calls
 
 
 def _source(program) -> str:

@@ -196,3 +196,59 @@ def test_a_busy_machine_is_named_before_tuning():
     from strata.cli_tune import busy_warning
     assert busy_warning(0.2, 2) is None
     assert "the machine is busy (load 2.5 over the last minute on 2 cores)" in busy_warning(2.5, 2)
+
+
+SLOWER_PROGRAM = textwrap.dedent("""
+    import json, sys
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "prepare":
+            reply = {"target": "fake", "kernels": [
+                {"name": "k", "signature": "s", "label": "k[1]", "knobs": {"TILE_N": 32}}]}
+        elif req["op"] == "estimate":
+            reply = {"ms": [1.0 for c in req["candidates"]]}
+        elif req.get("scope") == "program":        # alone 2x faster, in the program slower
+            reply = {"ms": 2.2, "default_ms": 2.0, "same": False, "scope": "program"}
+        else:
+            reply = {"ms": 1.0, "default_ms": 2.0, "same": False, "scope": "kernel"}
+        print(json.dumps(reply), flush=True)
+""")
+
+
+def test_a_winner_that_slows_the_whole_program_is_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (64,)})
+    db = TuningDB(tmp_path / "t.sqlite")
+    results, _, times = tune_program({"op": "prepare"}, 60, db,
+                                     command=[sys.executable, "-c", SLOWER_PROGRAM])
+    (r,) = results
+    assert r.knobs == {} and "TILE_N=64 dropped: the whole program was not faster" in r.dropped
+    assert times is None and db.get("s", "fake") == {}
+
+
+@native
+def test_the_worker_times_one_kernel_alone_on_the_cpu():
+    """A single kernel's candidates are timed by running that kernel's launches alone
+    (strata_run_kernel on buffers a whole run filled); the whole program when asked."""
+    from strata.tune.worker import Worker
+    w = Worker()
+    code = "torch.softmax(torch.randn(64, 512), dim=-1) @ torch.randn(512, 256)"
+    info = w.prepare({"op": "prepare", "code": code, "device": "cpu"})
+    k = next(k for k in info["kernels"] if "THREAD_M" in k["knobs"])
+    pins = {k["signature"]: {"THREAD_M": 2 if k["knobs"]["THREAD_M"] != 2 else 4}}
+    alone = w.try_({"kernel_knobs": pins, "rounds": 3})
+    whole = w.try_({"kernel_knobs": pins, "rounds": 3, "scope": "program"})
+    assert alone["scope"] == "kernel" and whole["scope"] == "program"
+    assert 0 < alone["default_ms"] < whole["default_ms"]      # one kernel of several
+
+
+@native
+def test_one_kernel_runs_alone_on_the_buffers_of_a_whole_run():
+    x, w = torch.randn(64, 512), torch.randn(512, 256)
+    fn = lambda x, w: torch.softmax(x, dim=-1) @ w        # noqa: E731
+    prog = strata.compile(fn, (x, w), device="cpu")
+    run = prog.runtime.kernel_runner([x, w])
+    (out,) = run.buffers[1]
+    torch.testing.assert_close(out, fn(x, w), rtol=1e-4, atol=1e-4)
+    out.fill_(float("nan"))
+    run(len(prog.lowered.kernel.kernels) - 1)             # the matmul alone writes it again
+    torch.testing.assert_close(out, fn(x, w), rtol=1e-4, atol=1e-4)
