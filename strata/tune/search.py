@@ -39,6 +39,8 @@ VALUES = {
     "THREADS": (0, 1, 2, 4, 8),
 }
 NOISE = 0.97            # a candidate must take under 97% of the default's time to win
+MINOR, MINOR_MS = 0.02, 0.05    # kernels under 2% of a program's kernel time (when that is over
+                                # 50 us: below it every kernel is launch overhead) are not searched
 ROUNDS, CONFIRM_ROUNDS = 7, 15
 TIMEOUT_S = 120         # one candidate's compile, check and timing
 
@@ -205,6 +207,7 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
             raise RuntimeError(info["why"])
         target, results, todo = info["target"], [], []
         pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
+        total_ms = sum(k.get("ms", 0.0) for k in info["kernels"])
         for k in info["kernels"]:
             k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
             r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
@@ -212,13 +215,21 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                 r.note = "tuned before (--force measures again)"
             elif not k["knobs"]:
                 r.note = "its schedule has no knobs"
+            elif total_ms and k.get("ms", total_ms) < MINOR * total_ms and total_ms > MINOR_MS:
+                r.note = (f"{k['ms'] * 1e3:.1f} us alone, under {MINOR:.0%} of the program's "
+                          f"kernels: not worth its budget")
             else:
                 todo.append(k)
                 continue
             results.append(r)
+        # the budget goes where the time is: the slowest kernels first, each a share of what is
+        # left in proportion to its time alone (an equal share without times)
+        todo.sort(key=lambda k: -k.get("ms", 0.0))
         for i, k in enumerate(todo):
             left = budget_s - (time.monotonic() - start)
-            deadline = time.monotonic() + left / (len(todo) - i)
+            rest = sum(t.get("ms", 0.0) for t in todo[i:])
+            share = k["ms"] / rest if rest and "ms" in k else 1 / (len(todo) - i)
+            deadline = time.monotonic() + left * share
             def progress(text, i=i):
                 say(f"kernel {i + 1}/{len(todo)}, {text}")
             r = tune_kernel(worker, k, deadline, progress, info.get("cores", 1 << 10))
@@ -226,6 +237,8 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                 db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
                        r.rejected)
             results.append(r)
+        order = [k["name"] for k in info["kernels"]]
+        results.sort(key=lambda r: order.index(r.name))         # launch order, for the report
         times = _program_times(worker, results, db, target, say) if todo else None
         if times and times[1] >= times[0]:      # never slower: the program keeps its defaults
             for r in results:

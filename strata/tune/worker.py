@@ -7,7 +7,8 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
 
   {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D |
    "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
-      -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}}], "target": key}
+      -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}, "ms"?}],
+          "target": key}   (ms: on the CPU, the default schedule's time of the kernel alone)
   {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...]}
       -> {"ms": [the cost model's time of the program with each, tune/cost.py]}
   {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R, "scope": "program"?}
@@ -104,6 +105,11 @@ class Worker:
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs})
             self.names.setdefault(kernels[-1]["signature"], set()).add(k.name)
+        if self.device == "cpu":
+            for k in kernels:
+                calls = self.kernel_calls(self.default, k["signature"])
+                if calls is not None:
+                    k["ms"] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
         return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
 
     def time(self, programs: dict, rounds: int) -> dict:
