@@ -101,6 +101,8 @@ _TABLE = [
      _between(0, 48 * 1024), "row kernels reading a row twice and CUDA-core contractions"),
     ("UNROLL_MAX", "the most iterations of a loop given #pragma unroll", _between(0, 64),
      "kernels with loops"),
+    ("KEEP", "keep a costly value a CPU row's loop computes (softmax's exp) in a scratch row for a "
+     "later loop that computes it again (1), or compute it again (0)", _FLAG, "CPU row kernels"),
     ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
      "has enough work, else one)", _between(0, 256), "CPU kernels"),
 ]

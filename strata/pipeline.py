@@ -22,6 +22,7 @@ from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
+from .tile.passes.cpu_keep_values import cpu_keep_values
 from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_rows import cpu_rows
@@ -75,6 +76,7 @@ CPU_PASSES = [
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
     ("cpu_rows", cpu_rows),
+    ("cpu_keep_values", cpu_keep_values),
     ("mark_unroll", mark_unroll),
 ]
 PIPELINES = {"gpu": GPU_PASSES, "cpu": CPU_PASSES}

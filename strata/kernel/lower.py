@@ -16,7 +16,7 @@ from .. import dtypes, scalar_ops
 from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, free_vars, mod,
                     rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
-from ..tile.ir import Combine, Stage, StridedLoop, TileKernel, TileProgram, flat_index
+from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, TileProgram, flat_index
 from .ir import (WARP, Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
                  Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 
@@ -28,7 +28,7 @@ def reduce_identity(op: str, dtype: str) -> Const:
 class Lowerer:
     def __init__(self, tk: TileKernel):
         self.tk = tk
-        self.smem: set[str] = {s.name for s in tk.body if isinstance(s, Stage)}
+        self.smem: set[str] = {s.name for s in tk.body if isinstance(s, (Stage, Scratch))}
         big = any(b.shape and prod(b.shape) >= 2 ** 31 for b in tk.buffers)
         self.idx = "i64" if big else "i32"
         self.has_warp_ids = False
@@ -78,6 +78,8 @@ class Lowerer:
                                unroll=s.unroll, dtype=self.idx)]
         if isinstance(s, Combine):
             return self.combine(s)
+        if isinstance(s, Scratch):
+            return [Smem(s.name, s.dtype, s.size)]
         if isinstance(s, Stage):
             f = Var(f"{s.name}_f", self.idx)
             cdt = dtypes.compute_dtype(s.dtype)

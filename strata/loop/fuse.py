@@ -46,9 +46,9 @@ class FusionPlan:
 
 
 class _Refusal(Exception):
-    def __init__(self, node: str, reason: str, path: tuple[str, ...] = ()):
-        self.node, self.reason = node, reason
-        self.path = path        # enclosing-reduction refusals: the nodes walked since that reduction
+    def __init__(self, node: str, reason: str, path: tuple[str, ...] = (), broadcast=False):
+        self.node, self.reason, self.broadcast = node, reason, broadcast
+        self.path = path        # a reduction inside another: the nodes walked since that one
 
 
 def _index_through(node, index: tuple[Expr, ...]) -> tuple[Expr, ...]:
@@ -68,6 +68,7 @@ class _Walker:
         self.seen: set = set()
         self.counter = 0
         self.path: list[str] = []               # the nodes being walked, outermost first
+        self.inside: dict[str, tuple] = {}      # reductions read inside another: the path between
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         # only the enclosing reduction variables the index mentions can change what is below
@@ -105,12 +106,15 @@ class _Walker:
         elif isinstance(n, Reduce):
             deps = set().union(*map(free_vars, index)) if index else set()
             inner = deps & reduce_vars
-            if inner:
+            if reduce_vars:     # read inside another reduction: the nodes walked since that one
                 below = next(k for k in range(len(self.path) - 2, -1, -1)
                              if isinstance(self.by_name[self.path[k]], Reduce))
-                raise _Refusal(name, f"refused fusing {name} ({n.op}) into its consumer: it would be "
-                                     f"recomputed for every iteration of an enclosing reduction",
-                               tuple(self.path[below + 1:-1]))
+                between = tuple(self.path[below + 1:-1])
+                if inner:
+                    raise _Refusal(name, f"refused fusing {name} ({n.op}) into its consumer: it would "
+                                         f"be recomputed for every iteration of an enclosing reduction",
+                                   between)
+                self.inside.setdefault(name, between)
             self.reduce_deps.setdefault(name, set()).update(deps)
             self.reduce_at.setdefault(name, set()).add(index)
             self.counter += 1
@@ -168,7 +172,8 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
     if worst is not None:
         r, factor = worst
         raise _Refusal(r, f"refused fusing {r} into {target}: it would be recomputed {factor}x "
-                          f"(it depends on fewer parallel axes than the kernel)")
+                          f"(it depends on fewer parallel axes than the kernel)", w.inside.get(r, ()),
+                       broadcast=True)
     outer = tuple(sorted(dims[v] for v in outer_vars))
     return KernelPlan(target, outer, merged, tuple(w.reduce_deps)), w.reached
 
@@ -193,28 +198,32 @@ def _only_through(prog, r: str, x: str, materialized: set[str]) -> bool:
     return r not in prog.outputs
 
 
-def _row_instead(prog, r: _Refusal, materialized: set[str]) -> tuple[str, str] | None:
+def _row_instead(prog, r: _Refusal, materialized: set[str], gpu: bool) -> tuple[str, str] | None:
     """For a reduction refused inside an enclosing one: the node nearest that enclosing reduction,
-    on the path down to the refused one, to materialize instead. It must be elementwise, no larger
-    than the reduction's result (same free axes: nothing broadcast), and its own kernel must plan
-    without a refusal, i.e. one row kernel whose loops are this reduction and its siblings."""
+    on the path down to the refused one, to materialize instead: elementwise, its own kernel one
+    row kernel whose loops are this reduction and its siblings, and no larger than the
+    reduction's result (nothing broadcast). On a CPU, when the reduction was refused for missing
+    axes of the consumer (the row max and sum of attention's `softmax @ v`, a LayerNorm's mean and
+    variance: two or more row reductions), no larger than a tensor its kernel reads (the scores).
+    (A GPU fuses such a prologue into its matmul, or runs attention as one flash kernel.)"""
     size = prod(prog.node(r.node).type.shape)
     for x in r.path:
         n = prog.node(x)
-        if not isinstance(n, Elementwise) or prod(n.type.shape) > size \
+        if not isinstance(n, Elementwise) or prod(n.type.shape) > size and not r.broadcast \
                 or not _only_through(prog, r.node, x, materialized):
             continue
         trial = materialized | {x}
         while True:     # what planning x will materialize anyway (an RMSNorm's row sum) is no obstacle
             try:
-                kp, _ = plan_kernel(prog, x, trial)
+                kp, reads = plan_kernel(prog, x, trial)
                 break
             except _Refusal as again:
                 if again.node == r.node:
                     kp = None
                     break
                 trial.add(again.node)
-        if kp is None or r.node not in kp.reduces:
+        if kp is None or r.node not in kp.reduces or r.broadcast and (gpu or len(kp.reduces) < 2) \
+                or prod(n.type.shape) > max([size] + [prod(prog.node(b).type.shape) for b in reads]):
             continue
         return x, (f"fuse: materialized {x} instead of {r.node}: one kernel with reduction loops "
                    f"{', '.join(kp.reduces)} over the same axes, read by the enclosing reduction")
@@ -287,7 +296,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             passed.add(t)
         except _Refusal as r:
             ctx.log(f"fuse: {r.reason}")
-            instead = _row_instead(prog, r, materialized) if r.path else None
+            instead = _row_instead(prog, r, materialized, ctx.arch.is_gpu) if r.path else None
             if instead:
                 ctx.log(instead[1])
             materialized.add(instead[0] if instead else r.node)

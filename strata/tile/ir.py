@@ -9,7 +9,8 @@ A `TileKernel` keeps the Loop IR statements and adds the schedule:
   (`for a = t; a < n; a += group`);
 * `Combine`: the merge of per-thread partial accumulators across the group (warp shuffles,
   then shared memory);
-* `Stage`: a slab of a global input copied into shared memory once, read many times.
+* `Stage`: a slab of a global input copied into shared memory once, read many times;
+* `Scratch`: a one-thread block's array of values a loop computes for a later one (a CPU row).
 
 A contraction (`mode="matmul"`, see `MatmulTile`) is scheduled as a 2-D block tile instead:
 
@@ -66,6 +67,15 @@ class Stage:
     size: int
     dtype: str                          # storage dtype
     vec: int = 1                        # elements per thread per copy (a 16-byte vector when > 1)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """An array of a one-thread block (a CPU row) that keeps values one loop computes for a
+    later loop, stored and loaded with Loop IR Store/Load at a one-dimensional index."""
+    name: str
+    dtype: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -348,7 +358,7 @@ def map_body(body, fn):
 
 # ---------------------------------------------------------------- verification
 
-STATEMENTS = NESTED + (Combine, Stage, Registers, Sync, MmaLoop, Load, Let, Accum, Store, CustomCall)
+STATEMENTS = NESTED + (Combine, Stage, Scratch, Registers, Sync, MmaLoop, Load, Let, Accum, Store, CustomCall)
 
 
 def verify_kernel(k: TileKernel, target) -> None:
@@ -366,8 +376,10 @@ def verify_kernel(k: TileKernel, target) -> None:
     for s in walk(k.prelude + k.body):
         if not isinstance(s, STATEMENTS):
             fail(f"unknown statement {type(s).__name__}")
-        if isinstance(s, (Stage, StageTile)):
+        if isinstance(s, (Stage, StageTile, Scratch)):
             staged.add(s.name)
+        if isinstance(s, Scratch) and k.block != 1:
+            fail(f"scratch array {s.name} in a block of {k.block} threads (it is one thread's)")
         if isinstance(s, (Load, Store)) and s.buf not in names | staged:
             fail(f"{type(s).__name__.lower()} of {s.buf}, which is neither a buffer nor staged")
         if isinstance(s, StridedLoop) and k.mode is Mode.ROWS and s.step != k.group:
@@ -423,6 +435,8 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
         elif isinstance(s, Stage):
             tag = f", vec={s.vec}" if s.vec > 1 else ""
             out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")
+        elif isinstance(s, Scratch):
+            out.append(f"{pad}{s.name} = Scratch({s.dtype}[{s.size}])")
         elif isinstance(s, Points):
             out.append(f"{pad}Points({_bindings(mt)}{', registers' if s.registers else ''}):")
             _format(s.body, depth + 1, out, mt)

@@ -226,8 +226,9 @@ def _with(stmt) -> Kernel:
 
 @pytest.mark.parametrize("code, threads, pragma", [
     ("torch.softmax(torch.randn(64, 1000), dim=-1)", 1, None),
-    ("torch.softmax(torch.randn(64, 1000), dim=-1)", 2, "#pragma omp parallel for num_threads(2)"),
-    ("torch.softmax(torch.randn(2, 8), dim=-1)", 2, "#pragma omp parallel for num_threads(2)"),
+    ("torch.softmax(torch.randn(64, 1000), dim=-1)", 2, "#pragma omp parallel num_threads(2)"),
+    ("torch.softmax(torch.randn(2, 8), dim=-1)", 2, "#pragma omp parallel num_threads(2)"),
+    ("torch.randn(64, 1000) + 1", 2, "#pragma omp parallel for num_threads(2)"),
     ("torch.randn(64, 96) @ torch.randn(96, 128)", 1, None),
 ])
 def test_threads_knob_sets_the_team(code, threads, pragma):

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...context import Context
-from ...expr import Var, add, mul
-from ...loop.ir import Let, Loop
-from ..ir import Mode, TileKernel
+from ...expr import Const, Var, add, call, mul, value_range
+from ...loop.ir import Let, Load, Loop
+from ..ir import Mode, TileKernel, map_body, walk
 
 MIN_CHUNK = 1024        # elements per row of a 1-D elementwise kernel, at the least
 
@@ -36,7 +36,24 @@ def cpu_rows(k: TileKernel, ctx: Context) -> TileKernel:
     emitter runs the blocks on every core when there is enough work, else on one)."""
     if k.mode is Mode.MATMUL:
         return k.with_knob("THREADS", ctx.knob("THREADS", 0))
-    return _rows(k, ctx).with_knob("THREADS", ctx.knob("THREADS", 0))
+    return _read_anyway(_rows(k, ctx)).with_knob("THREADS", ctx.knob("THREADS", 0))
+
+
+def _read_anyway(k: TileKernel) -> TileKernel:
+    """A load taken only where a mask holds (a causal mask's scores), at an index that stays
+    inside its buffer everywhere, is read unconditionally and then selected: its masked vector
+    loads took 45% of a causal softmax row's time."""
+    bounds = dict(k.domain) | {s.var: s.extent for s in walk(k.body) if isinstance(s, Loop)}
+
+    def fn(s):
+        if not isinstance(s, Load) or s.pred is None or any(
+                r is None or r[0] < 0 or r[1] >= n for r, n in
+                zip((value_range(e, bounds) for e in s.index), k.shape_of(s.buf))):
+            return s
+        return (replace(s, var=f"{s.var}_all", pred=None), Let(f"{s.var}_take", s.pred),
+                Let(s.var, call("where", Var(f"{s.var}_take", "bool"), Var(f"{s.var}_all", s.dtype),
+                                Const(0, s.dtype))))
+    return replace(k, body=map_body(k.body, fn))
 
 
 def _rows(k: TileKernel, ctx: Context) -> TileKernel:
