@@ -57,6 +57,9 @@ def _op(name, arity, fn, c_float, c_int=None, result="same"):
     return ScalarOp(name, arity, fn, c_float, c_int, result)
 
 
+# the ops a CPU computes with a polynomial or a libm call (about ten multiply-adds each)
+TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log1p", "pow", "tanh", "sigmoid", "erf",
+                            "sin", "cos"})
 OPS: dict[str, ScalarOp] = {o.name: o for o in [
     # arithmetic
     _op("add", 2, np.add, "({0} + {1})", "({0} + {1})"),

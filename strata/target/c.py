@@ -104,6 +104,8 @@ class _CEmitter(_Emitter):
             return self.ex(a[0])                    # threadIdx.x is 0
         if e.op == "add" and isinstance(a[0], ThreadIdx):
             return self.ex(a[1])
+        if e.op == "exp" and e.dtype == "f32":      # the prelude's inline exp (masked rows' -inf)
+            return f"st_expf({_strip(self.expr(a[0]))})", ATOM
         if e.op == "logical_xor":                   # the template's bool(x) is C++
             return (f"(bool){self.expr(a[0], UNARY)} != (bool){self.expr(a[1], UNARY)}", EQ)
         if e.op in ("maximum", "minimum") and (dtypes.is_int(a[0].dtype) or a[0].dtype == "bool"):

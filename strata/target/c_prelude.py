@@ -107,28 +107,31 @@ static inline long long st_absll(long long a) { return a < 0 ? -a : a; }
 // bf16 and f16 are stored as uint16_t; values are float in registers.
 static inline uint32_t st_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-// Float exp, branch-free so that loops vectorise it inline: libmvec's expf falls back to scalar
-// libm for a whole vector when one lane is past its fast range (a causal mask's exp(-inf): the
-// masked softmax ran 6x slower). exp(x) = 2^n p(r), n = round(x / ln 2), r = x - n ln 2 in two
-// parts (Cody and Waite), p Cephes' degree-6 polynomial (fused multiply-adds); 2^n as two factors so that n down to
-// -150 (subnormal results) and up to 128 (overflow to inf) stay exact. Within 1.5 ulp of exp
-// (tests/runtime/test_native.py), NaN kept.
+// The exp op on floats (target/c.py), branch-free so that loops vectorise it inline: libmvec's
+// expf falls back to scalar libm for a whole vector when one lane leaves its fast range (a
+// causal mask's exp(-inf) made the masked softmax 6x slower); sigmoid, whose inputs are
+// activations, keeps libmvec's expf (faster where no lane leaves that range).
+// exp(x) = 2^n p(r): n = round(x / ln 2), r = x - n ln 2 in two parts (Cody and Waite), p
+// Cephes' degree-6 polynomial in fused multiply-adds, 2^n as two factors so that n from -150
+// (subnormal results) to 128 (overflow to inf) stays exact; below -104 it is 0 without the
+// slow subnormal arithmetic. Within 1.5 ulp (tests/runtime/test_native.py), NaN kept.
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define st_fma(a, b, c) fmaf(a, b, c)
 #else
 #define st_fma(a, b, c) ((a) * (b) + (c))       // fmaf without the instruction is a slow call
 #endif
 static inline float st_expf(float x) {
-    float c = x > 89.0f ? 89.0f : (x < -104.0f ? 0.0f : x);     // no subnormal work for exp(-inf)
+    float c = x > 89.0f ? 89.0f : (x < -104.0f ? 0.0f : x);
     float n = rintf(c * 1.44269504088896341f);
     float r = st_fma(n, 2.12194440e-4f, st_fma(n, -0.693359375f, c));
-    float p = st_fma(st_fma(st_fma(st_fma(st_fma(1.9875691500e-4f, r, 1.3981999507e-3f), r, 8.3334519073e-3f),
-                             r, 4.1665795894e-2f), r, 1.6666665459e-1f), r, 5.0000001201e-1f);
+    float p = st_fma(st_fma(st_fma(st_fma(st_fma(1.9875691500e-4f, r, 1.3981999507e-3f), r,
+                                           8.3334519073e-3f), r, 4.1665795894e-2f), r,
+                             1.6666665459e-1f), r, 5.0000001201e-1f);
     int32_t k = (int32_t)n, k1 = k >> 1;
-    return x < -104.0f ? 0.0f : x != x ? x : st_fma(p, r * r, r + 1.0f) * st_float((uint32_t)(k1 + 127) << 23)
-                        * st_float((uint32_t)(k - k1 + 127) << 23);
+    float y = st_fma(p, r * r, r + 1.0f) * st_float((uint32_t)(k1 + 127) << 23)
+              * st_float((uint32_t)(k - k1 + 127) << 23);
+    return x < -104.0f ? 0.0f : x != x ? x : y;
 }
-#define expf(x) st_expf(x)
 static inline float st_bf16_to_float(uint16_t h) { return st_float((uint32_t)h << 16); }
 static inline uint16_t st_float_to_bf16(float f) {
     uint32_t u = st_bits(f);

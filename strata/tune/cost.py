@@ -8,8 +8,9 @@ the measured best), which `strata tune` prints. A roofline of three terms, per k
   - memory: every buffer the kernel touches, once, at the machine's DRAM bandwidth;
   - cache: every load and store the kernel executes (its re-reads: a GEMM's operand tiles, a
     row read twice), at the per-core cache bandwidth, over the cores that run it;
-  - compute: every arithmetic operation, at the per-core scalar rate, divided by the vector
-    width inside loops the C target vectorises (`#pragma omp simd`, target/c_simd.py);
+  - compute: every arithmetic operation (an exp, a tanh ... as ten), at the per-core scalar
+    rate, divided by the vector width inside loops the C target vectorises (`#pragma omp
+    simd`, target/c_simd.py);
 plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
 target/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
 copy with torch); the per-core rates are constants (SCALAR_GOPS, CACHE_GBS), the vector width
@@ -22,12 +23,14 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..expr import Expr, Op, children
+from ..scalar_ops import TRANSCENDENTAL
 from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
 CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
 FORK_US = 3.0               # waking the OpenMP team
 UNKNOWN_TRIPS = 16          # a loop whose trip count is not a constant
+TRANSCENDENTAL_OPS = 10     # an exp, tanh ... counts as this many operations
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,11 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
     if isinstance(e, Load):
         c.bytes += sizes.get(e.buf, 4)
     elif isinstance(e, Op) and e.op not in ("cast",):
+        n = TRANSCENDENTAL_OPS if e.op in TRANSCENDENTAL else 1
         if vec:
-            c.vector_ops += 1
+            c.vector_ops += n
         else:
-            c.ops += 1
+            c.ops += n
     for x in children(e):
         _expr(x, sizes, c, vec)
 

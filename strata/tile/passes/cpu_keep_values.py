@@ -17,10 +17,10 @@ from dataclasses import replace
 
 from ...context import Context
 from ...expr import Cast, Const, Var, free_vars
+from ...scalar_ops import TRANSCENDENTAL
 from ...loop.ir import Let, Load, Loop, Store
 from ..ir import Mode, Scratch, TileKernel
 
-COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "pow", "tanh", "sigmoid", "erf", "sin", "cos"}
 MAX_BYTES = 256 * 1024
 
 
@@ -50,7 +50,7 @@ def _forms(loop: Loop) -> dict:
 
 
 def _costly(tree) -> bool:
-    return isinstance(tree, tuple) and (tree[0] in COSTLY or any(map(_costly, tree[1:])))
+    return isinstance(tree, tuple) and (tree[0] in TRANSCENDENTAL or any(map(_costly, tree[1:])))
 
 
 def _live(body: tuple) -> tuple:
