@@ -95,3 +95,14 @@ def test_a_gathered_load_keeps_its_mask():
     keep = torch.tensor([True, False, True, False])
     prog, _ = cpu_compile(f, (x, idx.clamp(0, 9), keep))
     torch.testing.assert_close(prog(x, idx, keep), torch.tensor([x[1], 0.0, x[3], 0.0]))
+
+
+def test_a_value_whose_input_the_row_overwrites_is_computed_again():
+    """An in-place update between the loops: the output loop must read the new values."""
+    def f(x):
+        e = torch.exp(x).sum(-1, keepdim=True)
+        x.mul_(2)
+        return torch.exp(x) / e
+    x = torch.randn(4, 19)
+    prog, _ = cpu_compile(f, (x.clone(),))
+    torch.testing.assert_close(prog(x.clone()), f(x.clone()))

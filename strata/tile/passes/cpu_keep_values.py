@@ -7,8 +7,8 @@ in the output; kept, a (32, 128, 128) softmax took 96 us instead of 154 us (eage
 the 2-core EPYC. The row is one thread's and stays in its cache.
 
 A value qualifies when the later loop computes the same expression of the same loads at the
-same position of the row, calls a transcendental function, and does not read the earlier loop's
-own accumulators (still changing there). KEEP=0 computes it again; a row over MAX_BYTES is left
+same position of the row, calls a transcendental function, and reads neither the earlier loop's
+own accumulators (still changing there) nor a buffer the loops in between write. KEEP=0 computes it again; a row over MAX_BYTES is left
 alone (its scratch row would not stay in the core's cache).
 """
 from __future__ import annotations
@@ -53,6 +53,12 @@ def _costly(tree) -> bool:
     return isinstance(tree, tuple) and (tree[0] in TRANSCENDENTAL or any(map(_costly, tree[1:])))
 
 
+def _reads(tree) -> set:
+    if not isinstance(tree, tuple):
+        return set()
+    return ({tree[1]} if tree[0] == "load" else set()).union(*map(_reads, tree[1:]))
+
+
 def _live(body: tuple) -> tuple:
     """The body without loads and lets nothing reads."""
     out, used = [], set()
@@ -73,10 +79,13 @@ def cpu_keep_values(k: TileKernel, ctx: Context) -> TileKernel:
     loops = [i for i, s in enumerate(body) if isinstance(s, Loop) and body[i].extent * 4 <= MAX_BYTES
              and not any(isinstance(x, Loop) for x in s.body)]
     for j in loops:
-        later = _forms(body[j])
         for i in (i for i in loops if i < j and body[i].extent == body[j].extent):
+            later = _forms(body[j])         # (what an earlier loop already gives is a load now)
             found = {tree: var for var, tree in reversed(_forms(body[i]).items())}
-            same = {v: found[t] for v, t in later.items() if t in found and _costly(t)}
+            written = {x.buf for s in body[i:j + 1] for x in (s.body if isinstance(s, Loop) else (s,))
+                       if isinstance(x, Store)}         # (a value read back changed: not the same)
+            same = {v: found[t] for v, t in later.items()
+                    if t in found and _costly(t) and not _reads(t) & written}
             covered = {u for s in body[j].body if isinstance(s, Let) and s.var in same
                        for u in free_vars(s.value)}
             for v, v1 in same.items():
