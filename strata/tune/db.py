@@ -4,11 +4,14 @@ Why SQLite: several processes (a tune while a test suite compiles, two tunes on 
 and write it at once; SQLite's locking (WAL journal, a busy timeout) makes that safe without a
 lock file of our own, and `strata tune --show` is one query. A row is keyed by the kernel's
 signature (loop/ir.py: its canonical Loop IR and buffer shapes), the target's name and strata's
-version, so a new compiler never applies an old measurement. It lives at
+version with a digest of its sources, so a new or edited compiler never applies an old
+measurement. It lives at
 <user cache dir>/tuning.sqlite; STRATA_NO_CACHE=1 neither reads nor writes it.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import sqlite3
 import time
@@ -30,9 +33,15 @@ def db_path() -> Path:
     return user_cache_dir() / "tuning.sqlite"
 
 
+@functools.cache
 def _version() -> str:
+    """strata's version and a digest of its sources: an edited checkout is a new compiler too."""
     from .. import __version__
-    return __version__
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
 class TuningDB:
