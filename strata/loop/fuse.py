@@ -12,10 +12,10 @@ multiply work (the blow-up guard):
   be computed once per index at every point.
 
 Such a reduction is materialized (its own kernel) and the refusal is logged with its reason at -v.
-When the first kind is refused, the planner first tries to materialize the elementwise node that
-the enclosing reduction reads instead (the Llama MLP's silu(x @ wg) * (x @ wu)): if its kernel is
-one row kernel with the refused reduction and its siblings as loops, the consumer then loads a
-plain tensor and the reductions' results never touch memory.
+When the first kind is refused (on a CPU the second too, under a reduction), the planner first
+tries to materialize the elementwise node the enclosing reduction reads instead (the Llama MLP's
+silu(x @ wg) * (x @ wu), attention's softmax): if its kernel is one row kernel with the refused
+reduction and its siblings as loops, the consumer then loads a plain tensor.
 A materialized elementwise tensor whose first consumer kernel has the same shape is stored by
 that kernel instead of getting its own (residual add + RMSNorm is one kernel).
 """

@@ -75,7 +75,7 @@ class NativeProgram:
             return False
         for t, (shape, dtype) in zip(given, self._want):
             if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.shape == shape
-                    and t.device.type == "cpu" and not t.requires_grad and t.is_contiguous()
+                    and t.is_cpu and not t.requires_grad and t.is_contiguous()
                     and not (t.data_ptr() % 16 and t.numel())):
                 return False
         return True

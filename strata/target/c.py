@@ -45,9 +45,10 @@ _WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tens
         "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
         "FenceProxyAsync": "fence.proxy.async"}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
-SERIAL_WORK = 1 << 14    # statements run by a whole kernel below which it stays on one thread:
-                         # waking the OpenMP team costs about a microsecond, a decode step's
-                         # small kernels less than that
+SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays on one thread:
+                         # waking the OpenMP team costs 1.5 to 2 us; `strata tune` found kernels
+                         # of 20k to 68k statements 1.4x to 3.9x faster on one thread, one of 625k
+                         # not (the 2-core EPYC, 2026-11-25)
 
 
 def check_kernel(k: Kernel) -> None:
@@ -74,6 +75,7 @@ def check_kernel(k: Kernel) -> None:
 
 
 class _CEmitter(_Emitter):
+    inline_exp = True           # float exp is the prelude's st_expf (not OpenCL's, Metal's)
     """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
 
     def __init__(self, kernel: Kernel):
@@ -104,7 +106,7 @@ class _CEmitter(_Emitter):
             return self.ex(a[0])                    # threadIdx.x is 0
         if e.op == "add" and isinstance(a[0], ThreadIdx):
             return self.ex(a[1])
-        if e.op == "exp" and e.dtype == "f32":      # the prelude's inline exp (masked rows' -inf)
+        if e.op == "exp" and e.dtype == "f32" and self.inline_exp:    # the prelude's (masked rows)
             return f"st_expf({_strip(self.expr(a[0]))})", ATOM
         if e.op == "logical_xor":                   # the template's bool(x) is C++
             return (f"(bool){self.expr(a[0], UNARY)} != (bool){self.expr(a[1], UNARY)}", EQ)

@@ -84,6 +84,7 @@ def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> N
 
 
 class _CLEmitter(_CEmitter):
+    inline_exp = False
     float_suffix = ""
 
     def ex(self, e):
