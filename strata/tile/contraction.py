@@ -162,6 +162,7 @@ def product(body) -> tuple[str, str, str] | str:
 # ---------------------------------------------------------------- block tiles (CUDA cores)
 
 THREADS = 256                     # threads per block the default tiles aim for
+CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's row (cpu_matmul)
 
 
 def pow2_ceil(n: int) -> int:

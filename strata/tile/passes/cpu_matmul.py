@@ -27,19 +27,18 @@ from ...context import Context
 from ...errors import KnobError
 from ...expr import Var, call, sub
 from ...loop.ir import Accum, Load, Loop
-from ..contraction import (closure, conjoin, depends, edge, fastest_axis, match, pow2_ceil,
-                           product, value_dtype)
+from ..contraction import (CPU_VECTORS_N, closure, conjoin, depends, edge, fastest_axis, match,
+                           pow2_ceil, product, value_dtype)
 from ..ir import Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
-VECTORS_N = 2               # SIMD vectors across a register tile's row
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
 
 
 def _tiles(k: TileKernel, m: str, n: str, ctx: Context) -> MatmulTile:
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    tile_n = ctx.knob("TILE_N", min(VECTORS_N * lanes, pow2_ceil(k.extent(n))))
+    tile_n = ctx.knob("TILE_N", min(CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
     thread_m = ctx.knob("THREAD_M", min(THREAD_M, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)

@@ -11,7 +11,7 @@ decode step's matrix-vector products are rows of dot products, each computing th
 prologue again: RoPE on q once per cached key, softmax's exp once per value dimension.
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
-output has more than one panel of columns (N > VECTORS_N SIMD vectors). Declines, saying why,
+output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors). Declines, saying why,
 on a prologue that reads a value the row computes before its loop.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 from ... import dtypes
 from ...context import Context
 from ...loop.ir import Let, Load
-from ..contraction import closure, depends, match, product, split_prologues, uses, value_dtype
+from ..contraction import (CPU_VECTORS_N, closure, depends, match, product, split_prologues, uses,
+                           value_dtype)
 from ..ir import Mode, TileKernel
-from .cpu_matmul import VECTORS_N
 
 
 def cpu_prologue(k: TileKernel, ctx: Context):
@@ -52,7 +52,7 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k
     pinned = ctx.knob("PROLOGUE", "")
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    if pinned == "fuse" or (not pinned and k.extent(c.n) <= VECTORS_N * lanes):
+    if pinned == "fuse" or (not pinned and k.extent(c.n) <= CPU_VECTORS_N * lanes):
         why = "PROLOGUE=fuse pinned" if pinned else \
             f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
