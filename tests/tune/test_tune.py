@@ -238,7 +238,9 @@ def test_the_worker_times_one_kernel_alone_on_the_cpu():
     alone = w.try_({"kernel_knobs": pins, "rounds": 3})
     whole = w.try_({"kernel_knobs": pins, "rounds": 3, "scope": "program"})
     assert alone["scope"] == "kernel" and whole["scope"] == "program"
-    assert 0 < alone["default_ms"] < whole["default_ms"]      # one kernel of several
+    # (no comparison of the two times: a test asserts no timing; which launches run alone is
+    # checked by test_one_kernel_runs_alone_on_the_buffers_of_a_whole_run)
+    assert all(0 < r[t] < float("inf") for r in (alone, whole) for t in ("ms", "default_ms"))
 
 
 @native
