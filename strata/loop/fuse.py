@@ -198,14 +198,13 @@ def _only_through(prog, r: str, x: str, materialized: set[str]) -> bool:
     return r not in prog.outputs
 
 
-def _row_instead(prog, r: _Refusal, materialized: set[str], gpu: bool) -> tuple[str, str] | None:
+def _row_instead(prog, r: _Refusal, materialized: set[str]) -> tuple[str, str] | None:
     """For a reduction refused inside an enclosing one: the node nearest that enclosing reduction,
     on the path down to the refused one, to materialize instead: elementwise, its own kernel one
     row kernel whose loops are this reduction and its siblings, and no larger than the
-    reduction's result (nothing broadcast). On a CPU, when the reduction was refused for missing
-    axes of the consumer (the row max and sum of attention's `softmax @ v`, a LayerNorm's mean and
-    variance: two or more row reductions), no larger than a tensor its kernel reads (the scores).
-    (A GPU fuses such a prologue into its matmul, or runs attention as one flash kernel.)"""
+    reduction's result (nothing broadcast). When the reduction was refused for missing axes of
+    the consumer (CPUs only: the row max and sum of attention's `softmax @ v`, a LayerNorm's mean
+    and variance: two or more row reductions), no larger than a tensor its kernel reads."""
     size = prod(prog.node(r.node).type.shape)
     for x in r.path:
         n = prog.node(x)
@@ -222,7 +221,7 @@ def _row_instead(prog, r: _Refusal, materialized: set[str], gpu: bool) -> tuple[
                     kp = None
                     break
                 trial.add(again.node)
-        if kp is None or r.node not in kp.reduces or r.broadcast and (gpu or len(kp.reduces) < 2) \
+        if kp is None or r.node not in kp.reduces or r.broadcast and len(kp.reduces) < 2 \
                 or prod(n.type.shape) > max([size] + [prod(prog.node(b).type.shape) for b in reads]):
             continue
         return x, (f"fuse: materialized {x} instead of {r.node}: one kernel with reduction loops "
@@ -296,7 +295,8 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             passed.add(t)
         except _Refusal as r:
             ctx.log(f"fuse: {r.reason}")
-            instead = _row_instead(prog, r, materialized, ctx.arch.is_gpu) if r.path else None
+            gpu_broadcast = r.broadcast and ctx.arch.is_gpu     # a GPU fuses it into its matmul
+            instead = _row_instead(prog, r, materialized) if r.path and not gpu_broadcast else None
             if instead:
                 ctx.log(instead[1])
             materialized.add(instead[0] if instead else r.node)

@@ -14,6 +14,8 @@ import strata
 from conftest import HAS_CC
 from strata import check
 from strata.context import Context
+from strata.loop.ir import Load
+from strata.tile.ir import walk
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")
@@ -94,6 +96,8 @@ def test_a_gathered_load_keeps_its_mask():
     x, idx = torch.randn(10), torch.tensor([1, 99, 3, -50])
     keep = torch.tensor([True, False, True, False])
     prog, _ = cpu_compile(f, (x, idx.clamp(0, 9), keep))
+    (k,) = prog.lowered.tile.kernels
+    assert [s.pred is not None for s in walk(k.body) if isinstance(s, Load) and s.buf == "x"] == [True]
     torch.testing.assert_close(prog(x, idx, keep), torch.tensor([x[1], 0.0, x[3], 0.0]))
 
 
