@@ -75,6 +75,8 @@ _TABLE = [
      CONTRACTION),
     ("THREAD_M", "output rows per thread, or per register tile on a CPU (must divide TILE_M)",
      _between(1, 16), CUDA_CORE + " and CPU contractions"),
+    ("FORM", "a CPU contraction as outer products of a packed panel, or as dot products along K "
+     "(no packing; vdpbf16ps on bf16 with AVX512-BF16)", _one_of("outer", "dot"), "CPU contractions"),
     ("THREAD_N", "output columns per thread (must divide TILE_N)", _between(1, 16), CUDA_CORE),
     ("PAD_A", "elements of padding per row of the staged M-side tile", _between(0, 32), CUDA_CORE),
     ("PAD_B", "elements of padding per row of the staged N-side tile", _between(0, 32), CUDA_CORE),

@@ -27,6 +27,7 @@ from ..expr import Cast, Const, Expr, Op, add, children
 from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
+from .c_dot import emit_dot, match_dot
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -76,6 +77,7 @@ def check_kernel(k: Kernel) -> None:
 
 class _CEmitter(_Emitter):
     inline_exp = True           # float exp is the prelude's st_expf (not OpenCL's, Metal's)
+    dot_bf16 = True             # bf16 dot-product loops as vdpbf16ps where compiled for it
     """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
 
     def __init__(self, kernel: Kernel):
@@ -146,6 +148,12 @@ class _CEmitter(_Emitter):
             return                                  # the block is one thread
         if not isinstance(s, For):
             return super().stmt(s, depth)
+        dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
+        if dot:
+            return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
+        self.loop(s, depth)
+
+    def loop(self, s: For, depth: int) -> None:
         pragma = plan_loop(s, self.types).pragma(cname)
         if pragma:
             self.emit(pragma, depth)

@@ -60,6 +60,13 @@ float powf(float, float);
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX512BF16__)
+// 32 bf16 values as one vdpbf16ps operand (target/c_dot.py); the masked one reads zeros past
+// the end of a row.
+#include <immintrin.h>
+#define st_bf16x32(p) ((__m512bh)_mm512_loadu_si512(p))
+#define st_bf16x32_masked(mask, p) ((__m512bh)_mm512_maskz_loadu_epi16(mask, p))
+#endif
 
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.
 // max/min are one compare and a select (they vectorise); a tie (-0.0, 0.0) gives b, as NumPy does.

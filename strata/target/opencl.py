@@ -85,6 +85,7 @@ def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> N
 
 class _CLEmitter(_CEmitter):
     inline_exp = False
+    dot_bf16 = False
     float_suffix = ""
 
     def ex(self, e):

@@ -235,6 +235,25 @@ def fastest_axis(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
     return "k"
 
 
+def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
+    """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
+    along K, no packing; vdpbf16ps does two bf16 multiply-adds per lane) when the target has
+    AVX512-BF16 and every reduction is a bf16 contraction (Accum.operands: eager holds both
+    multiplicands in bf16, so a computed M-side operand may be stored in bf16) whose N-side
+    operand is a bf16 load; else "outer" (a packed panel)."""
+    def fits(loop) -> bool:
+        a, b, _ = product(loop.body)
+        if c.n in depends(loop.body, {c.m, c.n})[a]:
+            a, b = b, a
+        side = closure(loop.body, b)
+        held = next(s.operands for s in loop.body if isinstance(s, Accum))
+        return held == "bf16" and len(side) == 1 and isinstance(side[0], Load) \
+            and k.dtype_of(side[0].buf) == "bf16"
+    if c.m is None:
+        return "outer"                  # a matrix-vector product: rows of dot products already
+    return ctx.knob("FORM", "dot" if ctx.arch.has("avx512_bf16") and all(map(fits, c.loops)) else "outer")
+
+
 def value_dtype(s) -> str:
     """The value dtype of a Loop IR Load or Let."""
     return s.dtype if isinstance(s, Load) else s.value.dtype

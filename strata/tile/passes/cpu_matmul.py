@@ -10,6 +10,14 @@ THREAD_M x TILE_N fused multiply-adds into accumulators the C compiler keeps in 
 epilogue (bias, activation, residual, cast) runs on the registers before the store. The panel
 stays in the core's cache across the M tiles while the M-side rows stream past it.
 
+FORM=dot (the default for bf16 on a CPU with AVX512-BF16, see contraction.cpu_form) runs the
+same register tiles the other way round: no panel; each K step loads THREAD_M (default 2) rows
+of the M-side operand and TILE_N (default 8) rows of the N-side one straight from memory, and the
+C compiler vectorises the K loop, so each point's accumulator is a vector of partial sums added up
+after it (target/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows
+contiguous along K as a linear layer stores them). A register tile overhanging M or N reads the
+last row again (its points are not stored).
+
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
 BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
 same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
@@ -25,21 +33,22 @@ from math import lcm, prod
 from ... import dtypes
 from ...context import Context
 from ...errors import KnobError
-from ...expr import Var, call, sub
+from ...expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
-from ..contraction import (CPU_VECTORS_N, closure, conjoin, depends, edge, fastest_axis, match,
-                           pow2_ceil, product, value_dtype)
+from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
+                           match, pow2_ceil, product, value_dtype)
 from ..ir import Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
+DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators
 
 
-def _tiles(k: TileKernel, m: str, n: str, ctx: Context) -> MatmulTile:
+def _tiles(k: TileKernel, m: str, n: str, ctx: Context, dot: bool) -> MatmulTile:
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    tile_n = ctx.knob("TILE_N", min(CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
-    thread_m = ctx.knob("THREAD_M", min(THREAD_M, k.extent(m)))
+    tile_n = ctx.knob("TILE_N", min(DOT_N if dot else CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
+    thread_m = ctx.knob("THREAD_M", min(DOT_M if dot else THREAD_M, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
     rows = -(-k.extent(m) // chunks)
@@ -88,6 +97,26 @@ def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
     return panel, k_loop
 
 
+def _clamped(stmts, axis: str, extent: int, tile: int) -> tuple:
+    """stmts with the loads' `axis` coordinate clamped into the matrix when a tile overhangs it."""
+    if extent % tile == 0:
+        return stmts
+    at = {axis: call("minimum", Var(axis), Const(extent - 1))}
+    return tuple(replace(s, index=tuple(substitute(i, at) for i in s.index))
+                 if isinstance(s, Load) and axis in depends((s,), {axis})[s.var] else s for s in stmts)
+
+
+def _dot_tile(k: TileKernel, c, mt: MatmulTile) -> tuple:
+    """FORM=dot: each reduce loop with its points' accumulators in registers, operands loaded in
+    the K loop (edges clamped), which the C compiler vectorises along K."""
+    out = ()
+    for loop in c.loops:
+        body = _clamped(_clamped(loop.body, c.m, k.extent(c.m), mt.thread_m), c.n, k.extent(c.n),
+                        mt.tile_n)
+        out += (Registers(loop.accs), replace(loop, accs=(), body=(Points(body, registers=True),)))
+    return out
+
+
 def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode is not Mode.ROWS:
         return k
@@ -97,9 +126,10 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
             "each weight row once)"
         ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
         return k
-    mt = _tiles(k, c.m, c.n, ctx)
+    dot = cpu_form(k, c, ctx) == "dot"
+    mt = _tiles(k, c.m, c.n, ctx, dot)
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
-    reductions = [_reduction(k, c, loop, mt, n_edge) for loop in c.loops]
+    reductions = [] if dot else [_reduction(k, c, loop, mt, n_edge) for loop in c.loops]
     epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
 
     def register_tile(m_edge):
@@ -108,15 +138,21 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         guard, last = conjoin(m_edge, n_edge), epilogue
         if guard is not None and epilogue:
             last = (Guard(guard, epilogue),)
-        return sum((k_loop(m_edge) for _, k_loop in reductions), ()) + (Points(last, registers=True),)
+        loops = _dot_tile(k, c, mt) if dot else sum((k_loop(m_edge) for _, k_loop in reductions), ())
+        return loops + (Points(last, registers=True),)
     m_edge = edge(c.m, k.extent(c.m), mt.thread_m)
-    tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
-                       register_tile(m_edge) if m_edge is not None else ())
+    if dot:         # loads clamped: one body for every tile, its stores guarded at the edges
+        tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge))
+    else:
+        tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
+                           register_tile(m_edge) if m_edge is not None else ())
     panels = tuple(panel for panel, _ in reductions)
     ctx.log(f"cpu_matmul: {k.name}: M={c.m}, N={c.n}, {mt.tile_m}x{mt.tile_n} per block, "
-            f"{mt.thread_m}x{mt.tile_n} register tiles, the {c.loops[0].extent}x{mt.tile_n} "
-            f"panel{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed", 2)
+            f"{mt.thread_m}x{mt.tile_n} register tiles, " + (
+                "dot products along K" if dot else f"the {c.loops[0].extent}x{mt.tile_n} panel"
+                f"{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed"), 2)
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
-    for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m)):
+    for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
+                        ("FORM", "dot" if dot else "outer")):
         out = out.with_knob(name, value)
     return out

@@ -11,16 +11,19 @@ decode step's matrix-vector products are rows of dot products, each computing th
 prologue again: RoPE on q once per cached key, softmax's exp once per value dimension.
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
-output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors). Declines, saying why,
+output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or always in the dot
+form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
+bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
+widened at all. Declines, saying why,
 on a prologue that reads a value the row computes before its loop.
 """
 from __future__ import annotations
 
 from ... import dtypes
 from ...context import Context
-from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, closure, depends, match, product, split_prologues, uses,
-                           value_dtype)
+from ...loop.ir import Accum, Let, Load
+from ..contraction import (CPU_VECTORS_N, closure, cpu_form, depends, match, product,
+                           split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -31,15 +34,17 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     if isinstance(c, str):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
-    computed = []
+    dot, computed, stored = cpu_form(k, c, ctx) == "dot", [], None
     for loop in c.loops:
         a, b, _ = product(loop.body)
         if c.n in depends(loop.body, {c.m, c.n})[a]:
             a, b = b, a
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
-        if len(side) == 1 and isinstance(side[0], Load) and k.dtype_of(side[0].buf) == dtype:
-            continue                    # a plain float load: nothing to compute
+        if len(side) == 1 and isinstance(side[0], Load) and (k.dtype_of(side[0].buf) == dtype or dot):
+            continue                    # a plain load: nothing to compute (or widen, dot form)
+        if dot and next(s.operands for s in loop.body if isinstance(s, Accum)) == "bf16":
+            stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output)
         defined = {s.var for s in (*k.prelude, *side) if isinstance(s, (Load, Let))} | axes | {loop.var}
         outside = set().union(*map(uses, side)) - defined
         if outside:
@@ -52,9 +57,10 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k
     pinned = ctx.knob("PROLOGUE", "")
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    if pinned == "fuse" or (not pinned and k.extent(c.n) <= CPU_VECTORS_N * lanes):
+    if pinned == "fuse" or (not pinned and not dot and k.extent(c.n) <= CPU_VECTORS_N * lanes):
         why = "PROLOGUE=fuse pinned" if pinned else \
             f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse")
-    return split_prologues(k, c, [x[:4] for x in computed], computed[0][4], axes, ctx, "cpu_prologue")
+    return split_prologues(k, c, [x[:4] for x in computed], stored or computed[0][4], axes, ctx,
+                           "cpu_prologue")

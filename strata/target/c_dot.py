@@ -1,0 +1,95 @@
+"""A bf16 dot-product loop as AVX512-BF16 instructions (vdpbf16ps), for the C target.
+
+Why: a K loop whose every step multiplies bf16 values loaded contiguously along K and adds the
+products to float accumulators (a dot-form register tile of cpu_matmul, a decode step's matrix-
+vector row) is what vdpbf16ps does 32 elements at a time: two products per float lane, no
+widening, twice the multiply-adds of an fp32 FMA. gcc does not pick the instruction itself.
+
+The loop is printed twice, under `#if defined(__AVX512BF16__)`: as vector code for a compiler
+targeting that extension (32 elements a step, then one masked step for the rest), and as written
+(with its `omp simd` pragma) otherwise, so the C is the same for every CPU. Each accumulator's
+16 lanes are summed after the loop and added to it: the order of the sum differs from the scalar
+loop's as `omp simd`'s does, and the instruction flushes subnormal inputs and products to zero
+(bf16 values under 1.2e-38), where the tolerances of a bf16 result are far larger.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import Op, Var, free_vars
+from ..kernel.ir import Assign, For, Let, Load
+from .cuda import REL, _strip, cname
+
+
+@dataclass(frozen=True)
+class DotLoop:
+    loads: dict                 # variable -> the bf16 Load it holds (contiguous along the loop)
+    products: dict              # variable -> (a, b): the two loaded variables it multiplies
+    accs: tuple                 # (accumulator, product variable) in order
+
+
+def match_dot(loop: For, bufs: dict, types: dict) -> DotLoop | None:
+    """The loop as bf16 loads, their products and float sums of them, or None (any other
+    statement, a non-unit step, a load not contiguous along the loop or indexed by a value the
+    loop computes)."""
+    if loop.step != 1:
+        return None
+    loads, products, accs = {}, {}, []
+    for s in loop.body:
+        v = getattr(s, "value", None)
+        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "bf16" \
+                and _unit_stride(v.index, loop.var) and not free_vars(v.index) & loads.keys():
+            loads[s.var] = v
+        elif isinstance(s, Let) and isinstance(v, Op) and v.op == "multiply" and s.dtype == "f32" \
+                and all(isinstance(x, Var) and x.name in loads for x in v.args):
+            products[s.var] = tuple(x.name for x in v.args)
+        elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "add" and types.get(s.var) == "f32" \
+                and v.args[0] == Var(s.var, "f32") and isinstance(v.args[1], Var) \
+                and v.args[1].name in products and s.var not in dict(accs):
+            accs.append((s.var, v.args[1].name))
+        else:
+            return None
+    return DotLoop(loads, products, tuple(accs)) if accs else None
+
+
+def _unit_stride(index, var: str) -> bool:
+    """index is var plus terms free of it (clamped rows included, which expr's affine forms
+    do not take)."""
+    if isinstance(index, Var):
+        return index.name == var
+    if isinstance(index, Op) and index.op == "add":
+        a, b = index.args
+        return any(_unit_stride(x, var) and var not in free_vars(y) for x, y in ((a, b), (b, a)))
+    return False
+
+
+def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
+    """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`."""
+    v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
+    stop = em.expr(loop.stop, REL + 1)
+
+    def step(d: int, load: str) -> None:
+        for var, e in dot.loads.items():
+            at = f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
+            em.emit(f"__m512bh {cname(var)} = {load.format(at)};", d)
+        for acc, p in dot.accs:
+            a, b = dot.products[p]
+            em.emit(f"{cname(acc)}_v = _mm512_dpbf16_ps({cname(acc)}_v, {cname(a)}, {cname(b)});", d)
+    em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps: 32 bf16 products a step (target/c_dot.py)", 0)
+    em.emit("{", depth)
+    for acc, _ in dot.accs:
+        em.emit(f"__m512 {cname(acc)}_v = _mm512_setzero_ps();", depth + 1)
+    em.emit(f"{t} {v} = {_strip(em.expr(loop.start))};", depth + 1)
+    em.emit(f"for (; {v} + 32 <= {stop}; {v} += 32) {{", depth + 1)
+    step(depth + 2, "st_bf16x32({})")
+    em.emit("}", depth + 1)
+    em.emit(f"if ({v} < {stop}) {{", depth + 1)
+    em.emit(f"__mmask32 st_rest = (__mmask32)((1ull << ({stop} - {v})) - 1);", depth + 2)
+    step(depth + 2, "st_bf16x32_masked(st_rest, {})")
+    em.emit("}", depth + 1)
+    for acc, _ in dot.accs:
+        em.emit(f"{cname(acc)} += _mm512_reduce_add_ps({cname(acc)}_v);", depth + 1)
+    em.emit("}", depth)
+    em.emit("#else", 0)
+    as_written()
+    em.emit("#endif", 0)
