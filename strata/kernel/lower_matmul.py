@@ -19,7 +19,7 @@ from math import prod
 
 from .. import dtypes
 from ..expr import Const, Var, add, call, floordiv, mod, mul, rename, substitute
-from ..loop.ir import Accum, Let as LLet, Load as LLoad
+from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop
 from ..tile.contraction import uses
 from ..tile.ir import (Guard, MicroTiles, Points, Registers, StageTile, Sync as TSync,
                        TileKernel, rename_stmt, subst_body, walk)
@@ -35,7 +35,7 @@ class _MatmulLowerer(Lowerer):
         self.kind: dict[str, str] = {}          # register value -> the axes it depends on
         taken = {b.name for b in tk.buffers}
         self.v.update({n: n if n not in taken else f"{n}_idx" for n in ("m0", "n0", "tm", "tn", "i", "j",
-                                                                       "mi", "mr0")})
+                                                                       "mi", "mr0", "kc")})
         self.special: dict = {}                 # Tile IR's m0, n0, tm, tn -> kernel expressions
         self.binds: dict = {}                   # (i, j) -> special + the point's M and N
 
@@ -147,17 +147,52 @@ class _MatmulLowerer(Lowerer):
         mt, idx, outer = self.mt, self.idx, self.special
         mi, m0 = Var(self.v["mi"], idx), Var(self.v["mr0"], idx)
         self.special, self.binds = {**outer, "m0": m0}, {}
+        if s.k_chunk:
+            return self.chunked_tiles(s, mi, m0, outer)
         body, tail = self.register_tile(s.body), self.register_tile(s.tail)
         self.special, self.binds = outer, {}
         rows = Const(self.tk.extent(mt.m))
         within = call("lt", m0, rows)
         if tail:
             full = call("le", add(m0, mt.thread_m), rows)
-            body = [If(full, tuple(body), (If(within, tuple(tail)),))]
-        elif self.tk.extent(mt.m) % mt.tile_m:
-            body = [If(within, tuple(body))]
+            return self.tiles_loop(s, mi, m0, outer, [If(full, tuple(body), (If(within, tuple(tail)),))])
+        return self.tiles_loop(s, mi, m0, outer, body, guard=True)
+
+    def tiles_loop(self, s: MicroTiles, mi, m0, outer, body, guard=False) -> list:
+        """The loop over the block's register tiles; with `guard`, a tile starting past the end
+        of M (the block overhangs it) is skipped."""
+        rows = self.tk.extent(self.mt.m)
+        if guard and rows % self.mt.tile_m:
+            body = [If(call("lt", m0, Const(rows)), tuple(body))]
         return [For(mi.name, Const(0), Const(s.tiles), 1,
-                    (Let(m0.name, idx, add(outer["m0"], mul(mi, mt.thread_m))), *body), dtype=idx)]
+                    (Let(m0.name, self.idx, add(outer["m0"], mul(mi, self.mt.thread_m))), *body),
+                    dtype=self.idx)]
+
+    def chunked_tiles(self, s: MicroTiles, mi, m0, outer) -> list:
+        """MicroTiles with K in chunks: per chunk, every register tile loads its sums from the
+        block's scratch `<acc>_part` (zeroed first), runs its K loops over the chunk and stores
+        them back; then every tile's epilogue reads them."""
+        mt, idx = self.mt, self.idx
+        n, kc = mt.thread_n, Var(self.v["kc"], idx)
+        accs = [a for r in s.body if isinstance(r, Registers) for a in r.accs]
+        extent = next(x.extent for x in s.body if isinstance(x, Loop))
+        size = mt.tile_m * n
+        out = [Smem(f"{a.acc}_part", a.dtype, size) for a in accs]
+        f = Var(self.v["i"], idx)
+        out += [For(f.name, Const(0), Const(size), 1, tuple(Store(f"{a.acc}_part", f, reduce_identity(a.op, a.dtype))
+                                                          for a in accs), dtype=idx)]
+        start, stop = mul(kc, s.k_chunk), call("minimum", add(mul(kc, s.k_chunk), s.k_chunk), Const(extent))
+        tile = self.k_loops(s.body[:-1], lambda acc, i, j: (f"{acc}_part", add(mul(add(mul(
+            mi, mt.thread_m), i), n), j)), (start, stop))
+        i, j = (Var(self.v[v], idx) if e > 1 else Const(0) for v, e in (("i", mt.thread_m), ("j", n)))
+        loads = [Let(a.acc, a.dtype, Load(f"{a.acc}_part", add(mul(add(mul(mi, mt.thread_m), i), n), j), a.dtype))
+                 for a in accs]
+        epilogue = _prepend(self.points_in_turn(s.body[-1]), loads)
+        self.special, self.binds = outer, {}
+        chunks = -(-extent // s.k_chunk)
+        out.append(For(kc.name, Const(0), Const(chunks), 1,
+                       tuple(self.tiles_loop(s, mi, m0, outer, tile, guard=True)), dtype=idx))
+        return out + self.tiles_loop(s, mi, m0, outer, epilogue, guard=True)
 
     def register_tile(self, body) -> list:
         """One register tile of a serial (CPU) block. Its accumulators are stored to a scratch
@@ -166,20 +201,41 @@ class _MatmulLowerer(Lowerer):
         store of the accumulators, which a 16-bit or computed epilogue would not give it."""
         if not body or not isinstance(body[-1], Points) or not any(isinstance(s, Registers) for s in body):
             return self.stmts(body)
-        out, epilogue, loads = self.stmts(body[:-1]), body[-1], []
-        n = self.mt.thread_n
-        for r in (s for s in body if isinstance(s, Registers)):
-            for a in r.accs:
-                name = f"{a.acc}_tile"
-                out.append(Smem(name, a.dtype, self.mt.thread_m * n))
-                out += [Store(name, Const(i * n + j), Var(a.acc + self.suffix("mn", i, j), a.dtype))
-                        for i in range(self.mt.thread_m) for j in range(n)]
-                i = Var(self.v["i"], self.idx) if self.mt.thread_m > 1 else Const(0)
-                j = Var(self.v["j"], self.idx) if n > 1 else Const(0)
-                at = add(mul(i, n), j)
-                loads.append(Let(a.acc, a.dtype, Load(name, at, a.dtype)))
+        n, epilogue, loads = self.mt.thread_n, body[-1], []
+        out = [Smem(f"{a.acc}_tile", a.dtype, self.mt.thread_m * n)
+               for r in body if isinstance(r, Registers) for a in r.accs]
+        out += self.k_loops(body[:-1], lambda acc, i, j: (f"{acc}_tile", Const(i * n + j)))
+        for a in (a for r in body if isinstance(r, Registers) for a in r.accs):
+            i = Var(self.v["i"], self.idx) if self.mt.thread_m > 1 else Const(0)
+            j = Var(self.v["j"], self.idx) if n > 1 else Const(0)
+            loads.append(Let(a.acc, a.dtype, Load(f"{a.acc}_tile", add(mul(i, n), j), a.dtype)))
         lowered = self.points_in_turn(epilogue)
         return out + _prepend(lowered, loads)
+
+    def k_loops(self, body, place, chunk=None) -> list:
+        """A register tile's K loops, each one's accumulators stored to place(acc, i, j) = (buffer,
+        index) right after it (live across the next loop, they would crowd its registers). With
+        `chunk` = (start, stop) the loops run over that part of K only, their accumulators loaded
+        from where they were stored first."""
+        out, accs = [], ()
+        for s in body:
+            if isinstance(s, Registers) and chunk:
+                accs = s.accs
+                for a in accs:
+                    self.kind[a.acc] = "mn"
+                    out += [Let(a.acc + self.suffix("mn", i, j), a.dtype, Load(*place(a.acc, i, j), a.dtype))
+                            for i in range(self.mt.thread_m) for j in range(self.mt.thread_n)]
+                continue
+            accs = s.accs if isinstance(s, Registers) else accs
+            low = self.stmt(s)
+            if chunk and isinstance(s, Loop):
+                low = [replace(x, start=chunk[0], stop=chunk[1]) if isinstance(x, For) else x for x in low]
+            out += low
+            if isinstance(s, Loop):
+                out += [Store(*place(a.acc, i, j), Var(a.acc + self.suffix("mn", i, j), a.dtype))
+                        for a in accs for i in range(self.mt.thread_m) for j in range(self.mt.thread_n)]
+                accs = ()
+        return out
 
     def stage(self, st: StageTile) -> list:
         """Smem and a loop of the whole block over the tile's elements (stmts adds the barrier)."""

@@ -173,6 +173,9 @@ class MicroTiles:
     tiles: int
     body: tuple
     tail: tuple = ()
+    k_chunk: int = 0        # > 0: the K loops run k_chunk at a time over all the block's tiles,
+                            # their sums kept in a block scratch (a dot-form tile's N-side rows
+                            # stay in L1 across its tiles), the epilogues after the last chunk
 
 
 @dataclass(frozen=True)
@@ -454,7 +457,8 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
         elif isinstance(s, Sync):
             out.append(f"{pad}Sync")
         elif isinstance(s, MicroTiles):
-            out.append(f"{pad}for m0 in block_m0 + {mt.thread_m} * 0..{s.tiles}:  # register tiles, in turn")
+            chunk = f", K {s.k_chunk} at a time" if s.k_chunk else ""
+            out.append(f"{pad}for m0 in block_m0 + {mt.thread_m} * 0..{s.tiles}:  # register tiles, in turn{chunk}")
             _format(s.body, depth + 1, out, mt)
             if s.tail:
                 out.append(f"{pad}    tail (the tile past the edge of M):")

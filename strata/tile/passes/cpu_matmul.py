@@ -16,7 +16,9 @@ of the M-side operand and TILE_N (default 8) rows of the N-side one straight fro
 C compiler vectorises the K loop, so each point's accumulator is a vector of partial sums added up
 after it (target/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows
 contiguous along K as a linear layer stores them). A register tile overhanging M or N reads the
-last row again (its points are not stored).
+last row again (its points are not stored). When the block's TILE_N rows of the N-side operand
+would not fit in L1, the K loops run K_CHUNK elements at a time over all the block's register
+tiles (the rows of one chunk stay in L1), their sums kept in a scratch between chunks.
 
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
 BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
@@ -42,13 +44,16 @@ from ..ir import Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTi
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
-DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators
+DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators; 4 x 4 when it
+                           # runs two reductions (the MLP's gate and up): 8 rows of each, read in
+                           # turn, ran 1.25x slower (the 2-core EPYC, 2026-11-25)
 
 
-def _tiles(k: TileKernel, m: str, n: str, ctx: Context, dot: bool) -> MatmulTile:
+def _tiles(k: TileKernel, m: str, n: str, ctx: Context, dot: bool, loops: int) -> MatmulTile:
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    tile_n = ctx.knob("TILE_N", min(DOT_N if dot else CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
-    thread_m = ctx.knob("THREAD_M", min(DOT_M if dot else THREAD_M, k.extent(m)))
+    dot_m, dot_n = (DOT_M, DOT_N) if loops == 1 else (2 * DOT_M, DOT_N // 2)
+    tile_n = ctx.knob("TILE_N", min(dot_n if dot else CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
+    thread_m = ctx.knob("THREAD_M", min(dot_m if dot else THREAD_M, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
     rows = -(-k.extent(m) // chunks)
@@ -127,7 +132,7 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
         return k
     dot = cpu_form(k, c, ctx) == "dot"
-    mt = _tiles(k, c.m, c.n, ctx, dot)
+    mt = _tiles(k, c.m, c.n, ctx, dot, len(c.loops))
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
     reductions = [] if dot else [_reduction(k, c, loop, mt, n_edge) for loop in c.loops]
     epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
@@ -142,7 +147,13 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         return loops + (Points(last, registers=True),)
     m_edge = edge(c.m, k.extent(c.m), mt.thread_m)
     if dot:         # loads clamped: one body for every tile, its stores guarded at the edges
-        tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge))
+        l1 = dict(ctx.arch.caches).get("L1", 32 * 1024)
+        size = max(dtypes.ITEMSIZE[k.dtype_of(s.buf)] for l in c.loops for s in l.body if isinstance(s, Load))
+        fits = l1 // (mt.tile_n * size * len(c.loops)) // 32 * 32
+        chunk = ctx.knob("K_CHUNK", fits)
+        one_k = len({l.extent for l in c.loops}) == 1      # the reductions share their chunks
+        tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge),
+                           k_chunk=chunk if one_k and chunk < c.loops[0].extent else 0)
     else:
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
                            register_tile(m_edge) if m_edge is not None else ())
@@ -153,6 +164,6 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
                 f"{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed"), 2)
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
-                        ("FORM", "dot" if dot else "outer")):
+                        ("FORM", "dot" if dot else "outer")) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()):
         out = out.with_knob(name, value)
     return out

@@ -1,0 +1,112 @@
+"""CPU contractions in the dot form (cpu_matmul FORM=dot: vectors along K, no packing) and the
+C target's vdpbf16ps loops (target/c_dot.py). Run natively and compared with float64 eager at
+odd, prime and size-1 shapes, K in chunks or not, one and two reductions, bf16 and f32."""
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strata
+from conftest import HAS_CC
+from strata import check
+from strata.context import Context
+from strata.expr import Const, Var, add, call
+from strata.kernel.ir import Assign, For, Let, Load
+from strata.target.c_dot import match_dot
+from strata.targets import host
+
+pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
+                                                   "here (install gcc)")
+BF16 = torch.bfloat16
+HAS_DP = host().has("avx512_bf16")
+
+
+def cpu_compile(fn, inputs, knobs=None, target=None):
+    log = io.StringIO()
+    ctx = Context(knobs=knobs or {}, verbosity=2, stream=log, target=target)
+    return strata.compile(fn, inputs, device="cpu", ctx=ctx), log.getvalue()
+
+
+def assert_matches(prog, fn, inputs):
+    for res in check.verify(prog, fn, inputs, True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+
+
+def knobs_of(prog, name: str) -> dict:
+    return dict(next(k for k in prog.lowered.tile.kernels if k.name == name).knobs)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"K_CHUNK": 32}, {"THREAD_M": 3, "TILE_N": 4}], ids=str)
+@pytest.mark.parametrize("m,n,k", [(2, 8, 64), (21, 45, 67), (3, 5, 1), (37, 13, 100), (1, 7, 33)],
+                         ids=str)
+def test_a_bf16_linear_in_the_dot_form_matches_eager(m, n, k, knobs):
+    x, w = torch.randn(m, k).to(BF16), torch.randn(n, k).to(BF16)
+    prog, _ = cpu_compile(F.linear, (x, w), {"FORM": "dot", **knobs})
+    if m > 1:                           # (one row is a matrix-vector product: rows already)
+        k_ = knobs_of(prog, "k_linear_reduce")
+        assert k_["FORM"] == "dot"
+        assert k_["K_CHUNK"] == (knobs.get("K_CHUNK", 0) if k > knobs.get("K_CHUNK", k) else 0)
+    assert_matches(prog, F.linear, (x, w))
+
+
+def test_gate_and_up_in_k_chunks_match_eager():
+    """Two reductions per register tile, their sums kept across K chunks in the block scratch."""
+    def mlp(x, wg, wu):
+        return F.silu(F.linear(x, wg)) * F.linear(x, wu)
+    x, wg, wu = torch.randn(19, 97).to(BF16), torch.randn(23, 97).to(BF16), torch.randn(23, 97).to(BF16)
+    for knobs in ({"FORM": "dot", "K_CHUNK": 32}, {"FORM": "dot"}):
+        prog, log = cpu_compile(mlp, (x, wg, wu), knobs)
+        assert "dot products along K" in log
+        assert_matches(prog, mlp, (x, wg, wu))
+
+
+def test_the_dot_form_of_an_f32_matmul_and_of_a_normed_operand_match_eager():
+    x, w = torch.randn(10, 130), torch.randn(17, 130)
+    prog, _ = cpu_compile(F.linear, (x, w), {"FORM": "dot"})
+    assert_matches(prog, F.linear, (x, w))
+
+    def normed(x, g, w):                # RMSNorm's output stored once, in bf16 as eager holds it
+        return F.linear(F.rms_norm(x, (x.shape[-1],), g), w)
+    x, g, w = torch.randn(9, 64).to(BF16), torch.randn(64).to(BF16), torch.randn(40, 64).to(BF16)
+    prog, log = cpu_compile(normed, (x, g, w), {"FORM": "dot"})
+    assert "bf16 by" in log, log
+    assert_matches(prog, normed, (x, g, w))
+
+
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
+                                       "default and vdpbf16ps cannot run")
+def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
+    x, w = torch.randn(33, 70).to(BF16), torch.randn(24, 70).to(BF16)
+    prog, _ = cpu_compile(F.linear, (x, w))
+    assert knobs_of(prog, "k_linear_reduce")["FORM"] == "dot"
+    assert "_mm512_dpbf16_ps(" in prog.lowered.c
+    assert_matches(prog, F.linear, (x, w))
+
+    p, v = torch.randn(2, 9, 9).to(BF16), torch.randn(2, 9, 16).to(BF16)   # V is not contiguous along K
+    prog, _ = cpu_compile(torch.bmm, (p, v))
+    assert all(dict(k.knobs).get("FORM") != "dot" for k in prog.lowered.tile.kernels)
+    prog, _ = cpu_compile(F.linear, (x, w), target="cpu-avx2")                # no AVX512-BF16
+    assert knobs_of(prog, "k_linear_reduce")["FORM"] == "outer"
+
+
+def _loop(*body, step=1) -> For:
+    return For("k", Const(0), Const(70), step, body, dtype="i32")
+
+
+def _dot_body(index_a=None):
+    k = Var("k", "i32")
+    a = Let("a", "f32", Load("x", index_a or add(k, Const(70)), "f32"))
+    b = Let("b", "f32", Load("w", k, "f32"))
+    p = Let("p", "f32", call("multiply", Var("a", "f32"), Var("b", "f32")))
+    return a, b, p, Assign("acc", call("add", Var("acc", "f32"), Var("p", "f32")))
+
+
+def test_only_a_loop_of_contiguous_bf16_products_and_sums_becomes_vdpbf16ps():
+    bufs, types = {"x": "bf16", "w": "bf16", "y": "f32"}, {"acc": "f32"}
+    assert match_dot(_loop(*_dot_body()), bufs, types) is not None
+    assert match_dot(_loop(*_dot_body(), step=2), bufs, types) is None
+    assert match_dot(_loop(*_dot_body(call("multiply", Var("k", "i32"), Const(2)))), bufs, types) is None
+    assert match_dot(_loop(*_dot_body()), {**bufs, "x": "f32"}, types) is None       # not bf16
+    other = Let("e", "f32", call("exp", Var("a", "f32")))
+    assert match_dot(_loop(*_dot_body(), other), bufs, types) is None
