@@ -30,14 +30,14 @@ from .db import TuningDB
 
 # the values tried for each knob (filtered by the knob's own rule)
 VALUES = {
-    "TILE_M": (16, 32, 48, 64, 96, 128, 192, 256), "TILE_N": (16, 32, 64, 128),
+    "TILE_M": (16, 32, 48, 64, 96, 128, 192, 256), "TILE_N": (4, 8, 16, 32, 64, 128),
     "THREAD_M": (1, 2, 3, 4, 5, 6, 8), "PROLOGUE": ("fuse", "materialize"),
     "TILE_K": (8, 16, 32, 64), "THREAD_N": (1, 2, 4, 8), "SPLIT_K": (1, 2, 4, 8),
     "STAGES": (2, 3, 4), "WARPS_M": (1, 2, 4), "WARPS_N": (1, 2, 4), "VEC": (1, 2, 4, 8),
     "BLOCK": (64, 128, 256, 512), "GROUP": (1, 32, 64, 128, 256), "CHUNKS": (1, 2, 4, 8),
     "BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "KV_SPLITS": (1, 2, 4, 8),
     "THREADS": (0, 1, 2, 4, 8), "KEEP": (True, False),
-    "FORM": ("outer", "dot"),
+    "FORM": ("outer", "dot"), "K_CHUNK": (512, 1024, 2048, 4096),
 }
 NOISE = 0.97            # a candidate must take under 97% of the default's time to win
 MINOR, MINOR_MS = 0.02, 0.05    # kernels under 2% of a program's kernel time (when that is over

@@ -39,19 +39,19 @@ from ...expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
 from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
                            match, pow2_ceil, product, value_dtype)
-from ..ir import Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel
+from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
+                  rename_stmt)
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
-DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators; 4 x 4 when it
-                           # runs two reductions (the MLP's gate and up): 8 rows of each, read in
-                           # turn, ran 1.25x slower (the 2-core EPYC, 2026-11-25)
+DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
+                           # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
 
 def _tiles(k: TileKernel, m: str, n: str, ctx: Context, dot: bool, loops: int) -> MatmulTile:
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    dot_m, dot_n = (DOT_M, DOT_N) if loops == 1 else (2 * DOT_M, DOT_N // 2)
+    dot_m, dot_n = DOT_M, max(1, DOT_N // loops)
     tile_n = ctx.knob("TILE_N", min(dot_n if dot else CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
     thread_m = ctx.knob("THREAD_M", min(dot_m if dot else THREAD_M, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
@@ -113,13 +113,17 @@ def _clamped(stmts, axis: str, extent: int, tile: int) -> tuple:
 
 def _dot_tile(k: TileKernel, c, mt: MatmulTile) -> tuple:
     """FORM=dot: each reduce loop with its points' accumulators in registers, operands loaded in
-    the K loop (edges clamped), which the C compiler vectorises along K."""
-    out = ()
-    for loop in c.loops:
-        body = _clamped(_clamped(loop.body, c.m, k.extent(c.m), mt.thread_m), c.n, k.extent(c.n),
-                        mt.tile_n)
-        out += (Registers(loop.accs), replace(loop, accs=(), body=(Points(body, registers=True),)))
-    return out
+    the K loop (edges clamped), which the C compiler vectorises along K. Reductions over the same
+    K run as one loop (the MLP's gate and up: run in turn, the two weight tiles evicted each
+    other from L1 and the kernel took 1.6x the time of two projections)."""
+    loops = [replace(l, body=_clamped(_clamped(l.body, c.m, k.extent(c.m), mt.thread_m), c.n,
+                                      k.extent(c.n), mt.tile_n)) for l in c.loops]
+    if len(loops) > 1 and len({l.extent for l in loops}) == 1:
+        one = {l.var: loops[0].var for l in loops}
+        loops = [replace(loops[0], accs=sum((l.accs for l in loops), ()),
+                         body=tuple(rename_stmt(s, one) for l in loops for s in l.body))]
+    return sum(((Registers(l.accs), replace(l, accs=(), body=(Points(l.body, registers=True),)))
+                for l in loops), ())
 
 
 def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
