@@ -235,16 +235,19 @@ def fastest_axis(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
     return "k"
 
 
+def along(k: TileKernel, load: Load, var: str) -> bool:
+    """Whether consecutive `var` read consecutive elements of the load's buffer."""
+    return coefficient(flat_index(load.index, k.shape_of(load.buf)), var) == 1
+
+
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
     along K, no packing; vdpbf16ps does two bf16 multiply-adds per lane) when the target has
     AVX512-BF16 and every reduction is a bf16 contraction (Accum.operands: eager holds both
     multiplicands in bf16, so a computed M-side operand may be stored in bf16) whose N-side
-    operand is a bf16 load, every operand load contiguous along K (a linear layer's weight, not
-    attention's V); else "outer" (a packed panel)."""
-    def along_k(s, loop) -> bool:
-        return coefficient(flat_index(s.index, k.shape_of(s.buf)), loop.var) == 1
-
+    operand is a bf16 load contiguous along K (a linear layer's weight, not attention's V) and
+    whose M-side one is computed or a bf16 load (cpu_prologue stores it once in bf16, contiguous,
+    unless it is); else "outer" (a packed panel)."""
     def fits(loop) -> bool:
         a, b, _ = product(loop.body)
         if c.n in depends(loop.body, {c.m, c.n})[a]:
@@ -252,8 +255,8 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         side, a_side = closure(loop.body, b), closure(loop.body, a)
         held = next(s.operands for s in loop.body if isinstance(s, Accum))
         return held == "bf16" and len(side) == 1 and isinstance(side[0], Load) \
-            and k.dtype_of(side[0].buf) == "bf16" and along_k(side[0], loop) \
-            and (len(a_side) > 1 or along_k(a_side[0], loop))
+            and k.dtype_of(side[0].buf) == "bf16" and along(k, side[0], loop.var) \
+            and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
     return ctx.knob("FORM", "dot" if ctx.arch.has("avx512_bf16") and all(map(fits, c.loops)) else "outer")

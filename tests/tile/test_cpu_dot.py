@@ -90,6 +90,21 @@ def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == "outer"
 
 
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
+                                       "default")
+def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
+    """Attention's output before o_proj is read across heads: stored contiguous (exactly, in
+    bf16), then the dot form reads it with vdpbf16ps."""
+    def o_proj(a, w):                   # a: (K, M), read transposed
+        return F.linear(a.t(), w)
+    a, w = torch.randn(70, 11).to(BF16), torch.randn(24, 70).to(BF16)
+    prog, log = cpu_compile(o_proj, (a, w))
+    assert "bf16 by" in log, log
+    assert any(dict(k.knobs).get("FORM") == "dot" for k in prog.lowered.tile.kernels)
+    assert "_mm512_dpbf16_ps(" in prog.lowered.c
+    assert_matches(prog, o_proj, (a, w))
+
+
 def _loop(*body, step=1) -> For:
     return For("k", Const(0), Const(70), step, body, dtype="i32")
 

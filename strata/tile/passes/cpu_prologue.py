@@ -14,15 +14,16 @@ PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized
 output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or always in the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
-widened at all. Declines, saying why,
-on a prologue that reads a value the row computes before its loop.
+widened at all (one not contiguous along K, attention's output before o_proj, is stored
+contiguous). Declines, saying why, on a prologue that reads a value the row computes before its
+loop.
 """
 from __future__ import annotations
 
 from ... import dtypes
 from ...context import Context
 from ...loop.ir import Accum, Let, Load
-from ..contraction import (CPU_VECTORS_N, closure, cpu_form, depends, match, product,
+from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, depends, match, product,
                            split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
@@ -41,7 +42,8 @@ def cpu_prologue(k: TileKernel, ctx: Context):
             a, b = b, a
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
-        if len(side) == 1 and isinstance(side[0], Load) and (k.dtype_of(side[0].buf) == dtype or dot):
+        if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
+                                                             else k.dtype_of(side[0].buf) == dtype):
             continue                    # a plain load: nothing to compute (or widen, dot form)
         if dot and next(s.operands for s in loop.body if isinstance(s, Accum)) == "bf16":
             stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output)
