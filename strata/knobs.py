@@ -78,7 +78,7 @@ _TABLE = [
     ("FORM", "a CPU contraction as outer products of a packed panel, or as dot products along K "
      "(no packing; vdpbf16ps on bf16 with AVX512-BF16)", _one_of("outer", "dot"), "CPU contractions"),
     ("K_CHUNK", "K elements a CPU dot-form block runs over all its register tiles before the next "
-     "(its N-side rows stay in L1)", _between(1), "CPU contractions (FORM=dot)"),
+     "(its N-side rows stay in L1; 0: all of K at once)", _between(0), "CPU contractions (FORM=dot)"),
     ("THREAD_N", "output columns per thread (must divide TILE_N)", _between(1, 16), CUDA_CORE),
     ("PAD_A", "elements of padding per row of the staged M-side tile", _between(0, 32), CUDA_CORE),
     ("PAD_B", "elements of padding per row of the staged N-side tile", _between(0, 32), CUDA_CORE),

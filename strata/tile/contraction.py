@@ -163,6 +163,9 @@ def product(body) -> tuple[str, str, str] | str:
 
 THREADS = 256                     # threads per block the default tiles aim for
 CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's row (cpu_matmul)
+DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
+                                  # M=128, N=2048 it took 0.73x the packed form's time at K=256,
+                                  # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
 
 
 def pow2_ceil(n: int) -> int:
@@ -247,8 +250,10 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     multiplicands in bf16, so a computed M-side operand may be stored in bf16) whose N-side
     operand is a bf16 load contiguous along K (a linear layer's weight, not attention's V) and
     whose M-side one is computed or a bf16 load (cpu_prologue stores it once in bf16, contiguous,
-    unless it is); else "outer" (a packed panel)."""
+    unless it is), over at least DOT_MIN_K; else "outer" (a packed panel)."""
     def fits(loop) -> bool:
+        if loop.extent < DOT_MIN_K:
+            return False                # each point's lanes are summed after a short loop
         a, b, _ = product(loop.body)
         if c.n in depends(loop.body, {c.m, c.n})[a]:
             a, b = b, a

@@ -77,16 +77,18 @@ def test_the_dot_form_of_an_f32_matmul_and_of_a_normed_operand_match_eager():
 @pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
                                        "default and vdpbf16ps cannot run")
 def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
-    x, w = torch.randn(33, 70).to(BF16), torch.randn(24, 70).to(BF16)
+    x, w = torch.randn(33, 300).to(BF16), torch.randn(24, 300).to(BF16)
     prog, _ = cpu_compile(F.linear, (x, w))
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == "dot"
     assert "_mm512_dpbf16_ps(" in prog.lowered.c
     assert_matches(prog, F.linear, (x, w))
+    prog, _ = cpu_compile(F.linear, (x[:, :70], w[:, :70]))                 # K too short
+    assert knobs_of(prog, "k_linear_reduce")["FORM"] == "outer"
 
     p, v = torch.randn(2, 9, 9).to(BF16), torch.randn(2, 9, 16).to(BF16)   # V is not contiguous along K
     prog, _ = cpu_compile(torch.bmm, (p, v))
     assert all(dict(k.knobs).get("FORM") != "dot" for k in prog.lowered.tile.kernels)
-    prog, _ = cpu_compile(F.linear, (x, w), target="cpu-avx2")                # no AVX512-BF16
+    prog, _ = cpu_compile(F.linear, (x, w), target="cpu-avx2")              # no AVX512-BF16
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == "outer"
 
 
@@ -97,7 +99,7 @@ def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
     bf16), then the dot form reads it with vdpbf16ps."""
     def o_proj(a, w):                   # a: (K, M), read transposed
         return F.linear(a.t(), w)
-    a, w = torch.randn(70, 11).to(BF16), torch.randn(24, 70).to(BF16)
+    a, w = torch.randn(300, 11).to(BF16), torch.randn(24, 300).to(BF16)
     prog, log = cpu_compile(o_proj, (a, w))
     assert "bf16 by" in log, log
     assert any(dict(k.knobs).get("FORM") == "dot" for k in prog.lowered.tile.kernels)
