@@ -142,16 +142,24 @@ def check_tensor(name: str, got: torch.Tensor, ref, want, tol_for) -> OutputChec
     return out
 
 
-def verify(program, module, inputs, has_contraction: bool | None = None) -> Report:
-    """Run `program` on `inputs` (mutating them as eager would) and compare everything the user
-    sees with eager run on a copy taken before: each output's values (float64 reference),
-    shape and dtype, the number of outputs, and every input the program updates in place."""
+def expect(module, inputs) -> tuple:
+    """What eager gives on `inputs` (left untouched): (output shapes and dtypes, float64
+    outputs, float64 inputs after the run), as `verify` compares with; the tuner computes it
+    once for all of a program's candidates."""
     from .frontend.snippet import dry_run
     pristine = [x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    want = dry_run(module, pristine)
+    return (dry_run(module, pristine), *eager_run(module, pristine), pristine)
+
+
+def verify(program, module, inputs, has_contraction: bool | None = None,
+           expected: tuple | None = None) -> Report:
+    """Run `program` on `inputs` (mutating them as eager would) and compare everything the user
+    sees with eager run on a copy taken before: each output's values (float64 reference),
+    shape and dtype, the number of outputs, and every input the program updates in place.
+    `expected`: expect(module, inputs), when it is already known."""
+    want, ref, inputs64, pristine = expected or expect(module, inputs)
     with torch.no_grad():
         got = pytree.tree_leaves(program(*inputs))
-    ref, inputs64 = eager_run(module, pristine)
     if has_contraction is None:
         has_contraction = any(n.op.startswith(CONTRACTIONS) for n in program.torch_program.nodes)
     names = list(program.lowered.kernel.outputs) if program.lowered.kernel else []

@@ -36,7 +36,7 @@ def _label(kernel, loop_program) -> str:
 class Worker:
     def __init__(self):
         self.device, self.pins, self.names = "cpu", {}, {}     # names: signature -> loop kernels
-        self.module = self.inputs = self.default = None
+        self.module = self.inputs = self.default = self.expected = None
 
     def build(self, req: dict) -> None:
         """The program to tune: a -c snippet, a MODEL (one decoder layer with `layer`, weights
@@ -78,7 +78,8 @@ class Worker:
         runtime = program.runtime
         runtime.poison = True
         try:
-            report = verify(program, self.module, [x.clone() for x in self.inputs])
+            report = verify(program, self.module, [x.clone() for x in self.inputs],
+                            expected=self.expected)
         finally:
             runtime.poison = False
         if report.passed:
@@ -90,6 +91,8 @@ class Worker:
         from ..loop.ir import signature
         self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
         self.build(req)
+        from ..check import expect
+        self.expected = expect(self.module, self.inputs)        # eager's, once per program
         self.default = self.compile({})
         problem = self.check(self.default)
         if problem:
