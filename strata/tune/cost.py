@@ -10,7 +10,7 @@ the measured best), which `strata tune` prints. A roofline of three terms, per k
     row read twice), at the per-core cache bandwidth, over the cores that run it;
   - compute: every arithmetic operation (an exp, a tanh ... as ten), at the per-core scalar
     rate, divided by the vector width inside loops the C target vectorises (`#pragma omp
-    simd`, target/c_simd.py);
+    simd`, target/c_simd.py), and by two more in its vdpbf16ps loops (target/c_dot.py);
 plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
 target/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
 copy with torch); the per-core rates are constants (SCALAR_GOPS, CACHE_GBS), the vector width
@@ -25,6 +25,7 @@ from .. import dtypes
 from ..expr import Expr, Op, children
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
+from ..target.c_dot import match_dot
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
 CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
@@ -38,6 +39,7 @@ class Machine:
     dram_gbs: float                 # bytes per ns across the whole chip
     cores: int
     vector: int                     # fp32 lanes of a vector
+    dot_bf16: bool = False          # vdpbf16ps (AVX512-BF16): target/c_dot.py's loops
 
 
 _MACHINE: dict = {}
@@ -56,7 +58,7 @@ def machine(target) -> Machine:
             dst.copy_(src)
             best = min(best, time.perf_counter() - start)
         _MACHINE[target.key] = Machine(2 * src.numel() * 4 / best / 1e9, target.cores,
-                                       max(1, target.vector_bytes // 4))
+                                       max(1, target.vector_bytes // 4), target.has("avx512_bf16"))
     return _MACHINE[target.key]
 
 
@@ -86,24 +88,26 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
         _expr(x, sizes, c, vec)
 
 
-def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool) -> None:
+def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, dots=()) -> None:
     from ..target.c_simd import plan_loop
     for s in body:
         if isinstance(s, For):
             inner = Counts()
             simd = vec or bool(plan_loop(s, types).pragma(str))
-            _count(s.body, sizes, types, inner, 1.0, simd)
+            _count(s.body, sizes, types, inner, 1.0, simd, dots)
+            if id(s) in dots:               # vdpbf16ps: two products and sums per lane
+                inner.vector_ops /= 2
             n = _trips(s) * scale
             c.ops += inner.ops * n
             c.vector_ops += inner.vector_ops * n
             c.bytes += inner.bytes * n
             continue
         if isinstance(s, While):
-            _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec)
+            _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec, dots)
             continue
         if isinstance(s, If):
-            _count(s.then, sizes, types, c, scale, vec)
-            _count(s.orelse, sizes, types, c, scale, vec)
+            _count(s.then, sizes, types, c, scale, vec, dots)
+            _count(s.orelse, sizes, types, c, scale, vec, dots)
         inner = Counts()
         for f in ("value", "index", "cond"):
             e = getattr(s, f, None)
@@ -126,8 +130,10 @@ def estimate_ms(k: Kernel, m: Machine) -> float:
     sizes = {p.name: dtypes.ITEMSIZE[p.dtype] for p in k.params}
     sizes.update({s.name: dtypes.ITEMSIZE[s.dtype] for s in walk(k.body) if isinstance(s, Smem)})
     types = {s.var: s.dtype for s in walk(k.body) if hasattr(s, "var") and hasattr(s, "dtype")}
+    bufs = {p.name: p.dtype for p in k.params}
+    dots = {id(s) for s in walk(k.body) if isinstance(s, For) and m.dot_bf16 and match_dot(s, bufs, types)}
     c = Counts()
-    _count(k.body, sizes, types, c, 1.0, False)
+    _count(k.body, sizes, types, c, 1.0, False, dots)
     parallel = runs_in_parallel(k)
     cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
     unique = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)

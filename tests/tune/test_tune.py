@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import strata
+import strata.api
 from conftest import HAS_CC
 from strata.cli import main
 from strata.context import Context
