@@ -63,23 +63,36 @@ def _unit_stride(index, var: str) -> bool:
     return False
 
 
+CHAINS = 4         # vdpbf16ps chains in flight: one accumulator alone waits on its latency
+
+
 def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
-    """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`."""
+    """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`.
+    With fewer than CHAINS accumulators (a decode step's matrix-vector row) each is split into
+    independent partial sums over consecutive steps, added together after the loop."""
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
+    ways = max(1, CHAINS // len(dot.accs))
 
-    def step(d: int, load: str) -> None:
+    def step(d: int, load: str, way: int = 0) -> None:
         for var, e in dot.loads.items():
-            at = f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
-            em.emit(f"__m512bh {cname(var)} = {load.format(at)};", d)
+            at = f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]" + (f" + {32 * way}" if way else "")
+            em.emit(f"__m512bh {cname(var)}_{way} = {load.format(at)};", d)
         for acc, p in dot.accs:
             a, b = dot.products[p]
-            em.emit(f"{cname(acc)}_v = _mm512_dpbf16_ps({cname(acc)}_v, {cname(a)}, {cname(b)});", d)
+            em.emit(f"{cname(acc)}_v{way} = _mm512_dpbf16_ps({cname(acc)}_v{way}, {cname(a)}_{way}, "
+                    f"{cname(b)}_{way});", d)
     em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps: 32 bf16 products a step (target/c_dot.py)", 0)
     em.emit("{", depth)
     for acc, _ in dot.accs:
-        em.emit(f"__m512 {cname(acc)}_v = _mm512_setzero_ps();", depth + 1)
+        for w in range(ways):
+            em.emit(f"__m512 {cname(acc)}_v{w} = _mm512_setzero_ps();", depth + 1)
     em.emit(f"{t} {v} = {_strip(em.expr(loop.start))};", depth + 1)
+    if ways > 1:
+        em.emit(f"for (; {v} + {32 * ways} <= {stop}; {v} += {32 * ways}) {{", depth + 1)
+        for w in range(ways):
+            step(depth + 2, "st_bf16x32({})", w)
+        em.emit("}", depth + 1)
     em.emit(f"for (; {v} + 32 <= {stop}; {v} += 32) {{", depth + 1)
     step(depth + 2, "st_bf16x32({})")
     em.emit("}", depth + 1)
@@ -88,7 +101,8 @@ def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
     step(depth + 2, "st_bf16x32_masked(st_rest, {})")
     em.emit("}", depth + 1)
     for acc, _ in dot.accs:
-        em.emit(f"{cname(acc)} += _mm512_reduce_add_ps({cname(acc)}_v);", depth + 1)
+        total = " + ".join(f"{cname(acc)}_v{w}" for w in range(ways))
+        em.emit(f"{cname(acc)} += _mm512_reduce_add_ps({total});", depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)
     as_written()

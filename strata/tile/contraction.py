@@ -166,6 +166,9 @@ CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's ro
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
+DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
+                                  # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
+                                  # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
 
 
 def pow2_ceil(n: int) -> int:
@@ -245,12 +248,16 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
 
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
-    along K, no packing; vdpbf16ps does two bf16 multiply-adds per lane) when the target has
-    AVX512-BF16 and every reduction is a bf16 contraction (Accum.operands: eager holds both
-    multiplicands in bf16, so a computed M-side operand may be stored in bf16) whose N-side
-    operand is a bf16 load contiguous along K (a linear layer's weight, not attention's V) and
-    whose M-side one is computed or a bf16 load (cpu_prologue stores it once in bf16, contiguous,
-    unless it is), over at least DOT_MIN_K; else "outer" (a packed panel)."""
+    along K, no packing) when every reduction runs over at least DOT_MIN_K and its N-side operand
+    is a load contiguous along K (a linear layer's weight, not attention's V), and either
+      - the target has AVX512-BF16 and the reduction is a bf16 contraction (Accum.operands: eager
+        holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
+        of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
+      - both operands are f32 and M is at most DOT_MAX_M: packing the N-side panel costs about
+        what the dot form's whole work does;
+    else "outer" (a packed panel)."""
+    dp = ctx.arch.has("avx512_bf16")
+
     def fits(loop) -> bool:
         if loop.extent < DOT_MIN_K:
             return False                # each point's lanes are summed after a short loop
@@ -258,13 +265,16 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         if c.n in depends(loop.body, {c.m, c.n})[a]:
             a, b = b, a
         side, a_side = closure(loop.body, b), closure(loop.body, a)
+        if len(side) != 1 or not isinstance(side[0], Load) or not along(k, side[0], loop.var):
+            return False
         held = next(s.operands for s in loop.body if isinstance(s, Accum))
-        return held == "bf16" and len(side) == 1 and isinstance(side[0], Load) \
-            and k.dtype_of(side[0].buf) == "bf16" and along(k, side[0], loop.var) \
-            and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
+        if k.dtype_of(side[0].buf) == "bf16":
+            return dp and held == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
+        return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
+            all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
-    return ctx.knob("FORM", "dot" if ctx.arch.has("avx512_bf16") and all(map(fits, c.loops)) else "outer")
+    return ctx.knob("FORM", "dot" if all(map(fits, c.loops)) else "outer")
 
 
 def value_dtype(s) -> str:
