@@ -1,8 +1,8 @@
 """A bf16 dot-product loop as AVX512-BF16 instructions (vdpbf16ps), for the C target.
 
 Why: a K loop whose every step multiplies bf16 values loaded contiguously along K and adds the
-products to float accumulators (a dot-form register tile of cpu_matmul, a decode step's matrix-
-vector row) is what vdpbf16ps does 32 elements at a time: two products per float lane, no
+products to float accumulators (a dot-form register tile of cpu_matmul; a matrix-vector row
+of two bf16 operands too) is what vdpbf16ps does 32 elements at a time: two products per lane, no
 widening, twice the multiply-adds of an fp32 FMA. gcc does not pick the instruction itself.
 
 The loop is printed twice, under `#if defined(__AVX512BF16__)`: as vector code for a compiler
@@ -68,7 +68,7 @@ CHAINS = 4         # vdpbf16ps chains in flight: one accumulator alone waits on 
 
 def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
     """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`.
-    With fewer than CHAINS accumulators (a decode step's matrix-vector row) each is split into
+    With fewer than CHAINS accumulators (a matrix-vector row has one) each is split into
     independent partial sums over consecutive steps, added together after the loop."""
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
