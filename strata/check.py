@@ -144,8 +144,8 @@ def check_tensor(name: str, got: torch.Tensor, ref, want, tol_for) -> OutputChec
 
 def expect(module, inputs) -> tuple:
     """What eager gives on `inputs` (left untouched): (output shapes and dtypes, float64
-    outputs, float64 inputs after the run), as `verify` compares with; the tuner computes it
-    once for all of a program's candidates."""
+    outputs, float64 inputs after the run, a copy of the inputs before it), as `verify` compares
+    with; the tuner computes it once for all of a program's candidates."""
     from .frontend.snippet import dry_run
     pristine = [x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     return (dry_run(module, pristine), *eager_run(module, pristine), pristine)

@@ -181,12 +181,12 @@ class _MatmulLowerer(Lowerer):
         f = Var(self.v["i"], idx)
         out += [For(f.name, Const(0), Const(size), 1, tuple(Store(f"{a.acc}_part", f, reduce_identity(a.op, a.dtype))
                                                           for a in accs), dtype=idx)]
+        def at(i, j):                   # point (i, j) of register tile mi in the block's scratch
+            return add(mul(add(mul(mi, mt.thread_m), i), n), j)
         start, stop = mul(kc, s.k_chunk), call("minimum", add(mul(kc, s.k_chunk), s.k_chunk), Const(extent))
-        tile = self.k_loops(s.body[:-1], lambda acc, i, j: (f"{acc}_part", add(mul(add(mul(
-            mi, mt.thread_m), i), n), j)), (start, stop))
+        tile = self.k_loops(s.body[:-1], lambda acc, i, j: (f"{acc}_part", at(i, j)), (start, stop))
         i, j = (Var(self.v[v], idx) if e > 1 else Const(0) for v, e in (("i", mt.thread_m), ("j", n)))
-        loads = [Let(a.acc, a.dtype, Load(f"{a.acc}_part", add(mul(add(mul(mi, mt.thread_m), i), n), j), a.dtype))
-                 for a in accs]
+        loads = [Let(a.acc, a.dtype, Load(f"{a.acc}_part", at(i, j), a.dtype)) for a in accs]
         epilogue = _prepend(self.points_in_turn(s.body[-1]), loads)
         self.special, self.binds = outer, {}
         chunks = -(-extent // s.k_chunk)

@@ -24,9 +24,9 @@ from ..kernel.ir import KernelProgram
 from .args import prepare_args, prepare_weights
 from .native_build import build_library, load_library
 from .program import mutated_inputs, poison_
+from .slab import plan_slab
 
 SMALL = 1 << 14             # elements of an output made from a kept blank one
-from .slab import plan_slab
 
 
 class NativeProgram:

@@ -76,9 +76,9 @@ def check_kernel(k: Kernel) -> None:
 
 
 class _CEmitter(_Emitter):
+    """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
     inline_exp = True           # float exp is the prelude's st_expf (not OpenCL's, Metal's)
     dot_bf16 = True             # bf16 dot-product loops as vdpbf16ps where compiled for it
-    """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
 
     def __init__(self, kernel: Kernel):
         super().__init__(kernel)

@@ -171,6 +171,17 @@ DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
 
 
+def sides(c: Contraction, loop: Loop) -> tuple[str, str]:
+    """(M-side, N-side): the two values a reduce loop of `c` multiplies."""
+    a, b, _ = product(loop.body)
+    return (b, a) if c.n in depends(loop.body, {c.m, c.n})[a] else (a, b)
+
+
+def held(loop: Loop) -> str | None:
+    """The dtype eager holds a reduce loop's multiplicands in (Accum.operands), if 16-bit."""
+    return next(s.operands for s in loop.body if isinstance(s, Accum))
+
+
 def pow2_ceil(n: int) -> int:
     p = 1
     while p < n:
@@ -261,15 +272,12 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     def fits(loop) -> bool:
         if loop.extent < DOT_MIN_K:
             return False                # each point's lanes are summed after a short loop
-        a, b, _ = product(loop.body)
-        if c.n in depends(loop.body, {c.m, c.n})[a]:
-            a, b = b, a
+        a, b = sides(c, loop)
         side, a_side = closure(loop.body, b), closure(loop.body, a)
         if len(side) != 1 or not isinstance(side[0], Load) or not along(k, side[0], loop.var):
             return False
-        held = next(s.operands for s in loop.body if isinstance(s, Accum))
         if k.dtype_of(side[0].buf) == "bf16":
-            return dp and held == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
+            return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
     if c.m is None:

@@ -88,10 +88,10 @@ class Worker:
         return bad.problem or f"{bad.name}: rel err {bad.rel:.3g} (tolerance {bad.tol})"
 
     def prepare(self, req: dict) -> dict:
+        from ..check import expect
         from ..loop.ir import signature
         self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
         self.build(req)
-        from ..check import expect
         self.expected = expect(self.module, self.inputs)        # eager's, once per program
         self.default = self.compile({})
         problem = self.check(self.default)

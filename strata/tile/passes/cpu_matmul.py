@@ -10,7 +10,8 @@ THREAD_M x TILE_N fused multiply-adds into accumulators the C compiler keeps in 
 epilogue (bias, activation, residual, cast) runs on the registers before the store. The panel
 stays in the core's cache across the M tiles while the M-side rows stream past it.
 
-FORM=dot (the default for bf16 on a CPU with AVX512-BF16, see contraction.cpu_form) runs the
+FORM=dot (the default for bf16 on a CPU with AVX512-BF16 and for f32 of few rows, see
+contraction.cpu_form) runs the
 same register tiles the other way round: no panel; each K step loads THREAD_M (default 2) rows
 of the M-side operand and TILE_N (default 8) rows of the N-side one straight from memory, and the
 C compiler vectorises the K loop, so each point's accumulator is a vector of partial sums added up
@@ -38,7 +39,7 @@ from ...errors import KnobError
 from ...expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
 from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
-                           match, pow2_ceil, product, value_dtype)
+                           match, pow2_ceil, sides, value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
@@ -54,10 +55,10 @@ DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (o
 def _tiles(k: TileKernel, c, ctx: Context, dot: bool) -> MatmulTile:
     m, n, loops = c.m, c.n, len(c.loops)
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    dot_m, dot_n = DOT_M, max(1, DOT_N // loops)
-    tile_n = ctx.knob("TILE_N", min(dot_n if dot else CPU_VECTORS_N * lanes, pow2_ceil(k.extent(n))))
+    tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else CPU_VECTORS_N * lanes,
+                                    pow2_ceil(k.extent(n))))
     panel = sum(l.extent for l in c.loops) * tile_n * 4
-    rows = dot_m if dot else THREAD_M if panel <= dict(ctx.arch.caches).get("L2", 1 << 19) else TALL_M
+    rows = DOT_M if dot else THREAD_M if panel <= dict(ctx.arch.caches).get("L2", 1 << 19) else TALL_M
     thread_m = ctx.knob("THREAD_M", min(rows, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
@@ -73,9 +74,7 @@ def _tiles(k: TileKernel, c, ctx: Context, dot: bool) -> MatmulTile:
 def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
     """One reduce loop's operands: the N-side panel it packs, and a function giving its K loop
     for one register tile (guarded at an M edge or not)."""
-    a, b, _ = product(loop.body)
-    if c.n in depends(loop.body, {c.m, c.n})[a]:
-        a, b = b, a
+    a, b = sides(c, loop)
     b_side = closure(loop.body, b)
     dtype = dtypes.compute_dtype(value_dtype(b_side[-1]))
     panel = StageTile(f"{b}_panel", b, dtype, loop.var, loop.extent, c.n, mt.tile_n, "n0", b_side,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from ... import dtypes
 from ...context import Context
-from ...loop.ir import Accum, Let, Load
-from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, depends, match, product,
+from ...loop.ir import Let, Load
+from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, sides,
                            split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
@@ -37,15 +37,13 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     axes = {v for v, _ in k.domain}
     dot, computed, stored = cpu_form(k, c, ctx) == "dot", [], None
     for loop in c.loops:
-        a, b, _ = product(loop.body)
-        if c.n in depends(loop.body, {c.m, c.n})[a]:
-            a, b = b, a
+        a, b = sides(c, loop)
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
         if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
                                                              else k.dtype_of(side[0].buf) == dtype):
             continue                    # a plain load: nothing to compute (or widen, dot form)
-        if dot and next(s.operands for s in loop.body if isinstance(s, Accum)) == "bf16":
+        if dot and held(loop) == "bf16":
             stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output)
         defined = {s.var for s in (*k.prelude, *side) if isinstance(s, (Load, Let))} | axes | {loop.var}
         outside = set().union(*map(uses, side)) - defined
