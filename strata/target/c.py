@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import CompileError
-from ..expr import Cast, Const, Expr, Op, add, children
+from ..expr import Cast, Const, Expr, Op, Var, add, children
 from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
@@ -83,6 +83,7 @@ class _CEmitter(_Emitter):
     def __init__(self, kernel: Kernel):
         super().__init__(kernel)
         self.types: dict[str, str] = {}
+        self.flags: dict[str, str] = {}     # accumulator -> its NaN flag, in a loop being emitted
         for s in walk(kernel.body):
             if isinstance(s, (Let, For)):
                 self.types[s.var] = s.dtype
@@ -146,6 +147,13 @@ class _CEmitter(_Emitter):
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Sync):
             return                                  # the block is one thread
+        if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (c_simd.py)
+            acc, (a, b) = cname(s.var), s.value.args
+            x = _strip(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
+            cmp = ">" if s.value.op == "maximum" else "<"
+            t = self.ctype(s.var, self.types[s.var])
+            return self.emit(f"{{ {t} st_x = {x}; {self.flags[s.var]} |= st_x != st_x; "
+                             f"{acc} = {acc} {cmp} st_x ? {acc} : st_x; }}", depth)
         if not isinstance(s, For):
             return super().stmt(s, depth)
         dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
@@ -154,7 +162,11 @@ class _CEmitter(_Emitter):
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:
-        pragma = plan_loop(s, self.types).pragma(cname)
+        plan = plan_loop(s, self.types)
+        flags = {v: cname(f"{v}_nan") for v in plan.nan_flags}   # see c_simd.py
+        for v, flag in flags.items():
+            self.emit(f"int {flag} = {cname(v)} != {cname(v)};", depth)
+        pragma = plan.pragma(cname)
         if pragma:
             self.emit(pragma, depth)
         trips = _trip_count(s)
@@ -164,8 +176,12 @@ class _CEmitter(_Emitter):
         inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
         self.emit(f"for ({t} {v} = {_strip(self.expr(s.start))}; {v} < "
                   f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
+        self.flags, outer = {**self.flags, **flags}, self.flags
         self.body(s.body, depth + 1)
+        self.flags = outer
         self.emit("}", depth)
+        for v, flag in flags.items():
+            self.emit(f"if ({flag}) {cname(v)} = NAN;", depth)
 
     # ------------------------------------------------------------ the kernel
 

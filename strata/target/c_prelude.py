@@ -105,11 +105,6 @@ static inline long long st_absll(long long a) { return a < 0 ? -a : a; }
 #define max(a, b) _Generic((a) + (b), long: st_maxl, long long: st_maxll, default: st_maxi)(a, b)
 #define min(a, b) _Generic((a) + (b), long: st_minl, long long: st_minll, default: st_mini)(a, b)
 #define abs(x) _Generic((x) + 0, long: st_absl, long long: st_absll, default: st_absi)(x)
-// Float max/min reductions of `#pragma omp simd` (OpenMP's own max drops NaN in vector code).
-#pragma omp declare reduction(st_max : float : omp_out = st_maxf(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
-#pragma omp declare reduction(st_max : double : omp_out = st_maxd(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
-#pragma omp declare reduction(st_min : float : omp_out = st_minf(omp_out, omp_in)) initializer(omp_priv = INFINITY)
-#pragma omp declare reduction(st_min : double : omp_out = st_mind(omp_out, omp_in)) initializer(omp_priv = INFINITY)
 
 // bf16 and f16 are stored as uint16_t; values are float in registers.
 static inline uint32_t st_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

@@ -11,8 +11,8 @@ A loop gets the pragma when all of this holds (anything else: no pragma, the loo
   - it is innermost (no For inside);
   - every variable it assigns is declared inside it, or is an *accumulator*: declared outside, only
     updated as `acc = op(acc, value)` (op add, multiply, maximum, minimum; `value` free of acc) and
-    read nowhere else in the loop. Float maximum/minimum reduce with the prelude's `st_max` /
-    `st_min` (NaN propagates like torch), integers with OpenMP's `max`/`min`;
+    read nowhere else in the loop. Maximum/minimum reduce with OpenMP's `max`/`min` (vmaxps, a
+    tree at the end); a float one ORs a flag of NaNs seen and is NaN after the loop if it is set.
   - each stored buffer is written at indices `c * var + k + (invariant)` with one c != 0 and one
     invariant part (Lets of the loop body substituted), the offsets k spanning less than
     |c| * step: distinct iterations write distinct elements; and it is loaded, if at all, only
@@ -35,13 +35,14 @@ _CLAUSE = {"add": "+", "multiply": "*", "maximum": "max", "minimum": "min"}
 class LoopPlan:
     simd: bool
     reductions: tuple[tuple[str, str], ...] = ()     # (clause operator, IR variable), sorted
+    nan_flags: tuple[str, ...] = ()                   # float max/min accumulators (NaN flagged)
 
     def pragma(self, cname) -> str | None:
         """`#pragma omp simd [reduction(op:a, b) ...]`, or None for no pragma."""
         if not self.simd:
             return None
         by_op: dict[str, list[str]] = {}
-        for op, var in self.reductions:
+        for op, var in self.reductions + tuple(("|", f"{v}_nan") for v in self.nan_flags):
             by_op.setdefault(op, []).append(cname(var))
         clauses = "".join(f" reduction({op}:{', '.join(vs)})" for op, vs in by_op.items())
         return f"#pragma omp simd{clauses}"
@@ -104,6 +105,7 @@ def plan_loop(loop: For, types: dict[str, str]) -> LoopPlan:
         if op is None:
             return NO_SIMD
         reductions.append((op, var))
+    flagged = tuple(v for op, v in reductions if op in ("max", "min") and dtypes.is_float(types[v]))
     accs = set(assigned)
     uses = [e for e in exprs if free_vars(e) & accs]
     # each accumulator appears only in its own update, once, as an operand of the combine
@@ -114,7 +116,7 @@ def plan_loop(loop: For, types: dict[str, str]) -> LoopPlan:
         return NO_SIMD
     if not _independent_stores(loop, stores, exprs, lets, inner - redeclared, inner):
         return NO_SIMD
-    return LoopPlan(True, tuple(reductions))
+    return LoopPlan(True, tuple(reductions), flagged)
 
 
 def _accumulator_op(var: str, values: list[Expr], dtype: str) -> str | None:
@@ -132,10 +134,7 @@ def _accumulator_op(var: str, values: list[Expr], dtype: str) -> str | None:
         ops.add(v.op)
     if len(ops) != 1 or dtype not in dtypes.ALL or dtype == "bool":
         return None
-    op = ops.pop()
-    if op in ("maximum", "minimum") and dtypes.is_float(dtype):
-        return "st_max" if op == "maximum" else "st_min"      # NaN propagates (the prelude)
-    return _CLAUSE[op]
+    return _CLAUSE[ops.pop()]
 
 
 def _independent_stores(loop: For, stores, exprs, lets, substitutable, inner) -> bool:

@@ -60,12 +60,13 @@ def _loop_pragmas(src: str) -> list[str]:
 
 @pytest.mark.parametrize("op,dtype,clause", [
     ("sum", "f32", "reduction(+:acc)"), ("prod", "f64", "reduction(*:acc)"),
-    ("max", "f32", "reduction(st_max:acc)"), ("min", "bf16", "reduction(st_min:acc)"),
+    ("max", "f32", "reduction(max:acc) reduction(|:acc_nan)"),
+    ("min", "bf16", "reduction(min:acc) reduction(|:acc_nan)"),
     ("max", "i32", "reduction(max:acc)"), ("min", "i64", "reduction(min:acc)"),
     ("argmax", "f32", None), ("argmin", "i32", None)])
 def test_reduction_loops_get_their_clause(op, dtype, clause):
-    """Float max/min reduce with st_max/st_min (NaN propagates); an argmax updates a value and an
-    index together, so its loop runs in order, without a pragma."""
+    """Float max/min reduce with OpenMP's max/min and a NaN flag (NaN propagates, as in torch); an
+    argmax updates a value and an index together, so its loop runs in order, without a pragma."""
     [pragma] = _loop_pragmas(emit_kernel(C.row_reduce(3, 100, dtype, op).kernels[0]))
     assert pragma == (f"#pragma omp simd {clause}" if clause else "")
 
