@@ -19,7 +19,7 @@ from ..context import Context
 from ..errors import KnobError
 from ..expr import Const, Op, Var, call, coefficient, free_vars, to_str
 from ..loop.ir import Accum, BufferInfo, Let, Load, Loop, Store
-from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, walk
+from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, subst_body, walk
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,9 @@ CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's ro
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
+DOT_T_MIN_M = 128                 # the fewest rows for which a bf16 `x @ w` stores w transposed
+                                  # for the dot form: (K, N) = (2048, 5632) took 0.88x the packed
+                                  # form's time at M=128, 1.13x at 64 (2-core EPYC, 2026-11-26)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
@@ -260,7 +263,8 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
     along K, no packing) when every reduction runs over at least DOT_MIN_K and its N-side operand
-    is a load contiguous along K (a linear layer's weight, not attention's V), and either
+    is a load contiguous along K (a linear layer's weight) or one cpu_prologue stores transposed
+    (`transposable`), and either
       - the target has AVX512-BF16 and the reduction is a bf16 contraction (Accum.operands: eager
         holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
@@ -274,7 +278,9 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
             return False                # each point's lanes are summed after a short loop
         a, b = sides(c, loop)
         side, a_side = closure(loop.body, b), closure(loop.body, a)
-        if len(side) != 1 or not isinstance(side[0], Load) or not along(k, side[0], loop.var):
+        if len(side) != 1 or not isinstance(side[0], Load):
+            return False
+        if not along(k, side[0], loop.var) and not transposable(k, c, side[0], ctx):
             return False
         if k.dtype_of(side[0].buf) == "bf16":
             return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
@@ -283,6 +289,13 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
     return ctx.knob("FORM", "dot" if all(map(fits, c.loops)) else "outer")
+
+
+def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> bool:
+    """Whether an N-side bf16 load not contiguous along K (`x @ w` of a (K, N) weight) is stored
+    transposed once by cpu_prologue for the dot form: when M has DOT_T_MIN_M rows to pay for it."""
+    return k.dtype_of(load.buf) == "bf16" and k.extent(c.m) >= DOT_T_MIN_M \
+        and ctx.knob("PROLOGUE", "") != "fuse"
 
 
 def value_dtype(s) -> str:
@@ -307,12 +320,15 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
         if key not in made:
             i = len(made)
             name = f"{k.name}_prologue{i or ''}"
-            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom), dtype, "temp")
+            copy = len(stmts) == 1 and not along(k, stmts[0], loop.var)    # transposed as it is
+            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom),
+                             k.dtype_of(stmts[0].buf) if copy else dtype, "temp")
             pre = _prelude_for(k, stmts)
             reads = tuple(r for r in k.reads if _loads(pre + stmts, r))
             var = Var(value, next(s.dtype for s in stmts if s.var == value))
             body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), var),)
-            firsts.append(TileKernel(name, "elementwise", dom, pre, body, reads=reads,
+            order, body = _tiled_transpose(dom, body) if copy else (dom, body)
+            firsts.append(TileKernel(name, "elementwise", order, pre, body, reads=reads,
                                      writes=(buf.name,), src=k.src,
                                      buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))
                           .with_knob("PROLOGUE", "materialize"))
@@ -323,7 +339,7 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
         cur = loops[id(loop)]
         keep = {id(s) for s in closure(loop.body, other)}
         drop = {id(s) for s in stmts} - keep
-        load = Load(value, buf.name, tuple(Var(v) for v, _ in dom), dtypes.compute_dtype(dtype))
+        load = Load(value, buf.name, tuple(Var(v) for v, _ in dom), dtypes.compute_dtype(buf.dtype))
         loops[id(loop)] = replace(cur, body=(load,) + tuple(s for s in cur.body if id(s) not in drop))
     body = tuple(loops.get(id(s), s) if isinstance(s, Loop) else s for s in c.body)
     temps = tuple(dict.fromkeys(made.values()))
@@ -331,6 +347,20 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
     second = replace(k, body=body, reads=tuple(b.name for b in temps) + tuple(r for r in k.reads if r in keep),
                      buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes) + temps)
     return (*firsts, second.with_knob("PROLOGUE", "materialize"))
+
+
+def _tiled_transpose(dom, body, tile: int = 32) -> tuple:
+    """A transposing copy's domain in tile x tile squares (cpu_prologue's (K, N) operand stored
+    (N, K)): each square's reads stay in L1 and its rows are written whole (row by row, the
+    writes or the reads strided by the matrix's width ran at 1 GB/s)."""
+    (n, n_ext), (k, k_ext) = dom[-2:]
+    if n_ext % tile or k_ext % tile:
+        return dom, body
+    at = {v: call("add", call("multiply", Var(f"{v}_o"), Const(tile)), Var(f"{v}_i"))
+          for v in (n, k)}
+    order = dom[:-2] + ((f"{n}_o", n_ext // tile), (f"{k}_o", k_ext // tile), (f"{n}_i", tile),
+                        (f"{k}_i", tile))
+    return order, subst_body(body, at)
 
 
 def _prelude_for(k: TileKernel, stmts) -> tuple:

@@ -107,6 +107,25 @@ def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
     assert_matches(prog, o_proj, (a, w))
 
 
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
+                                       "default")
+@pytest.mark.parametrize("m,n,k", [(128, 64, 256), (131, 45, 301)], ids=str)
+def test_a_k_by_n_bf16_operand_is_stored_transposed_for_the_dot_form(m, n, k):
+    """`x @ w` with w (K, N), contiguous along N: from 128 rows, a prologue kernel stores w as
+    (N, K) (in 32 x 32 squares where both sides divide) and the dot form reads it with
+    vdpbf16ps; fewer rows, or PROLOGUE=fuse, keep the packed form."""
+    x, w = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
+    prog, log = cpu_compile(torch.matmul, (x, w))
+    assert "transposed computed once" in log, log
+    assert knobs_of(prog, "k_matmul_reduce")["FORM"] == "dot"
+    assert "_mm512_dpbf16_ps(" in prog.lowered.c
+    assert_matches(prog, torch.matmul, (x, w))
+    for inputs, knobs in (((x[:100], w), {}), ((x, w), {"PROLOGUE": "fuse"})):
+        prog, log = cpu_compile(torch.matmul, inputs, knobs)
+        assert "transposed" not in log and knobs_of(prog, "k_matmul_reduce")["FORM"] == "outer"
+        assert_matches(prog, torch.matmul, inputs)
+
+
 def _loop(*body, step=1) -> For:
     return For("k", Const(0), Const(70), step, body, dtype="i32")
 

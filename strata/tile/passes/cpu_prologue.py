@@ -15,8 +15,10 @@ output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or a
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
-contiguous). Declines, saying why, on a prologue that reads a value the row computes before its
-loop.
+contiguous). In the dot form a bf16 N-side operand contiguous along N (`x @ w` of a (K, N)
+weight, attention's V) is stored transposed, in bf16, from DOT_T_MIN_M rows (contraction.py):
+the copy costs 2 ms for 2048 x 5632, the packed form's f32 FMAs 2x the dot form's time. Declines,
+saying why, on a prologue that reads a value the row computes before its loop.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from ... import dtypes
 from ...context import Context
 from ...loop.ir import Let, Load
 from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, sides,
-                           split_prologues, uses, value_dtype)
+                           split_prologues, transposable, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -38,6 +40,9 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     dot, computed, stored = cpu_form(k, c, ctx) == "dot", [], None
     for loop in c.loops:
         a, b = sides(c, loop)
+        n_side = closure(loop.body, b)
+        if dot and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
+            computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed", ""))
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
         if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
@@ -62,5 +67,6 @@ def cpu_prologue(k: TileKernel, ctx: Context):
             f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse")
-    return split_prologues(k, c, [x[:4] for x in computed], stored or computed[0][4], axes, ctx,
+    dtype = stored or next((x[4] for x in computed if x[4]), "bf16")     # (a copy keeps its own)
+    return split_prologues(k, c, [x[:4] for x in computed], dtype, axes, ctx,
                            "cpu_prologue")
