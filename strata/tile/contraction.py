@@ -309,10 +309,10 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
     prologue kernels `<name>_prologue[i]` (elementwise over the operand's axes and K, one per
     distinct operand: equal operands of several reductions share one) storing `dtype` temps
     `<name>_operand[i]`, then the contraction loading those plainly. computed: (loop, operand
-    value, the other operand's value, what to call it in the log) per operand to store; `who`:
-    the pass, for the log."""
+    value, the other operand's value, what to call it in the log[, its own dtype]) per operand
+    to store; `who`: the pass, for the log."""
     firsts, made, loops = [], {}, {id(l): l for l in c.loops}
-    for loop, value, other, label in computed:
+    for loop, value, other, label, *own in computed:
         stmts = closure(loop.body, value)
         deps = depends(loop.body, axes)[value]
         dom = tuple((v, e) for v, e in k.domain if v in deps) + ((loop.var, loop.extent),)
@@ -320,14 +320,15 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
         if key not in made:
             i = len(made)
             name = f"{k.name}_prologue{i or ''}"
-            copy = len(stmts) == 1 and not along(k, stmts[0], loop.var)    # transposed as it is
             buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom),
-                             k.dtype_of(stmts[0].buf) if copy else dtype, "temp")
+                             own[0] if own else dtype, "temp")
             pre = _prelude_for(k, stmts)
             reads = tuple(r for r in k.reads if _loads(pre + stmts, r))
             var = Var(value, next(s.dtype for s in stmts if s.var == value))
             body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), var),)
-            order, body = _tiled_transpose(dom, body) if copy else (dom, body)
+            order, body = dom, body
+            if len(stmts) == 1 and len(dom) > 1 and not along(k, stmts[0], loop.var):
+                order, body = _tiled_transpose(dom, body)
             firsts.append(TileKernel(name, "elementwise", order, pre, body, reads=reads,
                                      writes=(buf.name,), src=k.src,
                                      buffers=tuple(b for b in k.buffers if b.name in reads) + (buf,))

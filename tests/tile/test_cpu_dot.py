@@ -126,6 +126,17 @@ def test_a_k_by_n_bf16_operand_is_stored_transposed_for_the_dot_form(m, n, k):
         assert_matches(prog, torch.matmul, inputs)
 
 
+@pytest.mark.parametrize("dtype", [BF16, torch.float32], ids=str)
+def test_a_decode_steps_attention_output_is_stored_once_for_o_proj(dtype):
+    """At one token, o_proj reads attention's one row across heads: the vector is copied
+    contiguous before the matrix-vector product."""
+    def o_proj(o, w):
+        return F.linear(torch.relu(o).transpose(1, 2).reshape(1, 1, -1), w)
+    o, w = torch.randn(1, 4, 1, 64).to(dtype), torch.randn(24, 256).to(dtype)
+    prog, _ = cpu_compile(o_proj, (o, w))
+    assert_matches(prog, o_proj, (o, w))
+
+
 def _loop(*body, step=1) -> For:
     return For("k", Const(0), Const(70), step, body, dtype="i32")
 

@@ -42,7 +42,8 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         a, b = sides(c, loop)
         n_side = closure(loop.body, b)
         if dot and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
-            computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed", ""))
+            computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed",
+                             "", "bf16"))
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
         if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
@@ -67,6 +68,6 @@ def cpu_prologue(k: TileKernel, ctx: Context):
             f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse")
-    dtype = stored or next((x[4] for x in computed if x[4]), "bf16")     # (a copy keeps its own)
-    return split_prologues(k, c, [x[:4] for x in computed], dtype, axes, ctx,
+    dtype = stored or next((x[4] for x in computed if x[4]), "bf16")
+    return split_prologues(k, c, [x[:4] + x[5:] for x in computed], dtype, axes, ctx,
                            "cpu_prologue")
