@@ -101,7 +101,8 @@ def _linear(e: Expr) -> tuple[dict, int] | None:
     """e as ({atom: coeff}, const) when e is integer affine in its atoms, else None."""
     if isinstance(e, Const) and _is_int(e):
         return {}, int(e.value)
-    if isinstance(e, Var) or (isinstance(e, Op) and e.op in ("floordiv", "mod")):
+    if isinstance(e, Var) or (isinstance(e, Op) and (e.op in ("floordiv", "mod") or e.op in (
+            "minimum", "maximum") and _is_int(e))):     # (a clamped row: min(m, M - 1))
         return {e: 1}, 0
     if not isinstance(e, (Op, Const, Cast)) and _is_int(e):   # IR-specific atoms (threadIdx.x)
         return {e: 1}, 0

@@ -260,6 +260,17 @@ class _MatmulLowerer(Lowerer):
             fill.append(If(substitute(st.bounds, bind), tuple(compute), (Store(st.name, at, Const(0, cdt)),)))
         n, block = st.k_extent * st.x_extent, self.tk.block
         smem = Smem(st.name, st.dtype, st.k_extent * st.stride)
+        if st.pairs:            # (a CPU's) each (k, x) stores K rows 2k and 2k + 1 side by side
+            fill = []
+            for h in (0, 1):
+                names = {d.var: f"{d.var}_{h}" for d in st.body if h and hasattr(d, "var")}
+                body = [rename_stmt(d, names) for d in st.body]
+                at = add(add(mul(kv, st.stride), mul(xv, 2)), h)
+                fill += self.stmts(subst_body(body, {**bind, st.k_var: add(mul(kv, 2), h)})) + \
+                    [Store(st.name, at, Var(names.get(st.value, st.value), cdt))]
+            assert block == 1 and st.bounds is None, "a pairs panel is a CPU's, its edge clamped"
+            inner = For(xv.name, Const(0), Const(st.x_extent), 1, tuple(fill), dtype=idx)
+            return [smem, For(kv.name, Const(0), Const(st.k_extent), 1, (inner,), dtype=idx)]
         if block == 1:          # one thread (a CPU): two loops, the contiguous axis innermost
             loops = [(kv.name, st.k_extent), (xv.name, st.x_extent)]
             if st.fast == "k":

@@ -28,6 +28,7 @@ from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Ker
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
 from .c_dot import emit_dot, match_dot
+from .c_pairs import emit_pairs, match_pairs
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -84,6 +85,10 @@ class _CEmitter(_Emitter):
         super().__init__(kernel)
         self.types: dict[str, str] = {}
         self.flags: dict[str, str] = {}     # accumulator -> its NaN flag, in a loop being emitted
+        self.raw: dict[str, str] = {}       # a 16-bit load's variable -> its dtype (st_raw_<v>)
+        loaded = {s.var for s in walk(kernel.body) if isinstance(s, Let) and isinstance(s.value, Load)}
+        self.copied = {s.value.name for s in walk(kernel.body)      # stored as they are (maybe)
+                       if isinstance(s, Store) and isinstance(s.value, Var)} & loaded
         for s in walk(kernel.body):
             if isinstance(s, (Let, For)):
                 self.types[s.var] = s.dtype
@@ -124,6 +129,8 @@ class _CEmitter(_Emitter):
         return super().cast(e)
 
     def stored(self, buf: str, value: Expr) -> str:
+        if isinstance(value, Var) and self.raw.get(value.name) == self.bufs.get(buf):
+            return f"st_raw_{cname(value.name)}"    # a 16-bit value stored as it was loaded
         conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
         return f"{conv}({_strip(self.expr(value))})" if conv else _strip(self.expr(value))
 
@@ -147,6 +154,14 @@ class _CEmitter(_Emitter):
     def stmt(self, s, depth: int) -> None:
         if isinstance(s, Sync):
             return                                  # the block is one thread
+        if isinstance(s, (Let, Assign)):
+            self.raw.pop(s.var, None)
+        if isinstance(s, Let) and s.var in self.copied and self.bufs.get(s.value.buf) in _TO_FLOAT:
+            self.raw[s.var] = self.bufs[s.value.buf]    # its bits too: a copy is a move, not a
+            self.emit(f"uint16_t st_raw_{cname(s.var)} = "  # widening and a rounding (c.py)
+                      f"{cname(s.value.buf)}[{_strip(self.expr(s.value.index))}];", depth)
+            return self.emit(f"float {cname(s.var)} = {_TO_FLOAT[self.raw[s.var]]}"
+                             f"(st_raw_{cname(s.var)});", depth)
         if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (c_simd.py)
             acc, (a, b) = cname(s.var), s.value.args
             x = _strip(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
@@ -159,6 +174,9 @@ class _CEmitter(_Emitter):
         dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
         if dot:
             return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
+        pairs = match_pairs(s, self.bufs, self.types) if self.dot_bf16 else None
+        if pairs:
+            return emit_pairs(self, s, pairs, depth, lambda: self.loop(s, depth))
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:

@@ -66,6 +66,11 @@ float powf(float, float);
 #include <immintrin.h>
 #define st_bf16x32(p) ((__m512bh)_mm512_loadu_si512(p))
 #define st_bf16x32_masked(mask, p) ((__m512bh)_mm512_maskz_loadu_epi16(mask, p))
+static inline __m512bh st_bf16x2(const uint16_t* p) {     // a pair in every lane (c_pairs.py)
+    int32_t v;
+    memcpy(&v, p, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
 #endif
 
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.

@@ -166,9 +166,10 @@ CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's ro
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
-DOT_T_MIN_M = 128                 # the fewest rows for which a bf16 `x @ w` stores w transposed
-                                  # for the dot form: (K, N) = (2048, 5632) took 0.88x the packed
-                                  # form's time at M=128, 1.13x at 64 (2-core EPYC, 2026-11-26)
+DOT_T_MIN_M = 256                 # the fewest rows for which a bf16 `x @ w` stores w transposed
+                                  # for the dot form, fewer run in pairs: (K, N) = (2048, 5632)
+                                  # took 1.58x the pairs form's time at M=128, 0.84x at 256, 0.86x
+                                  # at 512 (2-core EPYC, 2026-11-26)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
@@ -270,7 +271,9 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
       - both operands are f32 and M is at most DOT_MAX_M: packing the N-side panel costs about
         what the dot form's whole work does;
-    else "outer" (a packed panel)."""
+    else "pairs" (a packed bf16 panel holding K in pairs, vdpbf16ps with vectors along N) for a
+    bf16 contraction of bf16 operands, K even, fewer than DOT_T_MIN_M rows (x @ w of a (K, N)
+    weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel)."""
     dp = ctx.arch.has("avx512_bf16")
 
     def fits(loop) -> bool:
@@ -286,9 +289,14 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
             return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
+    def pairs(loop) -> bool:
+        a, b = (closure(loop.body, v) for v in sides(c, loop))
+        return dp and held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) < DOT_T_MIN_M \
+            and len(b) == 1 and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
-    return ctx.knob("FORM", "dot" if all(map(fits, c.loops)) else "outer")
+    return ctx.knob("FORM", "dot" if all(map(fits, c.loops)) else
+                    "pairs" if all(map(pairs, c.loops)) else "outer")
 
 
 def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> bool:

@@ -143,7 +143,9 @@ class StageTile:
     """name[k][x] = value for k < k_extent, x < x_extent (row stride `stride`), computed by `body`
     with `k_var` = k and the axis `x_var` = origin + x, cooperatively by the whole block, 0 where
     `bounds` fails; then a barrier. `fast` is the coordinate that moves fastest across threads
-    during the fill ("k" or "x": the one that is contiguous in global memory)."""
+    during the fill ("k" or "x": the one that is contiguous in global memory). `pairs` (a CPU's
+    FORM=pairs panel): k counts pairs of K, and name[k][2x + h] holds K row 2k + h (vdpbf16ps
+    takes two consecutive K of one column as one 32-bit lane)."""
     name: str
     value: str                          # the SSA value stored
     dtype: str                          # storage dtype
@@ -156,6 +158,7 @@ class StageTile:
     bounds: Expr | None
     fast: str
     stride: int
+    pairs: bool = False
 
 
 @dataclass(frozen=True)
@@ -452,7 +455,7 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             x = f"{s.x_var} - {s.origin}" if s.x_var else "0"
             tag = f", 0 unless {to_str(s.bounds)}" if s.bounds is not None else ""
             out.append(f"{pad}{s.name} = StageTile({s.value}[{s.k_var}:{s.k_extent}, {x}:{s.x_extent}], "
-                       f"stride={s.stride}, {s.fast} fastest{tag}):")
+                       f"stride={s.stride}, {s.fast} fastest{tag}{', K pairs' if s.pairs else ''}):")
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Sync):
             out.append(f"{pad}Sync")

@@ -385,3 +385,18 @@ def test_concurrent_processes_leave_one_sound_entry(cache_dir, tmp_path):
     assert image is not None, why
     assert hashlib.sha256(image).hexdigest() in {d for _, d in results}
     assert native_build.load_library(image).strata_num_threads() >= 1
+
+
+def test_a_16_bit_copy_moves_its_bits():
+    """A bf16 value stored as it was loaded (a transposing copy) is moved, not widened and
+    rounded back: NaN payloads, -0.0 and subnormals come out bit for bit, as from torch."""
+    import strata
+    words = [0x7FC1, 0x8000, 0x0001, 0x7F80, 0xFF81, 0x3F80, 0x0000, 0x1234] * 6
+    x = torch.tensor([w - 65536 if w >= 32768 else w for w in words], dtype=torch.int16)
+    x = x.view(torch.bfloat16).reshape(6, 8)
+
+    def copy(t):
+        return t.t().contiguous()
+    program = strata.compile(copy, (x,), device="cpu")
+    assert "st_raw_" in program.lowered.c
+    assert torch.equal(program(x).view(torch.int16), copy(x).view(torch.int16))

@@ -15,6 +15,7 @@ from strata.expr import Const, Var, add, call
 from strata.kernel.ir import Assign, For, Let, Load
 from strata.target.c_dot import match_dot
 from strata.targets import host
+from strata.tile.ir import format_kernel
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")
@@ -82,8 +83,10 @@ def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == "dot"
     assert "_mm512_dpbf16_ps(" in prog.lowered.c
     assert_matches(prog, F.linear, (x, w))
-    prog, _ = cpu_compile(F.linear, (x[:, :70], w[:, :70]))                 # K too short
-    assert knobs_of(prog, "k_linear_reduce")["FORM"] == "outer"
+    for k, form in ((70, "pairs"), (69, "outer")):     # K too short: pairs if K is even
+        prog, _ = cpu_compile(F.linear, (x[:, :k], w[:, :k]))
+        assert knobs_of(prog, "k_linear_reduce")["FORM"] == form
+        assert_matches(prog, F.linear, (x[:, :k], w[:, :k]))
 
     p, v = torch.randn(2, 9, 9).to(BF16), torch.randn(2, 9, 16).to(BF16)   # V is not contiguous along K
     prog, _ = cpu_compile(torch.bmm, (p, v))
@@ -109,20 +112,21 @@ def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
 
 @pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
                                        "default")
-@pytest.mark.parametrize("m,n,k", [(128, 64, 256), (131, 45, 301)], ids=str)
+@pytest.mark.parametrize("m,n,k", [(256, 64, 256), (263, 45, 301)], ids=str)
 def test_a_k_by_n_bf16_operand_is_stored_transposed_for_the_dot_form(m, n, k):
-    """`x @ w` with w (K, N), contiguous along N: from 128 rows, a prologue kernel stores w as
+    """`x @ w` with w (K, N), contiguous along N: from 256 rows, a prologue kernel stores w as
     (N, K) (in 32 x 32 squares where both sides divide) and the dot form reads it with
-    vdpbf16ps; fewer rows, or PROLOGUE=fuse, keep the packed form."""
+    vdpbf16ps; fewer rows run in pairs (K even), PROLOGUE=fuse in the packed f32 form."""
     x, w = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
     prog, log = cpu_compile(torch.matmul, (x, w))
     assert "transposed computed once" in log, log
     assert knobs_of(prog, "k_matmul_reduce")["FORM"] == "dot"
     assert "_mm512_dpbf16_ps(" in prog.lowered.c
     assert_matches(prog, torch.matmul, (x, w))
-    for inputs, knobs in (((x[:100], w), {}), ((x, w), {"PROLOGUE": "fuse"})):
+    fewer = "pairs" if k % 2 == 0 else "outer"
+    for inputs, knobs, form in (((x[:100], w), {}, fewer), ((x, w), {"PROLOGUE": "fuse"}, "outer")):
         prog, log = cpu_compile(torch.matmul, inputs, knobs)
-        assert "transposed" not in log and knobs_of(prog, "k_matmul_reduce")["FORM"] == "outer"
+        assert "transposed" not in log and knobs_of(prog, "k_matmul_reduce")["FORM"] == form
         assert_matches(prog, torch.matmul, inputs)
 
 
@@ -135,6 +139,35 @@ def test_a_decode_steps_attention_output_is_stored_once_for_o_proj(dtype):
     o, w = torch.randn(1, 4, 1, 64).to(dtype), torch.randn(24, 256).to(dtype)
     prog, _ = cpu_compile(o_proj, (o, w))
     assert_matches(prog, o_proj, (o, w))
+
+
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: FORM=pairs falls back to "
+                                       "the packed form")
+@pytest.mark.parametrize("m,n,k", [(2, 16, 2), (13, 45, 66), (64, 32, 256), (1, 7, 30)], ids=str)
+def test_the_pairs_form_matches_eager(m, n, k):
+    """FORM=pairs: a bf16 panel with K in pairs per column, vdpbf16ps along N (rows past M and
+    columns past N read the last one again; their points are not stored)."""
+    x, w = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
+    prog, log = cpu_compile(torch.matmul, (x, w), {"FORM": "pairs"})
+    if m > 1:
+        kernel = next(k for k in prog.lowered.tile.kernels if k.name == "k_matmul_reduce")
+        assert dict(kernel.knobs)["FORM"] == "pairs" and "K pairs" in format_kernel(kernel)
+        assert "vdpbf16ps on pairs of K" in prog.lowered.c
+    assert_matches(prog, torch.matmul, (x, w))
+
+
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: FORM=pairs falls back to "
+                                       "the packed form")
+def test_the_pairs_form_of_attention_values_and_its_fallbacks():
+    """P @ V batched runs in pairs; an odd K, or f32 operands, fall back to the packed form."""
+    p, v = torch.randn(3, 10, 24).to(BF16), torch.randn(3, 24, 32).to(BF16)
+    prog, _ = cpu_compile(torch.bmm, (p, v), {"FORM": "pairs"})
+    assert any(dict(k.knobs).get("FORM") == "pairs" for k in prog.lowered.tile.kernels)
+    assert_matches(prog, torch.bmm, (p, v))
+    for inputs in ((p[:, :, :23], v[:, :23]), (p.float(), v.float())):
+        prog, _ = cpu_compile(torch.bmm, inputs, {"FORM": "pairs"})
+        assert all(dict(k.knobs).get("FORM") in (None, "outer") for k in prog.lowered.tile.kernels)
+        assert_matches(prog, torch.bmm, inputs)
 
 
 def _loop(*body, step=1) -> For:

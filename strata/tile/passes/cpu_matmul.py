@@ -21,6 +21,13 @@ last row again (its points are not stored). When the block's TILE_N rows of the 
 would not fit in L1, the K loops run K_CHUNK elements at a time over all the block's register
 tiles (the rows of one chunk stay in L1), their sums kept in a scratch between chunks.
 
+FORM=pairs (the default for bf16 operands on AVX512-BF16 where the dot form does not apply and M
+is under contraction.DOT_T_MIN_M: `x @ w` of a (K, N) weight, attention's matmuls) is the packed
+form with a bf16 panel holding two K per column side by side: each K step of a register tile
+then reads a pair of each row (one 32-bit broadcast) and 2 x 16 columns of the panel, and
+target/c_pairs.py prints it as 12 vdpbf16ps (x @ w, 128 x 2048 x 5632: 3.96 ms, eager 4.23, the
+packed f32 form 7.22).
+
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
 BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
 same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
@@ -38,8 +45,8 @@ from ...context import Context
 from ...errors import KnobError
 from ...expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
-from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
-                           match, pow2_ceil, sides, value_dtype)
+from ..contraction import (CPU_VECTORS_N, along, closure, conjoin, cpu_form, depends, edge,
+                           fastest_axis, match, pow2_ceil, sides, value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
@@ -69,6 +76,15 @@ def _tiles(k: TileKernel, c, ctx: Context, dot: bool) -> MatmulTile:
         raise KnobError(f"TILE_M={tile_m}, THREAD_M={thread_m}: the register tile must divide "
                         f"the block's rows")
     return MatmulTile(m, n, tile_m, tile_n, thread_m, tile_n, serial=True)
+
+
+def _pairable(k: TileKernel, c, loop: Loop) -> bool:
+    """Whether FORM=pairs can run the loop: both operands bf16 loads, the M-side one contiguous
+    along K (a pair is adjacent), K even."""
+    a, b = (closure(loop.body, v) for v in sides(c, loop))
+    return loop.extent % 2 == 0 and all(len(x) == 1 and isinstance(x[0], Load) and
+                                        k.dtype_of(x[0].buf) == "bf16" for x in (a, b)) \
+        and along(k, a[0], loop.var)
 
 
 def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
@@ -105,6 +121,32 @@ def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
     return panel, k_loop
 
 
+def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile):
+    """FORM=pairs: one reduce loop's bf16 panel with K in pairs per column (each K step of a
+    register tile then reads two K of a row and of the panel: target/c_pairs.py), and its K loop,
+    over pairs, for one register tile (rows past M read row M - 1)."""
+    a, b = sides(c, loop)
+    b_side = _clamped(closure(loop.body, b), c.n, k.extent(c.n), mt.tile_n)
+    panel = StageTile(f"{b}_panel", b, "bf16", loop.var, loop.extent // 2, c.n, mt.tile_n, "n0",
+                      b_side, None, "x", 2 * mt.tile_n, pairs=True)
+
+    def k_loop(m_edge) -> tuple:
+        body = loop.body if m_edge is None else _clamped(loop.body, c.m, k.extent(c.m), mt.thread_m)
+        steps = ()
+        for h in (0, 1):
+            at = {loop.var: call("add", call("multiply", Var(loop.var), Const(2)), Const(h))}
+            column = call("add", call("multiply", sub(Var(c.n), Var("n0")), Const(2)), Const(h))
+            for s in body:
+                if isinstance(s, Load):
+                    s = Load(b, panel.name, (Var(loop.var), column), "bf16") if s.var == b else \
+                        replace(s, index=tuple(substitute(i, at) for i in s.index))
+                steps += (rename_stmt(s, {x.var: f"{x.var}_{h}" for x in body
+                                          if not isinstance(x, Accum)}),)
+        return (Registers(loop.accs), replace(loop, extent=loop.extent // 2, accs=(),
+                                              body=(Points(steps, registers=True),)))
+    return panel, k_loop
+
+
 def _clamped(stmts, axis: str, extent: int, tile: int) -> tuple:
     """stmts with the loads' `axis` coordinate clamped into the matrix when a tile overhangs it."""
     if extent % tile == 0:
@@ -138,10 +180,14 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
             "each weight row once)"
         ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
         return k
-    dot = cpu_form(k, c, ctx) == "dot"
+    form = cpu_form(k, c, ctx)
+    if form == "pairs" and not (ctx.arch.has("avx512_bf16") and all(_pairable(k, c, l) for l in c.loops)):
+        form = "outer"                  # (no vdpbf16ps, f32, odd K, or PROLOGUE=fuse pinned)
+    dot = form == "dot"
     mt = _tiles(k, c, ctx, dot)
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
-    reductions = [] if dot else [_reduction(k, c, loop, mt, n_edge) for loop in c.loops]
+    reductions = [] if dot else [_pair_reduction(k, c, loop, mt) if form == "pairs" else
+                                 _reduction(k, c, loop, mt, n_edge) for loop in c.loops]
     epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
 
     def register_tile(m_edge):
@@ -171,6 +217,6 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
                 f"{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed"), 2)
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
-                        ("FORM", "dot" if dot else "outer")) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()):
+                        ("FORM", form)) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()):
         out = out.with_knob(name, value)
     return out

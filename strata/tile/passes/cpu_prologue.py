@@ -15,9 +15,10 @@ output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or a
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
-contiguous). In the dot form a bf16 N-side operand contiguous along N (`x @ w` of a (K, N)
-weight, attention's V) is stored transposed, in bf16, from DOT_T_MIN_M rows (contraction.py):
-the copy costs 2 ms for 2048 x 5632, the packed form's f32 FMAs 2x the dot form's time. Declines,
+contiguous); the pairs form reads it the same way. In the dot form a bf16 N-side operand
+contiguous along N (`x @ w` of a (K, N) weight, attention's V) is stored transposed, in bf16,
+from DOT_T_MIN_M rows (contraction.py; fewer run in pairs): the copy costs 2 ms for 2048 x
+5632, the pairs form's panel packing more from there on. Declines,
 saying why, on a prologue that reads a value the row computes before its loop.
 """
 from __future__ import annotations
@@ -37,11 +38,12 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     if isinstance(c, str):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
-    dot, computed, stored = cpu_form(k, c, ctx) == "dot", [], None
+    form, computed, stored = cpu_form(k, c, ctx), [], None
+    dot = form in ("dot", "pairs")      # both read the M-side operand in bf16, contiguous along K
     for loop in c.loops:
         a, b = sides(c, loop)
         n_side = closure(loop.body, b)
-        if dot and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
+        if form == "dot" and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
             computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed",
                              "", "bf16"))
         side = closure(loop.body, a)
