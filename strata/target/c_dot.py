@@ -34,22 +34,32 @@ def match_dot(loop: For, bufs: dict, types: dict) -> DotLoop | None:
     loop computes)."""
     if loop.step != 1:
         return None
-    loads, products, accs = {}, {}, []
+    found = products_and_sums(loop, bufs, types, lambda v, loads: _unit_stride(v.index, loop.var)
+                              and not free_vars(v.index) & loads.keys())
+    if not found or len({acc for acc, _ in found[2]}) != len(found[2]):
+        return None                     # (an accumulator summing two products: c_pairs.py)
+    return DotLoop(found[0], found[1], tuple(found[2])) if found[2] else None
+
+
+def products_and_sums(loop: For, bufs: dict, types: dict, load_ok):
+    """The loop's body as bf16 loads (those load_ok(load, loads so far) takes), float products of
+    two of them and float sums of products, in order: (loads, products: var -> (a, b), sums:
+    [(accumulator, product var)]), or None for any other statement."""
+    loads, products, sums = {}, {}, []
     for s in loop.body:
         v = getattr(s, "value", None)
-        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "bf16" \
-                and _unit_stride(v.index, loop.var) and not free_vars(v.index) & loads.keys():
+        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "bf16" and load_ok(v, loads):
             loads[s.var] = v
         elif isinstance(s, Let) and isinstance(v, Op) and v.op == "multiply" and s.dtype == "f32" \
                 and all(isinstance(x, Var) and x.name in loads for x in v.args):
             products[s.var] = tuple(x.name for x in v.args)
         elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "add" and types.get(s.var) == "f32" \
                 and v.args[0] == Var(s.var, "f32") and isinstance(v.args[1], Var) \
-                and v.args[1].name in products and s.var not in dict(accs):
-            accs.append((s.var, v.args[1].name))
+                and v.args[1].name in products:
+            sums.append((s.var, v.args[1].name))
         else:
             return None
-    return DotLoop(loads, products, tuple(accs)) if accs else None
+    return loads, products, sums
 
 
 def _unit_stride(index, var: str) -> bool:

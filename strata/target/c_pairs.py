@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..expr import Op, Var, affine_terms, sub
-from ..kernel.ir import Assign, For, Let, Load
+from ..expr import affine_terms, sub
+from ..kernel.ir import For
+from .c_dot import products_and_sums
 from .cuda import REL, _strip, cname
 
 LANES = 16
@@ -34,20 +35,12 @@ def match_pairs(loop: For, bufs: dict, types: dict) -> PairLoop | None:
     rows of 16 accumulators whose panel values are consecutive pairs; None for anything else."""
     if loop.step != 1:
         return None
-    loads, products, accs = {}, {}, {}
-    for s in loop.body:
-        v = getattr(s, "value", None)
-        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "bf16":
-            loads[s.var] = v
-        elif isinstance(s, Let) and isinstance(v, Op) and v.op == "multiply" and s.dtype == "f32" \
-                and all(isinstance(x, Var) and x.name in loads for x in v.args):
-            products[s.var] = tuple(x.name for x in v.args)
-        elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "add" and types.get(s.var) == "f32" \
-                and v.args[0] == Var(s.var, "f32") and isinstance(v.args[1], Var) \
-                and v.args[1].name in products:
-            accs.setdefault(s.var, []).append(products[v.args[1].name])
-        else:
-            return None
+    found = products_and_sums(loop, bufs, types, lambda v, loads: True)
+    if not found:
+        return None
+    loads, products, accs = found[0], found[1], {}
+    for acc, p in found[2]:
+        accs.setdefault(acc, []).append(products[p])
     rows: dict[str, list] = {}
     for acc, pair in accs.items():
         if len(pair) != 2 or any(_offset(loads, x, y) != 1 for x, y in zip(*pair)):
