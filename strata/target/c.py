@@ -156,7 +156,8 @@ class _CEmitter(_Emitter):
             return                                  # the block is one thread
         if isinstance(s, (Let, Assign)):
             self.raw.pop(s.var, None)
-        if isinstance(s, Let) and s.var in self.copied and self.bufs.get(s.value.buf) in _TO_FLOAT:
+        if isinstance(s, Let) and isinstance(s.value, Load) and s.var in self.copied \
+                and self.bufs.get(s.value.buf) in _TO_FLOAT:
             self.raw[s.var] = self.bufs[s.value.buf]    # its bits too: a copy is a move, not a
             self.emit(f"uint16_t st_raw_{cname(s.var)} = "  # widening and a rounding (c.py)
                       f"{cname(s.value.buf)}[{_strip(self.expr(s.value.index))}];", depth)

@@ -289,6 +289,7 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
             return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
+
     def pairs(loop) -> bool:
         a, b = (closure(loop.body, v) for v in sides(c, loop))
         return dp and held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) < DOT_T_MIN_M \
@@ -304,6 +305,12 @@ def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> boo
     transposed once by cpu_prologue for the dot form: when M has DOT_T_MIN_M rows to pay for it."""
     return k.dtype_of(load.buf) == "bf16" and k.extent(c.m) >= DOT_T_MIN_M \
         and ctx.knob("PROLOGUE", "") != "fuse"
+
+
+def plain_bf16(k: TileKernel, side, var: str) -> bool:
+    """Whether an operand is a bf16 load contiguous along K (what vdpbf16ps reads as it is)."""
+    return len(side) == 1 and isinstance(side[0], Load) and k.dtype_of(side[0].buf) == "bf16" \
+        and along(k, side[0], var)
 
 
 def value_dtype(s) -> str:

@@ -45,8 +45,8 @@ from ...context import Context
 from ...errors import KnobError
 from ...expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
-from ..contraction import (CPU_VECTORS_N, along, closure, conjoin, cpu_form, depends, edge,
-                           fastest_axis, match, pow2_ceil, sides, value_dtype)
+from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
+                           match, plain_bf16, pow2_ceil, sides, value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
@@ -82,9 +82,8 @@ def _pairable(k: TileKernel, c, loop: Loop) -> bool:
     """Whether FORM=pairs can run the loop: both operands bf16 loads, the M-side one contiguous
     along K (a pair is adjacent), K even."""
     a, b = (closure(loop.body, v) for v in sides(c, loop))
-    return loop.extent % 2 == 0 and all(len(x) == 1 and isinstance(x[0], Load) and
-                                        k.dtype_of(x[0].buf) == "bf16" for x in (a, b)) \
-        and along(k, a[0], loop.var)
+    return loop.extent % 2 == 0 and plain_bf16(k, a, loop.var) and len(b) == 1 \
+        and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
 
 
 def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):

@@ -28,8 +28,8 @@ from __future__ import annotations
 from ... import dtypes
 from ...context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, sides,
-                           split_prologues, transposable, uses, value_dtype)
+from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, plain_bf16,
+                           sides, split_prologues, transposable, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -45,9 +45,9 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     for loop in c.loops:
         a, b = sides(c, loop)
         n_side = closure(loop.body, b)
-        gemv = c.m is None and ctx.arch.has("avx512_bf16") and _plain_bf16(k, n_side, loop.var)
+        gemv = c.m is None and ctx.arch.has("avx512_bf16") and plain_bf16(k, n_side, loop.var)
         if gemv and ctx.knob("PROLOGUE", "") != "materialize" and \
-                _plain_bf16(k, closure(loop.body, a), loop.var):
+                plain_bf16(k, closure(loop.body, a), loop.var):
             continue                    # a bf16 GEMV row: vdpbf16ps on both as loaded
         if form == "dot" and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
             computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed",
@@ -79,9 +79,3 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     dtype = stored or next((x[4] for x in computed if x[4]), "bf16")
     return split_prologues(k, c, [x[:4] + x[5:] for x in computed], dtype, axes, ctx,
                            "cpu_prologue")
-
-
-def _plain_bf16(k: TileKernel, side, var: str) -> bool:
-    """Whether an operand is a bf16 load contiguous along K (what vdpbf16ps reads as it is)."""
-    return len(side) == 1 and isinstance(side[0], Load) and k.dtype_of(side[0].buf) == "bf16" \
-        and along(k, side[0], var)
