@@ -1,5 +1,6 @@
 """Shared test helpers: compile through every stage, run on the simulator, compare with eager."""
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -70,3 +71,15 @@ def cache_dir(tmp_path, monkeypatch):
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+# A test that skips without a GPU is a GPU test: `pytest -m gpu` (python -m strata.gpu_check) runs
+# exactly those, whichever file they are in.
+_NEEDS_GPU = re.compile(r"needs a CUDA GPU|no CUDA GPU|no sm_\d+\+ GPU")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(_NEEDS_GPU.search(str(m.kwargs.get("reason", "")))
+               for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.gpu)

@@ -1,0 +1,90 @@
+"""`python -m strata.gpu_check --out DIR [--limit-s 480] [--dry-run]`: see __init__.py."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import steps as S
+from .report import Report, Step
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m strata.gpu_check",
+                                description="The GPU acceptance run: environment, GPU tests, "
+                                            "compute-sanitizer, benchmarks and ncu, in one call.")
+    p.add_argument("--out", default="gpu_check_out",
+                   help="folder for the report (gpu_check.md, .json) and the packed logs")
+    p.add_argument("--limit-s", type=float, default=480.0,
+                   help="start nothing after this many seconds (default 480)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="on a CPU machine: the same steps, the simulator standing in for the GPU")
+    p.add_argument("--workers", type=int, default=8, help="pytest processes for the GPU tests")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.limit_s <= 0 or args.workers < 1:
+        print("--limit-s and --workers must be positive", file=sys.stderr)
+        return 2
+    import torch
+    if not args.dry_run and not torch.cuda.is_available():
+        print("no CUDA GPU is visible to torch; run with --dry-run on a CPU machine",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
+    logs = Path(tempfile.mkdtemp(prefix="strata-gpu-check-"))
+    run = S.Run(REPO, logs, time.monotonic() + args.limit_s, args.dry_run)
+    os.environ.setdefault("STRATA_CACHE_DIR", tempfile.mkdtemp(prefix="strata-gpu-check-cache-"))
+    mode = "dry run (no GPU: the simulator stands in)" if args.dry_run else "GPU run"
+    report = Report(f"strata GPU acceptance run, {mode}, "
+                    f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    lock = threading.Lock()
+
+    def record(step: Step) -> None:
+        with lock:
+            report.steps.append(step)
+            report.write(out, logs)
+            print(f"[gpu_check] {step.name}: {step.status} ({step.seconds:.0f} s) {step.summary}",
+                  file=sys.stderr, flush=True)
+
+    def timed(name: str, fn, *a) -> None:
+        if run.left() < 10:
+            record(Step(name, "skipped", 0.0, "the run's time limit was reached first"))
+            return
+        t0 = time.monotonic()
+        try:
+            step = fn(run, *a)
+        except Exception as e:        # a broken step is a row of the report, not the end of it
+            step = Step(name, "fail", summary=f"gpu_check itself failed: {type(e).__name__}: {e}")
+        step.seconds = step.seconds or time.monotonic() - t0
+        record(step)
+
+    from .environment import facts
+    timed("install", S.install)
+    report.facts = facts()
+    report.facts["limit"] = f"{args.limit_s:.0f} s"
+    with ThreadPoolExecutor(2) as pool:      # correctness checks together: neither is timed
+        for f in [pool.submit(timed, "GPU tests", S.gpu_tests, args.workers),
+                  pool.submit(timed, "compute-sanitizer", S.sanitizer)]:
+            f.result()
+    for name in S.BENCHES:                   # one at a time: they time the GPU
+        timed(name, S.bench, name)
+    timed("ncu on the slowest kernels", S.ncu_slowest)
+    report.write(out, logs)
+    print(report.markdown())
+    bad = [s.name for s in report.steps if s.status in ("fail", "timeout")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
