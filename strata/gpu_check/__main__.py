@@ -28,13 +28,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="on a CPU machine: the same steps, the simulator standing in for the GPU")
     p.add_argument("--workers", type=int, default=8, help="pytest processes for the GPU tests")
+    p.add_argument("--steps", default=",".join(STEPS),
+                   help=f"a subset of: {','.join(STEPS)} (default all; a rerun takes only what failed)")
     return p
+
+
+STEPS = ("install", "tests", "sanitizer", "suite", "contractions", "overhead", "decode", "ncu")
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.limit_s <= 0 or args.workers < 1:
         print("--limit-s and --workers must be positive", file=sys.stderr)
+        return 2
+    chosen = [s.strip() for s in args.steps.split(",") if s.strip()]
+    if not chosen or any(s not in STEPS for s in chosen):
+        print(f"--steps {args.steps!r}: choose from {', '.join(STEPS)}", file=sys.stderr)
         return 2
     import torch
     if not args.dry_run and not torch.cuda.is_available():
@@ -70,16 +79,22 @@ def main(argv=None) -> int:
         record(step)
 
     from .environment import facts
-    timed("install", S.install)
+    if "install" in chosen:
+        timed("install", S.install)
     report.facts = facts()
     report.facts["limit"] = f"{args.limit_s:.0f} s"
+    report.facts["steps"] = ", ".join(chosen)
     with ThreadPoolExecutor(2) as pool:      # correctness checks together: neither is timed
-        for f in [pool.submit(timed, "GPU tests", S.gpu_tests, args.workers),
-                  pool.submit(timed, "compute-sanitizer", S.sanitizer)]:
+        jobs = [("tests", "GPU tests", S.gpu_tests, args.workers),
+                ("sanitizer", "compute-sanitizer", S.sanitizer)]
+        for f in [pool.submit(timed, *job[1:]) for job in jobs if job[0] in chosen]:
             f.result()
-    for name in S.BENCHES:                   # one at a time: they time the GPU
-        timed(name, S.bench, name)
-    timed("ncu on the slowest kernels", S.ncu_slowest)
+    for step, name in (("suite", "op suite"), ("contractions", "contractions"),
+                       ("overhead", "call overhead"), ("decode", "decode")):
+        if step in chosen:                   # one at a time: they time the GPU
+            timed(name, S.bench, name)
+    if "ncu" in chosen:
+        timed("ncu on the slowest kernels", S.ncu_slowest)
     report.write(out, logs)
     print(report.markdown())
     bad = [s.name for s in report.steps if s.status in ("fail", "timeout")]

@@ -90,19 +90,25 @@ DSL_CASE = "dsl_block_rmsnorm"
 NAMES = (*CASES, DSL_CASE)
 
 
-def run_case(name: str, device: str) -> str:
-    """Compile, run and check one case on `device` ("cuda" or "sim"); '' when it passed, else
-    one sentence saying what was wrong."""
-    if name == DSL_CASE:
-        return _run_dsl(device)
+def build(name: str, device: str):
+    """(program, module, cpu inputs) of a compiled case."""
     import strata
-    from strata import check
     from strata.context import Context
     case = CASES[name]
     torch.manual_seed(0)
     module, inputs = case.make()
     ctx = Context(target=case.target, knobs=dict(case.knobs))
-    prog = strata.compile(module, inputs, device=device, ctx=ctx)
+    return strata.compile(module, inputs, device=device, ctx=ctx), module, inputs
+
+
+def run_case(name: str, device: str) -> str:
+    """Compile, run and check one case on `device` ("cuda" or "sim"); '' when it passed, else
+    one sentence saying what was wrong."""
+    if name == DSL_CASE:
+        return _run_dsl(device)
+    from strata import check
+    case = CASES[name]
+    prog, module, inputs = build(name, device)
     source = prog.source("cuda")
     missing = [s for s in case.source_has if s not in source]
     if missing:

@@ -225,11 +225,14 @@ BENCHES = {
                  "TinyLlama's ops in bf16 at 1 and 128 tokens vs eager, torch.compile, max-autotune"),
     "contractions": (["strata.bench.contractions", "--quick"], 80,
                      "4096³ bf16 mm and decode projections vs cuBLAS, causal attention vs flash SDPA"),
-    "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 130,
+    "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
                "TinyLlama-shaped bf16 greedy decode: tokens/s vs HF eager and torch.compile, "
                "fraction of the bandwidth limit"),
 }
 LIST_FLAG = {"op suite": "--list", "contractions": "--list"}
+BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 60,
+                            "host time per call of a tiny program (eager, CUDA graph, plain) "
+                            "and where it goes (cProfile)")
 
 
 def bench(run: Run, name: str) -> Step:
@@ -237,7 +240,7 @@ def bench(run: Run, name: str) -> Step:
     In a dry run the script lists its cases, or says in one sentence that it needs a GPU."""
     args, timeout, what = BENCHES[name]
     folder = run.logs / name.replace(" ", "_")
-    cmd = [sys.executable, "-m", *args, "--out", str(folder)]
+    cmd = [sys.executable, "-m", *args] + (["--out", str(folder)] if args[0].startswith("strata.bench") else [])
     if run.dry_run and name in LIST_FLAG:
         cmd = [sys.executable, "-m", args[0], LIST_FLAG[name]]
     step = Step(name, command=shlex.join(cmd))
@@ -248,6 +251,10 @@ def bench(run: Run, name: str) -> Step:
         step.status = _status(proc, ok, True)
         step.summary = f"would measure {what}"
         step.details = [step.summary] + _tail(proc.text, 12)
+        return step
+    if not args[0].startswith("strata.bench"):          # prints its report on stdout
+        step.status, step.summary = _status(proc, proc.rc == 0, False), what
+        step.details = proc.text.splitlines()[1:]
         return step
     reports = sorted(folder.glob("*.md")) if folder.exists() else []
     step.status = _status(proc, proc.rc == 0 and bool(reports), False)

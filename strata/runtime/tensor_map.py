@@ -82,9 +82,11 @@ def encode(param: Param, address: int, driver=None) -> np.ndarray:
     drv = driver or default_driver
     a = encode_args(param, address)
     cu = drv._cu()
+    u32 = lambda xs: [cu.cuuint32_t(x) for x in xs]     # cuda-bindings 13.3 takes no plain ints
+    u64 = lambda xs: [cu.cuuint64_t(x) for x in xs]     # here (13.5 converts them itself)
     tmap = drv.call("cuTensorMapEncodeTiled",
-                    getattr(cu.CUtensorMapDataType, a.data_type), a.rank, a.address,
-                    list(a.dims), list(a.strides), list(a.box), list(a.element_strides),
+                    getattr(cu.CUtensorMapDataType, a.data_type), cu.cuuint32_t(a.rank), a.address,
+                    u64(a.dims), u64(a.strides), u32(a.box), u32(a.element_strides),
                     getattr(cu.CUtensorMapInterleave, a.interleave),
                     getattr(cu.CUtensorMapSwizzle, a.swizzle),
                     getattr(cu.CUtensorMapL2promotion, a.l2_promotion),

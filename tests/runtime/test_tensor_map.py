@@ -70,8 +70,15 @@ def test_encode_calls_the_driver_and_launch_packs_by_value():
     fake = FakeDriver()
     blob = encode(param(), 4096, driver=fake)
     name, args = fake.calls[0]
-    assert name == "cuTensorMapEncodeTiled" and args[1:7] == (2, 4096, [4096, 1000], [8192],
-                                                              [64, 64], [1, 1])
+    cu = fake._cu()
+    plain = lambda v: [int(x) for x in v] if isinstance(v, list) else int(v)
+    assert name == "cuTensorMapEncodeTiled" and [plain(a) for a in args[1:7]] == \
+        [2, 4096, [4096, 1000], [8192], [64, 64], [1, 1]]
+    # the sized integer types themselves: cuda-bindings 13.3 (the GPU machine's) refuses plain
+    # ints ("Cannot convert int to cuda.bindings.driver.cuuint32_t"), found on an H100
+    assert isinstance(args[1], cu.cuuint32_t)
+    assert all(isinstance(x, cu.cuuint64_t) for x in args[3] + args[4])
+    assert all(isinstance(x, cu.cuuint32_t) for x in args[5] + args[6])
     assert blob.dtype == np.uint64 and blob.tolist() == list(range(100, 116))
     packed = PackedArgs([0x1000, blob, 0x2000])
     assert packed.values.tolist() == [0x1000, 0, 0x2000]
