@@ -188,7 +188,11 @@ def sanitizer(run: Run) -> Step:
     env = dict(run.env(), PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     verdicts, worst, t0 = [], "pass", time.monotonic()
     for tool in SANITIZER_TOOLS:
-        cmd = [exe, "--tool", tool, "--error-exitcode", "9", "--print-limit", "20", *cases]
+        # API errors are not reported: strata checks every driver call it makes itself, and
+        # cuda-bindings probes with cuGetProcAddress for symbols the driver lacks (34 benign
+        # CUDA_ERROR_INVALID_VALUE "errors" per run on the H100 of 2026-11-26, nothing else).
+        cmd = [exe, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "9",
+               "--print-limit", "20", *cases]
         proc = run.call(cmd, 150, f"sanitizer_{tool}.log", env)
         errors = [ln for ln in proc.text.splitlines() if "========= ERROR SUMMARY" in ln]
         ok = proc.rc == 0
