@@ -43,9 +43,7 @@ class LoopBuilder:
 
     # -------------------------------------------------------------- scopes and emission
     def fresh(self, prefix: str) -> str:
-        """A new SSA or loop name, never a buffer's: a graph input may be called `in0` (a
-        function taking *args), and a kernel that is not renamed by canonical_names (attention's
-        operands) would otherwise load `in0` into a variable of the same name."""
+        """A new SSA or loop name, never a buffer's (the inputs of a *args function are in0...)."""
         n = self.counts.get(prefix, 0)
         while f"{prefix}{n}" in self.nodes or f"{prefix}{n}_i" in self.nodes:
             n += 1
