@@ -90,7 +90,8 @@ class Program:
         if self.device == "cpu":
             from .runtime.native import NativeProgram
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
-                                          inputs=self.torch_program.inputs)
+                                          inputs=self.torch_program.inputs,
+                                          source=self.lowered.c or None)
             return self._runtime
         from .runtime.program import CudaProgram
         self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,

@@ -194,7 +194,8 @@ def sanitizer(run: Run) -> Step:
         cmd = [exe, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "9",
                "--print-limit", "20", *cases]
         proc = run.call(cmd, 150, f"sanitizer_{tool}.log", env)
-        errors = [ln for ln in proc.text.splitlines() if "========= ERROR SUMMARY" in ln]
+        errors = [ln for ln in proc.text.splitlines() if ln.startswith("=========")
+                  and "SUMMARY:" in ln]          # memcheck's ERROR, racecheck's RACECHECK
         ok = proc.rc == 0
         status = _status(proc, ok, False)
         worst = worst if status == "pass" else status

@@ -143,6 +143,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     from ..context import Context
     from ..frontend.capture import capture
     from ..pipeline import lower_torch_program
+    from . import compile_cache
     check_device(device)
     if prompt_len < 1:
         raise StrataError("the prompt is empty: give at least one token")
@@ -162,10 +163,17 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
             ("decode step", DecodeStep(model, sampling),
              (ids[:, :1], torch.zeros(1, dtype=torch.long), *u, *caches),
              ["input_ids", "position", *u_name, *names])):
-        say(f"capturing the {label} with torch.export")
-        torch_program = capture(module.eval(), inputs, input_names=in_names)
-        say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
-        program = Program(lower_torch_program(torch_program, ctx), device)
+        key = compile_cache.cache_key(model, label, inputs, ctx, sampling)
+        lowered = compile_cache.load(key, module)
+        if lowered is not None:
+            say(f"the {label} from the compile cache (no capture, no lowering)")
+        else:
+            say(f"capturing the {label} with torch.export")
+            torch_program = capture(module.eval(), inputs, input_names=in_names)
+            say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
+            lowered = lower_torch_program(torch_program, ctx)
+            compile_cache.store(key, lowered, module)
+        program = Program(lowered, device)
         if device in ("cuda", "cpu"):
             say(f"compiling the {label} kernels")
             program.load()

@@ -37,10 +37,11 @@ class NativeProgram:
     and temps with NaN / sentinels before each run, so an element no kernel writes shows."""
 
     def __init__(self, program: KernelProgram, weights: Mapping[str, torch.Tensor] | None = None,
-                 *, inputs: Mapping | None = None, poison: bool = False):
+                 *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None):
         from ..target.c import emit_program
         self.program, self.poison = program, poison
-        self.source = emit_program(program)            # refuses kernels a CPU cannot run
+        # emit_program refuses kernels a CPU cannot run; `source`: the program's C, emitted already
+        self.source = source or emit_program(program)
         self.spec = dict(inputs) if inputs is not None else {
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}

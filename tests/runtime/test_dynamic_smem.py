@@ -62,7 +62,7 @@ class StandInDriver:
     def _cu(self):
         return SimpleNamespace(CUtensorMapDataType=_Names(), CUtensorMapInterleave=_Names(),
                                CUtensorMapSwizzle=_Names(), CUtensorMapL2promotion=_Names(),
-                               CUtensorMapFloatOOBfill=_Names())
+                               CUtensorMapFloatOOBfill=_Names(), cuuint32_t=int, cuuint64_t=int)
 
     def call(self, name, *args, detail=""):
         assert name == "cuTensorMapEncodeTiled"

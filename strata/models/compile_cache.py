@@ -1,0 +1,138 @@
+"""A persistent cache of a model's compiled programs (prefill and decode step), so the second
+`strata generate` of a model skips torch.export and every stage of lowering.
+
+Why: a whole model spends most of its compile in torch.export (about two thirds) and the rest in
+lowering 30-odd identical layers; the native libraries were already cached by source. An entry
+holds what running needs: the Torch IR (without the fx graph), the Kernel IR and the emitted
+source. Weights are not stored: each is recorded as the name of the model's parameter or buffer
+that holds it and taken from the model at load (so a real checkpoint is not copied, and new
+weights of the same architecture reuse the entry); a constant that belongs to no parameter (a
+few small tensors) is stored by value. The key covers the model's class and config, the shapes
+and dtype, the target, knobs and tuning database, the torch and Python versions and the source
+of all of strata, so any change recompiles. Entries are written atomically; an unreadable one
+is recompiled and replaced, never fatal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import pickle
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from ..user_cache import caching_enabled, user_cache_dir
+
+log = logging.getLogger("strata.compile_cache")
+FORMAT = 1
+MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cached
+
+
+@lru_cache(maxsize=1)
+def _strata_digest() -> str:
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _tuning_digest(ctx) -> str:
+    path = getattr(getattr(ctx, "tuned", None), "path", None)
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else "none"
+    except OSError:
+        return "none"
+
+
+def cache_key(model, label: str, example_inputs, ctx, sampling) -> str:
+    config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") \
+        else repr(model.config)
+    shapes = [(tuple(x.shape), str(x.dtype)) for x in example_inputs]
+    dtypes = sorted({str(p.dtype) for p in model.parameters()})
+    parts = [f"format={FORMAT}", f"torch={torch.__version__}", f"python={sys.version_info[:2]}",
+             f"strata={_strata_digest()}", type(model).__qualname__, config, label, repr(shapes),
+             repr(dtypes), repr(sampling), str(ctx.arch), repr(sorted(ctx.knobs.items())),
+             f"tuned={_tuning_digest(ctx)}"]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _path(key: str) -> Path:
+    return user_cache_dir() / "models" / key[:2] / f"{key}.pkl"
+
+
+def _owners(module: torch.nn.Module) -> dict:
+    """(data_ptr, shape, stride, dtype) -> the qualified name of the parameter or buffer."""
+    named = [*module.named_parameters(remove_duplicate=False),
+             *module.named_buffers(remove_duplicate=False)]
+    return {(t.data_ptr(), tuple(t.shape), t.stride(), t.dtype): name for name, t in reversed(named)}
+
+
+def store(key: str, lowered, module: torch.nn.Module) -> bool:
+    """Write the entry; False (and no entry) when caching is off, a constant that belongs to no
+    parameter is too big, or the directory is not writable."""
+    if not caching_enabled():
+        return False
+    from ..frontend.capture_cache import _to_plain
+    owners = _owners(module)
+    refs, values = {}, {}
+    for name, t in lowered.torch.weights.items():
+        owner = owners.get((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)) \
+            if isinstance(t, torch.Tensor) else None
+        if owner is not None:
+            refs[name] = owner
+        else:
+            values[name] = t
+    if sum(t.numel() * t.element_size() for t in values.values()
+           if isinstance(t, torch.Tensor)) > MAX_VALUE_BYTES:
+        return False
+    program = _to_plain(dataclasses.replace(lowered.torch, weights=values))
+    entry = {"format": FORMAT, "key": key, "program": program, "refs": refs,
+             "kernel": lowered.kernel, "c": lowered.c, "cuda": lowered.cuda, "target": lowered.target}
+    path = _path(key)
+    try:
+        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return True
+    except Exception as e:          # read-only home, full disk, something unpicklable
+        log.warning("could not write the compile cache entry %s: %s", path, e)
+        return False
+
+
+def load(key: str, module: torch.nn.Module):
+    """The cached Lowered program with `module`'s weights bound, or None (absent, caching off,
+    unreadable, or a weight the model no longer has)."""
+    if not caching_enabled():
+        return None
+    from ..frontend.capture_cache import _from_plain
+    from ..pipeline import Lowered
+    path = _path(key)
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f)
+        if entry.get("format") != FORMAT or entry.get("key") != key:
+            raise ValueError("stale or foreign entry")
+        program = _from_plain(entry["program"])
+        state = dict(module.named_parameters(remove_duplicate=False))
+        state.update(module.named_buffers(remove_duplicate=False))
+        program.weights.update({name: state[owner] for name, owner in entry["refs"].items()})
+    except FileNotFoundError:
+        return None
+    except Exception as e:          # truncated, corrupt, incompatible, or a missing weight
+        log.warning("compile cache entry %s is unusable (%s); compiling again", path, e)
+        return None
+    return Lowered(program, kernel=entry["kernel"], c=entry["c"], cuda=entry["cuda"],
+                   target=entry["target"])
