@@ -259,8 +259,10 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
             ty = _type_of(n.meta.get("val"))
         except DataDependentShape:
             raise DataDependentShape(str(n.target), str(where or "")) from None
+        stack = list((n.meta.get("nn_module_stack") or {}).values())
         nodes.append(TorchNode(name_of(n), op, n.target, conv(tuple(n.args)),
-                               {k: conv(v) for k, v in n.kwargs.items()}, ty, where))
+                               {k: conv(v) for k, v in n.kwargs.items()}, ty, where,
+                               stack[-1][0] if stack else ""))
     weight_types = {k: TorchType(tuple(v.shape), dtypes.from_torch(v.dtype)) for k, v in weights.items()}
     out_spec = None
     try:

@@ -58,6 +58,7 @@ class TorchNode:
     kwargs: dict
     type: TorchType | tuple | None   # tuple of TorchType for multi-output ops
     where: Where | None = None
+    module: str = ""           # the innermost nn.Module it ran in ("layers.3.mlp"), if known
 
     @property
     def packet(self) -> str:

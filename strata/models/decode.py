@@ -54,12 +54,13 @@ class StaticKV:
 class _Decode(nn.Module):
     """Shared body of the prefill and step programs (see the module docstring)."""
 
-    def __init__(self, model: nn.Module, prefill: bool, sampling=None):
+    def __init__(self, model: nn.Module, prefill: bool, sampling=None, layers=None):
         super().__init__()
         self.lm = model
         self.sampling = sampling
         dec = hf.decoder(model, "KV-cache decoding (strata generate)")
-        self.embed, self.layers, self.norm = dec.embed_tokens, dec.layers, dec.norm
+        self.embed, self.norm = dec.embed_tokens, dec.norm
+        self.layers = dec.layers if layers is None else layers      # layers[:2]: layer_replica.py
         self.rotary_emb = dec.rotary_emb
         self.head = model.get_output_embeddings()
         self.prefill = prefill
@@ -97,8 +98,8 @@ class _Decode(nn.Module):
 
 
 class Prefill(_Decode):
-    def __init__(self, model: nn.Module, sampling=None):
-        super().__init__(model, prefill=True, sampling=sampling)
+    def __init__(self, model: nn.Module, sampling=None, layers=None):
+        super().__init__(model, prefill=True, sampling=sampling, layers=layers)
 
     def forward(self, input_ids, *rest):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -108,8 +109,8 @@ class Prefill(_Decode):
 
 
 class DecodeStep(_Decode):
-    def __init__(self, model: nn.Module, sampling=None):
-        super().__init__(model, prefill=False, sampling=sampling)
+    def __init__(self, model: nn.Module, sampling=None, layers=None):
+        super().__init__(model, prefill=False, sampling=sampling, layers=layers)
 
     def forward(self, input_ids, position, *rest):
         caches = rest[1:] if self.sampling is not None else rest
@@ -141,7 +142,6 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     progress(text) is told what is happening."""
     from ..api import Program, check_device, on_device
     from ..context import Context
-    from ..frontend.capture import capture
     from ..pipeline import lower_torch_program
     from . import compile_cache
     check_device(device)
@@ -158,18 +158,18 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     u = (torch.zeros(1),) if sampling is not None else ()
     u_name = ["u"] if sampling is not None else []
     programs = []
-    for label, module, inputs, in_names in (
-            ("prefill", Prefill(model, sampling), (ids, *u, *caches), ["input_ids", *u_name, *names]),
-            ("decode step", DecodeStep(model, sampling),
-             (ids[:, :1], torch.zeros(1, dtype=torch.long), *u, *caches),
+    for label, kind, inputs, in_names in (
+            ("prefill", Prefill, (ids, *u, *caches), ["input_ids", *u_name, *names]),
+            ("decode step", DecodeStep, (ids[:, :1], torch.zeros(1, dtype=torch.long), *u, *caches),
              ["input_ids", "position", *u_name, *names])):
+        module = kind(model, sampling)
         key = compile_cache.cache_key(model, label, inputs, ctx, sampling)
         lowered = compile_cache.load(key, module)
         if lowered is not None:
             say(f"the {label} from the compile cache (no capture, no lowering)")
         else:
             say(f"capturing the {label} with torch.export")
-            torch_program = capture(module.eval(), inputs, input_names=in_names)
+            torch_program = _capture(kind, module, sampling, inputs, in_names, say)
             say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
             lowered = lower_torch_program(torch_program, ctx)
             compile_cache.store(key, lowered, module)
@@ -179,6 +179,25 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
             program.load()
         programs.append(program)
     return programs[0], programs[1]
+
+
+def _capture(kind, module, sampling, inputs, in_names, say):
+    """The Torch IR of `module`: with more than two identical layers, exported with two and the
+    rest repeated (layer_replica.py); else, or where that does not hold, exported whole."""
+    from ..frontend.capture import capture
+    from . import layer_replica
+    layers, n = module.layers, len(module.layers)
+    if n > 2 and layer_replica.same_layers(layers, getattr(module.lm, "config", None)):
+        cut = len(inputs) - 2 * (n - 2)                 # the caches of layers 2.. are the last
+        two = capture(kind(module.lm, sampling, layers=layers[:2]).eval(), inputs[:cut],
+                      input_names=in_names[:cut])
+        program = layer_replica.replicate(
+            two, layers, lambda k: cache_names(n)[2 * k:2 * k + 2] if k < n else None)
+        if program is not None:
+            say(f"exported two of the {n} layers; the other {n - 2} repeat the second")
+            return program
+        say("the layers are not one template: exporting all of them")
+    return capture(module.eval(), inputs, input_names=in_names)
 
 
 def eos_ids(raw) -> set[int]:

@@ -21,6 +21,8 @@ tensor maps) are refused with a CompileError naming kernel and node.
 """
 from __future__ import annotations
 
+import re
+
 from .. import dtypes
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, Var, add, children
@@ -317,33 +319,51 @@ def emit_program(program: KernelProgram, target=None) -> str:
     where = f"{target} " if target is not None else ""
     parts = [f"// strata: {len(program.kernels)} kernel(s) for the CPU {where}(C11, OpenMP): "
              f"{names}", PRELUDE.rstrip()]
-    parts += [emit_kernel(k) for k in distinct_kernels(program)]
-    parts.append(_entry_point(program))
+    same: dict[str, str] = {}        # a kernel's text with its names numbered -> the C function
+    calls: dict[str, str] = {}       # kernel -> the function that computes it
+    for k in distinct_kernels(program):
+        text = emit_kernel(k)
+        calls[k.name] = same.setdefault(_numbered(text, k), cname(k.name))
+        if calls[k.name] == cname(k.name):
+            parts.append(text)
+    parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"
 
 
-def _entry_point(program: KernelProgram) -> str:
+def _numbered(text: str, k: Kernel) -> str:
+    """The kernel's code with its own name and its parameters' named by position, comments out:
+    the 30 layers of a model emit one function each kernel, not 30 (gcc's time is per function)."""
+    names = [cname(k.name), *(cname(p.name) for p in k.params), *(cname(n) for n, _ in k.scalars)]
+    index = {n: f"@{i}" for i, n in enumerate(names)}
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//"))
+    return re.sub(r"\b(" + "|".join(map(re.escape, index)) + r")\b", lambda m: index[m[0]], code)
+
+
+def _entry_point(program: KernelProgram, calls: dict | None = None) -> str:
     index = {b.name: i for i, b in enumerate(program.buffers)}
     lines = ["// Every kernel in launch order; args[k] is the data of KernelProgram.buffers[k]:",
              *(f"//   args[{i}] {b.name}: {b.dtype}{list(b.shape)} {b.kind}"
                for i, b in enumerate(program.buffers)),
              "void strata_run(void** args) {"]
-    calls = []
+    calls_made = []
     for k in program.kernels:
         args = []
         for p in k.params:
             if p.name not in index:
                 raise CompileError(f"kernel {k.name}: parameter {p.name} is no buffer of the program")
             args.append(f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{index[p.name]}]")
-        calls.append(f"{cname(k.name)}({', '.join(args)});")
-        call = calls[-1]
+        fn = (calls or {}).get(k.name, cname(k.name))
+        calls_made.append(f"{fn}({', '.join(args)});")
+        call = calls_made[-1]
         if len(INDENT + call) > 100:
-            call = f"{cname(k.name)}(" + f",\n{INDENT}{' ' * (len(cname(k.name)) + 1)}".join(args) + ");"
+            call = f"{fn}(" + f",\n{INDENT}{' ' * (len(fn) + 1)}".join(args) + ");"
+        if fn != cname(k.name):
+            lines.append(f"{INDENT}// {k.name}: the same code as {fn}")
         lines.append(INDENT + call)
     if not program.kernels:
         lines.append(f"{INDENT}(void)args;      // nothing to compute (empty tensors)")
     # one kernel alone, by launch index, on buffers a whole run filled: what the tuner times
     lines += ["}", "", "void strata_run_kernel(int k, void** args) {", f"{INDENT}switch (k) {{",
-              *(f"{INDENT}case {i}: {c} break;" for i, c in enumerate(calls)),
+              *(f"{INDENT}case {i}: {c} break;" for i, c in enumerate(calls_made)),
               f"{INDENT}default: (void)args;", f"{INDENT}}}", "}"]
     return "\n".join(lines)

@@ -33,11 +33,12 @@ def config_dict(family: str) -> dict:
     return {**COMMON, **FAMILIES[family]}
 
 
-def hf_model(family: str, seed: int = 0):
+def hf_model(family: str, seed: int = 0, **changes):
     """An fp32 eager model whose every parameter (norm weights and biases included) is random,
-    so that no term of the forward pass can hide behind a zero or a one."""
+    so that no term of the forward pass can hide behind a zero or a one. `changes`: config
+    fields to override (num_hidden_layers=4)."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    raw = config_dict(family)
+    raw = {**config_dict(family), **changes}
     cfg = AutoConfig.for_model(**raw)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
