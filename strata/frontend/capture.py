@@ -184,7 +184,7 @@ def capture(fn_or_module, example_inputs, source_lines: dict[str, str] | None = 
 
 def capture_snippet(snippet) -> TorchProgram:
     """Torch IR of a parsed `-c` snippet."""
-    return capture(snippet.module, snippet.example_inputs, snippet.source_lines(),
+    return capture(snippet.module, snippet.shapes, snippet.source_lines(),
                    snippet.input_names)
 
 

@@ -34,12 +34,53 @@ def namespace() -> dict:
     return {"torch": torch, "nn": nn, "F": torch.nn.functional, "math": math}
 
 
+BIG_INPUT = 256 << 20      # an input larger than this is made only when the snippet is run
+
+
+@dataclass
+class Deferred:
+    """A large random input not made yet: its shape (a fake tensor) and how to make it as the
+    parse would have (the expression, and the random state just before it)."""
+    fake: torch.Tensor
+    node: ast.expr
+    ns: dict
+    rng: torch.Tensor
+
+    def make(self) -> torch.Tensor:
+        keep = torch.get_rng_state()
+        torch.set_rng_state(self.rng)
+        try:
+            return _eval_node(self.node, self.ns)
+        finally:
+            torch.set_rng_state(keep)
+
+
 @dataclass
 class Snippet:
     source: str
     module: nn.Module                  # forward(*inputs) evaluates the expression
-    example_inputs: tuple              # tensors, in input order
+    inputs: tuple                      # tensors, in input order; a large one is a Deferred
     input_names: list[str]
+
+    @property
+    def shapes(self) -> tuple:
+        """What compiling needs: the small inputs, fake tensors for the large ones."""
+        return tuple(x.fake if isinstance(x, Deferred) else x for x in self.inputs)
+
+    @property
+    def example_inputs(self) -> tuple:
+        """The inputs as tensors, the large ones made now (one sentence if they cannot fit)."""
+        deferred = [x for x in self.inputs if isinstance(x, Deferred)]
+        if deferred:
+            need = sum(t.numel() * t.element_size() for t in self.shapes
+                       if isinstance(t, torch.Tensor))
+            free = _available_bytes()
+            if free is not None and need > free:
+                raise SnippetError(f"the snippet's inputs need {need / 2**30:.1f} GiB and this "
+                                   f"machine has {free / 2**30:.1f} GiB free: compiling them works "
+                                   f"(strata compile), running them does not")
+            self.inputs = tuple(x.make() if isinstance(x, Deferred) else x for x in self.inputs)
+        return self.inputs
 
     def source_lines(self) -> dict[str, str]:
         """What `capture` registers in linecache so provenance shows the snippet's text."""
@@ -105,8 +146,14 @@ class _Hoist(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call):
         callee = _dotted(node.func)
         if callee in RANDOM_CALLS:
-            value = _eval_node(node, self.ns)
-            if not isinstance(value, torch.Tensor):
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            self.fakes = getattr(self, "fakes", None) or FakeTensorMode()   # one per snippet
+            with self.fakes:                       # its shape, without making it
+                fake = _eval_node(node, self.ns)
+            value = (Deferred(fake, node, self.ns, torch.get_rng_state())
+                     if isinstance(fake, torch.Tensor) and fake.numel() * fake.element_size() > BIG_INPUT
+                     else _eval_node(node, self.ns))
+            if not isinstance(value, (torch.Tensor, Deferred)):
                 raise SnippetError(f"{callee}(...) did not produce a tensor.")
             name = input_name(len(self.inputs))
             self.inputs.append((name, value))
@@ -145,7 +192,7 @@ def parse_snippet(code: str, dry: bool = True) -> Snippet:
         fn.__code__ = fn.__code__.replace(co_name="forward")   # export keeps "forward" frames
         module = SnippetModule(fn, hoist.modules)
         inputs = tuple(t for _, t in hoist.inputs)
-        outputs = dry_run(module, inputs) if dry else [()]
+        outputs = dry_run(module, [getattr(t, "fake", t) for t in inputs]) if dry else [()]
     except StrataError:
         raise
     except Exception as e:
@@ -192,10 +239,31 @@ def dry_run(module, inputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
     from .static_experts import static_experts
     with quiet_torch(), FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad(), \
             static_experts(module):
-        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+        fakes = [_refake(mode, t) if isinstance(t, torch.Tensor) else t for t in inputs]
         try:
             out = module(*fakes)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
             raise DataDependentShape(getattr(e, "func", ""), user_line(e)) from None
     return [(tuple(t.shape), t.dtype) for t in torch.utils._pytree.tree_leaves(out)
             if isinstance(t, torch.Tensor)]
+
+
+def _refake(mode, t: torch.Tensor) -> torch.Tensor:
+    """`t` as a fake tensor of `mode` (a fake of another mode: a new one of its shape)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    if isinstance(t, FakeTensor):
+        with mode:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    return mode.from_tensor(t)
+
+
+def _available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
