@@ -26,6 +26,7 @@ _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int6
 _LAZY.update(dict.fromkeys(_DSL, "dsl.lang"))
 _LAZY["autotune"] = "dsl.autotune"
 _LAZY["custom_op"] = "dsl.custom_op"
+_LAZY["check_example"] = "dsl.examples"
 
 
 def __getattr__(name: str):

@@ -82,8 +82,15 @@ def eager_run(module, inputs) -> tuple[list, list]:
     every float computed in float64; `inputs` themselves are not touched."""
     ref_module = copy.deepcopy(module).double() if isinstance(module, torch.nn.Module) else module
     inputs64 = [_to64(x).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    with torch.no_grad(), _Float64():
-        out = ref_module(*inputs64)
+    try:
+        with torch.no_grad(), _Float64():
+            out = ref_module(*inputs64)
+    except Exception as e:       # eager itself refuses these inputs: the program's error, not ours
+        from .errors import StrataError
+        text = str(e).strip().splitlines()
+        raise StrataError(f"eager PyTorch fails on these inputs ({type(e).__name__}: "
+                          f"{text[0] if text else ''}), so there is no reference to check "
+                          f"strata's result against") from None
     flat, _ = pytree.tree_flatten(out)
     return flat, inputs64
 

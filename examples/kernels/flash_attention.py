@@ -60,3 +60,7 @@ def run(device: str, heads: int = 3, seq: int = 37, dim: int = 16):
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                            is_causal=True)
     return out, ref
+
+
+if __name__ == "__main__":       # python examples/kernels/flash_attention.py: check it here
+    st.check_example(run, TOL)

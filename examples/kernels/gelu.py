@@ -19,3 +19,7 @@ def run(device: str, n: int = 777):
     out = torch.empty_like(x)
     gelu[(n + 255) // 256, 256](x, out, n, BLOCK=256, device=device)
     return out, torch.nn.functional.gelu(x.double())
+
+
+if __name__ == "__main__":       # python examples/kernels/gelu.py: check it here
+    st.check_example(run, TOL)

@@ -27,3 +27,7 @@ def run(device: str, n: int = 1000, bins: int = 10):
     counts = torch.zeros(bins, dtype=torch.int32)
     histogram[(n + 127) // 128, 128](x, counts, n, BINS=bins, BLOCK=128, device=device)
     return counts, torch.bincount(x.long(), minlength=bins).int()
+
+
+if __name__ == "__main__":       # python examples/kernels/histogram.py: check it here
+    st.check_example(run, TOL)

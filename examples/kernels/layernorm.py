@@ -53,3 +53,7 @@ def run(device: str, rows: int = 9, cols: int = 200):
                                          device=device)
     ref = torch.nn.functional.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
     return out, ref
+
+
+if __name__ == "__main__":       # python examples/kernels/layernorm.py: check it here
+    st.check_example(run, TOL)

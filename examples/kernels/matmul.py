@@ -34,3 +34,7 @@ def run(device: str, m: int = 37, n: int = 29, k: int = 53):
     matmul[((n + tile - 1) // tile, (m + tile - 1) // tile), (tile, tile)](
         a, b, c, m, n, k, TILE=tile, device=device)
     return c, a.double() @ b.double()
+
+
+if __name__ == "__main__":       # python examples/kernels/matmul.py: check it here
+    st.check_example(run, TOL)

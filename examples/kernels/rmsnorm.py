@@ -26,3 +26,7 @@ def run(device: str, rows: int = 7, cols: int = 131):
     rmsnorm[rows, 32](x, w, out, cols, 1e-6, device=device)
     xd = x.double()
     return out, xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+
+
+if __name__ == "__main__":       # python examples/kernels/rmsnorm.py: check it here
+    st.check_example(run, TOL)

@@ -29,3 +29,7 @@ def run(device: str, tokens: int = 5, heads: int = 3, dim: int = 48):
     qd = q.double()
     rotated = torch.cat([-qd[..., dim // 2:], qd[..., :dim // 2]], -1)
     return out, qd * cos.double()[:, None] + rotated * sin.double()[:, None]
+
+
+if __name__ == "__main__":       # python examples/kernels/rope.py: check it here
+    st.check_example(run, TOL)

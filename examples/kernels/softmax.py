@@ -46,3 +46,7 @@ def run(device: str, rows: int = 5, cols: int = 300):
     out = torch.empty_like(x)
     softmax[rows, 64](x, out, cols, BLOCK=64, device=device)
     return out, torch.softmax(x, dim=-1)
+
+
+if __name__ == "__main__":       # python examples/kernels/softmax.py: check it here
+    st.check_example(run, TOL)

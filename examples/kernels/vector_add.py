@@ -18,3 +18,7 @@ def run(device: str, n: int = 1001):
     out = torch.empty(n)
     scale_add[(n + 127) // 128, 128](x, y, out, n, 2.5, BLOCK=128, device=device)
     return out, 2.5 * x.double() + y.double()
+
+
+if __name__ == "__main__":       # python examples/kernels/vector_add.py: check it here
+    st.check_example(run, TOL)

@@ -197,6 +197,7 @@ def parse_snippet(code: str, dry: bool = True) -> Snippet:
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = msg.replace("'FakeTensor' object", "a tensor")     # checked on fake tensors
         raise SnippetError(f"the snippet failed to evaluate: {type(e).__name__}: {msg}") from None
     if not outputs:
         raise SnippetError("the snippet computes no tensor; strata compiles tensor programs "

@@ -44,3 +44,14 @@ def test_example_cuda_compiles(path, arch):
         source = kernel.source("cuda")
         assert "__global__ void __launch_bounds__" in source
         assert len(compile_cuda(source, arch)) > 0, kernel.__name__
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p.stem != "decode_loop"],
+                         ids=lambda p: p.stem)
+def test_example_runs_as_a_script_and_prints_its_check(path):
+    """`python examples/kernels/X.py` checks itself (issue 29: most printed nothing)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-1000:]
+    assert "sim: PASS" in out.stdout and ("cpu: PASS" in out.stdout or "cpu: skipped" in out.stdout)
