@@ -196,8 +196,7 @@ def parse_snippet(code: str, dry: bool = True) -> Snippet:
     except StrataError:
         raise
     except Exception as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        msg = msg.replace("'FakeTensor' object", "a tensor")     # checked on fake tensors
+        msg = (str(e).strip().splitlines() or [""])[0].replace("'FakeTensor' object", "a tensor")
         raise SnippetError(f"the snippet failed to evaluate: {type(e).__name__}: {msg}") from None
     if not outputs:
         raise SnippetError("the snippet computes no tensor; strata compiles tensor programs "
