@@ -174,10 +174,12 @@ def _show(rows: list[dict]) -> int:
         print("the tuning database is empty: run `strata tune -c CODE` or `strata tune --suite`")
         return 0
     print(f"{'kernel (what it writes)':<40} {'target':<10} {'default us':>10} {'tuned us':>10} "
-          f"{'speedup':>8}  knobs   (the kernel's launches alone)")
+          f"{'speedup':>8} {'others':>6}  knobs   (the kernel's launches alone; others: the CPU "
+          f"share other processes took while it was timed)")
     for r in rows:
         knobs = ", ".join(f"{k}={v}" for k, v in json.loads(r["knobs"]).items()) or "default"
         speed = r["default_ms"] / r["tuned_ms"] if r["tuned_ms"] else 1.0
+        others = "?" if r.get("other_load") is None else f"{100 * r['other_load']:.0f}%"
         print(f"{r['label'][:40]:<40} {r['target'].split(':')[0]:<10} {r['default_ms'] * 1e3:10.1f} "
-              f"{r['tuned_ms'] * 1e3:10.1f} {speed:7.2f}x  {knobs}")
+              f"{r['tuned_ms'] * 1e3:10.1f} {speed:7.2f}x {others:>6}  {knobs}")
     return 0

@@ -73,11 +73,12 @@ _TABLE = [
      "wgmma or the CPU micro-kernel", _one_of("fuse", "materialize"), "contractions with a computed operand"),
     ("SPLIT_K", "blocks sharing the K loop of a contraction (must divide K)", _between(1),
      CONTRACTION),
-    ("THREAD_M", "output rows per thread, or per register tile on a CPU (must divide TILE_M)",
-     _between(1, 16), CUDA_CORE + " and CPU contractions"),
+    ("THREAD_M", "output rows per thread, or per register tile on a CPU (must divide TILE_M; "
+     "16 or 32 on AMX tiles)", _between(1, 32), CUDA_CORE + " and CPU contractions"),
     ("FORM", "a CPU contraction as outer products of a packed panel, as dot products along K "
      "(no packing; vdpbf16ps on bf16 with AVX512-BF16), or as outer products of a bf16 panel "
-     "holding K in pairs (vdpbf16ps along N)", _one_of("outer", "dot", "pairs"), "CPU contractions"),
+     "holding K in pairs (vdpbf16ps along N), or that panel on AMX tiles (tdpbf16ps; emulated "
+     "where the CPU has no AMX)", _one_of("outer", "dot", "pairs", "amx"), "CPU contractions"),
     ("K_CHUNK", "K elements a CPU dot-form block runs over all its register tiles before the next "
      "(its N-side rows stay in L1; 0: all of K at once)", _between(0), "CPU contractions (FORM=dot)"),
     ("THREAD_N", "output columns per thread (must divide TILE_N)", _between(1, 16), CUDA_CORE),

@@ -115,7 +115,7 @@ NAMES = tuple(TARGETS) + ("host",)
 
 
 def host() -> Target:
-    """This machine's CPU: its cores and the vector features /proc/cpuinfo lists."""
+    """This machine's CPU: its cores and the vector and AMX features /proc/cpuinfo lists."""
     flags: set[str] = set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -125,7 +125,8 @@ def host() -> Target:
                     break
     except OSError:
         pass
-    known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "f16c", "asimd"}
+    known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "f16c", "asimd",
+             "amx_tile", "amx_bf16"}
     features = frozenset(flags & known) | ({"neon"} if "asimd" in flags else set())
     width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
     return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features)

@@ -95,14 +95,18 @@ def bench_snippet_cpu(code: str, ctx) -> int:
     torch._dynamo.reset()
     variants = {"eager": module, "torch.compile": torch.compile(module, dynamic=False),
                 "strata": program}
+    from ..cpu_load import OtherLoad, busy_sentence
+    load = OtherLoad()
     ms = interleaved(variants, inputs)
+    busy = busy_sentence(load.share())
     work = estimate_work(module, inputs)
     ceiling = copy_gbps()
     best = min(ms["eager"], ms["torch.compile"])
     table = Table(title=f"CPU timings ({torch.get_num_threads()} torch threads, "
                         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'all')}; median of "
                         f"{ROUNDS} interleaved rounds; copy ceiling {ceiling:.1f} GB/s)",
-                  title_justify="left")
+                  title_justify="left", caption=f"warning: {busy}" if busy else None,
+                  caption_justify="left")
     for col in ("variant", "ms", "GB/s", "% of copy", "GFLOP/s", "vs faster of eager/compile"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, t in ms.items():

@@ -29,6 +29,7 @@ from ..expr import Cast, Const, Expr, Op, Var, add, children
 from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
+from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
 from .c_dot import emit_dot, match_dot
 from .c_pairs import emit_pairs, match_pairs
 from .c_prelude import PRELUDE
@@ -96,6 +97,9 @@ class _CEmitter(_Emitter):
                 self.types[s.var] = s.dtype
             elif isinstance(s, LoadVec):
                 self.types.update(dict.fromkeys(s.vars, s.dtype))
+        panels = any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
+        self.amx = {id(s): m for s in walk(kernel.body) if panels and isinstance(s, For)
+                    for m in [match_amx(s, self.bufs, self.types)] if m}   # c_amx.py
 
     # ------------------------------------------------------------ expressions
 
@@ -174,6 +178,8 @@ class _CEmitter(_Emitter):
                              f"{acc} = {acc} {cmp} st_x ? {acc} : st_x; }}", depth)
         if not isinstance(s, For):
             return super().stmt(s, depth)
+        if id(s) in self.amx:
+            return emit_amx(self, s, self.amx[id(s)], depth)
         dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
         if dot:
             return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
@@ -230,24 +236,30 @@ class _CEmitter(_Emitter):
             self._wrap_signature(cname(k.name), params)
         scratch = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
         self.hoisted = set(scratch)
-        depth = 2 if parallel and scratch else 1
+        depth = 2 if parallel and (scratch or self.amx) else 1
+        if self.amx:        # tiles or their emulation, asked once per call (c_amx.py)
+            self.emit("const int st_amx = st_amx_mode();", 1)
         if depth == 2:
             self.emit(f"#pragma omp parallel{team}", 1)
             self.emit("{", 1)
         for s in scratch.values():
             self.emit(f"{C_TYPES[s.dtype]}* restrict {cname(s.name)} = st_scratch({s.size} * "
                       f"sizeof({C_TYPES[s.dtype]}));", depth)
+        if self.amx:
+            self.emit("st_amx_start(st_amx);", depth)
         if k.grid == 1:
             if _uses_block_idx(k):
                 self.emit(f"const {self.index_t} blockIdx = 0;", 1)
             self.body(k.body, 1)
         elif k.grid > 1:
             if parallel:
-                self.emit(f"#pragma omp {'for' if scratch else 'parallel for' + team} "
+                self.emit(f"#pragma omp {'for' if depth == 2 else 'parallel for' + team} "
                           f"schedule(static)", depth)
             self.emit(f"for ({self.index_t} blockIdx = 0; blockIdx < {k.grid}; blockIdx++) {{", depth)
             self.body(k.body, depth + 1)
             self.emit("}", depth)
+        if self.amx:
+            self.emit("st_amx_end(st_amx);", depth)
         for s in scratch.values():
             self.emit(f"free({cname(s.name)});", depth)
         if depth == 2:
@@ -326,6 +338,8 @@ def emit_program(program: KernelProgram, target=None) -> str:
         calls[k.name] = same.setdefault(_numbered(text, k), cname(k.name))
         if calls[k.name] == cname(k.name):
             parts.append(text)
+    if any("st_amx_mode()" in p for p in parts):
+        parts[1] += AMX_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"
 

@@ -170,6 +170,8 @@ DOT_T_MIN_M = 256                 # the fewest rows for which a bf16 `x @ w` sto
                                   # for the dot form, fewer run in pairs: (K, N) = (2048, 5632)
                                   # took 1.58x the pairs form's time at M=128, 0.84x at 256, 0.86x
                                   # at 512 (2-core EPYC, 2026-11-26)
+AMX_MIN_M = 16                    # the fewest rows a bf16 contraction runs on AMX tiles by default
+AMX_MIN_K = 32                    # ... and the shortest K (one tdpbf16ps step)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
@@ -273,7 +275,9 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         what the dot form's whole work does;
     else "pairs" (a packed bf16 panel holding K in pairs, vdpbf16ps with vectors along N) for a
     bf16 contraction of bf16 operands, K even, fewer than DOT_T_MIN_M rows (x @ w of a (K, N)
-    weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel)."""
+    weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel).
+    Before all of these, "amx" (the pairs form on AMX tiles) on a target with AMX-BF16 where
+    the pairs form's bf16 conditions hold for any M of at least AMX_MIN_M and K of AMX_MIN_K."""
     dp = ctx.arch.has("avx512_bf16")
 
     def fits(loop) -> bool:
@@ -290,14 +294,16 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
 
-    def pairs(loop) -> bool:
-        a, b = (closure(loop.body, v) for v in sides(c, loop))
-        return dp and held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) < DOT_T_MIN_M \
+    def pairs(loop, rows: int = DOT_T_MIN_M - 1) -> bool:
+        b = closure(loop.body, sides(c, loop)[1])
+        return held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) <= rows \
             and len(b) == 1 and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
-    return ctx.knob("FORM", "dot" if all(map(fits, c.loops)) else
-                    "pairs" if all(map(pairs, c.loops)) else "outer")
+    amx = ctx.arch.has("amx_bf16") and k.extent(c.m) >= AMX_MIN_M and \
+        all(pairs(l, 1 << 62) and l.extent >= AMX_MIN_K for l in c.loops)
+    return ctx.knob("FORM", "amx" if amx else "dot" if all(map(fits, c.loops)) else
+                    "pairs" if dp and all(map(pairs, c.loops)) else "outer")
 
 
 def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> bool:

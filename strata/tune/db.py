@@ -26,7 +26,10 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     default_ms REAL NOT NULL, tuned_ms REAL NOT NULL, candidates INTEGER NOT NULL,
     rejected TEXT NOT NULL,       -- JSON list of "knobs: why" for wrong, crashed or hung ones
     created REAL NOT NULL,
+    other_load REAL,              -- share of the CPU other processes took while it was timed
+    spread REAL,                  -- slowest / fastest schedule measured
     PRIMARY KEY (signature, target, version))"""
+ADDED = ("other_load REAL", "spread REAL")      # columns a database written before them lacks
 
 
 def db_path() -> Path:
@@ -60,6 +63,10 @@ class TuningDB:
                 if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     con.execute("PRAGMA journal_mode=WAL")
                 con.execute(SCHEMA)
+                have = {row[1] for row in con.execute("PRAGMA table_info(tuned)")}
+                for column in ADDED:
+                    if column.split()[0] not in have:
+                        con.execute(f"ALTER TABLE tuned ADD COLUMN {column}")
                 return con
             except sqlite3.OperationalError as e:
                 if "locked" not in str(e) or attempt == 199:
@@ -80,11 +87,15 @@ class TuningDB:
         return self._cache[key]
 
     def put(self, signature: str, target: str, knobs: dict, label: str, default_ms: float,
-            tuned_ms: float, candidates: int, rejected: list[str]) -> None:
+            tuned_ms: float, candidates: int, rejected: list[str], other_load: float | None = None,
+            spread: float | None = None) -> None:
         with self._connect() as con:
-            con.execute("INSERT OR REPLACE INTO tuned VALUES (?,?,?,?,?,?,?,?,?,?)",
+            con.execute("INSERT OR REPLACE INTO tuned (signature, target, version, knobs, label, "
+                        "default_ms, tuned_ms, candidates, rejected, created, other_load, spread) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         (signature, target, self.version, json.dumps(knobs, sort_keys=True), label,
-                         default_ms, tuned_ms, candidates, json.dumps(rejected), time.time()))
+                         default_ms, tuned_ms, candidates, json.dumps(rejected), time.time(),
+                         other_load, spread))
         self._cache[(signature, target)] = knobs
 
     def rows(self) -> list[dict]:

@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..cpu_load import OtherLoad, busy_sentence
 from ..knobs import KNOBS
 from .db import TuningDB
 
@@ -63,6 +64,7 @@ class KernelResult:
     model_top_ok: bool | None = None    # its top pick within 1.2x of the measured best
     spread: float = 1.0                 # slowest / fastest measured schedule
     dropped: str = ""                   # why a winner was not kept (the program was not faster)
+    other_load: float | None = None     # share of the CPU other processes took while it was timed
 
     @property
     def speedup(self) -> float:
@@ -233,10 +235,15 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
             deadline = time.monotonic() + left * share
             def progress(text, i=i):
                 say(f"kernel {i + 1}/{len(todo)}, {text}")
+            load = OtherLoad([worker.proc.pid])
             r = tune_kernel(worker, k, deadline, progress, info.get("cores", 1 << 10))
-            if r.complete or r.knobs:       # a search the budget cut short is not the last word
+            r.other_load = load.share()
+            if busy_sentence(r.other_load):          # never keep what a busy machine crowned
+                r.dropped = f"not stored: {busy_sentence(r.other_load)}"
+                r.knobs, r.ms = {}, r.default_ms
+            elif r.complete or r.knobs:     # a search the budget cut short is not the last word
                 db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
-                       r.rejected)
+                       r.rejected, r.other_load, r.spread)
             results.append(r)
         order = [k["name"] for k in info["kernels"]]
         results.sort(key=lambda r: order.index(r.name))         # launch order, for the report
@@ -248,7 +255,7 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                                  f"with it ({times[0] / times[1]:.2f}x)")
                     r.knobs, r.ms = {}, r.default_ms
                     db.put(r.signature, target, {}, r.label, r.default_ms, r.default_ms, r.tried,
-                           r.rejected)
+                           r.rejected, r.other_load, r.spread)
             times = None
         return results, target, times
     finally:

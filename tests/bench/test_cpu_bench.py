@@ -27,3 +27,22 @@ def test_interleaved_medians_time_each_variant():
                                rounds=2)
     assert set(ms) == {"a", "b"} and all(t > 0 for t in ms.values())
     assert calls[:2] == ["a", "b"]         # warm-up of each, then rounds that alternate
+
+
+@pytest.mark.parametrize("share, warned", [(0.6, True), (0.05, False)])
+def test_timings_on_a_busy_machine_say_so_in_the_table(share, warned, monkeypatch, capsys):
+    """Issue 29: under load --bench printed strata 342x eager with no warning."""
+    class Load:
+        def __init__(self, pids=()):
+            pass
+
+        def share(self):
+            return share
+    monkeypatch.setattr("strata.cpu_load.OtherLoad", Load)
+    monkeypatch.setattr(cpu_bench, "ROUNDS", 3)
+    monkeypatch.setattr(cpu_bench, "MIN_ROUND_S", 0.001)
+    monkeypatch.setattr(cpu_bench, "copy_gbps", lambda: 10.0)
+    assert main(["run", "-c", "torch.softmax(torch.randn(8, 64), -1)", "--device", "cpu",
+                 "--bench"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("warning: other processes took 60% of the CPU while this was timed" in out) == warned

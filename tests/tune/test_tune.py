@@ -21,6 +21,22 @@ MATMUL = "torch.randn(64, 96) @ torch.randn(96, 128)"
 native = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot run")
 
 
+class QuietMachine:
+    """OtherLoad on a machine nobody else uses (the tests' share; real runs read /proc)."""
+    share_value = 0.0
+
+    def __init__(self, pids=()):
+        pass
+
+    def share(self):
+        return self.share_value
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setattr("strata.tune.search.OtherLoad", QuietMachine)
+
+
 def _loop_kernels(program):
     lowered = program.lowered
     buffers = {b.name: b for b in lowered.loop.buffers}
@@ -193,6 +209,33 @@ def test_cost_model_ranks_and_estimates():
     assert estimate_ms(kernel(1 << 16, 64, 2), m) < estimate_ms(kernel(1 << 16, 64, 1), m)
 
 
+def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
+    """Issue 29: under load `strata tune` stored a THREADS=1 result 86x faster than its default
+    that every later compile used. A result timed while others took most of the CPU is shown,
+    flagged, and never stored; a quiet one is stored with its load and spread."""
+    monkeypatch.setattr("strata.tune.search.TIMEOUT_S", 3)
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (8, 16, 64, 128)})
+    monkeypatch.setattr(QuietMachine, "share_value", 0.6)
+    db = TuningDB(tmp_path / "t.sqlite")
+    (r,), _, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    assert r.knobs == {} and "not stored: other processes took 60% of the CPU" in r.dropped
+    assert db.get("s", "fake") is None
+    monkeypatch.setattr(QuietMachine, "share_value", 0.1)
+    (r,), _, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    assert r.knobs == {"TILE_N": 8} and db.get("s", "fake") == {"TILE_N": 8}
+    row = db.rows()[0]
+    assert row["other_load"] == pytest.approx(0.1) and row["spread"] >= 1.0
+
+
+def test_other_load_reads_the_machine():
+    """The real sampler: a share in 0..1 (or None off Linux), and a sentence only above BUSY."""
+    from strata.cpu_load import BUSY, OtherLoad, busy_sentence
+    share = OtherLoad().share()
+    assert share is None or 0.0 <= share <= 1.0
+    assert busy_sentence(BUSY) is None and busy_sentence(None) is None
+    assert "took 90% of the CPU" in busy_sentence(0.9)
+
+
 def test_a_busy_machine_is_named_before_tuning():
     from strata.cli_tune import busy_warning
     assert busy_warning(0.2, 2) is None
@@ -255,3 +298,19 @@ def test_one_kernel_runs_alone_on_the_buffers_of_a_whole_run():
     out.fill_(float("nan"))
     run(len(prog.lowered.kernel.kernels) - 1)             # the matmul alone writes it again
     torch.testing.assert_close(out, fn(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_database_from_before_the_load_columns_still_takes_results(tmp_path):
+    import sqlite3
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE tuned (signature TEXT NOT NULL, target TEXT NOT NULL, version TEXT "
+                "NOT NULL, knobs TEXT NOT NULL, label TEXT NOT NULL, default_ms REAL NOT NULL, "
+                "tuned_ms REAL NOT NULL, candidates INTEGER NOT NULL, rejected TEXT NOT NULL, "
+                "created REAL NOT NULL, PRIMARY KEY (signature, target, version))")
+    con.commit()
+    con.close()
+    db = TuningDB(path)
+    db.put("sig", "host", {"TILE_N": 64}, "k", 2.0, 1.0, 3, [], 0.05, 1.7)
+    (row,) = db.rows()
+    assert row["other_load"] == pytest.approx(0.05) and row["spread"] == pytest.approx(1.7)

@@ -28,6 +28,11 @@ then reads a pair of each row (one 32-bit broadcast) and 2 x 16 columns of the p
 target/c_pairs.py prints it as 12 vdpbf16ps (x @ w, 128 x 2048 x 5632: 3.96 ms, eager 4.23, the
 packed f32 form 7.22).
 
+FORM=amx (the default for bf16 on a CPU with AMX-BF16, see contraction.cpu_form) is the pairs
+form with 32 x 32 register tiles (16 rows when M is 16 or less): the panel's K pairs are AMX's
+B-tile layout, and target/c_amx.py prints the K loop as 2 x 2 tiles of tdpbf16ps (16x16 fp32
+each, 32 K a step), emulated in C where the CPU has no AMX.
+
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
 BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
 same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
@@ -59,14 +64,15 @@ DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (o
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
 
-def _tiles(k: TileKernel, c, ctx: Context, dot: bool) -> MatmulTile:
+def _tiles(k: TileKernel, c, ctx: Context, dot: bool, amx: bool = False) -> MatmulTile:
     m, n, loops = c.m, c.n, len(c.loops)
-    lanes = max(1, ctx.arch.vector_bytes // 4)
+    lanes = 16 if amx else max(1, ctx.arch.vector_bytes // 4)     # amx: 2 B tiles of 16 columns
     tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else CPU_VECTORS_N * lanes,
-                                    pow2_ceil(k.extent(n))))
+                                    max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     panel = sum(l.extent for l in c.loops) * tile_n * 4
-    rows = DOT_M if dot else THREAD_M if panel <= dict(ctx.arch.caches).get("L2", 1 << 19) else TALL_M
-    thread_m = ctx.knob("THREAD_M", min(rows, k.extent(m)))
+    rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
+        THREAD_M if panel <= dict(ctx.arch.caches).get("L2", 1 << 19) else TALL_M
+    thread_m = ctx.knob("THREAD_M", rows if amx else min(rows, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
     rows = -(-k.extent(m) // chunks)
@@ -120,13 +126,14 @@ def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
     return panel, k_loop
 
 
-def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile):
+def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, amx: bool = False):
     """FORM=pairs: one reduce loop's bf16 panel with K in pairs per column (each K step of a
     register tile then reads two K of a row and of the panel: target/c_pairs.py), and its K loop,
-    over pairs, for one register tile (rows past M read row M - 1)."""
+    over pairs, for one register tile (rows past M read row M - 1). FORM=amx: the same, the panel
+    named `*_amx` for target/c_amx.py."""
     a, b = sides(c, loop)
     b_side = _clamped(closure(loop.body, b), c.n, k.extent(c.n), mt.tile_n)
-    panel = StageTile(f"{b}_panel", b, "bf16", loop.var, loop.extent // 2, c.n, mt.tile_n, "n0",
+    panel = StageTile(f"{b}_{'amx' if amx else 'panel'}", b, "bf16", loop.var, loop.extent // 2, c.n, mt.tile_n, "n0",
                       b_side, None, "x", 2 * mt.tile_n, pairs=True)
 
     def k_loop(m_edge) -> tuple:
@@ -180,12 +187,13 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         ctx.log(f"cpu_matmul: {k.name}: declined, {why}")
         return k
     form = cpu_form(k, c, ctx)
-    if form == "pairs" and not (ctx.arch.has("avx512_bf16") and all(_pairable(k, c, l) for l in c.loops)):
+    if form == "pairs" and not (ctx.arch.has("avx512_bf16") and all(_pairable(k, c, l) for l in c.loops)) \
+            or form == "amx" and not all(_pairable(k, c, l) for l in c.loops):
         form = "outer"                  # (no vdpbf16ps, f32, odd K, or PROLOGUE=fuse pinned)
-    dot = form == "dot"
-    mt = _tiles(k, c, ctx, dot)
+    dot, amx = form == "dot", form == "amx"
+    mt = _tiles(k, c, ctx, dot, amx)
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
-    reductions = [] if dot else [_pair_reduction(k, c, loop, mt) if form == "pairs" else
+    reductions = [] if dot else [_pair_reduction(k, c, loop, mt, amx) if form in ("pairs", "amx") else
                                  _reduction(k, c, loop, mt, n_edge) for loop in c.loops]
     epilogue = tuple(s for s in c.body if not isinstance(s, Loop))
 

@@ -41,7 +41,7 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
     form, computed, stored = cpu_form(k, c, ctx), [], None
-    dot = form in ("dot", "pairs")      # both read the M-side operand in bf16, contiguous along K
+    dot = form in ("dot", "pairs", "amx")   # all read the M-side operand in bf16, contiguous along K
     for loop in c.loops:
         a, b = sides(c, loop)
         n_side = closure(loop.body, b)

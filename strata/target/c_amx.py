@@ -1,0 +1,208 @@
+"""A register tile's loop over pairs of K (cpu_matmul FORM=amx) as AMX tile code, for the C target.
+
+Why: the amx form is the pairs form (target/c_pairs.py) with register tiles of 16 or 32 rows
+and 16 or 32 columns, and a panel (named `*_amx`) whose rows of K pairs are AMX's B-tile layout
+(VNNI pairs: two K of a column side by side). One tdpbf16ps does 16 pairs of K for a 16 x 16
+block of fp32 accumulators, 16x a vdpbf16ps; the register tile runs as up to 2 x 2 C tiles
+(tmm0-3), two A tiles of 16 rows x 32 bf16 (tmm4-5, loaded from the M-side rows in place, or
+copied first when the rows are clamped at an M edge) and two B tiles (tmm6-7) per 32 K. The C
+tiles are stored to a local fp32 array and added to the points' accumulators, so the kernel's
+epilogue runs on them as in every form; K pairs past a multiple of 16 run as written.
+
+The tile ops are the prelude's `st_tile_*` (AMX_PRELUDE): the instructions where the compiler
+targets AMX and Linux grants the process tile data, else a C emulation with their semantics
+(docs/amx-probe-2026-11-26.md: bit-exact on the probe's CPU), which STRATA_AMX_EMULATE=1 forces.
+A kernel asks which once per call before its threads start (`st_amx_mode`: the permission is
+requested once, on the first call), and each thread loads its tile configuration (gcc-12-safe,
+see strata/target/amx_kernel.c) before its blocks and releases the tiles after them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import coefficient
+from ..kernel.ir import For
+from .c_pairs import PairLoop, _offset, match_pairs
+from .cuda import _strip, cname
+
+PANEL = "_amx"                  # the suffix of an amx-form panel's name (tile/passes/cpu_matmul.py)
+
+
+@dataclass(frozen=True)
+class AmxLoop:
+    pairs: PairLoop
+    rows: tuple                 # the M-side load var of each row (16 or 32)
+    cols: tuple                 # per row: ((panel load var, 16 accumulators), ...) (1 or 2)
+    lda: int | None             # elements between rows, None when not constant (copied)
+    ldb: int                    # elements between the panel's pair rows
+
+
+def match_amx(loop: For, bufs: dict, types: dict) -> AmxLoop | None:
+    """The loop as a pairs loop on an amx-form panel with 16 or 32 rows of 1 or 2 groups of 16
+    columns, consecutive pairs of K contiguous in every row; None otherwise."""
+    pl = match_pairs(loop, bufs, types)
+    if pl is None or not all(pl.loads[w].buf.endswith(PANEL) for _, w, _ in pl.vectors):
+        return None
+    rows: dict = {}
+    for u, w, accs in pl.vectors:
+        rows.setdefault(u, []).append((w, accs))
+    us, cols = tuple(rows), tuple(tuple(r) for r in rows.values())
+    g = len(cols[0])
+    if len(us) not in (16, 32) or g not in (1, 2) or any(len(c) != g for c in cols) \
+            or any(_offset(pl.loads, cols[0][j][0], c[j][0]) != 0 for c in cols for j in range(g)) \
+            or (g == 2 and _offset(pl.loads, cols[0][0][0], cols[0][1][0]) != 32):
+        return None
+    w0, step = pl.loads[cols[0][0][0]], [coefficient(pl.loads[u].index, loop.var) for u in us]
+    ldb = coefficient(w0.index, loop.var)
+    if any(s != 2 for s in step) or ldb is None or ldb < 2 * 16 * g:
+        return None
+    gaps = [_offset(pl.loads, us[0], u) for u in us]
+    lda = gaps[1] if None not in gaps and all(x == i * gaps[1] for i, x in enumerate(gaps)) else None
+    return AmxLoop(pl, us, cols, lda if lda and lda >= 32 else None, ldb)
+
+
+def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
+    """Print `loop` as tile code for 16 pairs of K a step, then its remaining pairs as written."""
+    v, t, d = cname(loop.var), em.ctype(loop.var, loop.dtype), depth + 1
+    halves, g = len(amx.rows) // 16, len(amx.cols[0])
+    width = 16 * g
+
+    def at(var: str) -> str:
+        e = amx.pairs.loads[var]
+        return f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
+    em.emit(f"{{   // AMX: {halves}x{g} tiles of 16x16 fp32, 32 K a step (target/c_amx.py)", depth)
+    em.emit(f"float st_c[{16 * halves * width}] __attribute__((aligned(64)));", d)
+    if amx.lda is None:
+        em.emit("uint16_t st_a[32][32] __attribute__((aligned(64)));", d)
+    em.emit("st_fence();     // the panel was just written: tile loads are opaque asm", d)
+    for h in range(halves):
+        for j in range(g):
+            em.emit(f"st_tile_zero(st_amx, {2 * h + j});", d)
+    em.emit(f"{t} {v} = {_strip(em.expr(loop.start))};", d)
+    em.emit(f"for (; {v} + 16 <= {_strip(em.expr(loop.stop))}; {v} += 16) {{", d)
+    if amx.lda is None:                 # clamped rows: copied to st_a (an M edge's tile)
+        for r, u in enumerate(amx.rows):
+            em.emit(f"memcpy(st_a[{r}], {at(u)}, 64);", d + 1)
+        em.emit("st_fence();", d + 1)
+    for h in range(halves):
+        src = f"st_a[{16 * h}], 64" if amx.lda is None else f"{at(amx.rows[16 * h])}, {2 * amx.lda}"
+        em.emit(f"st_tile_load(st_amx, {4 + h}, {src});", d + 1)
+    for j in range(g):
+        em.emit(f"st_tile_load(st_amx, {6 + j}, {at(amx.cols[0][j][0])}, {2 * amx.ldb});", d + 1)
+    for h in range(halves):
+        for j in range(g):
+            em.emit(f"st_tile_dp(st_amx, {2 * h + j}, {4 + h}, {6 + j});", d + 1)
+    em.emit("}", d)
+    for h in range(halves):
+        for j in range(g):
+            em.emit(f"st_tile_store(st_amx, {2 * h + j}, st_c + {16 * h * width + 16 * j}, "
+                    f"{4 * width});", d)
+    em.emit("st_fence();", d)
+    for r in range(len(amx.rows)):
+        em.emit(" ".join(f"{cname(a)} += st_c[{r * width + 16 * j + i}];"
+                         for j, (_, accs) in enumerate(amx.cols[r]) for i, a in enumerate(accs)), d)
+    trips = [getattr(x, "value", None) for x in (loop.start, loop.stop)]
+    if None in trips or (trips[1] - trips[0]) % 16:
+        em.emit(f"for (; {v} < {_strip(em.expr(loop.stop))}; {v}++) {{", d)
+        em.body(loop.body, d + 1)
+        em.emit("}", d)
+    em.emit("}", depth)
+
+
+AMX_PRELUDE = r"""
+// AMX tiles (target/c_amx.py): where the compiler targets AMX, st_tile_* are the instructions,
+// unless the kernel's st_amx (from st_amx_mode) says to emulate them: Linux refused the tile
+// data, or STRATA_AMX_EMULATE=1. The emulation follows the SDM's tdpbf16ps (two fp32 partial
+// sums per pair of K, RNE, bf16 subnormal inputs as zero, subnormal results flushed), bit-exact
+// with the instructions on the probe's CPU (strata/target/amx_kernel.c's tests). Every tile is
+// 16 rows x 64 bytes: fp32 C 16x16, bf16 A 16x32, B 16 pairs x 16 columns.
+#include <float.h>
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define ST_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+extern long syscall(long, ...);
+#else
+#define ST_AMX 0
+#endif
+#define st_fence() __asm__ volatile("" ::: "memory")
+static _Thread_local uint8_t st_emu[8][16][64];
+static void st_emu_load(int t, const void* p, long stride) {
+    for (int r = 0; r < 16; r++) memcpy(st_emu[t][r], (const char*)p + r * stride, 64);
+}
+static void st_emu_store(int t, void* p, long stride) {
+    for (int r = 0; r < 16; r++) memcpy((char*)p + r * stride, st_emu[t][r], 64);
+}
+static inline float st_emu_bf16(const uint8_t* p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return st_bf16_to_float((h & 0x7f80) == 0 ? h & 0x8000 : h);
+}
+static inline float st_emu_ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+static void st_emu_dp(int c, int a, int b) {
+    for (int m = 0; m < 16; m++) {
+        float even[16] = {0}, odd[16] = {0}, acc;
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 16; n++) {
+                even[n] = st_emu_ftz(fmaf(st_emu_bf16(&st_emu[a][m][4 * k]),
+                                          st_emu_bf16(&st_emu[b][k][4 * n]), even[n]));
+                odd[n] = st_emu_ftz(fmaf(st_emu_bf16(&st_emu[a][m][4 * k + 2]),
+                                         st_emu_bf16(&st_emu[b][k][4 * n + 2]), odd[n]));
+            }
+        for (int n = 0; n < 16; n++) {
+            memcpy(&acc, &st_emu[c][m][4 * n], 4);
+            acc = st_emu_ftz(acc + st_emu_ftz(even[n] + odd[n]));
+            memcpy(&st_emu[c][m][4 * n], &acc, 4);
+        }
+    }
+}
+// 1: emulate. Linux >= 5.16 gives a process tile data only on request (arch_prctl): asked once,
+// on the first call, before the kernel's threads start; refused, the tiles are emulated.
+static int st_amx_mode(void) {
+    const char* e = getenv("STRATA_AMX_EMULATE");
+#if ST_AMX
+    static int granted;         // 0: not asked, 1: granted, -1: refused
+    if (!granted) {
+        unsigned long bits = 0;
+        granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0 && syscall(SYS_arch_prctl, 0x1022, &bits) == 0
+                  && (bits >> 18 & 1) ? 1 : -1;
+        if (granted < 0) fprintf(stderr, "strata: Linux refused AMX tile data; emulating the tiles\n");
+    }
+    return granted < 0 || (e && *e && strcmp(e, "0"));
+#else
+    (void)e;
+    return 1;
+#endif
+}
+#if ST_AMX
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} st_tilecfg;
+// This thread's configuration: 8 tiles of 16 rows x 64 bytes. gcc 12's _tile_loadconfig asm
+// declares an 8-byte read, so the stores filling the rest may be dropped (amx_kernel.c): the
+// empty asm before it reads all 64 bytes.
+static void st_amx_start(int emu) {
+    if (emu) return;
+    st_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    __asm__ volatile("" : : "m"(cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+static void st_amx_end(int emu) { if (!emu) _tile_release(); }
+#define st_tile_zero(e, t) do { if (e) memset(st_emu[t], 0, 1024); else _tile_zero(t); } while (0)
+#define st_tile_load(e, t, p, s) do { if (e) st_emu_load(t, p, s); else _tile_loadd(t, p, s); } while (0)
+#define st_tile_store(e, t, p, s) do { if (e) st_emu_store(t, p, s); else _tile_stored(t, p, s); } while (0)
+#define st_tile_dp(e, c, a, b) do { if (e) st_emu_dp(c, a, b); else _tile_dpbf16ps(c, a, b); } while (0)
+#else
+static void st_amx_start(int emu) { (void)emu; }
+static void st_amx_end(int emu) { (void)emu; }
+#define st_tile_zero(e, t) ((void)(e), memset(st_emu[t], 0, 1024))
+#define st_tile_load(e, t, p, s) ((void)(e), st_emu_load(t, p, s))
+#define st_tile_store(e, t, p, s) ((void)(e), st_emu_store(t, p, s))
+#define st_tile_dp(e, c, a, b) ((void)(e), st_emu_dp(c, a, b))
+#endif
+"""
