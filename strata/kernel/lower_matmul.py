@@ -269,8 +269,15 @@ class _MatmulLowerer(Lowerer):
                 fill += self.stmts(subst_body(body, {**bind, st.k_var: add(mul(kv, 2), h)})) + \
                     [Store(st.name, at, Var(names.get(st.value, st.value), cdt))]
             assert block == 1 and st.bounds is None, "a pairs panel is a CPU's, its edge clamped"
-            inner = For(xv.name, Const(0), Const(st.x_extent), 1, tuple(fill), dtype=idx)
-            return [smem, For(kv.name, Const(0), Const(st.k_extent), 1, (inner,), dtype=idx)]
+            if st.fast == "x":
+                inner = For(xv.name, Const(0), Const(st.x_extent), 1, tuple(fill), dtype=idx)
+                return [smem, For(kv.name, Const(0), Const(st.k_extent), 1, (inner,), dtype=idx)]
+            chunk = 16 if st.k_extent % 16 == 0 else 1   # K contiguous: rows read 16 pairs at a
+            ko, ki = Var(f"{kv.name}o", idx), Var(f"{kv.name}i", idx)     # time, written in L1
+            fill = [Let(kv.name, idx, add(mul(ko, chunk), ki))] + fill
+            for var, extent in ((ki, chunk), (xv, st.x_extent), (ko, st.k_extent // chunk)):
+                fill = [For(var.name, Const(0), Const(extent), 1, tuple(fill), dtype=idx)]
+            return [smem, *fill]
         if block == 1:          # one thread (a CPU): two loops, the contiguous axis innermost
             loops = [(kv.name, st.k_extent), (xv.name, st.x_extent)]
             if st.fast == "k":

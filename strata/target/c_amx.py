@@ -39,8 +39,9 @@ class AmxLoop:
 
 def match_amx(loop: For, bufs: dict, types: dict) -> AmxLoop | None:
     """The loop as a pairs loop on an amx-form panel with 16 or 32 rows of 1 or 2 groups of 16
-    columns, consecutive pairs of K contiguous in every row; None otherwise."""
-    pl = match_pairs(loop, bufs, types)
+    columns, consecutive pairs of K contiguous in every row, and 16 pairs or more; else None."""
+    trips = [getattr(x, "value", None) for x in (loop.start, loop.stop)]
+    pl = match_pairs(loop, bufs, types) if None in trips or trips[1] - trips[0] >= 16 else None
     if pl is None or not all(pl.loads[w].buf.endswith(PANEL) for _, w, _ in pl.vectors):
         return None
     rows: dict = {}
