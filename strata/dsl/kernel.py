@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import os
 from math import prod
 
 import numpy as np
@@ -138,7 +139,12 @@ class _Launcher:
         if run is None:
             raise InputMismatch(f"device {device!r}: a kernel runs on "
                                 f"{', '.join(map(repr, _RUNNERS))}")
-        run(k, tensors, {n: values[n] for n, _ in k.scalars})
+        try:
+            run(k, tensors, {n: values[n] for n, _ in k.scalars})
+        except StrataError as e:      # the sentence, raised at the user's launch line; the
+            if os.environ.get("STRATA_DEBUG"):          # simulator's frames with STRATA_DEBUG=1
+                raise
+            raise e.with_traceback(None) from None
 
 
 # ---------------------------------------------------------------- running
