@@ -146,13 +146,16 @@ class _Hoist(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call):
         callee = _dotted(node.func)
         if callee in RANDOM_CALLS:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-            self.fakes = getattr(self, "fakes", None) or FakeTensorMode()   # one per snippet
-            with self.fakes:                       # its shape, without making it
-                fake = _eval_node(node, self.ns)
-            value = (Deferred(fake, node, self.ns, torch.get_rng_state())
-                     if isinstance(fake, torch.Tensor) and fake.numel() * fake.element_size() > BIG_INPUT
-                     else _eval_node(node, self.ns))
+            with torch.device("meta"):             # its size, without making it (nor importing
+                meta = _eval_node(node, self.ns)   # torch._dynamo, as fake tensors would)
+            if isinstance(meta, torch.Tensor) and meta.numel() * meta.element_size() > BIG_INPUT:
+                from torch._subclasses.fake_tensor import FakeTensorMode
+                self.fakes = getattr(self, "fakes", None) or FakeTensorMode()   # one per snippet
+                rng = torch.get_rng_state()
+                with self.fakes:
+                    value = Deferred(_eval_node(node, self.ns), node, self.ns, rng)
+            else:
+                value = _eval_node(node, self.ns)
             if not isinstance(value, (torch.Tensor, Deferred)):
                 raise SnippetError(f"{callee}(...) did not produce a tensor.")
             name = input_name(len(self.inputs))
