@@ -170,7 +170,9 @@ DOT_T_MIN_M = 256                 # the fewest rows for which a bf16 `x @ w` sto
                                   # for the dot form, fewer run in pairs: (K, N) = (2048, 5632)
                                   # took 1.58x the pairs form's time at M=128, 0.84x at 256, 0.86x
                                   # at 512 (2-core EPYC, 2026-11-26)
-AMX_MIN_M = 16                    # the fewest rows a bf16 contraction runs on AMX tiles by default
+AMX_MIN_M = 64                    # the fewest rows a bf16 contraction runs on AMX tiles by default:
+                                  # linear (2048 -> 5632) took 1.3x dot's time at M=16, 0.9x at 32,
+                                  # 0.69x at 64, 0.32x at 128, 0.19x at 512 (2-core EMR, 11-26)
 AMX_MIN_K = 32                    # ... and the shortest K (one tdpbf16ps step)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x

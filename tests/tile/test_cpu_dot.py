@@ -2,6 +2,7 @@
 C target's vdpbf16ps loops (target/c_dot.py). Run natively and compared with float64 eager at
 odd, prime and size-1 shapes, K in chunks or not, one and two reductions, bf16 and f32."""
 import io
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,11 +22,12 @@ pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU targe
                                                    "here (install gcc)")
 BF16 = torch.bfloat16
 HAS_DP = host().has("avx512_bf16")
+NO_AMX = replace(host(), features=host().features - {"amx_tile", "amx_bf16"})   # the forms without AMX
 
 
 def cpu_compile(fn, inputs, knobs=None, target=None):
     log = io.StringIO()
-    ctx = Context(knobs=knobs or {}, verbosity=2, stream=log, target=target)
+    ctx = Context(knobs=knobs or {}, verbosity=2, stream=log, target=target or NO_AMX)
     return strata.compile(fn, inputs, device="cpu", ctx=ctx), log.getvalue()
 
 
