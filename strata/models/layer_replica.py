@@ -116,9 +116,7 @@ def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchPr
         return None
     taken = {n.name for n in nodes} | set(two.inputs) | set(two.weights)
     weights, weight_types = dict(two.weights), dict(two.weight_types)
-    inputs = {}
-    for name, ty in two.inputs.items():
-        inputs[name] = ty
+    inputs = dict(two.inputs)
     mutations = dict(two.mutations)
     clones: list = []
     prev = {n.name: n.name for n in l1}                      # layer-1 name -> layer k-1's
@@ -156,7 +154,7 @@ def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchPr
             if r.name in own:
                 return Ref(own[r.name])
             if where.get(r.name) == 0:                       # the previous layer's value
-                return Ref(prev[_layer1_name(l1, by_pos0[r.name])])
+                return Ref(prev[l1[by_pos0[r.name]].name])
             return r
         clones += [dataclasses.replace(n, name=current[n.name],
                                        args=_map_refs(n.args, move), kwargs=_map_refs(n.kwargs, move),
@@ -174,7 +172,7 @@ def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchPr
     end = max(i for i, n in enumerate(nodes) if where[n.name] == 1)
     after = [dataclasses.replace(n, args=_map_refs(n.args, to_last), kwargs=_map_refs(n.kwargs, to_last))
              for n in nodes[end + 1:]]
-    order = [*layer_inputs_order(two.inputs, layer_inputs, n_layers, inputs)]
+    order = _call_order(two.inputs, layer_inputs, n_layers)
     return dataclasses.replace(
         two, graph=None, exported=None, nodes=[*nodes[:end + 1], *clones, *after],
         inputs={name: inputs[name] for name in order}, weights=weights, weight_types=weight_types,
@@ -182,11 +180,7 @@ def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchPr
         notes=[*two.notes, f"layers 2..{n_layers - 1} repeat layer 1 of a two-layer export"])
 
 
-def _layer1_name(l1: list, i: int) -> str:
-    return l1[i].name
-
-
-def layer_inputs_order(two_inputs: dict, layer_inputs, n_layers: int, inputs: dict) -> list[str]:
+def _call_order(two_inputs: dict, layer_inputs, n_layers: int) -> list[str]:
     """The inputs in call order: the shared ones first as captured, then every layer's own."""
     own = set(layer_inputs(0)) | set(layer_inputs(1))
     shared = [n for n in two_inputs if n not in own]
