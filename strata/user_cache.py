@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -18,3 +19,17 @@ def user_cache_dir() -> Path:
 
 def caching_enabled() -> bool:
     return os.environ.get("STRATA_NO_CACHE", "").lower() not in ("1", "true", "yes", "on")
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole or not at all (a temp file beside it, then os.replace): a reader
+    in another process, or a run cut short, never sees half an entry or half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -114,13 +114,15 @@ def ncu_errors(text: str) -> list[str]:
     return [ln.split("==ERROR==", 1)[1].strip() for ln in text.splitlines() if "==ERROR==" in ln]
 
 
-def ncu_command(ncu: str, code: str, kernel_names: list[str]) -> list[str]:
+def ncu_command(ncu: str, code: str, kernel_names: list[str], child: str = "--target") -> list[str]:
+    """ncu over this module's child: `--target CODE` (a snippet) or `--case NAME` (an op-suite
+    case), profiling only `kernel_names`."""
     names = list(dict.fromkeys(kernel_names))
     cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values())]
     if names:
         cmd += ["--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
                 "--launch-count", str(len(kernel_names))]
-    return cmd + [sys.executable, "-m", "strata.bench.ncu", "--target", code]
+    return cmd + [sys.executable, "-m", "strata.bench.ncu", child, code]
 
 
 def profile_snippet(code: str, kernel_names: list[str], timeout_s: float = 600.0):
@@ -158,15 +160,24 @@ def ncu_table(kernels: list[NcuKernel], title: str = "ncu (per kernel; replayed,
     return table
 
 
-def target(code: str) -> int:
-    """The profiled child: compile the snippet for CUDA and call the program once."""
+def target(code: str, case_name: str | None = None) -> int:
+    """The profiled child: compile the snippet (or the op-suite case) for CUDA and call the
+    program once."""
     import torch
 
-    from ..frontend.snippet import parse_snippet
     from .runtime_adapter import compile_cuda
-    snippet = parse_snippet(code)
-    module = snippet.module.to("cuda")
-    inputs = tuple(x.to("cuda") for x in snippet.example_inputs)
+    if case_name is not None:
+        from . import cases as C
+        case = next((c for c in C.cases() if c.name == case_name), None)
+        if case is None:
+            print(f"no op-suite case named {case_name!r}", file=sys.stderr)
+            return 2
+        module, inputs = case.build("cuda")
+    else:
+        from ..frontend.snippet import parse_snippet
+        snippet = parse_snippet(code)
+        module = snippet.module.to("cuda")
+        inputs = tuple(x.to("cuda") for x in snippet.example_inputs)
     program = compile_cuda(module, inputs)
     with torch.no_grad():
         program(*inputs)
@@ -175,8 +186,8 @@ def target(code: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--target":
-        sys.exit(target(sys.argv[2]))
-    print("usage: python -m strata.bench.ncu --target CODE (run under ncu by strata run --profile)",
-          file=sys.stderr)
+    if len(sys.argv) == 3 and sys.argv[1] in ("--target", "--case"):
+        sys.exit(target(sys.argv[2]) if sys.argv[1] == "--target" else target("", sys.argv[2]))
+    print("usage: python -m strata.bench.ncu --target CODE | --case NAME (run under ncu by strata "
+          "run --profile and python -m strata.gpu_check)", file=sys.stderr)
     sys.exit(2)

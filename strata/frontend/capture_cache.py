@@ -15,16 +15,14 @@ import dataclasses
 import hashlib
 import logging
 import operator
-import os
 import pickle
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 from .torch_ir import TorchProgram
 
 log = logging.getLogger("strata.capture_cache")
@@ -117,16 +115,8 @@ def store(code: str, program: TorchProgram) -> bool:
         return False
     path = entry_path(code)
     try:
-        data = pickle.dumps({"format": FORMAT, "code": code.strip(), "program": _to_plain(program)})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(path, pickle.dumps({"format": FORMAT, "code": code.strip(),
+                                             "program": _to_plain(program)}))
         return True
     except Exception as e:          # read-only home, full disk, an unpicklable constant ...
         log.warning("could not write the capture cache entry %s: %s", path, e)

@@ -1,15 +1,14 @@
 """Nsight Compute on the op-suite cases where strata is furthest behind: rank the suite's JSON
 by strata's speedup over the faster of eager and torch.compile, profile each of the slowest in a
-child that builds the case, compiles it and calls it once (`python -m strata.gpu_check.ncu_slowest
-"CASE NAME"` is that child), and report ncu's numbers per strata kernel beside the case's achieved
+child that builds the case, compiles it and calls it once (`python -m strata.bench.ncu --case
+"CASE NAME"`), and report ncu's numbers per strata kernel beside the case's achieved
 GB/s and TFLOP/s (its ideal bytes and FLOPs over the summed kernel durations)."""
 from __future__ import annotations
 
 import re
 import shutil
-import sys
 
-from ..bench.ncu import METRICS, ncu_errors, parse_ncu_csv
+from ..bench.ncu import ncu_command, ncu_errors, parse_ncu_csv
 
 
 def slowest(suite: dict, count: int) -> list[dict]:
@@ -24,10 +23,7 @@ def profile_case(run, case: dict) -> tuple[list[str], bool]:
     ncu = shutil.which("ncu")
     if ncu is None or not names:
         return head + ["ncu is not on PATH" if ncu is None else "the case has no strata kernels"], False
-    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
-           "--kernel-name", "regex:^(" + "|".join(re.escape(n) for n in names) + ")$",
-           "--launch-count", str(len(case["kernels"])),
-           sys.executable, "-m", "strata.gpu_check.ncu_slowest", case["name"]]
+    cmd = ncu_command(ncu, case["name"], [k["name"] for k in case["kernels"]], "--case")
     proc = run.call(cmd, 45, "ncu_" + re.sub(r"[^A-Za-z0-9]+", "_", case["name"]) + ".log")
     kernels = parse_ncu_csv(proc.text)
     if not kernels:
@@ -51,28 +47,3 @@ def profile_case(run, case: dict) -> tuple[list[str], bool]:
                      f"| {fmt(k.value('registers'), '.0f')} |")
     return lines, True
 
-
-def target(name: str) -> int:
-    """The profiled child: build the suite case on the GPU, compile it, call it once."""
-    import torch
-
-    from ..bench import cases as C
-    from ..bench.runtime_adapter import compile_cuda
-    case = next((c for c in C.cases() if c.name == name), None)
-    if case is None:
-        print(f"no op-suite case named {name!r}", file=sys.stderr)
-        return 2
-    module, inputs = case.build("cuda")
-    program = compile_cuda(module, inputs)
-    with torch.no_grad():
-        program(*inputs)
-    torch.cuda.synchronize()
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print('usage: python -m strata.gpu_check.ncu_slowest "CASE NAME" (run under ncu)',
-              file=sys.stderr)
-        sys.exit(2)
-    sys.exit(target(sys.argv[1]))

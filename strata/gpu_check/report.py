@@ -8,6 +8,8 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..user_cache import write_atomically
+
 REPORT_MD, REPORT_JSON, LOGS = "gpu_check.md", "gpu_check.json", "gpu_check_logs.tar.gz"
 STATUSES = ("pass", "fail", "timeout", "skipped", "dry-run")
 
@@ -43,8 +45,8 @@ class Report:
     def write(self, out: Path, logs: Path) -> None:
         """Rewrite the report and the log archive in `out` (whole files, replaced atomically)."""
         out.mkdir(parents=True, exist_ok=True)
-        _replace(out / REPORT_MD, self.markdown().encode())
-        _replace(out / REPORT_JSON, json.dumps(asdict(self), indent=1).encode())
+        write_atomically(out / REPORT_MD, self.markdown().encode())
+        write_atomically(out / REPORT_JSON, json.dumps(asdict(self), indent=1).encode())
         tmp = out / (LOGS + ".tmp")
         with tarfile.open(tmp, "w:gz") as tar:
             for f in sorted(logs.rglob("*")):
@@ -52,8 +54,3 @@ class Report:
                     tar.add(f, arcname=str(f.relative_to(logs)))
         tmp.replace(out / LOGS)
 
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)

@@ -17,16 +17,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import pickle
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
 FORMAT = 1
@@ -66,11 +64,25 @@ def _path(key: str) -> Path:
     return user_cache_dir() / "models" / key[:2] / f"{key}.pkl"
 
 
-def _owners(module: torch.nn.Module) -> dict:
-    """(data_ptr, shape, stride, dtype) -> the qualified name of the parameter or buffer."""
+def owner_names(module: torch.nn.Module, tensors: dict) -> dict[str, str]:
+    """name -> the qualified name of the parameter or buffer of `module` that is that tensor (the
+    same object, or the same storage, shape, strides and dtype: export detaches them), for the
+    tensors `module` holds; the first name of a tied one."""
     named = [*module.named_parameters(remove_duplicate=False),
              *module.named_buffers(remove_duplicate=False)]
-    return {(t.data_ptr(), tuple(t.shape), t.stride(), t.dtype): name for name, t in reversed(named)}
+    ids = {id(t): n for n, t in reversed(named)}
+    ptrs = {_storage(t): n for n, t in reversed(named) if t.data_ptr()}
+    out = {}
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor):
+            owner = ids.get(id(t)) or (ptrs.get(_storage(t)) if t.data_ptr() else None)
+            if owner is not None:
+                out[name] = owner
+    return out
+
+
+def _storage(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
 
 
 def store(key: str, lowered, module: torch.nn.Module) -> bool:
@@ -79,15 +91,8 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
     if not caching_enabled():
         return False
     from ..frontend.capture_cache import _to_plain
-    owners = _owners(module)
-    refs, values = {}, {}
-    for name, t in lowered.torch.weights.items():
-        owner = owners.get((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)) \
-            if isinstance(t, torch.Tensor) else None
-        if owner is not None:
-            refs[name] = owner
-        else:
-            values[name] = t
+    refs = owner_names(module, lowered.torch.weights)
+    values = {name: t for name, t in lowered.torch.weights.items() if name not in refs}
     if sum(t.numel() * t.element_size() for t in values.values()
            if isinstance(t, torch.Tensor)) > MAX_VALUE_BYTES:
         return False
@@ -96,16 +101,7 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
              "kernel": lowered.kernel, "c": lowered.c, "cuda": lowered.cuda, "target": lowered.target}
     path = _path(key)
     try:
-        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
         return True
     except Exception as e:          # read-only home, full disk, something unpicklable
         log.warning("could not write the compile cache entry %s: %s", path, e)

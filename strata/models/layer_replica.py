@@ -18,6 +18,7 @@ import re
 from torch import nn
 
 from ..frontend.torch_ir import Ref, TorchProgram
+from .compile_cache import owner_names
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 
@@ -60,21 +61,6 @@ def _refs(value) -> list[str]:
     return out
 
 
-def _owned_names(module: nn.Module, tensors: dict) -> dict[str, str]:
-    """strata weight name -> the qualified name inside `module` of the same tensor."""
-    named = [*module.named_parameters(remove_duplicate=False),
-             *module.named_buffers(remove_duplicate=False)]
-    ids = {id(t): n for n, t in named}
-    ptrs = {(t.data_ptr(), tuple(t.shape), t.dtype): n for n, t in named if t.data_ptr()}
-    out = {}
-    for name, w in tensors.items():
-        key = (w.data_ptr(), tuple(w.shape), w.dtype)
-        owner = ids.get(id(w)) or (ptrs.get(key) if w.data_ptr() else None)
-        if owner is not None:
-            out[name] = owner
-    return out
-
-
 def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchProgram | None:
     """The Torch IR of the whole model from `two`, captured with layers[:2]; None when its two
     layers are not one template. layer_inputs(k): the names of layer k's own inputs (its K and V
@@ -86,12 +72,11 @@ def replicate(two: TorchProgram, layers: nn.ModuleList, layer_inputs) -> TorchPr
     l1 = [n for n in nodes if where[n.name] == 1]
     if not l1 or len(l0) != len(l1) or any(a.op != b.op for a, b in zip(l0, l1)):
         return None
-    twin = {b.name: a.name for a, b in zip(l0, l1)}          # layer-1 node -> its layer-0 twin
     pos = {n.name: i for i, n in enumerate(l1)}
     by_pos0 = {n.name: i for i, n in enumerate(l0)}
     own_inputs = dict(zip(layer_inputs(1), layer_inputs(0)))
-    w1 = _owned_names(layers[1], two.weights)
-    w0 = _owned_names(layers[0], two.weights)
+    w1 = owner_names(layers[1], two.weights)
+    w0 = owner_names(layers[0], two.weights)
     # layer 1 reads: its own nodes, layer 0's nodes (the previous layer), its weights and inputs,
     # and shared values; layer 0 must read the same kinds at the same places
     for a, b in zip(l0, l1):

@@ -296,14 +296,14 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
 
-    def pairs(loop, rows: int = DOT_T_MIN_M - 1) -> bool:
+    def pairs(loop, rows: int = DOT_T_MIN_M - 1) -> bool:     # rows: the most M may have
         b = closure(loop.body, sides(c, loop)[1])
         return held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) <= rows \
             and len(b) == 1 and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
     amx = ctx.arch.has("amx_bf16") and k.extent(c.m) >= AMX_MIN_M and \
-        all(pairs(l, 1 << 62) and l.extent >= AMX_MIN_K for l in c.loops)
+        all(pairs(l, rows=k.extent(c.m)) and l.extent >= AMX_MIN_K for l in c.loops)
     return ctx.knob("FORM", "amx" if amx else "dot" if all(map(fits, c.loops)) else
                     "pairs" if dp and all(map(pairs, c.loops)) else "outer")
 

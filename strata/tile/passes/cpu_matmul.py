@@ -133,9 +133,9 @@ def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, amx: bool = Fa
     named `*_amx` for target/c_amx.py."""
     a, b = sides(c, loop)
     b_side = _clamped(closure(loop.body, b), c.n, k.extent(c.n), mt.tile_n)
-    panel = StageTile(f"{b}_{'amx' if amx else 'panel'}", b, "bf16", loop.var, loop.extent // 2, c.n, mt.tile_n, "n0",
-                      b_side, None, fastest_axis(k, b_side, loop.var, c.n) if amx else "x",
-                      2 * mt.tile_n, pairs=True)
+    name, fast = (f"{b}_amx", fastest_axis(k, b_side, loop.var, c.n)) if amx else (f"{b}_panel", "x")
+    panel = StageTile(name, b, "bf16", loop.var, loop.extent // 2, c.n, mt.tile_n, "n0", b_side,
+                      None, fast, 2 * mt.tile_n, pairs=True)
 
     def k_loop(m_edge) -> tuple:
         body = loop.body if m_edge is None else _clamped(loop.body, c.m, k.extent(c.m), mt.thread_m)
