@@ -59,7 +59,8 @@ class KernelSyntaxError(StrataError):
 
 
 class SimError(StrataError):
-    """The simulator caught an out-of-bounds access, a race or a divergent barrier."""
+    """The simulator caught an out-of-bounds access, a race or a divergent barrier (or a
+    checked launch, `k[grid, block](..., checked=True)`, an out-of-bounds access)."""
 
 
 class DeviceUnavailable(StrataError):

@@ -336,12 +336,12 @@ class _Builder:
             cond = self.truth(self.expr(s.test))
         stop_cond = self.stop_cond(flags)
         body = self.loop_body(s, flags)
-        recompute = [*cond_stmts, Assign(go, cond)]
+        recompute = [*cond_stmts, Assign(go, cond)]      # cited as the `while` line (the Comment)
         if stop_cond is not None:
             recompute = [Assign(go, Const(False, "bool")), If(stop_cond, tuple(recompute))]
         self.body += cond_stmts
         self.emit(Let(go, "bool", cond))
-        self.emit(While(Var(go, "bool"), tuple(body + recompute)))
+        self.emit(While(Var(go, "bool"), tuple(body + [self.where(s)] + recompute)))
 
     def assign(self, target, value_node) -> None:
         if isinstance(target, ast.Tuple):

@@ -103,6 +103,14 @@ class KernelFunction:
         self.last = key
         return k
 
+    def checked(self, k: Kernel) -> tuple[Kernel, list]:
+        """k with its accesses bounds-checked, and the access sites (built once per k)."""
+        from ..kernel.bounds_check import add_bounds_checks
+        key = ("checked", id(k))
+        if key not in self.cache:
+            self.cache[key] = (k,) + add_bounds_checks(k)
+        return self.cache[key][1:]
+
     def kernel_ir(self, args=(), kwargs=None, grid=None, block=None) -> Kernel:
         """The Kernel IR for example arguments, else of the latest launch."""
         kwargs = kwargs or {}
@@ -130,7 +138,9 @@ class _Launcher:
     def __init__(self, fn: KernelFunction, grid: tuple, block: tuple):
         self.fn, self.grid, self.block = fn, grid, block
 
-    def __call__(self, *args, device: str | None = None, **kwargs):
+    def __call__(self, *args, device: str | None = None, checked: bool = False, **kwargs):
+        """checked=True: native launches test every access too (kernel/bounds_check.py) and an
+        out-of-bounds one is the simulator's SimError; the simulator always checks."""
         kinds, values = self.fn.bind(args, kwargs)
         tensors = {n: v for n, v in values.items() if kinds[n][0] == "tensor"}
         device = device or _device_of(tensors.values())
@@ -140,7 +150,10 @@ class _Launcher:
             raise InputMismatch(f"device {device!r}: a kernel runs on "
                                 f"{', '.join(map(repr, _RUNNERS))}")
         try:
-            run(k, tensors, {n: values[n] for n, _ in k.scalars})
+            if checked and device != "sim":
+                _run_checked(run, self.fn.checked(k), tensors, values)
+            else:
+                run(k, tensors, {n: values[n] for n, _ in k.scalars})
         except StrataError as e:      # the sentence, raised at the user's launch line; the
             if os.environ.get("STRATA_DEBUG"):          # simulator's frames with STRATA_DEBUG=1
                 raise
@@ -148,6 +161,20 @@ class _Launcher:
 
 
 # ---------------------------------------------------------------- running
+
+def _run_checked(run, checked: tuple, tensors: dict, values: dict) -> None:
+    import torch
+
+    from ..kernel.bounds_check import FAULT, fault_sentence
+    from ..errors import SimError
+    k, sites = checked
+    device = next((t.device for t in tensors.values() if isinstance(t, torch.Tensor)), "cpu")
+    fault = torch.zeros(2, dtype=torch.int64, device=device)
+    run(k, {**tensors, FAULT: fault}, {n: values[n] for n, _ in k.scalars})
+    sentence = fault_sentence(k.name, fault.tolist(), sites)
+    if sentence:
+        raise SimError(sentence)
+
 
 def _is_tensor(v) -> bool:
     return isinstance(v, np.ndarray) or type(v).__module__.startswith("torch")

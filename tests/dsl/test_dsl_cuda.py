@@ -43,7 +43,7 @@ class SimDriver:
         return name
 
     def launch(self, function, name, grid, block, params, stream):
-        k = next(k for k, *_ in dsl_kernel._CUDA.values() if k.name == name)
+        k = [k for k, *_ in dsl_kernel._CUDA.values() if k.name == name][-1]   # the latest built
         assert (grid, block, stream) == (k.grid, k.block, 7)
         slots = (ctypes.c_uint64 * (len(k.params) + len(k.scalars))).from_address(params)
         tensors = {p.name: self.by_address[ctypes.c_uint64.from_address(slots[i]).value]
@@ -91,3 +91,27 @@ def test_on_a_gpu():
     out = torch.zeros(n, device="cuda")
     axpy[(n + 255) // 256, 256](x, y, out, n, 2.0, False, BLOCK=256)
     assert torch.allclose(out, 2.0 * x + y)
+
+
+def test_a_checked_launch_reports_the_stray_access(monkeypatch):
+    """checked=True on device="cuda": the fault buffer travels as one more pointer."""
+    n = 300
+    x, y, out = torch.randn(n), torch.randn(n), torch.zeros(n)
+    drv = SimDriver([x, y, out])
+
+    def run(k, tensors, scalars):
+        drv.by_address.update({t.data_ptr(): t for t in tensors.values()})
+        dsl_kernel.run_cuda(k, tensors, scalars, driver=drv)
+    monkeypatch.setitem(dsl_kernel._RUNNERS, "cuda", run)
+    axpy[3, 128](x, y, out, n, 2.0, False, BLOCK=128, device="cuda", checked=True)
+    assert torch.allclose(out, 2.0 * x + y)
+    with pytest.raises(st.StrataError, match=r"out-of-bounds load of x\[300\] \(size 300\)"):
+        axpy[3, 128](x, y, out, n + 1, 2.0, False, BLOCK=128, device="cuda", checked=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_checked_launch_on_a_gpu():
+    x = torch.randn(100, device="cuda")
+    out = torch.zeros(100, device="cuda")
+    with pytest.raises(st.StrataError, match=r"out-of-bounds load of x\[100\] \(size 100\)"):
+        axpy[1, 128](x, x, out, 101, 2.0, False, BLOCK=128, checked=True)
