@@ -143,6 +143,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     from ..api import Program, check_device, on_device
     from ..context import Context
     from ..pipeline import lower_torch_program
+    from ..runtime import native_build
     from . import compile_cache
     check_device(device)
     if prompt_len < 1:
@@ -173,12 +174,14 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
             say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
             lowered = lower_torch_program(torch_program, ctx)
             compile_cache.store(key, lowered, module)
-        program = Program(lowered, device)
+        if device == "cpu" and lowered.c:               # gcc builds it while the next lowers
+            native_build.build_soon(lowered.c)
+        programs.append((label, Program(lowered, device)))
+    for label, program in programs:
         if device in ("cuda", "cpu"):
             say(f"compiling the {label} kernels")
             program.load()
-        programs.append(program)
-    return programs[0], programs[1]
+    return programs[0][1], programs[1][1]
 
 
 def _capture(kind, module, sampling, inputs, in_names, say):

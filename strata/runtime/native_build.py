@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..user_cache import caching_enabled, user_cache_dir
@@ -44,8 +45,25 @@ def cache_key(source: str, compiler: list[str]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
+_SOON: dict[str, Future] = {}      # sha256 of a source -> its build started by build_soon
+
+
+def build_soon(source: str) -> None:
+    """Start building `source` in a thread and return at once: the compiler is a process of its
+    own, so a caller that goes on lowering the next program (models/decode.py) runs beside it on
+    the other core. build_library(source) then waits for this build instead of starting another."""
+    key = hashlib.sha256(source.encode()).hexdigest()
+    if key not in _SOON:
+        _SOON[key] = ThreadPoolExecutor(1).submit(_build, source)
+
+
 def build_library(source: str) -> bytes:
     """The shared library of `source`: from the cache, else compiled (and cached)."""
+    started = _SOON.pop(hashlib.sha256(source.encode()).hexdigest(), None)
+    return started.result() if started is not None else _build(source)
+
+
+def _build(source: str) -> bytes:
     compiler = cc.find_compiler()
     if not caching_enabled():
         return cc.compile_shared(source, compiler)

@@ -366,6 +366,21 @@ def test_a_damaged_entry_is_rebuilt(damage, cache_dir, compiles, caplog):
     assert cache.check_entry(entry.read_bytes(), entry.stem)[0] is not None
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_build_started_early_is_awaited_not_repeated(cache_dir, compiles, monkeypatch, cached):
+    """build_soon (models/decode.py: gcc builds the prefill while the step lowers) and the
+    program's own build are one compile, with or without the persistent cache."""
+    if not cached:
+        monkeypatch.setenv("STRATA_NO_CACHE", "1")
+    program = C.row_reduce(3, 7, "f32", "sum")
+    from strata.target.c import emit_program
+    source = emit_program(program)
+    native_build.build_soon(source)
+    x = torch.rand(3, 7)
+    assert torch.allclose(NativeProgram(program, source=source).run([x])[0], x.sum(1))
+    assert compiles == [source] and not native_build._SOON
+
+
 def test_no_cache_compiles_every_time(cache_dir, compiles, monkeypatch):
     monkeypatch.setenv("STRATA_NO_CACHE", "1")
     NativeProgram(C.mask_ops(7))
