@@ -1,0 +1,105 @@
+"""Block-quantized weights, stored as GGUF stores them, dequantized by torch ops strata fuses.
+
+Why torch ops and not a kernel: a QuantLinear's forward dequantizes its weight with integer and
+float tensor ops (a nibble mask and shift, a cast, a multiply by the block's scale) and hands it
+to F.linear. torch.export captures those ops, every strata stage prints them, the NumPy evaluators
+and the simulator compute them, and fusion keeps them inside the matrix product that reads them:
+the program reads the quantized bytes, never a dequantized copy.
+
+Formats (blocks of BLOCK = 32 weights along the input dimension K, one fp16 scale `d` each):
+  q8_0  qs int8 [N, K/32, 32]: w = d * qs
+  q4_0  qs uint8 [N, K/32, 16]: w[j] = d * ((qs[j] & 15) - 8) and w[j + 16] = d * ((qs[j] >> 4) - 8)
+        for j < 16 (GGUF's nibble order)
+K is padded with zeros to a multiple of 32 where it is not one (a Hugging Face weight; GGUF's
+are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
+package gives the same bytes (tests/quant check it).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import StrataError
+
+BLOCK = 32
+FORMATS = ("q8_0", "q4_0")
+BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise StrataError(f"unknown quantization {fmt!r}: strata quantizes to "
+                          f"{', '.join(FORMATS)}")
+    return fmt
+
+
+def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(qs, d) of a 2-d weight [N, K], K padded to a multiple of 32 (see the module docstring)."""
+    check_format(fmt)
+    n, k = w.shape
+    w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
+    if fmt == "q8_0":
+        amax = w.abs().amax(-1, keepdim=True)
+        d = amax / 127
+        v = w * torch.where(d == 0, 0, 1 / d)
+        qs = (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int8)    # C's roundf
+        return qs, d.to(torch.float16)
+    # q4_0: the signed value of largest magnitude maps to -8 (llama.cpp's quantize_row_q4_0)
+    big = w.gather(-1, w.abs().argmax(-1, keepdim=True))
+    d = big / -8
+    inv = torch.where(d == 0, 0, 1 / d)
+    q = torch.clamp(torch.trunc(w * inv + 8.5), max=15).to(torch.uint8)
+    return (q[..., :16] | (q[..., 16:] << 4)), d.to(torch.float16)
+
+
+def dequantize(qs: torch.Tensor, d: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The float32 weight [N, K/32 * 32] of (qs, d), with the ops QuantLinear compiles."""
+    if fmt == "q8_0":
+        q = qs.to(torch.float32)
+    elif fmt == "q4_0":
+        q = torch.cat([qs & 15, qs >> 4], -1).to(torch.float32) - 8
+    else:
+        check_format(fmt)
+    return (q * d.to(torch.float32)).flatten(-2)
+
+
+class QuantLinear(nn.Module):
+    """nn.Linear with a block-quantized weight (buffers `qs` and `d`) and an optional bias."""
+
+    def __init__(self, fmt: str, in_features: int, qs: torch.Tensor, d: torch.Tensor,
+                 bias: torch.Tensor | None = None):
+        super().__init__()
+        self.fmt, self.in_features = check_format(fmt), in_features
+        self.out_features = qs.shape[0]
+        self.register_buffer("qs", qs)
+        self.register_buffer("d", d)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, fmt: str) -> "QuantLinear":
+        qs, d = quantize_weight(linear.weight, fmt)
+        bias = None if linear.bias is None else linear.bias.detach()
+        return cls(fmt, linear.in_features, qs, d, bias)
+
+    def weight(self, dtype: torch.dtype) -> torch.Tensor:
+        w = dequantize(self.qs, self.d, self.fmt)
+        return (w if w.shape[1] == self.in_features else w[:, :self.in_features]).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight(x.dtype), self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.fmt}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+def quantize(model: nn.Module, fmt: str, skip: tuple[str, ...] = ()) -> nn.Module:
+    """`model` with every nn.Linear (but those whose qualified name ends with one in `skip`)
+    replaced in place by a QuantLinear of format `fmt`; the full-precision weights are dropped."""
+    check_format(fmt)
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and not full.endswith(skip):
+                setattr(module, child_name, QuantLinear.from_linear(child, fmt))
+    return model
