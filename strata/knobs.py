@@ -109,6 +109,9 @@ _TABLE = [
      "kernels with loops"),
     ("KEEP", "keep a costly value a CPU row's loop computes (softmax's exp) in a scratch row for a "
      "later loop that computes it again (1), or compute it again (0)", _FLAG, "CPU row kernels"),
+    ("BLOCK_LOOPS", "run a CPU loop whose indices divide its variable by a constant (a quantized "
+     "weight's blocks) as blocks of that constant (1), or as one loop (0)", _FLAG,
+     "CPU row kernels"),
     ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
      "has enough work, else one)", _between(0, 256), "CPU kernels"),
 ]

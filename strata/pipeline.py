@@ -20,6 +20,7 @@ from .knobs import KNOBS, show
 from .tile.attention import tile_attention
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
+from .tile.passes.cpu_block_loops import cpu_block_loops
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.cpu_keep_values import cpu_keep_values
@@ -76,6 +77,7 @@ CPU_PASSES = [
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
     ("cpu_rows", cpu_rows),
+    ("cpu_block_loops", cpu_block_loops),
     ("cpu_keep_values", cpu_keep_values),
     ("mark_unroll", mark_unroll),
 ]

@@ -87,7 +87,8 @@ class QuantLinear(nn.Module):
         return (w if w.shape[1] == self.in_features else w[:, :self.in_features]).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight(x.dtype), self.bias)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight(x.dtype), bias)
 
     def extra_repr(self) -> str:
         return f"{self.fmt}, in_features={self.in_features}, out_features={self.out_features}"
