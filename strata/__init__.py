@@ -3,6 +3,7 @@
     prog = strata.compile(fn_or_module, example_inputs, device="sim")
     out = prog(*inputs)
     ids = strata.generate(hf_model, input_ids, max_new_tokens=16)  # KV-cache decoding
+    strata.quantize(hf_model, "q8_0")               # linear weights as GGUF's Q8_0 blocks
     print(prog.ir("loop")); print(prog.source("cuda"))
     fast = torch.compile(model, backend="strata")   # frontend/dynamo_backend.py
 
@@ -16,7 +17,8 @@ try:
 except PackageNotFoundError:        # a source checkout on sys.path, not installed
     __version__ = "0+unknown"
 
-_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors"}
+_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors",
+         "quantize": "quant.formats"}
 # what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
 _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
         "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
@@ -43,4 +45,4 @@ if not any(ep.name == "strata" for ep in entry_points(group="torch_dynamo_backen
     from .frontend.dynamo_backend import register as _register   # no entry point: register now
     _register()
 
-__all__ = ["compile", "generate", "Program", "Context", "StrataError", "__version__"]
+__all__ = ["compile", "generate", "quantize", "Program", "Context", "StrataError", "__version__"]

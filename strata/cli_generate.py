@@ -26,8 +26,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="greedy or sampled decoding of MODEL with a KV cache on strata kernels")
-    g.add_argument("model", help="a bundled model name or a directory with config.json, optional "
-                                 "*.safetensors and tokenizer files")
+    g.add_argument("model", help="a bundled model name, a directory with config.json, optional "
+                                 "*.safetensors and tokenizer files, or a llama GGUF file")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs a tokenizer in the MODEL directory)")
     src.add_argument("--prompt-ids", metavar="1,2,3", help="prompt token ids, comma-separated")
@@ -40,6 +40,8 @@ def add_parser(sub) -> None:
                         "cpu (natively: C with OpenMP)")
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
+    g.add_argument("--quant", metavar="FORMAT",
+                   help="quantize the linear weights at load: q8_0 or q4_0 (GGUF's block formats)")
     g.add_argument("--temperature", type=float, metavar="T",
                    help="sample the next token inside the compiled program (default: greedy)")
     g.add_argument("--top-k", type=int, metavar="K",
@@ -55,7 +57,9 @@ def add_parser(sub) -> None:
 
 
 def _tokenizer(source):
-    """The tokenizer of a MODEL directory, or None (bundled names carry none)."""
+    """The tokenizer of a MODEL directory or GGUF file, or None (bundled names carry none)."""
+    if source.gguf is not None:
+        return source.gguf.tokenizer()
     d = source.directory
     if d is None or not any((Path(d) / f).is_file() for f in TOKENIZER_FILES):
         return None
@@ -66,8 +70,12 @@ def _tokenizer(source):
         raise ModelError(f"cannot load the tokenizer in {d}: {str(e).splitlines()[0]}") from None
 
 
-def _prompt_ids(args, tokenizer, vocab: int) -> list[int]:
+def _prompt_ids(args, tokenizer, vocab: int, source=None) -> list[int]:
     if args.prompt is not None:
+        gguf = getattr(source, "gguf", None)
+        if tokenizer is None and gguf is not None:
+            raise StrataError(f"{args.model}: {gguf.tokenizer_problem}, so --prompt TEXT cannot "
+                              f"be encoded: give --prompt-ids 1,2,3")
         if tokenizer is None:
             raise StrataError(f"{args.model} has no tokenizer here (bundled configs carry none; a "
                               f"MODEL directory needs tokenizer files), so --prompt TEXT cannot be "
@@ -152,22 +160,25 @@ def generate_command(args) -> int:
     from .models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
     from .models.source import resolve
     check_device(args.device)
+    if args.quant is not None:
+        from .quant.formats import check_format
+        check_format(args.quant)
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if args.verbose == 0 else nullcontext()
     with spinner as status:
         step = status.update if status is not None else (lambda text: None)
         source = resolve(args.model)         # bad input fails before any weight is made
         tokenizer = _tokenizer(source)
-        prompt = _prompt_ids(args, tokenizer, int(source.config.get("vocab_size", 0)))
+        prompt = _prompt_ids(args, tokenizer, int(source.config.get("vocab_size", 0)), source)
         max_len = _check_lengths(args, len(prompt))
         sampling = _sampling(args, int(source.config.get("vocab_size", 0)) or 1 << 30)
         if sampling is not None and args.compare:
             raise StrataError("--compare checks greedy ids against Hugging Face; leave out "
                               "--temperature (or --compare)")
         step(f"building {args.model}")
-        built = build(args.model, dtype=args.dtype, materialise=True)
+        built = build(args.model, dtype=args.dtype, materialise=True, quant=args.quant)
         lm, config = built.model, built.config
-        n_params = sum(p.numel() for p in lm.parameters())
+        n_params = sum(t.numel() for t in (*lm.parameters(), *lm.buffers()))   # qs: weights too
         if args.device == "sim" and n_params > SIM_MAX_PARAMS:
             raise StrataError(f"{args.model} has {n_params / 1e6:.0f}M parameters: the simulator "
                               f"is for tiny configs (under {SIM_MAX_PARAMS // 1_000_000}M); use "

@@ -13,6 +13,11 @@ captured (one layer with `layer=N`) on the CPU, then loads the checkpoint, or wi
 random weights from a fixed seed (per tensor, so layer N is the same whether built alone or in
 the whole model). Buffers transformers computes at construction (the rotary inverse
 frequencies) are recomputed, and tied embeddings tied again.
+
+A GGUF file's quantized linear weights become QuantLinear modules before anything is allocated
+(gguf_file.py), so they are only ever held as the file's blocks; `quant` (q8_0, q4_0) quantizes
+a float model's linear layers once loaded (strata.quant.formats.quantize), lm_head too unless it
+is tied to the embeddings.
 """
 from __future__ import annotations
 
@@ -62,8 +67,12 @@ def default_dtype(config) -> str:
 
 
 def build(model: str, layer: int | None = None, seq_len: int = 128, dtype: str | None = None,
-          materialise: bool = False) -> BuiltModel:
-    """The capture-ready module for MODEL (a bundled name or a directory)."""
+          materialise: bool = False, quant: str | None = None) -> BuiltModel:
+    """The capture-ready module for MODEL (a bundled name, a directory or a GGUF file); `quant`
+    quantizes its float linear weights (q8_0 or q4_0)."""
+    if quant is not None:
+        from ..quant.formats import check_format
+        check_format(quant)
     source = resolve(model)
     config = hf_config(source)
     dtype = dtype or default_dtype(config)
@@ -78,27 +87,38 @@ def build(model: str, layer: int | None = None, seq_len: int = 128, dtype: str |
     with fake or nullcontext():
         lm = hf.from_config(config, DTYPES[dtype], device="meta" if materialise else "cpu")
     tied = bool(getattr(config, "tie_word_embeddings", False))
+    gguf = source.gguf
     ckpt = ckpt_mod.find(source.directory)
     prefix = f"model.layers.{layer}." if layer is not None else None
     names = ckpt_mod.check(ckpt, lm, tied, only=prefix) if ckpt else []
+    if gguf is not None:
+        names = gguf.check(lm, tied, only=prefix)
+        with fake or nullcontext():
+            gguf.quantized_layout(lm)
     if materialise:
         part = hf.decoder(lm).layers[layer] if layer is not None else lm
         _materialise(lm, part)
-        if ckpt:
-            ckpt_mod.load(ckpt, dict(lm.named_parameters(remove_duplicate=False)) |
-                          dict(lm.named_buffers()), names)
+        if gguf is not None:
+            notes = gguf.load(_state(lm), names, config)
+            weights = "; ".join([f"loaded from {gguf.description}", *notes])
+            _rope_divisors(lm, gguf)
+        elif ckpt:
+            ckpt_mod.load(ckpt, _state(lm), names)
             weights = f"loaded from {ckpt.description}"
         else:
             _random_weights(lm, part, prefix or "", config)
             weights = f"random (seed {SEED}): {source.name} has no checkpoint"
         if tied:
             lm.get_output_embeddings().weight = lm.get_input_embeddings().weight
-    elif ckpt:
-        weights = (f"not loaded, compiling needs shapes only ({ckpt.description}, "
-                   f"checked against the config)")
+    elif gguf is not None or ckpt:
+        weights = (f"not loaded, compiling needs shapes only "
+                   f"({(gguf or ckpt).description}, checked against the config)")
     else:
         weights = (f"none: no checkpoint, so a run would use random weights (seed {SEED}); "
                    f"compiled from shapes only")
+    if quant is not None:
+        with fake or nullcontext():
+            weights += _quantize(lm, quant, tied)
     if layer is None:
         module, names_in = CausalLMLogits(lm), ["input_ids"]
     else:
@@ -107,6 +127,35 @@ def build(model: str, layer: int | None = None, seq_len: int = 128, dtype: str |
         inputs = _example_inputs(config, layer, seq_len, DTYPES[dtype])
     return BuiltModel(source, config, lm, module.eval(), inputs, names_in, dtype, layer, weights,
                       materialise)
+
+
+def _state(lm: nn.Module) -> dict:
+    """Every parameter and buffer of `lm` by qualified name (tied ones under each name)."""
+    return dict(lm.named_parameters(remove_duplicate=False)) | dict(lm.named_buffers())
+
+
+def _quantize(lm: nn.Module, fmt: str, tied: bool) -> str:
+    """Quantize lm's float linear layers to `fmt`; the phrase saying so (and about lm_head)."""
+    from ..quant.formats import quantize
+    if not any(isinstance(m, nn.Linear) for m in lm.modules()):
+        raise ModelError(f"--quant {fmt}: the linear weights are quantized already (a GGUF "
+                         f"file's Q8_0/Q4_0); --quant quantizes float weights")
+    quantize(lm, fmt, skip=("lm_head",) if tied else ())
+    head = ("lm_head kept as it is: tied to the embeddings" if tied else "lm_head too")
+    return f"; linear weights quantized to {fmt} at load ({head})"
+
+
+def _rope_divisors(lm: nn.Module, gguf) -> None:
+    """Llama-3 rope scaling from a GGUF file: the rotary inverse frequencies divided by the
+    file's rope_freqs (transformers recomputed them from the config's plain rope)."""
+    div = gguf.rope_divisors()
+    rotary = getattr(getattr(lm, "model", None), "rotary_emb", None)
+    if div is None or rotary is None:
+        return
+    for b in ("inv_freq", "original_inv_freq"):
+        freq = getattr(rotary, b, None)
+        if isinstance(freq, torch.Tensor):
+            setattr(rotary, b, freq / div)
 
 
 def _example_inputs(config, layer: int | None, seq_len: int, dtype: torch.dtype) -> tuple:

@@ -7,9 +7,10 @@ holds what running needs: the Torch IR (without the fx graph), the Kernel IR and
 source. Weights are not stored: each is recorded as the name of the model's parameter or buffer
 that holds it and taken from the model at load (so a real checkpoint is not copied, and new
 weights of the same architecture reuse the entry); a constant that belongs to no parameter (a
-few small tensors) is stored by value. The key covers the model's class and config, the shapes
-and dtype, the target, knobs and tuning database, the torch and Python versions and the source
-of all of strata, so any change recompiles. Entries are written atomically; an unreadable one
+few small tensors) is stored by value. The key covers the model's class and config, the name,
+shape and dtype of every parameter and buffer (a quantized model's qs and d too) and its modules'
+classes, the input shapes, the target, knobs and tuning database, the torch and Python versions
+and the source of all of strata, so any change recompiles. Entries are written atomically; an unreadable one
 is recompiled and replaced, never fatal.
 """
 from __future__ import annotations
@@ -52,12 +53,26 @@ def cache_key(model, label: str, example_inputs, ctx, sampling) -> str:
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") \
         else repr(model.config)
     shapes = [(tuple(x.shape), str(x.dtype)) for x in example_inputs]
-    dtypes = sorted({str(p.dtype) for p in model.parameters()})
     parts = [f"format={FORMAT}", f"torch={torch.__version__}", f"python={sys.version_info[:2]}",
              f"strata={_strata_digest()}", type(model).__qualname__, config, label, repr(shapes),
-             repr(dtypes), repr(sampling), str(ctx.arch), repr(sorted(ctx.knobs.items())),
-             f"tuned={_tuning_digest(ctx)}"]
+             _state_digest(model), repr(sampling), str(ctx.arch),
+             repr(sorted(ctx.knobs.items())), f"tuned={_tuning_digest(ctx)}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _state_digest(model) -> str:
+    """Every parameter's and buffer's name, shape and dtype, and every module's class and plain
+    attributes: a quantized model (QuantLinear's qs and d buffers, its format) and a float one
+    of the same config are different programs."""
+    h = hashlib.sha256()
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+    for name, m in model.named_modules():
+        plain = sorted((k, v) for k, v in vars(m).items() if not k.startswith("_")
+                       and isinstance(v, (bool, int, float, str, type(None))))
+        h.update(f"{name}:{type(m).__qualname__}:{plain};".encode())
+    return h.hexdigest()
 
 
 def _path(key: str) -> Path:

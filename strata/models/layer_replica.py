@@ -29,9 +29,10 @@ def layer_of(module_path: str) -> int | None:
 
 
 def same_layers(layers: nn.ModuleList, config=None) -> bool:
-    """Every layer is the first one's twin: the same module classes, parameter shapes and dtypes,
-    and plain attributes (eps, sliding window, scaling: all but layer_idx); and the config gives
-    every layer one type (a model alternating sliding and full attention is not one template)."""
+    """Every layer is the first one's twin: the same module classes, parameter and buffer
+    shapes and dtypes (a QuantLinear's qs and d), and plain attributes (eps, sliding window,
+    scaling, a quantization format: all but layer_idx); and the config gives every layer one
+    type (a model alternating sliding and full attention is not one template)."""
     if len(set(getattr(config, "layer_types", None) or ())) > 1:
         return False
 
@@ -40,7 +41,8 @@ def same_layers(layers: nn.ModuleList, config=None) -> bool:
                                        if not k.startswith("_") and k not in ("layer_idx", "training")
                                        and isinstance(v, (bool, int, float, str, type(None)))))
                 for name, m in layer.named_modules()]
-        return mods, [(n, tuple(t.shape), t.dtype) for n, t in layer.named_parameters()]
+        return mods, [(n, tuple(t.shape), t.dtype)
+                      for n, t in [*layer.named_parameters(), *layer.named_buffers()]]
     first = fingerprint(layers[0])
     return all(fingerprint(layer) == first for layer in layers[1:])
 

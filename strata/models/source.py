@@ -1,10 +1,11 @@
-"""Where a model comes from: a MODEL argument is a bundled name or a local directory.
+"""Where a model comes from: a MODEL argument is a bundled name, a local directory or a GGUF file.
 
 The bundled configs in configs/ are the published config.json of each model, transcribed by hand
 (no network here, ever) and named `<org>--<name>.json`. A directory must hold a config.json and
 may hold safetensors weights (one file, or shards with model.safetensors.index.json). A directory
 wins over a bundled name of the same spelling, so a local copy of `Qwen/Qwen2.5-7B` with its
-weights is used as such.
+weights is used as such. A GGUF file (llama.cpp's format, gguf_file.py) carries its config as
+metadata, read into the same config.json form.
 """
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ def bundled_names() -> list[str]:
 class ModelSource:
     name: str                     # as the user wrote it
     config: dict                  # the raw config.json
-    directory: Path | None        # None for a bundled config
+    directory: Path | None        # None for a bundled config or a GGUF file
+    gguf: object = None           # the open gguf_file.GGUFFile for a GGUF file
 
     @property
     def description(self) -> str:
+        if self.gguf is not None:
+            return self.gguf.description
         return "bundled config" if self.directory is None else f"directory {self.directory}"
 
 
@@ -51,6 +55,13 @@ def resolve(model: str) -> ModelSource:
             raise ModelError(f"{model} is a directory without a config.json; a model directory "
                              f"needs one (and optionally *.safetensors weights)")
         return ModelSource(model, _read_json(cfg), path)
+    if path.is_file():
+        from . import gguf_file
+        if not gguf_file.is_gguf(path):
+            raise ModelError(f"{model} is a file but not a GGUF file; MODEL is a .gguf file, a "
+                             f"directory with a config.json or a bundled name")
+        opened = gguf_file.GGUFFile(path)
+        return ModelSource(model, opened.config_dict(), None, opened)
     by_lower = {n.lower(): n for n in bundled_names()}
     name = by_lower.get(model.lower())
     if name is None:

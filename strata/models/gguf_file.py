@@ -1,0 +1,283 @@
+"""Llama-family GGUF files (llama.cpp's format) as transformers Llama models.
+
+Why: users run LLMs quantized in GGUF files. A file holds the config as `llama.*` metadata and the
+tensors under llama.cpp's names, quantized ones as blocks of 32 weights (an fp16 scale, then the
+packed values). Reading maps the metadata to a LlamaConfig (source.py makes it the MODEL's config),
+checks every tensor's name, type and shape, and build.py then makes each linear layer whose weight
+is Q8_0 or Q4_0 a QuantLinear (strata/quant/formats.py) holding the file's (qs, d) split from its
+blocks: no float copy of a quantized weight is made. Float tensors (F32, F16, BF16) load as any
+checkpoint does; an embedding stored quantized is dequantized (a lookup table, not a matmul).
+llama.cpp's converter permutes the rows of attn_q and attn_k for its rope layout; loading undoes
+it on whole rows, so quantized rows move as they are. The file is memory-mapped (gguf.GGUFReader):
+reading the config touches the header only.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointMismatch, ModelError
+
+MAGIC = b"GGUF"
+FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0"}            # GGUF type -> strata.quant.formats name
+DTYPE_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+# llama.cpp's tensor names (before .weight/.bias) -> transformers' Llama module names
+GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+         "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+         "ffn_down": "mlp.down_proj"}
+ROPE_FREQS = "rope_freqs.weight"       # Llama-3 rope scaling: per-frequency divisors
+
+
+def is_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def hf_name(name: str) -> str | None:
+    """The transformers name of a GGUF tensor name, or None when it is not a Llama tensor."""
+    base, _, kind = name.rpartition(".")
+    if kind not in ("weight", "bias"):
+        return None
+    if base in GLOBAL:
+        return f"{GLOBAL[base]}.{kind}"
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
+    if m and m.group(2) in LAYER:
+        return f"model.layers.{m.group(1)}.{LAYER[m.group(2)]}.{kind}"
+    return None
+
+
+def gguf_name(name: str) -> str:
+    """The GGUF name of a transformers Llama tensor name (the inverse of hf_name)."""
+    base, _, kind = name.rpartition(".")
+    for g, h in GLOBAL.items():
+        if base == h:
+            return f"{g}.{kind}"
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", base)
+    g = next(k for k, v in LAYER.items() if m and v == m.group(2))
+    return f"blk.{m.group(1)}.{g}.{kind}"
+
+
+def rope_rows(rows: torch.Tensor, n_head: int, to_gguf: bool) -> torch.Tensor:
+    """llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) or its inverse, on the
+    first dimension only: head h's rows (pairs, half) <-> (half, pairs)."""
+    n = rows.shape[0]
+    split = (n_head, 2, n // n_head // 2) if to_gguf else (n_head, n // n_head // 2, 2)
+    return rows.reshape(*split, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
+
+
+class GGUFFile:
+    """An open llama GGUF file: its metadata, tensors by transformers name, and the config."""
+
+    def __init__(self, path: Path):
+        import gguf                          # the gguf package: imported only for GGUF files
+        self.path, self.name = Path(path), Path(path).name
+        try:
+            self.reader = gguf.GGUFReader(str(path), "r")
+        except Exception as e:               # numpy/gguf raise many kinds on a bad header
+            raise ModelError(f"{self.name} is not a readable GGUF file (truncated or corrupt: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        arch = self.value("general.architecture")
+        if arch != "llama":
+            raise ModelError(f"{self.name}: architecture {arch!r}; strata reads llama GGUF files "
+                             f"(Llama, Mistral, TinyLlama, SmolLM ...)")
+        self.tensors = {}                   # hf name -> ReaderTensor
+        self.rope_freqs = None
+        for t in self.reader.tensors:
+            kind = t.tensor_type.name
+            if kind not in FLOAT and kind not in QUANT:
+                raise ModelError(f"{self.name}: tensor {t.name} is {kind}; strata reads F32, F16, "
+                                 f"BF16, Q8_0 and Q4_0")
+            if t.name == ROPE_FREQS:
+                self.rope_freqs = t
+                continue
+            name = hf_name(t.name)
+            if name is None:
+                raise CheckpointMismatch(f"{self.name}: tensor {t.name} is not one of a llama "
+                                         f"model's tensors")
+            self.tensors[name] = t
+
+    def value(self, key: str, default=None):
+        field = self.reader.fields.get(key)
+        return default if field is None else field.contents()
+
+    def _need(self, key: str):
+        v = self.value(key)
+        if v is None:
+            raise ModelError(f"{self.name}: the metadata has no {key}, which a llama GGUF file "
+                             f"gives")
+        if isinstance(v, list):             # per-layer counts: strata builds uniform layers
+            if len(set(v)) != 1:
+                raise ModelError(f"{self.name}: {key} differs between layers; strata builds "
+                                 f"llama models whose layers are alike")
+            v = v[0]
+        return v
+
+    @property
+    def types(self) -> str:
+        """The tensor types of the file, most frequent first ("Q8_0 and F32")."""
+        count: dict[str, int] = {}
+        for t in self.tensors.values():
+            count[t.tensor_type.name] = count.get(t.tensor_type.name, 0) + 1
+        names = sorted(count, key=lambda k: -count[k])
+        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+    @property
+    def description(self) -> str:
+        return f"GGUF file {self.path}, {self.types}"
+
+    def config_dict(self) -> dict:
+        """The config.json a transformers LlamaConfig is made from (source.hf_config)."""
+        p = "llama."
+        heads = self._need(p + "attention.head_count")
+        hidden = self._need(p + "embedding_length")
+        tokens = self.reader.fields.get("tokenizer.ggml.tokens")
+        embed = self.tensors.get("model.embed_tokens.weight")
+        vocab = (len(tokens.data) if tokens is not None else self.value(p + "vocab_size")
+                 or (int(embed.shape[1]) if embed is not None else None))
+        if vocab is None:
+            raise ModelError(f"{self.name}: neither a token list nor token_embd.weight gives "
+                             f"the vocabulary size")
+        kind = embed.tensor_type.name if embed is not None else "F32"
+        raw = dict(model_type="llama", hidden_size=int(hidden), num_attention_heads=int(heads),
+                   num_hidden_layers=int(self._need(p + "block_count")),
+                   intermediate_size=int(self._need(p + "feed_forward_length")),
+                   num_key_value_heads=int(self.value(p + "attention.head_count_kv", heads)),
+                   rope_theta=float(self.value(p + "rope.freq_base", 10000.0)),
+                   rms_norm_eps=float(self.value(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+                   max_position_embeddings=int(self.value(p + "context_length", 2048)),
+                   vocab_size=int(vocab), tie_word_embeddings="lm_head.weight" not in self.tensors,
+                   attention_bias=any(n.endswith("q_proj.bias") for n in self.tensors),
+                   mlp_bias=any(n.endswith("up_proj.bias") for n in self.tensors),
+                   torch_dtype=DTYPE_NAME.get(kind, "float32"))   # quantized: float32 activations
+        head_dim = self.value(p + "attention.key_length")
+        if head_dim is not None and int(head_dim) != hidden // heads:
+            raw["head_dim"] = int(head_dim)
+        for key in ("bos", "eos"):
+            tid = self.value(f"tokenizer.ggml.{key}_token_id")
+            if tid is not None:
+                raw[f"{key}_token_id"] = int(tid)
+        return raw
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The logical torch shape of a tensor (GGUF lists dimensions innermost first)."""
+        return tuple(int(x) for x in reversed(self.tensors[name].shape.tolist()))
+
+    def check(self, model: nn.Module, tied: bool, only: str | None = None) -> list[str]:
+        """The names to load (those starting with `only`, when given), after checking every
+        tensor of the model against the file: present and of the same shape."""
+        want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        for name, shape in want.items():
+            if name not in self.tensors:
+                if tied and name == "lm_head.weight":
+                    continue
+                raise CheckpointMismatch(f"{self.name} has no tensor {gguf_name(name)} (shape "
+                                         f"{list(shape)}) that its llama config needs")
+            if self.shape(name) != shape:
+                raise CheckpointMismatch(f"{self.name}: tensor {gguf_name(name)} has shape "
+                                         f"{list(self.shape(name))} but the config gives "
+                                         f"{list(shape)}")
+        extra = [n for n in self.tensors if n not in want]
+        if extra:
+            raise CheckpointMismatch(f"{self.name}: tensor {gguf_name(extra[0])} is not a tensor of "
+                                     f"the llama model its metadata describes")
+        return [n for n in self.tensors if only is None or n.startswith(only)]
+
+    def quantized_layout(self, model: nn.Module) -> list[str]:
+        """Make every linear layer whose weight is Q8_0/Q4_0 a QuantLinear with empty (qs, d) on
+        the weight's device (meta or fake: load() fills them); the names of those layers."""
+        from ..quant.formats import BLOCK, QuantLinear
+        packed = {"q8_0": (torch.int8, BLOCK), "q4_0": (torch.uint8, BLOCK // 2)}
+        done = []
+        for name, t in self.tensors.items():
+            mod_name = name.removesuffix(".weight")
+            if t.tensor_type.name not in QUANT or name == "model.embed_tokens.weight":
+                continue
+            parent, _, child = mod_name.rpartition(".")
+            linear = model.get_submodule(mod_name)
+            w = linear.weight
+            n, k = w.shape
+            fmt = QUANT[t.tensor_type.name]
+            dtype, width = packed[fmt]
+            qs = torch.empty((n, k // BLOCK, width), dtype=dtype, device=w.device)
+            d = torch.empty((n, k // BLOCK, 1), dtype=torch.float16, device=w.device)
+            bias = None if linear.bias is None else linear.bias.detach()
+            setattr(model.get_submodule(parent) if parent else model, child,
+                    QuantLinear(fmt, k, qs, d, bias))
+            done.append(mod_name)
+        return done
+
+    def load(self, state: dict[str, torch.Tensor], names: list[str], config) -> list[str]:
+        """Copy tensors `names` into `state` (name -> materialised tensor: a parameter, or a
+        QuantLinear's `qs`/`d`); the notes worth telling the user (a dequantized embedding)."""
+        notes = []
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        with torch.no_grad():
+            for name in names:
+                t = self.tensors[name]
+                kind = t.tensor_type.name
+                rows = _torch(t.data)
+                if name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
+                    rows = rope_rows(rows, heads if ".q_proj" in name else kv_heads, to_gguf=False)
+                if kind in FLOAT:
+                    w = rows.view(FLOAT[kind]) if kind == "BF16" else rows
+                    state[name].copy_(w.reshape(state[name].shape))
+                    continue
+                qs, d = split_blocks(rows, QUANT[kind])
+                if name in state:           # the embedding: a lookup table, dequantized
+                    from ..quant.formats import dequantize
+                    w = dequantize(qs, d, QUANT[kind])
+                    state[name].copy_(w[:, :state[name].shape[1]])
+                    notes.append(f"{gguf_name(name)} is {kind}, dequantized to "
+                                 f"{str(state[name].dtype).removeprefix('torch.')} for the lookup")
+                    continue
+                prefix = name.removesuffix(".weight")
+                state[prefix + ".qs"].copy_(qs)
+                state[prefix + ".d"].copy_(d)
+        return notes
+
+    def tokenizer(self):
+        """transformers' tokenizer built from the file's tokenizer.ggml.* metadata (its own GGUF
+        converter), or None with `tokenizer_problem` saying why."""
+        kind = self.value("tokenizer.ggml.model")
+        self.tokenizer_problem = f"this file's tokenizer ({kind!r}) is not supported yet"
+        if kind is None:
+            self.tokenizer_problem = "this GGUF file has no tokenizer (no tokenizer.ggml.model)"
+            return None
+        from .hf import transformers
+        try:
+            return transformers().AutoTokenizer.from_pretrained(
+                str(self.path.parent), gguf_file=self.name, local_files_only=True)
+        except Exception:           # transformers' converters raise anything on what they lack
+            return None
+
+    def rope_divisors(self) -> torch.Tensor | None:
+        """Llama-3 rope scaling as llama.cpp stores it: inv_freq[i] is divided by these."""
+        return None if self.rope_freqs is None else _torch(self.rope_freqs.data).float().clone()
+
+
+def split_blocks(rows: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(qs, d) views of GGUF block rows [N, K/32 * bytes per block]: each block is d (fp16, 2
+    bytes) then the packed weights."""
+    from ..quant.formats import BYTES_PER_BLOCK
+    blocks = rows.view(torch.uint8).reshape(rows.shape[0], -1, BYTES_PER_BLOCK[fmt])
+    d = blocks[..., :2].contiguous().view(torch.float16)
+    qs = blocks[..., 2:]
+    return (qs.view(torch.int8) if fmt == "q8_0" else qs), d
+
+
+def _torch(array) -> torch.Tensor:
+    """A torch view of a (read-only, memory-mapped) numpy array; nothing writes to it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)       # "the given NumPy array is not writable"
+        return torch.from_numpy(array)
