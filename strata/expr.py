@@ -344,8 +344,11 @@ def substitute(e: Expr, mapping: Mapping[str, Expr], bounds: Mapping[str, int] |
 
 # ---------------------------------------------------------------- printing
 
-_INFIX = {"add": ("+", 1), "subtract": ("-", 1), "multiply": ("*", 2), "floordiv": ("//", 2),
-          "mod": ("%", 2), "lt": ("<", 0), "le": ("<=", 0), "gt": (">", 0), "ge": (">=", 0),
+# Python's precedence (higher binds tighter): bits between comparisons and sums
+_INFIX = {"add": ("+", 5), "subtract": ("-", 5), "multiply": ("*", 6), "floordiv": ("//", 6),
+          "mod": ("%", 6), "left_shift": ("<<", 4), "right_shift": (">>", 4),
+          "bitwise_and": ("&", 3), "bitwise_xor": ("^", 2), "bitwise_or": ("|", 1),
+          "lt": ("<", 0), "le": ("<=", 0), "gt": (">", 0), "ge": (">=", 0),
           "eq": ("==", 0), "ne": ("!=", 0), "logical_and": ("&&", -2), "logical_or": ("||", -3)}
 
 

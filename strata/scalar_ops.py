@@ -3,7 +3,8 @@
 Tensor IR `Elementwise`, Loop IR statements and Kernel IR expressions all name an op from this
 table, so the NumPy evaluators, the simulator and the CUDA emitter cannot disagree about what
 `maximum` or `round` means. Semantics follow PyTorch: NaN propagates through minimum/maximum,
-round is half-to-even, integer division/modulo are only used on non-negative index arithmetic.
+round is half-to-even, integer division/modulo are only used on non-negative index arithmetic,
+right shifts of signed integers are arithmetic.
 
 C templates format their arguments as `{0}`, `{1}`, ... and work on the compute type (float for
 f32/f16/bf16, double for f64, the integer type for integers); `st_*` helpers live in the CUDA
@@ -48,7 +49,7 @@ class ScalarOp:
     name: str
     arity: int
     numpy: Callable
-    c_float: str            # C template for floating operands ({f}: the float suffix)
+    c_float: str            # C template for float operands ({f}: float suffix; "": ints only)
     c_int: str | None       # C template for integer/bool operands (None: floats only)
     result: str = "same"    # "same" | "bool" (comparisons, logical ops)
 
@@ -109,6 +110,14 @@ OPS: dict[str, ScalarOp] = {o.name: o for o in [
     _op("logical_xor", 2, np.logical_xor, "(bool({0}) != bool({1}))", "(bool({0}) != bool({1}))", "bool"),
     _op("logical_not", 1, np.logical_not, "(!{0})", "(!{0})", "bool"),
     _op("isnan", 1, np.isnan, "({0} != {0})", "false", "bool"),
+    # integer bits (no float form); shifts take any count as torch and NumPy do: outside
+    # [0, width) << gives 0 and >> the sign fill (C leaves those undefined: emitters guard them)
+    _op("bitwise_and", 2, np.bitwise_and, "", "({0} & {1})"),
+    _op("bitwise_or", 2, np.bitwise_or, "", "({0} | {1})"),
+    _op("bitwise_xor", 2, np.bitwise_xor, "", "({0} ^ {1})"),
+    _op("bitwise_not", 1, np.invert, "", "(~{0})"),
+    _op("left_shift", 2, np.left_shift, "", "({0} << {1})"),
+    _op("right_shift", 2, np.right_shift, "", "({0} >> {1})"),
     # conversion: the target dtype is the node's (Tensor IR) or the Cast's (expr.Cast); the
     # evaluators special-case it with expr.cast_values.
     _op("cast", 1, lambda x: x, "{0}", "{0}"),

@@ -116,11 +116,15 @@ WGMMA_GUARD = r"""#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_A
 #endif"""
 
 # C precedence, higher binds tighter.
-ATOM, UNARY, MUL, ADD, REL, EQ, AND, OR, COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
+ATOM, UNARY, MUL, ADD, SHIFT, REL, EQ, BAND, XOR, BOR, AND, OR, COND = 16, 15, 13, 12, 11, 10, \
+    9, 8, 7, 6, 5, 4, 3
 _INFIX = {"add": ("+", ADD), "subtract": ("-", ADD), "multiply": ("*", MUL), "divide": ("/", MUL),
           "lt": ("<", REL), "le": ("<=", REL), "gt": (">", REL), "ge": (">=", REL),
           "eq": ("==", EQ), "ne": ("!=", EQ), "logical_and": ("&&", AND), "logical_or": ("||", OR)}
-_INT_INFIX = {"floordiv": ("/", MUL), "mod": ("%", MUL)}     # indices are non-negative
+_INT_INFIX = {"floordiv": ("/", MUL), "mod": ("%", MUL),     # indices are non-negative
+              "bitwise_and": ("&", BAND), "bitwise_xor": ("^", XOR), "bitwise_or": ("|", BOR)}
+_UNSIGNED = {"u8": "unsigned char", "i8": "unsigned char", "i16": "unsigned short",
+             "i32": "unsigned int", "i64": "unsigned long long"}
 _INDEX_OPS = {"add", "subtract", "multiply", "floordiv", "mod", "minimum", "maximum", "negative"}
 _RESERVED = {
     "auto", "bool", "break", "case", "char", "const", "continue", "default", "delete", "do",
@@ -132,6 +136,8 @@ _RESERVED = {
     # OpenCL C and Metal keywords (one name per buffer on every target)
     "local", "global", "constant", "private", "kernel", "device", "thread", "threadgroup", "uint",
     "uchar", "ushort", "ulong", "barrier",
+    # C++'s alternative operator names (an aten `__xor__` node is named `xor`)
+    "and", "and_eq", "bitand", "bitor", "compl", "not", "not_eq", "or", "or_eq", "xor", "xor_eq",
 }
 # The math functions the scalar templates call, float and double (a buffer named `exp` would
 # hide exp()).
@@ -343,6 +349,10 @@ class _Emitter:
                 return f"-{self.expr(a[0], UNARY)}", UNARY
             if e.op == "logical_not":
                 return f"!{self.expr(a[0], UNARY)}", UNARY
+            if e.op == "bitwise_not":      # C computes narrow types in int: ~u8 is negative
+                return f"({dtypes.C_STORAGE[e.dtype]})~{self.expr(a[0], UNARY)}", UNARY
+            if e.op in ("left_shift", "right_shift"):
+                return self.shift(e)
             if e.op == "where":
                 return (f"{self.expr(a[0], OR)} ? {self.expr(a[1], OR)} : {self.expr(a[2], COND)}",
                         COND)
@@ -355,6 +365,29 @@ class _Emitter:
             return self.template(e)
         finally:
             self.signed = saved
+
+    def shift(self, e: Op) -> tuple[str, int]:
+        """x << n and x >> n as scalar_ops defines them for any n: C leaves a count outside
+        [0, width) undefined (a constant one is decided here, any other guarded) and a signed <<
+        that overflows too, so << runs unsigned and is cast back to the storage type."""
+        t, u, width = dtypes.C_STORAGE[e.dtype], _UNSIGNED[e.dtype], 8 * dtypes.ITEMSIZE[e.dtype]
+        x, n = e.args
+        top = width if e.op == "left_shift" or e.dtype == "u8" else width - 1   # torch's limit
+
+        def shifted(count: str) -> tuple[str, int]:
+            if e.op == "left_shift":
+                return f"({t})(({u}){self.expr(x, UNARY)} << {count})", UNARY
+            return f"{self.expr(x, SHIFT)} >> {count}", SHIFT
+        if isinstance(n, Const):
+            k = int(n.value)
+            if 0 <= k < top:
+                return shifted(str(k))
+            return shifted(str(width - 1)) if top < width else ("0", ATOM)
+        count = self.expr(n, UNARY)
+        in_range = f"({u}){count} < {top}"
+        if top < width:                 # a signed >>: every bad count shifts in the sign
+            return shifted(f"({in_range} ? {count} : {width - 1})")
+        return f"{in_range} ? {_paren(*shifted(count), OR)} : 0", COND
 
     def template(self, e: Op) -> tuple[str, int]:
         op = scalar_ops.get(e.op)

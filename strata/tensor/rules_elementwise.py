@@ -1,4 +1,4 @@
-"""Rules for pointwise aten ops: arithmetic, math functions, comparisons, logic, casts.
+"""Rules for pointwise aten ops: arithmetic, math functions, comparisons, logic, bits, casts.
 
 Type promotion follows torch: the result dtype torch.export recorded (`b.out.dtype`) is the
 dtype an op computes in, so operands are cast to it first (int + float -> float, int / int ->
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UnsupportedOp
 from .builder import T, rule
 
 UNARY = {
@@ -29,6 +28,8 @@ LOGICAL = {"aten.logical_and": "logical_and", "aten.logical_or": "logical_or",
            "aten.bitwise_or": "logical_or", "aten.bitwise_xor": "logical_xor",
            "aten.__and__": "logical_and", "aten.__or__": "logical_or",
            "aten.__xor__": "logical_xor"}
+SHIFT = {"aten.__lshift__": "left_shift", "aten.bitwise_left_shift": "left_shift",
+         "aten.__rshift__": "right_shift", "aten.bitwise_right_shift": "right_shift"}
 
 
 def promote(*xs) -> str:
@@ -201,16 +202,24 @@ def _as_bool(b, x):
 
 @rule(*LOGICAL)
 def logical(b, a):
-    if b.out.dtype != "bool":
-        raise UnsupportedOp(f"{b.op} on integers")
-    return b.ew(LOGICAL[b.op], _as_bool(b, a.self), _as_bool(b, a.other))
+    """Bool results are logic; integer ones (bitwise_and/or/xor) work on the promoted bits."""
+    op, dt = LOGICAL[b.op], b.out.dtype
+    if dt != "bool":
+        return b.arith(op.replace("logical", "bitwise"), a.self, a.other, dtype=dt)
+    return b.ew(op, _as_bool(b, a.self), _as_bool(b, a.other))
 
 
 @rule("aten.logical_not", "aten.bitwise_not")
 def logical_not(b, a):
-    if b.out.dtype != "bool":
-        raise UnsupportedOp(f"{b.op} on integers")
+    if b.out.dtype != "bool":                     # bitwise_not of an integer
+        return b.arith("bitwise_not", a.self, dtype=b.out.dtype)
     return b.ew("logical_not", _as_bool(b, a.self))
+
+
+@rule(*SHIFT)
+def shift(b, a):
+    """x << n, x >> n (torch shifts integers only) for any count: see scalar_ops.py."""
+    return b.arith(SHIFT[b.op], a.self, a.other, dtype=b.out.dtype)
 
 
 @rule("aten.where")

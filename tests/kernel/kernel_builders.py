@@ -174,7 +174,7 @@ def _zoo_ops(dtype: str) -> list[str]:
     """The scalar ops of the table that values of `dtype` support (cast aside)."""
     floating = compute_dtype(dtype).startswith("f")
     return [name for name, op in scalar_ops.OPS.items()
-            if name != "cast" and (floating or op.c_int is not None)]
+            if name != "cast" and (op.c_float if floating else op.c_int is not None)]
 
 
 def _zoo_value(name: str, a, b, c: str):
