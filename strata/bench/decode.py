@@ -7,6 +7,7 @@ the bandwidth limit (bench/decode_report.py). Markdown and JSON named with model
     python -m strata.bench.decode
     python -m strata.bench.decode Qwen/Qwen2.5-0.5B --new-tokens 128 --out docs
     python -m strata.bench.decode --device cpu --dtype fp32 --threads 2
+    python -m strata.bench.decode --device cpu --threads 2 --quant q8_0
 
 On the CPU (--device cpu) strata's programs run natively (C + OpenMP), torch.compile uses its
 default mode (no CUDA graphs), the bandwidth limit is a large sum's read bandwidth, and fewer new
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="--device cpu: threads for torch and strata's OpenMP (default: every core)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--quant", choices=("q8_0", "q4_0"), default=None,
+                   help="quantize the linear weights at load (strata/quant); every variant runs "
+                        "the same quantized model")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -99,8 +103,9 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     from ..models.build import DTYPES, build
     from .decode_loops import StaticCompiled, hf_eager_greedy
     from .decode_report import kv_bytes_per_token, weight_bytes
-    say(f"building {args.model} ({args.dtype})")
-    built = build(args.model, dtype=args.dtype, materialise=True)
+    quant = getattr(args, "quant", None)
+    say(f"building {args.model} ({args.dtype}{', ' + quant if quant else ''})")
+    built = build(args.model, dtype=args.dtype, materialise=True, quant=quant)
     lm, config = built.model, built.config
     prompt = prompt_ids(config.vocab_size, args.prompt_len)
     n, max_len = args.new_tokens, args.prompt_len + args.new_tokens
@@ -202,7 +207,8 @@ def main(argv=None) -> int:
         console.print(rich_table(bench))
         for goal, verdict in goals(bench):
             console.print(f"goal: {goal}: {verdict}")
-        md, js = write(args.out, stem(args.model, env, args.dtype), bench, env)
+        dtype = args.dtype + (f"-{args.quant}" if args.quant else "")
+        md, js = write(args.out, stem(args.model, env, dtype), bench, env)
         console.print(f"wrote {md} and {js}")
         return 0
     return guarded(command, args.debug)

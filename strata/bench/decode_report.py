@@ -26,8 +26,9 @@ GOAL_CPU_VS_BEST = {"fp32": 1.0, "bf16": 1.5}   # issue 12: vs the faster of HF 
 
 
 def weight_bytes(model) -> int:
-    """Bytes of every parameter; model.parameters() yields a tied embedding once."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes of every parameter and buffer (a quantized weight's blocks and scales are buffers);
+    model.parameters() yields a tied embedding once."""
+    return sum(p.numel() * p.element_size() for p in (*model.parameters(), *model.buffers()))
 
 
 def average_kv_len(prompt_len: int, new_tokens: int) -> float:

@@ -72,3 +72,16 @@ def test_two_block_sizes_in_one_loop_decline():
     prog, log = cpu_compile(two, (x,))
     assert "declined, loop a1 has blocks of [4, 8]" in log
     assert_matches(prog, two, (x,))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("m", [2, 70])
+def test_a_quantized_matrix_product_reads_its_weight_dequantized_once(fmt, m):
+    """cpu_prologue stores a dequantized N-side operand in bf16 first (M > 1), so the product
+    takes a bf16 form (not the f32 outer form packing with a division per element)."""
+    layer = QuantLinear.from_linear(torch.nn.Linear(96, 37), fmt).eval()
+    x = torch.randn(1, m, 96).to(BF16)
+    prog, log = cpu_compile(layer, (x,))
+    assert "dequantized computed once into k_linear_reduce_operand [37, 96] bf16" in log
+    assert knobs_of(prog, "k_linear_reduce")["FORM"] != "outer"
+    assert_matches(prog, layer, (x,))

@@ -22,6 +22,13 @@ from DOT_T_MIN_M rows (contraction.py; fewer run in pairs): the copy costs 2 ms 
 vector is not widened either where vdpbf16ps runs: its rows run on both operands as loaded
 (`strata tune` measured the widening 1.2x to 1.75x slower on TinyLlama's decode projections).
 Declines, saying why, on a prologue that reads a value the row computes before its loop.
+
+A matrix product (M > 1) whose N-side operand is dequantized (a QuantLinear's weight: computed
+from integer blocks, rounded to bf16 as eager holds it) has it stored once, in bf16, by a kernel
+of its own (its blocks run as blocks there, cpu_block_loops); the product then reads a plain bf16
+weight and takes the bf16 forms (AMX tiles where present) instead of packing the weight with a
+division per element into an f32 panel (a q8_0 128 x 2048 by 5632 linear: 28.7 ms, bf16's 3.6).
+A matrix-vector product (decode) keeps the dequantization fused: it reads each weight once.
 """
 from __future__ import annotations
 
@@ -33,6 +40,22 @@ from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match,
 from ..ir import Mode, TileKernel
 
 
+def _dequantized(k: TileKernel, c) -> list:
+    """The N-side operands of a matrix product that are bf16 values computed from integer
+    buffers, as split_prologues takes them; [] for a matrix-vector product."""
+    if c.m is None:
+        return []
+    out = []
+    for loop in c.loops:
+        a, b = sides(c, loop)
+        side = closure(loop.body, b)
+        if len(side) > 1 and held(loop) == "bf16" and value_dtype(side[-1]) == "bf16" and any(
+                isinstance(s, Load) and k.dtype_of(s.buf) in dtypes.INTS for s in side):
+            out.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, dequantized",
+                        "bf16"))
+    return out
+
+
 def cpu_prologue(k: TileKernel, ctx: Context):
     if k.mode is not Mode.ROWS:
         return k
@@ -40,6 +63,9 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     if isinstance(c, str):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
+    packed = _dequantized(k, c)
+    if packed:                          # stored first: the matrix product then reads plain bf16
+        return split_prologues(k, c, packed, "bf16", axes, ctx, "cpu_prologue")
     form, computed, stored = cpu_form(k, c, ctx), [], None
     dot = form in ("dot", "pairs", "amx")   # all read the M-side operand in bf16, contiguous along K
     for loop in c.loops:
