@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="lower a program and print one stage")
     c.add_argument("model", nargs="?",
                    help="a bundled model name (TinyLlama/TinyLlama-1.1B-Chat-v1.0, Qwen/Qwen2.5-7B, "
-                        "...) or a directory with config.json and optional *.safetensors")
+                        "...), a directory with config.json and optional *.safetensors, or a "
+                        "llama GGUF file")
     _common(c)
     c.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
     c.add_argument("--seq-len", type=int, default=128, metavar="S",

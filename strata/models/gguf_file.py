@@ -13,7 +13,6 @@ reading the config touches the header only.
 """
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
@@ -21,17 +20,12 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointMismatch, ModelError
+from .gguf_names import gguf_name, hf_name, rope_rows
 
 MAGIC = b"GGUF"
 FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0"}            # GGUF type -> strata.quant.formats name
 DTYPE_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-# llama.cpp's tensor names (before .weight/.bias) -> transformers' Llama module names
-GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-         "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-         "ffn_down": "mlp.down_proj"}
 ROPE_FREQS = "rope_freqs.weight"       # Llama-3 rope scaling: per-frequency divisors
 
 
@@ -41,38 +35,6 @@ def is_gguf(path: Path) -> bool:
             return f.read(4) == MAGIC
     except OSError:
         return False
-
-
-def hf_name(name: str) -> str | None:
-    """The transformers name of a GGUF tensor name, or None when it is not a Llama tensor."""
-    base, _, kind = name.rpartition(".")
-    if kind not in ("weight", "bias"):
-        return None
-    if base in GLOBAL:
-        return f"{GLOBAL[base]}.{kind}"
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
-    if m and m.group(2) in LAYER:
-        return f"model.layers.{m.group(1)}.{LAYER[m.group(2)]}.{kind}"
-    return None
-
-
-def gguf_name(name: str) -> str:
-    """The GGUF name of a transformers Llama tensor name (the inverse of hf_name)."""
-    base, _, kind = name.rpartition(".")
-    for g, h in GLOBAL.items():
-        if base == h:
-            return f"{g}.{kind}"
-    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", base)
-    g = next(k for k, v in LAYER.items() if m and v == m.group(2))
-    return f"blk.{m.group(1)}.{g}.{kind}"
-
-
-def rope_rows(rows: torch.Tensor, n_head: int, to_gguf: bool) -> torch.Tensor:
-    """llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) or its inverse, on the
-    first dimension only: head h's rows (pairs, half) <-> (half, pairs)."""
-    n = rows.shape[0]
-    split = (n_head, 2, n // n_head // 2) if to_gguf else (n_head, n // n_head // 2, 2)
-    return rows.reshape(*split, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
 
 
 class GGUFFile:
@@ -87,6 +49,9 @@ class GGUFFile:
             raise ModelError(f"{self.name} is not a readable GGUF file (truncated or corrupt: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         arch = self.value("general.architecture")
+        if arch is None:
+            raise ModelError(f"{self.name}: the metadata has no general.architecture; strata "
+                             f"reads llama GGUF files")
         if arch != "llama":
             raise ModelError(f"{self.name}: architecture {arch!r}; strata reads llama GGUF files "
                              f"(Llama, Mistral, TinyLlama, SmolLM ...)")
@@ -110,8 +75,9 @@ class GGUFFile:
         field = self.reader.fields.get(key)
         return default if field is None else field.contents()
 
-    def _need(self, key: str):
-        v = self.value(key)
+    def _need(self, key: str, default=None):
+        """A metadata value that must be there (or has a default), one for every layer."""
+        v = self.value(key, default)
         if v is None:
             raise ModelError(f"{self.name}: the metadata has no {key}, which a llama GGUF file "
                              f"gives")
@@ -151,7 +117,7 @@ class GGUFFile:
         raw = dict(model_type="llama", hidden_size=int(hidden), num_attention_heads=int(heads),
                    num_hidden_layers=int(self._need(p + "block_count")),
                    intermediate_size=int(self._need(p + "feed_forward_length")),
-                   num_key_value_heads=int(self.value(p + "attention.head_count_kv", heads)),
+                   num_key_value_heads=int(self._need(p + "attention.head_count_kv", heads)),
                    rope_theta=float(self.value(p + "rope.freq_base", 10000.0)),
                    rms_norm_eps=float(self.value(p + "attention.layer_norm_rms_epsilon", 1e-5)),
                    max_position_embeddings=int(self.value(p + "context_length", 2048)),

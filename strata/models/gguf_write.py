@@ -1,4 +1,4 @@
-"""Write a transformers Llama model as a llama.cpp GGUF file (F32, F16, Q8_0 or Q4_0).
+"""Write a transformers Llama model as a llama.cpp GGUF file (F32, F16, BF16, Q8_0 or Q4_0).
 
 Why: nothing is downloaded here, so the tests (and a benchmark) make their GGUF files from a
 Hugging Face model: llama.cpp's tensor names and `llama.*` metadata, attn_q/attn_k rows permuted
@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
-from .gguf_file import gguf_name, rope_rows
+from .gguf_names import gguf_name, rope_rows
 
-FORMATS = ("f32", "f16", "q8_0", "q4_0")
+FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
 
 def _rope(config) -> tuple[float, dict]:
@@ -42,7 +42,8 @@ def placeholder_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
 
 def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | None = None) -> Path:
     """Write `model` (a LlamaForCausalLM with float weights) to `path` with its 2-d weights in
-    `fmt` (f32, f16, q8_0 or q4_0); `tokens`: the vocabulary to store (default: placeholder)."""
+    `fmt` (f32, f16, bf16, q8_0 or q4_0); `tokens`: the vocabulary to store (default: a
+    placeholder)."""
     import gguf                      # the gguf package: imported only to write GGUF files
     if fmt not in FORMATS:
         raise ModelError(f"unknown GGUF type {fmt!r}: write_gguf writes {', '.join(FORMATS)}")
@@ -56,7 +57,7 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
     path = Path(path)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(path.stem)
-    w.add_file_type({"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}[fmt])     # gguf.LlamaFileType
+    w.add_file_type({"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}[fmt])  # LlamaFileType
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(hidden)
     w.add_block_count(cfg.num_hidden_layers)
@@ -102,10 +103,12 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
 def _encode(t: torch.Tensor, fmt: str, gguf):
     """(numpy data, GGML type or None) of one tensor: 1-d, f32, or K not whole blocks -> F32."""
     from ..quant.formats import BLOCK, quantize_weight
-    if t.dim() == 1 or fmt == "f32" or (fmt != "f16" and t.shape[1] % BLOCK):
+    if t.dim() == 1 or fmt == "f32" or (fmt.startswith("q") and t.shape[1] % BLOCK):
         return t.numpy(), None
     if fmt == "f16":
         return t.half().numpy(), None
+    if fmt == "bf16":                # numpy has no bfloat16: its bytes, typed by raw_dtype
+        return t.bfloat16().view(torch.uint8).numpy(), gguf.GGMLQuantizationType.BF16
     qs, d = quantize_weight(t, fmt)
     blocks = torch.cat([d.view(torch.uint8), qs.view(torch.uint8)], -1)
     raw = gguf.GGMLQuantizationType.Q8_0 if fmt == "q8_0" else gguf.GGMLQuantizationType.Q4_0
