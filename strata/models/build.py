@@ -102,6 +102,7 @@ def build(model: str, layer: int | None = None, seq_len: int = 128, dtype: str |
             notes = gguf.load(_state(lm), names, config)
             weights = "; ".join([f"loaded from {gguf.description}", *notes])
             _rope_divisors(lm, gguf)
+            gguf.release()
         elif ckpt:
             ckpt_mod.load(ckpt, _state(lm), names)
             weights = f"loaded from {ckpt.description}"

@@ -44,10 +44,14 @@ class GGUFFile:
         import gguf                          # the gguf package: imported only for GGUF files
         self.path, self.name = Path(path), Path(path).name
         try:
-            self.reader = gguf.GGUFReader(str(path), "r")
+            reader = gguf.GGUFReader(str(path), "r")
         except Exception as e:               # numpy/gguf raise many kinds on a bad header
             raise ModelError(f"{self.name} is not a readable GGUF file (truncated or corrupt: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        # Kept: the scalars and short arrays, and every array's length. The reader holds a numpy
+        # view per string, some 130 MB for a 49k-token vocabulary; it goes when __init__ ends.
+        self.meta = {k: f.contents() for k, f in reader.fields.items() if len(f.data) <= 64}
+        self.lengths = {k: len(f.data) for k, f in reader.fields.items()}
         arch = self.value("general.architecture")
         if arch is None:
             raise ModelError(f"{self.name}: the metadata has no general.architecture; strata "
@@ -57,7 +61,7 @@ class GGUFFile:
                              f"(Llama, Mistral, TinyLlama, SmolLM ...)")
         self.tensors = {}                   # hf name -> ReaderTensor
         self.rope_freqs = None
-        for t in self.reader.tensors:
+        for t in reader.tensors:
             kind = t.tensor_type.name
             if kind not in FLOAT and kind not in QUANT:
                 raise ModelError(f"{self.name}: tensor {t.name} is {kind}; strata reads F32, F16, "
@@ -71,9 +75,15 @@ class GGUFFile:
                                          f"model's tensors")
             self.tensors[name] = t
 
+        self.types = _types(self.tensors.values())
+
     def value(self, key: str, default=None):
-        field = self.reader.fields.get(key)
-        return default if field is None else field.contents()
+        return self.meta.get(key, default)
+
+    def release(self) -> None:
+        """Unmap the file once the weights are loaded (its pages would count as memory in use);
+        the tensors are gone from this object after."""
+        self.tensors, self.rope_freqs = {}, None
 
     def _need(self, key: str, default=None):
         """A metadata value that must be there (or has a default), one for every layer."""
@@ -89,15 +99,6 @@ class GGUFFile:
         return v
 
     @property
-    def types(self) -> str:
-        """The tensor types of the file, most frequent first ("Q8_0 and F32")."""
-        count: dict[str, int] = {}
-        for t in self.tensors.values():
-            count[t.tensor_type.name] = count.get(t.tensor_type.name, 0) + 1
-        names = sorted(count, key=lambda k: -count[k])
-        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-
-    @property
     def description(self) -> str:
         return f"GGUF file {self.path}, {self.types}"
 
@@ -106,9 +107,8 @@ class GGUFFile:
         p = "llama."
         heads = self._need(p + "attention.head_count")
         hidden = self._need(p + "embedding_length")
-        tokens = self.reader.fields.get("tokenizer.ggml.tokens")
         embed = self.tensors.get("model.embed_tokens.weight")
-        vocab = (len(tokens.data) if tokens is not None else self.value(p + "vocab_size")
+        vocab = (self.lengths.get("tokenizer.ggml.tokens") or self.value(p + "vocab_size")
                  or (int(embed.shape[1]) if embed is not None else None))
         if vocab is None:
             raise ModelError(f"{self.name}: neither a token list nor token_embd.weight gives "
@@ -201,9 +201,7 @@ class GGUFFile:
                     continue
                 qs, d = split_blocks(rows, QUANT[kind])
                 if name in state:           # the embedding: a lookup table, dequantized
-                    from ..quant.formats import dequantize
-                    w = dequantize(qs, d, QUANT[kind])
-                    state[name].copy_(w[:, :state[name].shape[1]])
+                    _dequantize_into(state[name], qs, d, QUANT[kind])
                     notes.append(f"{gguf_name(name)} is {kind}, dequantized to "
                                  f"{str(state[name].dtype).removeprefix('torch.')} for the lookup")
                     continue
@@ -230,6 +228,23 @@ class GGUFFile:
     def rope_divisors(self) -> torch.Tensor | None:
         """Llama-3 rope scaling as llama.cpp stores it: inv_freq[i] is divided by these."""
         return None if self.rope_freqs is None else _torch(self.rope_freqs.data).float().clone()
+
+
+def _types(tensors) -> str:
+    """The tensor types of a file, most frequent first ("Q8_0 and F32")."""
+    count: dict[str, int] = {}
+    for t in tensors:
+        count[t.tensor_type.name] = count.get(t.tensor_type.name, 0) + 1
+    names = sorted(count, key=lambda k: -count[k])
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _dequantize_into(out: torch.Tensor, qs, d, fmt: str, rows: int = 4096) -> None:
+    """out[:] = the dequantized weight, a few thousand rows at a time (a 128k-token embedding
+    would otherwise pass through two float32 temporaries of its full size)."""
+    from ..quant.formats import dequantize
+    for r in range(0, out.shape[0], rows):
+        out[r:r + rows].copy_(dequantize(qs[r:r + rows], d[r:r + rows], fmt)[:, :out.shape[1]])
 
 
 def split_blocks(rows: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:

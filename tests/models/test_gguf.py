@@ -97,12 +97,14 @@ def test_default_dtype_follows_the_file(files):
     assert build(str(files["q8_0"])).dtype == "fp32"      # quantized: float32 activations
 
 
-def test_generate_q8_0_agrees_with_eager(files, capsys):
-    rc = main(["generate", str(files["q8_0"]), "--prompt-ids", "1,5,9,77,3",
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_generate_agrees_with_eager(fmt, files, capsys):
+    rc = main(["generate", str(files[fmt]), "--prompt-ids", "1,5,9,77,3",
                "--max-new-tokens", "5", "--device", DEVICE, "--compare"])
     out = capsys.readouterr().out
+    kind = fmt.upper()
     assert rc == 0, out
-    assert "Q8_0 and F32" in out and "token_embd.weight is Q8_0, dequantized" in out
+    assert f"{kind} and F32" in out and f"token_embd.weight is {kind}, dequantized" in out
     assert "ids agree with hf eager (cpu): yes" in out
 
 
