@@ -4,9 +4,10 @@ cache (sampling: --temperature, --top-k, --top-p, --seed, inside the compiled pr
 Why a command: it is the end-to-end check a user runs on a whole LLM (prefill program + one
 decode-step program, strata/models/decode.py) and the tokens/s figure they compare. It prints
 where the weights come from, the generated ids on one line (and the text when MODEL is a
-directory with tokenizer files: nothing is downloaded), the prefill time and the decode tokens/s;
-`--compare` runs the same greedy decoding with Hugging Face eager (and torch.compile on a GPU)
-and says whether the ids agree. The simulator is for tiny configs only.
+directory with tokenizer files or a GGUF file: nothing is downloaded), the prefill time and the
+decode tokens/s; `--compare` runs the same greedy decoding with Hugging Face eager (and
+torch.compile on a GPU) and says whether the ids agree: on the same weights, since a quantized
+model's eager forward runs its QuantLinear modules. The simulator is for tiny configs only.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from conftest import HAS_CC  # noqa: E402
 from model_helpers import hf_model, write_checkpoint  # noqa: E402
 from strata.cli import main  # noqa: E402
 from strata.context import Context  # noqa: E402
-from strata.models import compile_cache  # noqa: E402
+from strata.models import compile_cache, hf  # noqa: E402
 from strata.models.build import build  # noqa: E402
 from strata.models.gguf_file import GGUFFile  # noqa: E402
 from strata.models.gguf_names import gguf_name, rope_rows  # noqa: E402
@@ -72,6 +72,25 @@ def test_round_trip(fmt, ref, files):
     with torch.no_grad():
         torch.testing.assert_close(lm(ids).logits, _rounded(ref, fmt)(ids).logits,
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_weights_equal_transformers_own_gguf_loader(files):
+    """An independent reader of the same file (transformers' GGUF loader: its own names, q/k
+    un-permutation and dequantization) gives the same weights."""
+    utils = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
+    path = str(files["q4_0"])
+    built = build(path, dtype="fp32", materialise=True)
+    meta = hf.from_config(built.config, torch.float32, device="meta")
+    try:
+        theirs = utils.load_gguf_checkpoint(path, return_tensors=True, model_to_load=meta)["tensors"]
+    except TypeError:
+        pytest.skip("this transformers' load_gguf_checkpoint takes no model_to_load")
+    params = dict(built.model.named_parameters())
+    assert len(theirs) == 3 * 9 + 3
+    for name, t in theirs.items():
+        mod = built.model.get_submodule(name.rpartition(".")[0])
+        ours = mod.weight(torch.float32) if isinstance(mod, QuantLinear) else params[name]
+        assert torch.equal(t.float(), ours), name
 
 
 def test_llama3_rope_scaling_round_trip(tmp_path):
