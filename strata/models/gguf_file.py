@@ -48,9 +48,10 @@ class GGUFFile:
         except Exception as e:               # numpy/gguf raise many kinds on a bad header
             raise ModelError(f"{self.name} is not a readable GGUF file (truncated or corrupt: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        # Kept: the scalars and short arrays, and every array's length. The reader holds a numpy
-        # view per string, some 130 MB for a 49k-token vocabulary; it goes when __init__ ends.
-        self.meta = {k: f.contents() for k, f in reader.fields.items() if len(f.data) <= 64}
+        # Kept: the scalars, arrays up to per-layer sizes, and every array's length. The reader
+        # holds a numpy view per array item, 130 MB for a 49k-token vocabulary: it goes with
+        # __init__.
+        self.meta = {k: f.contents() for k, f in reader.fields.items() if len(f.data) <= 1024}
         self.lengths = {k: len(f.data) for k, f in reader.fields.items()}
         arch = self.value("general.architecture")
         if arch is None:
@@ -74,7 +75,6 @@ class GGUFFile:
                 raise CheckpointMismatch(f"{self.name}: tensor {t.name} is not one of a llama "
                                          f"model's tensors")
             self.tensors[name] = t
-
         self.types = _types(self.tensors.values())
 
     def value(self, key: str, default=None):
