@@ -327,13 +327,14 @@ def value_dtype(s) -> str:
 
 
 def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: set[str],
-                    ctx: Context, who: str) -> tuple[TileKernel, ...]:
+                    ctx: Context, who: str, tag: str = "") -> tuple[TileKernel, ...]:
     """A contraction whose computed operands are stored once by kernels of their own: the
     prologue kernels `<name>_prologue[i]` (elementwise over the operand's axes and K, one per
     distinct operand: equal operands of several reductions share one) storing `dtype` temps
     `<name>_operand[i]`, then the contraction loading those plainly. computed: (loop, operand
     value, the other operand's value, what to call it in the log[, its own dtype]) per operand
-    to store; `who`: the pass, for the log."""
+    to store; `who`: the pass, for the log; `tag`: a suffix of the new names (a second split of
+    the same kernel)."""
     firsts, made, loops = [], {}, {id(l): l for l in c.loops}
     for loop, value, other, label, *own in computed:
         stmts = closure(loop.body, value)
@@ -342,8 +343,8 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
         key = _canonical(stmts, value, dom, loop.var)
         if key not in made:
             i = len(made)
-            name = f"{k.name}_prologue{i or ''}"
-            buf = BufferInfo(f"{k.name}_operand{i or ''}", tuple(e for _, e in dom),
+            name = f"{k.name}_prologue{tag}{i or ''}"
+            buf = BufferInfo(f"{k.name}_operand{tag}{i or ''}", tuple(e for _, e in dom),
                              own[0] if own else dtype, "temp")
             pre = _prelude_for(k, stmts)
             reads = tuple(r for r in k.reads if _loads(pre + stmts, r))

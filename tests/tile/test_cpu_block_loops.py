@@ -82,6 +82,6 @@ def test_a_quantized_matrix_product_reads_its_weight_dequantized_once(fmt, m):
     layer = QuantLinear.from_linear(torch.nn.Linear(96, 37), fmt).eval()
     x = torch.randn(1, m, 96).to(BF16)
     prog, log = cpu_compile(layer, (x,))
-    assert "dequantized computed once into k_linear_reduce_operand [37, 96] bf16" in log
+    assert "dequantized computed once into k_linear_reduce_operand_w [37, 96] bf16" in log
     assert knobs_of(prog, "k_linear_reduce")["FORM"] != "outer"
     assert_matches(prog, layer, (x,))

@@ -65,7 +65,9 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     axes = {v for v, _ in k.domain}
     packed = _dequantized(k, c)
     if packed:                          # stored first: the matrix product then reads plain bf16
-        return split_prologues(k, c, packed, "bf16", axes, ctx, "cpu_prologue")
+        *firsts, k = split_prologues(k, c, packed, "bf16", axes, ctx, "cpu_prologue", "_w")
+        rest = cpu_prologue(k, ctx)     # and its M-side operand as for any other product
+        return (*firsts, *(rest if isinstance(rest, tuple) else (rest,)))
     form, computed, stored = cpu_form(k, c, ctx), [], None
     dot = form in ("dot", "pairs", "amx")   # all read the M-side operand in bf16, contiguous along K
     for loop in c.loops:
