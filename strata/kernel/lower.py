@@ -19,6 +19,7 @@ from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, TileProgram, flat_index
 from .ir import (WARP, Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load, LoadVec,
                  Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
+from .twins import tile_key, twin
 
 
 def reduce_identity(op: str, dtype: str) -> Const:
@@ -288,6 +289,14 @@ def lower(tp: TileProgram) -> KernelProgram:
             if b.name not in known:
                 known.add(b.name)
                 buffers.append(Buffer(b.name, b.dtype, b.shape, b.kind))
-    kernels = [replace(lower_kernel(k), threads=dict(k.knobs).get("THREADS", 0))
-               for k in tp.kernels]
-    return KernelProgram(buffers, kernels, list(lp.outputs))
+    kernels, firsts, twins = [], {}, {}
+    for tk in tp.kernels:           # a twin (kernel/twins.py) is the first one renamed
+        key = tile_key(tk)
+        if key in firsts and firsts[key][0].name != tk.name:
+            first, k = firsts[key]
+            kernels.append(twin(k, first, tk))
+            twins[tk.name] = first.name
+            continue
+        kernels.append(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0)))
+        firsts.setdefault(key, (tk, kernels[-1]))
+    return KernelProgram(buffers, kernels, list(lp.outputs), twins)

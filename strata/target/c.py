@@ -333,7 +333,11 @@ def emit_program(program: KernelProgram, target=None) -> str:
              f"{names}", PRELUDE.rstrip()]
     same: dict[str, str] = {}        # a kernel's text with its names numbered -> the C function
     calls: dict[str, str] = {}       # kernel -> the function that computes it
+    twins = getattr(program, "twins", {})
     for k in distinct_kernels(program):
+        if twins.get(k.name) in calls:      # a renamed copy (kernel/twins.py): the same code
+            calls[k.name] = calls[twins[k.name]]
+            continue
         text = emit_kernel(k)
         calls[k.name] = same.setdefault(_numbered(text, k), cname(k.name))
         if calls[k.name] == cname(k.name):
