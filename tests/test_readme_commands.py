@@ -2,7 +2,7 @@
 `strata ...` title) runs as written and does what the README says (issue 29: the README's own
 `generate --compare` failed). A command shown with an error sentence must fail with exactly that
 sentence; every other one must exit 0. Paths to tiny checkpoints (/tmp/tinyllama, ./tiny-qwen)
-are made here; the tuning example gets a small budget. A new example in the README is tested
+and a GGUF file of the first, /tmp/tinyllama-q4_0.gguf, are made here; the tuning example gets a small budget. A new example in the README is tested
 by adding it there, nothing else."""
 import os
 import re
@@ -52,7 +52,10 @@ def workdir(tmp_path_factory):
     from model_helpers import hf_model, write_checkpoint
     d = tmp_path_factory.mktemp("readme")
     write_checkpoint(hf_model("qwen2", seed=1), d / "tiny-qwen")
-    write_checkpoint(hf_model("llama", seed=3), d / "tinyllama")
+    llama = hf_model("llama", seed=3)
+    write_checkpoint(llama, d / "tinyllama")
+    from strata.models.gguf_write import write_gguf
+    write_gguf(llama, d / "tinyllama-q4_0.gguf", "q4_0")
     return d
 
 
