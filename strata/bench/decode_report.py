@@ -26,9 +26,11 @@ GOAL_CPU_VS_BEST = {"fp32": 1.0, "bf16": 1.5}   # issue 12: vs the faster of HF 
 
 
 def weight_bytes(model) -> int:
-    """Bytes of every parameter and buffer (a quantized weight's blocks and scales are buffers);
-    model.parameters() yields a tied embedding once."""
-    return sum(p.numel() * p.element_size() for p in (*model.parameters(), *model.buffers()))
+    """Bytes of every parameter and of every quantized weight's blocks and scales (buffers of a
+    QuantLinear); model.parameters() yields a tied embedding once."""
+    from ..quant.formats import QuantLinear
+    quantized = [b for m in model.modules() if isinstance(m, QuantLinear) for b in (m.qs, m.d)]
+    return sum(p.numel() * p.element_size() for p in (*model.parameters(), *quantized))
 
 
 def average_kv_len(prompt_len: int, new_tokens: int) -> float:

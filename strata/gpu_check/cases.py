@@ -1,6 +1,7 @@
 """The GPU acceptance cases: one small program per kind of kernel strata emits for CUDA (a row
 reduction, softmax, fp32 and bf16 matmuls on mma.sync and on wgmma, causal attention prefill on
-tensor cores, split-KV decode attention, a `@strata.kernel` with shared memory and barriers).
+tensor cores, split-KV decode attention, a q4_0 quantized GEMV, a `@strata.kernel` with shared
+memory and barriers).
 
 Each is compiled for its target, run once and checked against eager float64, and its source is
 checked for the instruction it exists to exercise, so a case that silently took another path
@@ -72,6 +73,12 @@ def _decode():
     return _Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), _qkv(1, 4, 1, 300, 64)
 
 
+def _gemv_q4_0():
+    from ..quant.formats import QuantLinear
+    layer = QuantLinear.from_linear(torch.nn.Linear(2048, 512, bias=False), "q4_0").eval()
+    return layer, (torch.randn(1, 1, 2048).bfloat16(),)
+
+
 CASES: dict[str, GpuCase] = {
     "rmsnorm_bf16": GpuCase("row reduction, bf16 in and out", _rmsnorm),
     "softmax_f32": GpuCase("two-pass row softmax, a row that is not a multiple of the block",
@@ -85,6 +92,8 @@ CASES: dict[str, GpuCase] = {
                                  _prefill, "sm_80", ("mma.sync",)),
     "decode_split_kv": GpuCase("one query against 300 keys: split-KV kernel + combine",
                                _decode, None, (), 2),
+    "gemv_q4_0": GpuCase("q4_0 weights (GGUF blocks): nibbles unpacked and scaled inside the "
+                         "matrix-vector product", _gemv_q4_0, None, (">> 4",)),
 }
 DSL_CASE = "dsl_block_rmsnorm"
 NAMES = (*CASES, DSL_CASE)

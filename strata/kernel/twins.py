@@ -33,7 +33,7 @@ def twin(k: Kernel, first: TileKernel, tk: TileKernel) -> Kernel:
     """Kernel k (lowered from `first`) as the kernel of `tk`, first's twin: buffers renamed by
     their positions in the two tile kernels."""
     mapping = {a.name: b.name for a, b in zip(first.buffers, tk.buffers) if a.name != b.name}
-    return dataclasses.replace(_rename(k, mapping), name=tk.name)
+    return dataclasses.replace(_rename(k, mapping), name=tk.name, src=tk.src)   # its own lines
 
 
 def _rename(x, mapping: dict, memo: dict | None = None):
