@@ -59,7 +59,7 @@ def build_soon(source: str) -> None:
 
 def build_library(source: str) -> bytes:
     """The shared library of `source`: from the cache, else compiled (and cached)."""
-    started = _SOON.pop(hashlib.sha256(source.encode()).hexdigest(), None)
+    started = _SOON.pop(hashlib.sha256(source.encode()).hexdigest(), None) if _SOON else None
     return started.result() if started is not None else _build(source)
 
 

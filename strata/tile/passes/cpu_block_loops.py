@@ -11,8 +11,8 @@ A loop is split when some index or value in its body divides or takes the remain
 variable by one constant c (2 <= c < extent) that divides the extent; two different block sizes
 decline, saying so. A float sum over the split loop adds into c partial sums (a scratch row, one
 per inner position) that are added up after it: summed into one variable, each inner loop would
-end in a horizontal vector sum (4.4 ms for that GEMV instead of ...). Other accumulators stay on
-the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole.
+end in a horizontal vector sum (that GEMV: 4.4 ms so, 1.9 ms with the partial sums). Other
+accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole.
 """
 from __future__ import annotations
 
