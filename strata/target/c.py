@@ -32,6 +32,7 @@ from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Ker
 from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
 from .c_dot import emit_dot, match_dot
 from .c_pairs import emit_pairs, match_pairs
+from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -180,6 +181,9 @@ class _CEmitter(_Emitter):
             return super().stmt(s, depth)
         if id(s) in self.amx:
             return emit_amx(self, s, self.amx[id(s)], depth)
+        qb = match_quant_blocks(s, self.bufs) if self.dot_bf16 else None
+        if qb:
+            return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth))
         dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
         if dot:
             return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
@@ -344,6 +348,8 @@ def emit_program(program: KernelProgram, target=None) -> str:
             parts.append(text)
     if any("st_amx_mode()" in p for p in parts):
         parts[1] += AMX_PRELUDE.rstrip()
+    if any("st_qacc0" in p for p in parts):
+        parts[1] += QDOT_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"
 

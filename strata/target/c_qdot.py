@@ -1,0 +1,264 @@
+"""A loop over blocks of Q8_0/Q4_0 weights (a quantized matrix-vector row) as AVX-512 code.
+
+Why: cpu_block_loops runs a QuantLinear's row as blocks of 32 with the block's scale hoisted, but
+gcc still dequantizes each lane through its scalar chain (nibble masks, selects, a bf16 rounding)
+and adds it to a partial sum in memory, so the row is bound by instructions, not by the bytes it
+reads (docs/quant-cpu-2026-11-26.md). Here the block loop is matched by what it computes, and a
+block becomes: 32 bytes (q8_0) or 16 (q4_0) widened to two zmm of 16 int32 lanes, converted to
+float, multiplied by the 32 activations, and the sum scaled by the block's scale once:
+acc += d * (q[0:16] x[0:16] + q[16:32] x[16:32]), two accumulators for alternate blocks. After the
+loop the accumulators are added into the row's partial sums, which the kernel sums as written.
+
+Matching by evaluation, not by syntax: the inner loop's weight expression (whatever Lets, Ifs and
+selects lowering produced) is substituted into one expression and evaluated on random blocks and
+scales; only if it equals a format's dequantization for all 32 lanes, exactly or rounded to bf16,
+is the loop taken. A rounded weight (QuantLinear's `.to(bf16)`) is not rounded here: the scale is
+applied to the block's sum instead, which is nearer the float64 reference, not farther; the order
+of the sum differs from the scalar loop's as `omp simd`'s does. The loop is printed as written
+under `#else`, for compilers without AVX-512F.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..expr import (Const, Expr, Op, Var, _from_linear, affine_terms, cast_values, children,
+                    coefficient, evaluate, free_vars, substitute)
+from ..kernel.ir import Assign, For, If, Let, Load, Store
+from .cuda import REL, _strip, cname
+
+LANES = 32                                  # weights per block (strata/quant/formats.py)
+BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16)}
+
+QDOT_PRELUDE = r"""
+#if defined(__AVX512F__)
+// One block of 32 quantized weights by 32 float activations, scaled by its scale d and added to
+// acc (target/c_qdot.py): the bytes are widened to int32 lanes, converted, multiplied, summed.
+#include <immintrin.h>
+static inline __m512 st_x16_f32(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 st_x16_bf16(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+static inline __m512 st_qblock(__m512 acc, __m512 q0, __m512 q1, __m512 x0, __m512 x1, float d) {
+    return _mm512_fmadd_ps(_mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0)), _mm512_set1_ps(d), acc);
+}
+static inline __m512 st_q8_0_block(__m512 acc, const signed char* q, __m512 x0, __m512 x1, float d) {
+    __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q)));
+    __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + 16))));
+    return st_qblock(acc, q0, q1, x0, x1, d);
+}
+// q4_0: a nibble n is the float n - 8, looked up by vpermps (which reads an index's low 4 bits)
+static inline __m512 st_q4_0_block(__m512 acc, const unsigned char* q, __m512 x0, __m512 x1, float d) {
+    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q));
+    __m512 q0 = _mm512_permutexvar_ps(b, values);
+    __m512 q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values);
+    return st_qblock(acc, q0, q1, x0, x1, d);
+}
+static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }   // F16C (AVX-512F has it)
+#endif"""
+
+
+@dataclass(frozen=True)
+class QuantBlocks:
+    fmt: str                    # q8_0 | q4_0
+    scale: Expr                 # the block's scale, free of the lane variable
+    qs: str                     # the quantized bytes
+    qs_at: Expr                 # the block's first byte
+    x: str                      # the activations (f32 or bf16)
+    x_at: Expr                  # the activation of lane 0
+    lanes: str                  # the row's partial sums
+    lanes_at: Expr              # the partial sum of lane 0
+
+
+def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
+    """`loop` (over blocks) as Lets of outer values, then a loop of 32 lanes adding
+    x[lane] * w(lane) to partial sums, w a q8_0 or q4_0 dequantization (see the module
+    docstring); else None."""
+    *lets, inner = loop.body or (None,)
+    if loop.step != 1 or not isinstance(inner, For) or not _lanes_0_to_32(inner) \
+            or not all(isinstance(s, Let) for s in lets):
+        return None
+    outer = _inlined(lets, {})
+    if outer is None:
+        return None
+    found = _lane_sum(inner, outer)
+    if found is None:
+        return None
+    lanes, lanes_at, product = found
+    for x, w in ((product.args[0], product.args[1]), (product.args[1], product.args[0])):
+        if isinstance(x, Load) and bufs.get(x.buf) in ("f32", "bf16") and x.dtype == "f32" \
+                and coefficient(x.index, inner.var) == 1:
+            fmt = _format_of(w, inner.var, bufs)
+            if fmt is not None:
+                scale, qs, qs_at = fmt[1:]
+                zero = {inner.var: Const(0, "i64")}
+                return QuantBlocks(fmt[0], scale, qs, qs_at, x.buf, substitute(x.index, zero),
+                                   lanes, substitute(lanes_at, zero))
+    return None
+
+
+def _lanes_0_to_32(inner: For) -> bool:
+    trips = [getattr(e, "value", None) for e in (inner.start, inner.stop)]
+    return inner.step == 1 and trips == [0, LANES]
+
+
+def _inlined(body, env: dict) -> dict | None:
+    """var -> its value with earlier Lets substituted (Loads kept as leaves), for a body of Lets
+    and of Ifs that assign one loaded value (a masked load); None for anything else."""
+    env = dict(env)
+    for s in body:
+        if isinstance(s, Let):
+            env[s.var] = substitute(s.value, env)
+        elif isinstance(s, If) and not s.orelse and len(s.then) == 1 \
+                and isinstance(s.then[0], Assign) and s.then[0].var in env:
+            a = s.then[0]
+            prev = env[a.var]
+            env[a.var] = Op("where", (substitute(s.cond, env), substitute(a.value, env), prev),
+                            prev.dtype)
+        else:
+            return None
+    return env
+
+
+def _lane_sum(inner: For, outer: dict):
+    """(partial sums buffer, its index, the product added) of a lane loop whose last two
+    statements read lanes[i] and store lanes[i] + product; None otherwise."""
+    if len(inner.body) < 3:
+        return None
+    *body, read, store = inner.body
+    if not (isinstance(read, Let) and isinstance(read.value, Load) and isinstance(store, Store)
+            and store.buf == read.value.buf and store.index == read.value.index
+            and isinstance(store.value, Op) and store.value.op == "add"
+            and store.value.args[0] == Var(read.var, read.dtype)
+            and coefficient(store.index, inner.var) == 1):
+        return None
+    env = _inlined(body, outer)
+    if env is None:
+        return None
+    product = substitute(store.value.args[1], env)
+    if not (isinstance(product, Op) and product.op == "multiply" and product.dtype == "f32"):
+        return None
+    return store.buf, store.index, product
+
+
+def _leaves(e: Expr, stop):
+    """The nodes of e for which stop(node) holds, not looking inside them."""
+    if stop(e):
+        return [e]
+    return [x for c in children(e) for x in _leaves(c, stop)]
+
+
+def _format_of(w: Expr, lane: str, bufs: dict):
+    """(fmt, scale, qs buffer, block start) if w dequantizes one block of a q8_0/q4_0 buffer for
+    every lane, found by evaluating it (see the module docstring); else None. The scale is w's one
+    leaf besides the lane, constants and the bytes: a load of the scales or a variable."""
+    leaves = set(_leaves(w, lambda x: isinstance(x, (Load, Var, Const))))
+    qs = {x.buf for x in leaves if isinstance(x, Load) and bufs.get(x.buf) in ("i8", "u8")}
+    scales = [x for x in leaves if not isinstance(x, Const) and x != Var(lane, x.dtype)
+              and getattr(x, "buf", None) not in qs]
+    if len(qs) != 1 or len(scales) != 1 or lane in free_vars(scales[0]):
+        return None
+    qs = qs.pop()
+    indices = [x.index for x in leaves if getattr(x, "buf", None) == qs]
+    terms = [affine_terms(i) for i in indices]
+    starts = {frozenset((a, c) for a, c in t[0].items() if lane not in free_vars(a))
+              for t in terms if t is not None}
+    if None in terms or len(starts) != 1 or any(coefficient(i, lane) not in (0, 1) for i in indices):
+        return None                         # every byte read from one block start
+    consts = {t[1] for t in terms}
+    for fmt, (dtype, nbytes) in BLOCK_BYTES.items():
+        for c in sorted(consts | {c + nbytes for c in consts}):     # where the block starts
+            if bufs[qs] == dtype and _dequantizes(w, fmt, nbytes, qs, scales[0], lane, c):
+                return fmt, scales[0], qs, _from_linear(dict(starts.pop()), c)
+    return None
+
+
+def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, scale: Expr, lane: str, base: int) -> bool:
+    """w(lane) == fmt's weight `lane` of a random block, for 0 <= lane < 32, exactly or rounded to
+    bf16, at three random scales (bytes read outside the block are noise, so they fail)."""
+    rng = np.random.default_rng(0)
+    dtype = np.int8 if fmt == "q8_0" else np.uint8
+    for _ in range(3):
+        pad = rng.integers(0, 256, 3 * nbytes).astype(np.uint8).view(dtype)
+        block = pad[nbytes:2 * nbytes]
+        d = np.float32(rng.normal() * 0.01)
+        if fmt == "q8_0":
+            want = block.astype(np.float32) * d
+        else:
+            q = np.concatenate([block & 15, block >> 4]).astype(np.float32) - 8
+            want = q * d
+
+        def extra(e, go):
+            if isinstance(e, Load) and e.buf == qs:
+                at = np.asarray(go(e.index), dtype=np.int64) - base + nbytes
+                return pad[np.clip(at, 0, 3 * nbytes - 1)]
+            if e == scale:
+                return d
+            raise KeyError(e)
+        env = _Env(lane, scale, d)
+        try:
+            got = np.broadcast_to(evaluate(w, env, extra), (LANES,)).astype(np.float32)
+        except (KeyError, TypeError, ValueError):
+            return False
+        if not (np.array_equal(got, want) or np.array_equal(got, cast_values(want, "bf16"))):
+            return False
+    return True
+
+
+class _Env(dict):
+    """The lane variable as 0..31, the scale (a Var) as d, and every other outer variable 0: the
+    block is evaluated relative to its start."""
+
+    def __init__(self, lane: str, scale: Expr, d):
+        super().__init__({lane: np.arange(LANES, dtype=np.int64)})
+        if isinstance(scale, Var):
+            self[scale.name] = d
+
+    def __missing__(self, key):
+        return np.int64(0)
+
+
+def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) -> None:
+    """Print `loop` as AVX-512 code where the compiler targets AVX-512F, else `as_written()`."""
+    o, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
+    stop = em.expr(loop.stop, REL + 1)
+    xload = "st_x16_bf16" if em.bufs[qb.x] == "bf16" else "st_x16_f32"
+    ctype = "signed char" if qb.fmt == "q8_0" else "unsigned char"
+
+    def at(e: Expr, step: int) -> str:
+        if step:
+            e = substitute(e, {loop.var: Op("add", (Var(loop.var, loop.dtype), Const(step, loop.dtype)),
+                                            loop.dtype)})
+        return _strip(em.expr(e))
+
+    def scale(step: int) -> str:
+        s = qb.scale
+        if isinstance(s, Load) and em.bufs.get(s.buf) == "f16":
+            return f"st_f16_scale({cname(s.buf)}[{at(s.index, step)}])"
+        return at(s, step)
+
+    def block(acc: str, step: int, d: int) -> None:
+        x = f"&{cname(qb.x)}[{at(qb.x_at, step)}]"
+        em.emit(f"{acc} = st_{qb.fmt}_block({acc}, (const {ctype}*)&{cname(qb.qs)}"
+                f"[{at(qb.qs_at, step)}], {xload}({x}), {xload}({x} + 16), {scale(step)});", d)
+    em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks as zmm code (target/c_qdot.py)", 0)
+    em.emit("{", depth)
+    em.emit("__m512 st_qacc0 = _mm512_setzero_ps(), st_qacc1 = _mm512_setzero_ps();", depth + 1)
+    em.emit(f"{t} {o} = {_strip(em.expr(loop.start))};", depth + 1)
+    em.emit(f"for (; {o} + 2 <= {stop}; {o} += 2) {{", depth + 1)
+    block("st_qacc0", 0, depth + 2)
+    block("st_qacc1", 1, depth + 2)
+    em.emit("}", depth + 1)
+    em.emit(f"if ({o} < {stop}) {{", depth + 1)
+    block("st_qacc0", 0, depth + 2)
+    em.emit("}", depth + 1)
+    em.emit(f"float* st_lane = &{cname(qb.lanes)}[{_strip(em.expr(qb.lanes_at))}];", depth + 1)
+    em.emit("_mm512_storeu_ps(st_lane, _mm512_add_ps(_mm512_loadu_ps(st_lane), "
+            "_mm512_add_ps(st_qacc0, st_qacc1)));", depth + 1)
+    em.emit("}", depth)
+    em.emit("#else", 0)
+    as_written()
+    em.emit("#endif", 0)
