@@ -1,12 +1,13 @@
-"""A loop over blocks of Q8_0/Q4_0 weights (a quantized matrix-vector row) as AVX-512 code.
+"""A loop over blocks of Q8_0/Q4_0 weights (a quantized matrix-vector row) as AVX-512/AVX2 code.
 
 Why: cpu_block_loops runs a QuantLinear's row as blocks of 32 with the block's scale hoisted, but
 gcc still dequantizes each lane through its scalar chain (nibble masks, selects, a bf16 rounding)
 and adds it to a partial sum in memory, so the row is bound by instructions, not by the bytes it
 reads (docs/quant-cpu-2026-11-26.md). Here the block loop is matched by what it computes, and a
-block becomes: 32 bytes (q8_0) or 16 (q4_0) widened to two zmm of 16 int32 lanes, converted to
-float, multiplied by the 32 activations, and the sum scaled by the block's scale once:
-acc += d * (q[0:16] x[0:16] + q[16:32] x[16:32]), two accumulators for alternate blocks. After the
+block becomes: 32 bytes (q8_0) or 16 (q4_0) widened to int32 lanes (two zmm, or four ymm with
+AVX2), converted to float, multiplied by the 32 activations, and the sum scaled by the block's
+scale once: acc += d * (q[0:16] x[0:16] + q[16:32] x[16:32]), two accumulators for alternate
+blocks. After the
 loop the accumulators are added into the row's partial sums, which the kernel sums as written.
 
 Matching by evaluation, not by syntax: the inner loop's weight expression (whatever Lets, Ifs and
@@ -15,7 +16,7 @@ scales; only if it equals a format's dequantization for all 32 lanes, exactly or
 is the loop taken. A rounded weight (QuantLinear's `.to(bf16)`) is not rounded here: the scale is
 applied to the block's sum instead, which is nearer the float64 reference, not farther; the order
 of the sum differs from the scalar loop's as `omp simd`'s does. The loop is printed as written
-under `#else`, for compilers without AVX-512F.
+under `#else`, for compilers targeting neither (the `cpu` target's x86-64).
 """
 from __future__ import annotations
 
@@ -32,32 +33,72 @@ LANES = 32                                  # weights per block (strata/quant/fo
 BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16)}
 
 QDOT_PRELUDE = r"""
-#if defined(__AVX512F__)
-// One block of 32 quantized weights by 32 float activations, scaled by its scale d and added to
-// acc (target/c_qdot.py): the bytes are widened to int32 lanes, converted, multiplied, summed.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// One block of 32 quantized weights by 32 activations (float or bf16), scaled by the block's
+// scale d and added to acc (target/c_qdot.py): bytes widened to int32 lanes and converted,
+// multiplied, summed. st_q8_0_<x>, st_q4_0_<x> for x = f32, bf16; 16 lanes (AVX-512) or 8 (AVX2).
 #include <immintrin.h>
-static inline __m512 st_x16_f32(const float* p) { return _mm512_loadu_ps(p); }
-static inline __m512 st_x16_bf16(const uint16_t* p) {
+static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }    // F16C (AVX2 CPUs have it)
+#if defined(__AVX512F__)
+typedef __m512 st_qv;
+#define st_qzero _mm512_setzero_ps
+static inline __m512 st_xv_f32(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 st_xv_bf16(const uint16_t* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
-static inline __m512 st_qblock(__m512 acc, __m512 q0, __m512 q1, __m512 x0, __m512 x1, float d) {
-    return _mm512_fmadd_ps(_mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0)), _mm512_set1_ps(d), acc);
-}
-static inline __m512 st_q8_0_block(__m512 acc, const signed char* q, __m512 x0, __m512 x1, float d) {
-    __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q)));
-    __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + 16))));
-    return st_qblock(acc, q0, q1, x0, x1, d);
+static inline __m512 st_qf(const signed char* q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q)));
 }
 // q4_0: a nibble n is the float n - 8, looked up by vpermps (which reads an index's low 4 bits)
-static inline __m512 st_q4_0_block(__m512 acc, const unsigned char* q, __m512 x0, __m512 x1, float d) {
-    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
-    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q));
-    __m512 q0 = _mm512_permutexvar_ps(b, values);
-    __m512 q1 = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values);
-    return st_qblock(acc, q0, q1, x0, x1, d);
+#define ST_Q4_0_BODY(X) \
+    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(b, values), st_xv_##X(x)); \
+    s = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), st_xv_##X(x + 16), s);
+#define ST_Q8_0_BODY(X) \
+    __m512 s = _mm512_fmadd_ps(st_qf(q + 16), st_xv_##X(x + 16), _mm512_mul_ps(st_qf(q), st_xv_##X(x)));
+static inline void st_qlanes(float* l, __m512 a, __m512 b) {
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(a, b)));
 }
-static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }   // F16C (AVX-512F has it)
+#else
+typedef __m256 st_qv;
+#define st_qzero _mm256_setzero_ps
+static inline __m256 st_xv_f32(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 st_xv_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+static inline __m256 st_qf(const signed char* q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q)));
+}
+static inline __m256 st_nib(__m256i v) { return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(8))); }
+#define ST_Q4_0_BODY(X) \
+    __m128i raw = _mm_loadu_si128((const __m128i*)q); \
+    __m256i b0 = _mm256_cvtepu8_epi32(raw), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)); \
+    __m256i m = _mm256_set1_epi32(15); \
+    __m256 s = _mm256_mul_ps(st_nib(_mm256_and_si256(b0, m)), st_xv_##X(x)); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_and_si256(b1, m)), st_xv_##X(x + 8), s); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_srli_epi32(b0, 4)), st_xv_##X(x + 16), s); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_srli_epi32(b1, 4)), st_xv_##X(x + 24), s);
+#define ST_Q8_0_BODY(X) \
+    __m256 s = _mm256_mul_ps(st_qf(q), st_xv_##X(x)); \
+    for (int j = 8; j < 32; j += 8) s = _mm256_fmadd_ps(st_qf(q + j), st_xv_##X(x + j), s);
+static inline void st_qlanes(float* l, __m256 a, __m256 b) {
+    _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), _mm256_add_ps(a, b)));
+}
+#endif
+#define ST_QBLOCKS(X, T) \
+static inline st_qv st_q8_0_##X(st_qv acc, const signed char* q, const T* x, float d) { \
+    ST_Q8_0_BODY(X) return st_qfma(s, d, acc); } \
+static inline st_qv st_q4_0_##X(st_qv acc, const unsigned char* q, const T* x, float d) { \
+    ST_Q4_0_BODY(X) return st_qfma(s, d, acc); }
+#if defined(__AVX512F__)
+static inline __m512 st_qfma(__m512 s, float d, __m512 acc) { return _mm512_fmadd_ps(s, _mm512_set1_ps(d), acc); }
+#else
+static inline __m256 st_qfma(__m256 s, float d, __m256 acc) { return _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc); }
+#endif
+ST_QBLOCKS(f32, float)
+ST_QBLOCKS(bf16, uint16_t)
 #endif"""
 
 
@@ -222,10 +263,11 @@ class _Env(dict):
 
 
 def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) -> None:
-    """Print `loop` as AVX-512 code where the compiler targets AVX-512F, else `as_written()`."""
+    """Print `loop` as vector code where the compiler targets AVX-512F or AVX2 with FMA, else
+    `as_written()`."""
     o, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
-    xload = "st_x16_bf16" if em.bufs[qb.x] == "bf16" else "st_x16_f32"
+    fn = f"st_{qb.fmt}_{'bf16' if em.bufs[qb.x] == 'bf16' else 'f32'}"
     ctype = "signed char" if qb.fmt == "q8_0" else "unsigned char"
 
     def at(e: Expr, step: int) -> str:
@@ -241,12 +283,12 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
         return at(s, step)
 
     def block(acc: str, step: int, d: int) -> None:
-        x = f"&{cname(qb.x)}[{at(qb.x_at, step)}]"
-        em.emit(f"{acc} = st_{qb.fmt}_block({acc}, (const {ctype}*)&{cname(qb.qs)}"
-                f"[{at(qb.qs_at, step)}], {xload}({x}), {xload}({x} + 16), {scale(step)});", d)
-    em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks as zmm code (target/c_qdot.py)", 0)
+        em.emit(f"{acc} = {fn}({acc}, (const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}], "
+                f"&{cname(qb.x)}[{at(qb.x_at, step)}], {scale(step)});", d)
+    em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
+            f"// {qb.fmt} blocks as vector code (target/c_qdot.py)", 0)
     em.emit("{", depth)
-    em.emit("__m512 st_qacc0 = _mm512_setzero_ps(), st_qacc1 = _mm512_setzero_ps();", depth + 1)
+    em.emit("st_qv st_qacc0 = st_qzero(), st_qacc1 = st_qzero();", depth + 1)
     em.emit(f"{t} {o} = {_strip(em.expr(loop.start))};", depth + 1)
     em.emit(f"for (; {o} + 2 <= {stop}; {o} += 2) {{", depth + 1)
     block("st_qacc0", 0, depth + 2)
@@ -255,9 +297,8 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
     em.emit(f"if ({o} < {stop}) {{", depth + 1)
     block("st_qacc0", 0, depth + 2)
     em.emit("}", depth + 1)
-    em.emit(f"float* st_lane = &{cname(qb.lanes)}[{_strip(em.expr(qb.lanes_at))}];", depth + 1)
-    em.emit("_mm512_storeu_ps(st_lane, _mm512_add_ps(_mm512_loadu_ps(st_lane), "
-            "_mm512_add_ps(st_qacc0, st_qacc1)));", depth + 1)
+    em.emit(f"st_qlanes(&{cname(qb.lanes)}[{_strip(em.expr(qb.lanes_at))}], st_qacc0, st_qacc1);",
+            depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)
     as_written()
