@@ -348,7 +348,7 @@ def emit_program(program: KernelProgram, target=None) -> str:
             parts.append(text)
     if any("st_amx_mode()" in p for p in parts):
         parts[1] += AMX_PRELUDE.rstrip()
-    if any("st_qacc0" in p for p in parts):
+    if any("(target/c_qdot.py)" in p for p in parts[2:]):
         parts[1] += QDOT_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"

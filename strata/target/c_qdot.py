@@ -61,6 +61,33 @@ static inline __m512 st_qf(const signed char* q) {
 static inline void st_qlanes(float* l, __m512 a, __m512 b) {
     _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(a, b)));
 }
+// A block's 32 weights q * d stored as f32 or bf16 (rounded to nearest even, as the prelude's
+// st_float_to_bf16 rounds a finite float): a prefill's weight, dequantized once.
+static inline void st_qstore_f32(float* o, __m512 w0, __m512 w1) {
+    _mm512_storeu_ps(o, w0);
+    _mm512_storeu_ps(o + 16, w1);
+}
+static inline __m256i st_bf16_rne(__m512 v) {
+    __m512i b = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+}
+static inline void st_qstore_bf16(uint16_t* o, __m512 w0, __m512 w1) {
+    _mm256_storeu_si256((__m256i*)o, st_bf16_rne(w0));
+    _mm256_storeu_si256((__m256i*)(o + 16), st_bf16_rne(w1));
+}
+#define ST_QSTORES(X, T) \
+static inline void st_q8_0_to_##X(T* o, const signed char* q, float d) { \
+    st_qstore_##X(o, _mm512_mul_ps(st_qf(q), _mm512_set1_ps(d)), \
+                  _mm512_mul_ps(st_qf(q + 16), _mm512_set1_ps(d))); } \
+static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
+    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    st_qstore_##X(o, _mm512_mul_ps(_mm512_permutexvar_ps(b, values), _mm512_set1_ps(d)), \
+        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), _mm512_set1_ps(d))); }
+ST_QSTORES(f32, float)
+ST_QSTORES(bf16, uint16_t)
 #else
 typedef __m256 st_qv;
 #define st_qzero _mm256_setzero_ps
@@ -108,16 +135,16 @@ class QuantBlocks:
     scale: Expr                 # the block's scale, free of the lane variable
     qs: str                     # the quantized bytes
     qs_at: Expr                 # the block's first byte
-    x: str                      # the activations (f32 or bf16)
-    x_at: Expr                  # the activation of lane 0
-    lanes: str                  # the row's partial sums
-    lanes_at: Expr              # the partial sum of lane 0
+    x: str | None               # the activations (f32 or bf16); None: the weights are stored
+    x_at: Expr | None           # the activation of lane 0
+    dest: str                   # the row's partial sums, or the dequantized weights (f32, bf16)
+    dest_at: Expr               # its element of lane 0
 
 
 def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
     """`loop` (over blocks) as Lets of outer values, then a loop of 32 lanes adding
-    x[lane] * w(lane) to partial sums, w a q8_0 or q4_0 dequantization (see the module
-    docstring); else None."""
+    x[lane] * w(lane) to partial sums, or storing w(lane) (a prefill's weight dequantized once,
+    cpu_prologue), w a q8_0 or q4_0 dequantization (see the module docstring); else None."""
     *lets, inner = loop.body or (None,)
     if loop.step != 1 or not isinstance(inner, For) or not _lanes_0_to_32(inner) \
             or not all(isinstance(s, Let) for s in lets):
@@ -125,9 +152,13 @@ def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
     outer = _inlined(lets, {})
     if outer is None:
         return None
+    zero = {inner.var: Const(0, "i64")}
     found = _lane_sum(inner, outer)
     if found is None:
-        return None
+        store = _lane_store(inner, outer, bufs)
+        fmt = store and _format_of(store[2], inner.var, bufs)
+        return fmt and QuantBlocks(fmt[0], *fmt[1:], None, None, store[0],
+                                   substitute(store[1], zero))
     lanes, lanes_at, product = found
     for x, w in ((product.args[0], product.args[1]), (product.args[1], product.args[0])):
         if isinstance(x, Load) and bufs.get(x.buf) in ("f32", "bf16") and x.dtype == "f32" \
@@ -135,7 +166,6 @@ def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
             fmt = _format_of(w, inner.var, bufs)
             if fmt is not None:
                 scale, qs, qs_at = fmt[1:]
-                zero = {inner.var: Const(0, "i64")}
                 return QuantBlocks(fmt[0], scale, qs, qs_at, x.buf, substitute(x.index, zero),
                                    lanes, substitute(lanes_at, zero))
     return None
@@ -183,6 +213,17 @@ def _lane_sum(inner: For, outer: dict):
     if not (isinstance(product, Op) and product.op == "multiply" and product.dtype == "f32"):
         return None
     return store.buf, store.index, product
+
+
+def _lane_store(inner: For, outer: dict, bufs: dict):
+    """(buffer, its index, the value) of a lane loop of Lets and masked loads ending in one store
+    to consecutive f32 or bf16 elements; None otherwise."""
+    *body, store = inner.body
+    env = _inlined(body, outer)
+    if env is None or not isinstance(store, Store) or bufs.get(store.buf) not in ("f32", "bf16") \
+            or coefficient(store.index, inner.var) != 1:
+        return None
+    return store.buf, store.index, substitute(store.value, env)
 
 
 def _leaves(e: Expr, stop):
@@ -267,7 +308,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
     `as_written()`."""
     o, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
-    fn = f"st_{qb.fmt}_{'bf16' if em.bufs[qb.x] == 'bf16' else 'f32'}"
+    fn = f"st_{qb.fmt}_{'bf16' if em.bufs[qb.x or qb.dest] == 'bf16' else 'f32'}"
     ctype = "signed char" if qb.fmt == "q8_0" else "unsigned char"
 
     def at(e: Expr, step: int) -> str:
@@ -282,9 +323,22 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
             return f"st_f16_scale({cname(s.buf)}[{at(s.index, step)}])"
         return at(s, step)
 
+    def q(step: int) -> str:
+        return f"(const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}]"
+    if qb.x is None:                        # a weight dequantized and stored (AVX-512 only)
+        em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks stored as vector code "
+                f"(target/c_qdot.py)", 0)
+        em.emit(f"for ({t} {o} = {_strip(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
+        em.emit(f"{fn.replace('_f32', '_to_f32').replace('_bf16', '_to_bf16')}"
+                f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)});", depth + 1)
+        em.emit("}", depth)
+        em.emit("#else", 0)
+        as_written()
+        return em.emit("#endif", 0)
+
     def block(acc: str, step: int, d: int) -> None:
-        em.emit(f"{acc} = {fn}({acc}, (const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}], "
-                f"&{cname(qb.x)}[{at(qb.x_at, step)}], {scale(step)});", d)
+        em.emit(f"{acc} = {fn}({acc}, {q(step)}, &{cname(qb.x)}[{at(qb.x_at, step)}], "
+                f"{scale(step)});", d)
     em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
             f"// {qb.fmt} blocks as vector code (target/c_qdot.py)", 0)
     em.emit("{", depth)
@@ -297,7 +351,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
     em.emit(f"if ({o} < {stop}) {{", depth + 1)
     block("st_qacc0", 0, depth + 2)
     em.emit("}", depth + 1)
-    em.emit(f"st_qlanes(&{cname(qb.lanes)}[{_strip(em.expr(qb.lanes_at))}], st_qacc0, st_qacc1);",
+    em.emit(f"st_qlanes(&{cname(qb.dest)}[{_strip(em.expr(qb.dest_at))}], st_qacc0, st_qacc1);",
             depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)

@@ -68,3 +68,15 @@ def test_the_vector_rows_differ_from_the_scalar_loop_only_in_rounding():
         prog, _ = cpu_compile(layer, (x,), target=target)
         err = ((prog(x).double() - exact).abs().max() / exact.abs().max()).item()
         assert err < 8e-3, err                     # bf16 output: one rounding, a few ulps
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("m,k,n,dtype", [(5, 96, 37, BF16), (3, 224, 17, torch.float32)], ids=str)
+def test_a_prefill_weight_is_dequantized_as_vector_blocks(fmt, m, k, n, dtype):
+    layer, x = quant_linear(fmt, k, n, True, dtype), torch.randn(m, k).to(dtype)
+    prog, _ = cpu_compile(layer, (x,))
+    source = prog.source("c")
+    assert (f"{fmt} blocks stored as vector code" in source) == (dtype == BF16)   # (f32: fused)
+    assert_matches(prog, layer, (x,))
+    slow, _ = cpu_compile(layer, (x,), target="cpu")         # the loop as written: same bits
+    torch.testing.assert_close(prog(x), slow(x), rtol=2e-2, atol=1e-3)
