@@ -8,6 +8,7 @@ the bandwidth limit (bench/decode_report.py). Markdown and JSON named with model
     python -m strata.bench.decode Qwen/Qwen2.5-0.5B --new-tokens 128 --out docs
     python -m strata.bench.decode --device cpu --dtype fp32 --threads 2
     python -m strata.bench.decode --device cpu --threads 2 --quant q8_0
+    python -m strata.bench.decode --gguf /tmp/tinyllama-q4_0.gguf --threads 2
 
 On the CPU (--device cpu) strata's programs run natively (C + OpenMP), torch.compile uses its
 default mode (no CUDA graphs), the bandwidth limit is a large sum's read bandwidth, and fewer new
@@ -15,6 +16,11 @@ tokens are decoded by default (32: a 1.1B model decodes a few tokens per second 
 
 MODEL is a bundled name (random weights from the fixed seed, said in the report) or a local
 directory with config.json and safetensors weights. A variant that fails is a row saying why.
+
+--gguf FILE (issue 27): the model is that llama GGUF file, loaded as `strata generate FILE.gguf`
+loads it (activations in the file's float type, fp32 for Q8_0/Q4_0, unless --dtype), on the CPU;
+strata and HF eager run as above and llama.cpp (llama-cpp-python, bench/llama_cpp.py, optional:
+`pip install llama-cpp-python`) replaces torch.compile: same file, prompt ids and threads.
 """
 from __future__ import annotations
 
@@ -22,10 +28,16 @@ import argparse
 import statistics
 import sys
 
+from ..errors import StrataError
 from .decode_report import HF_EAGER, STRATA, TORCH_COMPILE, DecodeBench, DecodeVariant
 
 DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 SHORT_WARMUP = 4        # a second, short warm-up run: strata's prefill captures its graph on call 2
+
+
+class UsageError(StrataError):
+    """A --gguf argument the benchmark cannot use: one sentence, exit code 2."""
+    exit_code = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,13 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     p.add_argument("--new-tokens", type=int, default=None,
                    help="tokens to generate (default 256; 32 on the CPU)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default) or cpu")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="cuda (default) or cpu (the default and only choice with --gguf)")
     p.add_argument("--threads", type=int, default=None,
                    help="--device cpu: threads for torch and strata's OpenMP (default: every core)")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
+                   help="default bf16; with --gguf the file's float type (fp32 for Q8_0/Q4_0)")
     p.add_argument("--quant", choices=("q8_0", "q4_0"), default=None,
                    help="quantize the linear weights at load (strata/quant); every variant runs "
                         "the same quantized model")
+    p.add_argument("--gguf", metavar="FILE", default=None,
+                   help="time this llama GGUF file with strata, HF eager and llama.cpp "
+                        "(llama-cpp-python) instead of MODEL")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -50,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args) -> None:
-    from ..errors import StrataError
+    if getattr(args, "gguf", None) is not None:
+        check_gguf(args)
+    if getattr(args, "device", "cuda") is None:
+        args.device = "cuda"
+    if getattr(args, "dtype", "bf16") is None and getattr(args, "gguf", None) is None:
+        args.dtype = "bf16"
     if args.new_tokens is None:
         args.new_tokens = 32 if getattr(args, "device", "cuda") == "cpu" else 256
     if getattr(args, "threads", None) is not None and args.threads < 1:
@@ -59,6 +81,33 @@ def check_args(args) -> None:
                         ("--repeats", args.repeats)):
         if value < 1:
             raise StrataError(f"{flag} must be at least 1, not {value}")
+
+
+def check_gguf(args) -> None:
+    """--gguf FILE: an existing, readable llama GGUF file, on the CPU, without MODEL or --quant;
+    it becomes the MODEL."""
+    from pathlib import Path
+
+    from ..errors import ModelError
+    from ..models.source import resolve
+    path = Path(args.gguf).expanduser()
+    if args.model != DEFAULT_MODEL:
+        raise UsageError(f"--gguf {args.gguf} is the model: give MODEL or --gguf, not both")
+    if not path.is_file():
+        raise UsageError(f"--gguf {args.gguf}: no such file (give a llama GGUF file)")
+    if args.quant is not None:
+        raise UsageError("--quant does not apply to --gguf: the file's own weight types are timed")
+    if args.device not in (None, "cpu"):
+        raise UsageError("--gguf times strata against llama.cpp on the CPU: drop --device cuda")
+    from ..models.gguf_file import is_gguf
+    if not is_gguf(path):
+        raise UsageError(f"--gguf {args.gguf} is not a GGUF file (it does not begin with the bytes "
+                         f"GGUF)")
+    try:
+        resolve(str(path))
+    except ModelError as e:
+        raise UsageError(f"--gguf: {e}") from None
+    args.model, args.device = str(path), "cpu"
 
 
 def prompt_ids(vocab: int, n: int, seed: int = 0) -> list[int]:
@@ -104,9 +153,9 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     from .decode_loops import StaticCompiled, hf_eager_greedy
     from .decode_report import kv_bytes_per_token, weight_bytes
     quant = getattr(args, "quant", None)
-    say(f"building {args.model} ({args.dtype}{', ' + quant if quant else ''})")
+    say(f"building {args.model} ({args.dtype or 'its dtype'}{', ' + quant if quant else ''})")
     built = build(args.model, dtype=args.dtype, materialise=True, quant=quant)
-    lm, config = built.model, built.config
+    lm, config, args.dtype = built.model, built.config, built.dtype
     prompt = prompt_ids(config.vocab_size, args.prompt_len)
     n, max_len = args.new_tokens, args.prompt_len + args.new_tokens
     elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
@@ -130,6 +179,13 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     say("decoding with Hugging Face eager")
     bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
                                   n, args.repeats))
+    if getattr(args, "gguf", None) is not None:
+        from .llama_cpp import measure_llama_cpp
+        threads = args.threads or torch.get_num_threads()
+        rows, notes = measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
+        bench.variants += rows
+        bench.notes += notes
+        return bench
     say("decoding with torch.compile (compiling the step first)")
     if compile_fn is None and device == "cpu":          # CUDA graphs do not exist there
         from .variants import torch_compile
@@ -167,7 +223,8 @@ def stem(model: str, env, dtype: str = "") -> str:
     from .env import slug
     threads = f"-{env.extra['threads']}t" if "threads" in env.extra else ""
     dtype = f"-{dtype}" if dtype else ""
-    return (f"decode-{slug(model.rstrip('/').split('/')[-1])}{dtype}-{slug(env.device)}{threads}-"
+    name = model.rstrip('/').split('/')[-1].removesuffix(".gguf")
+    return (f"decode-{slug(name)}{dtype}-{slug(env.device)}{threads}-"
             f"{env.date[:10]}")
 
 

@@ -1,6 +1,6 @@
 """The numbers and the table of `python -m strata.bench.decode` (issue 5's GPU goal): decode
-tokens/s of strata, Hugging Face eager and torch.compile, and strata's fraction of the bandwidth
-limit.
+tokens/s of strata, Hugging Face eager and torch.compile (with --gguf: llama.cpp instead, issue
+27's goals), and strata's fraction of the bandwidth limit.
 
 The bandwidth limit: a batch-1 decode step must read every weight once and the KV cache up to its
 position, so tokens/s can be no more than copy bandwidth / bytes per token. Bytes per token = all
@@ -19,10 +19,13 @@ from .results import Env
 STRATA = "strata"
 HF_EAGER = "HF eager"
 TORCH_COMPILE = "torch.compile"
+LLAMA_CPP = "llama.cpp"     # --gguf: llama-cpp-python on the same file (bench/llama_cpp.py)
 VARIANTS = (STRATA, HF_EAGER, TORCH_COMPILE)
 GOAL_VS_COMPILE = 1.0       # issue 5: at or above torch.compile
 GOAL_BANDWIDTH = 0.70       # and >= 70% of the bandwidth limit
 GOAL_CPU_VS_BEST = {"fp32": 1.0, "bf16": 1.5}   # issue 12: vs the faster of HF eager and compile
+GOAL_VS_LLAMA_CPP = 1.1         # issue 27: decode tokens/s against llama.cpp on the same GGUF file
+GOAL_PREFILL_VS_LLAMA_CPP = 1.5   # and the prompt's prefill
 
 
 def weight_bytes(model) -> int:
@@ -77,6 +80,7 @@ class DecodeBench:
     hf_attention: str = ""          # the attention implementation the HF variants ran
     variants: list[DecodeVariant] = field(default_factory=list)
     device: str = "cuda"            # "cpu": native kernels, copy_gbps is a large sum's read GB/s
+    notes: list[str] = field(default_factory=list)   # more facts for the report (llama.cpp's)
 
     def variant(self, name: str) -> DecodeVariant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -119,36 +123,70 @@ def vs_best(b: DecodeBench, name: str) -> float | None:
     return min(ratios) if ratios else None
 
 
+def llama_cpp(b: DecodeBench) -> DecodeVariant | None:
+    """The llama.cpp row strata is held to: the first that ran (its default path, else the
+    no_repack retry after a crash); None without --gguf."""
+    return next((v for v in b.variants if v.name.startswith(LLAMA_CPP) and v.ok), None)
+
+
+def reference(b: DecodeBench) -> str:
+    """The variant of the "vs" column: llama.cpp's row where one ran, else torch.compile."""
+    v = llama_cpp(b)
+    return v.name if v is not None else TORCH_COMPILE
+
+
+def llama_cpp_goals(b: DecodeBench) -> list[tuple[str, str]]:
+    """Issue 27's: strata decode >= 1.1x llama.cpp's tokens/s, prefill >= 1.5x its speed."""
+    s, ref = b.variant(STRATA), llama_cpp(b)
+    names = (f"strata decode ≥ {GOAL_VS_LLAMA_CPP:g}× llama.cpp's on the same file",
+             f"strata prefill ≥ {GOAL_PREFILL_VS_LLAMA_CPP:g}× llama.cpp's speed")
+    if s is None or not s.ok:
+        why = f"not met (strata {s.status.split(':')[0] if s else 'not run'})"
+        return [(g, why) for g in names]
+    if ref is None:
+        return [(g, "— (llama.cpp did not run)") for g in names]
+    decode, prefill = s.tokens_per_s / ref.tokens_per_s, ref.prefill_ms / s.prefill_ms
+    return [(g, f"{'met' if r >= goal else 'not met'} ({fmt_ratio(r)} against {ref.name})")
+            for g, r, goal in zip(names, (decode, prefill),
+                                  (GOAL_VS_LLAMA_CPP, GOAL_PREFILL_VS_LLAMA_CPP))]
+
+
 def goals(b: DecodeBench) -> list[tuple[str, str]]:
     """(goal, verdict) for issue 5's two goals (issue 12's on a CPU: against the faster of HF
-    eager and torch.compile, 1x in fp32 and 1.5x in bf16)."""
+    eager and torch.compile, 1x in fp32 and 1.5x in bf16; issue 27's two with --gguf)."""
     s = b.variant(STRATA)
     ran = s is not None and s.ok
+    f = fraction_of_limit(b, STRATA)
+    bandwidth = f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit"
+    if not ran:
+        why = f"not met (strata {s.status.split(':')[0] if s else 'not run'})"
+    else:
+        why = ("— (no bandwidth measured)" if f is None else
+               f"{'met' if f >= GOAL_BANDWIDTH else 'not met'} ({fmt_pct(f)})")
+    if any(v.name.startswith(LLAMA_CPP) for v in b.variants):
+        return llama_cpp_goals(b) + [(bandwidth, why)]
     if b.device == "cpu":
         goal = GOAL_CPU_VS_BEST.get(b.dtype, 1.0)
         first, r = f"strata decode ≥ {goal:g}× the faster of HF eager and torch.compile", vs_best(b, STRATA)
     else:
         goal = GOAL_VS_COMPILE
         first, r = f"strata decode ≥ {goal:g}× torch.compile", vs(b, STRATA, TORCH_COMPILE)
-    f = fraction_of_limit(b, STRATA)
-    out = []
     if not ran:
-        why = f"not met (strata {s.status.split(':')[0] if s else 'not run'})"
-        return [(first, why), (f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit", why)]
-    out.append((first, "— (no baseline ran)" if r is None else
-                f"{'met' if r >= goal else 'not met'} ({fmt_ratio(r)})"))
-    out.append((f"strata ≥ {GOAL_BANDWIDTH:.0%} of the bandwidth limit",
-                "— (no bandwidth measured)" if f is None else
-                f"{'met' if f >= GOAL_BANDWIDTH else 'not met'} ({fmt_pct(f)})"))
-    return out
+        return [(first, why), (bandwidth, why)]
+    return [(first, "— (no baseline ran)" if r is None else
+             f"{'met' if r >= goal else 'not met'} ({fmt_ratio(r)})"), (bandwidth, why)]
 
 
 COLUMNS = ("variant", "prefill ms", "decode tokens/s", "ms / token", "vs torch.compile",
            "% of bandwidth limit", "ids agree with strata")
 
 
+def columns(b: DecodeBench) -> tuple[str, ...]:
+    return tuple(f"vs {reference(b)}" if c == "vs torch.compile" else c for c in COLUMNS)
+
+
 def table_rows(b: DecodeBench) -> list[tuple[str, ...]]:
-    s = b.variant(STRATA)
+    s, ref = b.variant(STRATA), reference(b)
     rows = []
     for v in b.variants:
         if not v.ok:
@@ -156,7 +194,7 @@ def table_rows(b: DecodeBench) -> list[tuple[str, ...]]:
             continue
         same = "—" if v.name == STRATA or s is None or not s.ok else agree(s.ids, v.ids)
         rows.append((v.name, f"{v.prefill_ms:.2f}", f"{v.tokens_per_s:,.1f}",
-                     f"{1e3 / v.tokens_per_s:.3f}", fmt_ratio(vs(b, v.name, TORCH_COMPILE)),
+                     f"{1e3 / v.tokens_per_s:.3f}", fmt_ratio(vs(b, v.name, ref)),
                      fmt_pct(fraction_of_limit(b, v.name)), same))
     return rows
 
@@ -173,7 +211,7 @@ def _facts(b: DecodeBench) -> list[str]:
             (f"- bandwidth limit: {'—' if limit is None else f'{limit:,.1f} tokens/s'} "
              f"({'a large sum reading' if b.device == 'cpu' else 'device-to-device copy'} {copy}, "
              f"measured in this run, over bytes per token)"),
-            f"- HF variants' attention: {b.hf_attention or '—'}"]
+            f"- HF variants' attention: {b.hf_attention or '—'}", *(f"- {n}" for n in b.notes)]
 
 
 def markdown(b: DecodeBench, env: Env) -> str:
@@ -193,7 +231,14 @@ def markdown(b: DecodeBench, env: Env) -> str:
                "), prefill uncompiled as transformers' generate does. \"vs torch.compile\": "
                "tokens/s over torch.compile's. Random weights make near-ties of the argmax "
                "likely, so ids may differ between correct implementations in bf16."), ""]
-    lines += _md_table(COLUMNS, table_rows(b)) + [""]
+    if any(v.name.startswith(LLAMA_CPP) for v in b.variants):
+        lines += [("llama.cpp (--gguf): llama-cpp-python on the same GGUF file, same prompt ids "
+                   "and threads, in a child process (a crash is a row); prefill = `eval(prompt "
+                   "ids)` and the argmax of its last logits, then one `eval([token])` per new "
+                   "token, `reset()` between runs. Its activations are quantized to 8 bits for "
+                   "Q8_0/Q4_0 products, so its ids may differ from strata's. torch.compile is "
+                   "not run with --gguf."), ""]
+    lines += _md_table(columns(b), table_rows(b)) + [""]
     failed = [f"- {v.name}: {v.status}" for v in b.variants if not v.ok]
     if failed:
         lines += ["## Not run", ""] + failed + [""]
@@ -212,7 +257,7 @@ def rich_table(b: DecodeBench):
     from rich.table import Table
     table = Table(title=f"decode: {b.model} ({b.dtype}, batch 1, prompt {b.prompt_len}, "
                         f"{b.new_tokens} new tokens)", title_justify="left")
-    for c in COLUMNS:
+    for c in columns(b):
         table.add_column(c, justify="left" if c in ("variant", "ids agree with strata") else "right")
     for r in table_rows(b):
         table.add_row(*r)
