@@ -114,7 +114,7 @@ def _linear(e: Expr) -> tuple[dict, int] | None:
         terms = dict(a[0])
         for k, v in b[0].items():
             terms[k] = terms.get(k, 0) + sign * v
-        return {k: v for k, v in terms.items() if v}, a[1] + sign * b[1]
+        return _merge_div_mod({k: v for k, v in terms.items() if v}, a[1] + sign * b[1])
     if isinstance(e, Op) and e.op == "multiply" and _is_int(e):
         a, b = _linear(e.args[0]), _linear(e.args[1])
         if a is None or b is None:
@@ -155,6 +155,22 @@ def _from_linear(terms: dict, c: int) -> Expr:
     if c < 0:
         return Op("subtract", (out, Const(-c)), "i64")
     return out
+
+
+def _merge_div_mod(terms: dict, k: int) -> tuple[dict, int]:
+    """x // c * c + x % c is x (with C's division as with floor division): an index split into
+    blocks and joined again (a head's dimension, a quantized block) becomes affine in x."""
+    for mod in [a for a in terms if isinstance(a, Op) and a.op == "mod"]:
+        div = Op("floordiv", mod.args, mod.dtype)
+        c, lin = mod.args[1], _linear(mod.args[0])
+        if not isinstance(c, Const) or lin is None or terms.get(div) != int(c.value) * terms[mod]:
+            continue
+        m = terms.pop(mod)
+        del terms[div]
+        for a, v in lin[0].items():
+            terms[a] = terms.get(a, 0) + m * v
+        k += m * lin[1]
+    return {a: v for a, v in terms.items() if v}, k
 
 
 def affine_terms(e: Expr) -> tuple[dict, int] | None:

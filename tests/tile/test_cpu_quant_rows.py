@@ -80,3 +80,26 @@ def test_a_prefill_weight_is_dequantized_as_vector_blocks(fmt, m, k, n, dtype):
     assert_matches(prog, layer, (x,))
     slow, _ = cpu_compile(layer, (x,), target="cpu")         # the loop as written: same bits
     torch.testing.assert_close(prog(x), slow(x), rtol=2e-2, atol=1e-3)
+
+
+def test_an_index_split_into_heads_and_joined_again_is_affine():
+    import numpy as np
+    from strata.expr import Var, add, evaluate, floordiv, mod, mul, simplify, to_str
+    k = Var("k", "i64")
+    joined = add(mul(floordiv(k, 64), 128), mul(mod(k, 64), 2))          # (k // 64 * 64 + k % 64) * 2
+    assert to_str(simplify(joined)) == "k * 2"
+    other = add(mul(floordiv(k, 64), 32), mod(k, 64))                     # not k: kept as written
+    values = np.arange(0, 300)
+    assert np.array_equal(evaluate(simplify(other), {"k": values}), values // 64 * 32 + values % 64)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_an_o_projection_of_attention_heads_runs_as_vector_blocks(fmt):
+    layer = quant_linear(fmt, 256, 48, False, torch.float32)
+
+    def o_proj(attn, residual):          # (1, 4 heads, 1, 64) joined into 256, projected, added
+        return residual + layer(attn.transpose(1, 2).reshape(1, 1, 256))
+    inputs = (torch.randn(1, 4, 1, 64), torch.randn(1, 1, 48))
+    prog, log = cpu_compile(o_proj, inputs)
+    assert "in 8 blocks of 32" in log and f"{fmt} blocks as vector code" in prog.source("c")
+    assert_matches(prog, o_proj, inputs)
