@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gguf", metavar="FILE", default=None,
                    help="time this llama GGUF file with strata, HF eager and llama.cpp "
                         "(llama-cpp-python) instead of MODEL")
+    p.add_argument("--no-hf", action="store_true",
+                   help="skip Hugging Face eager (on quantized weights it dequantizes every "
+                        "weight each step: minutes a run)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -176,9 +179,12 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         torch.cuda.empty_cache()
     lm = lm.to(device)
     bench.hf_attention = use_sdpa(lm)
-    say("decoding with Hugging Face eager")
-    bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
-                                  n, args.repeats))
+    if getattr(args, "no_hf", False):
+        bench.variants.append(DecodeVariant(HF_EAGER, "skipped (--no-hf)"))
+    else:
+        say("decoding with Hugging Face eager")
+        bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
+                                      n, args.repeats))
     if getattr(args, "gguf", None) is not None:
         from .llama_cpp import measure_llama_cpp
         threads = args.threads or torch.get_num_threads()

@@ -111,3 +111,12 @@ def test_bad_gguf_is_one_sentence_and_exit_2(argv, says, tiny, tmp_path, capsys)
     assert D.main(argv + ["--out", str(tmp_path)]) == 2
     out = capsys.readouterr()
     assert says in out.err and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+
+
+def test_no_hf_skips_eager_with_a_row(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "installed", lambda: False)
+    assert D.main(["--gguf", str(tiny), "--dtype", "bf16", "--no-hf", "--prompt-len", "4",
+                   "--new-tokens", "2", "--repeats", "1", "--threads", "2", "--out", str(tmp_path)]) == 0
+    (js,) = tmp_path.glob("decode-tiny-q8-0-bf16-*.json")
+    rows = {v["name"]: v for v in json.loads(js.read_text())["result"]["variants"]}
+    assert rows[R.STRATA]["status"] == "ok" and rows[R.HF_EAGER]["status"] == "skipped (--no-hf)"
