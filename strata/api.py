@@ -253,22 +253,27 @@ def _is_causal_lm(fn) -> bool:
 
 def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
                   dtype: str | None = None, ctx: Context | None = None, until: str = "cuda",
-                  device: str = "sim", materialise: bool = False, progress=None):
-    """Build MODEL (a bundled name or a directory, strata/models), capture it and lower it.
+                  device: str | None = None, materialise: bool = False, progress=None,
+                  quant: str | None = None):
+    """Build MODEL (a bundled name or a directory, strata/models), capture it and lower it;
+    `quant` (q8_0, q4_0) quantizes its linear weights first (strata/quant).
 
     materialise=False compiles from shapes only (fake tensors: no weight is allocated);
     True allocates and loads (or draws) the weights so that the Program can run. progress(text)
-    is told what is happening. Returns (Program, BuiltModel)."""
+    is told what is happening. device None: the simulator, or the CPU for a pinned CPU target
+    (built natively only when materialised). Returns (Program, BuiltModel)."""
     import time
 
     from .frontend.capture import capture
     from .models.build import build
+    device = device or default_device(ctx or Context())
     check_device(device)
     ctx = on_device(ctx or Context(), device)
     say = progress or (lambda text: None)
     say(f"building {model}")
     t0 = time.perf_counter()
-    built = build(model, layer=layer, seq_len=seq_len, dtype=dtype, materialise=materialise)
+    built = build(model, layer=layer, seq_len=seq_len, dtype=dtype, materialise=materialise,
+                  quant=quant)
     ctx.log(f"{'build model':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     say(f"capturing {built.what} with torch.export")
     t0 = time.perf_counter()
@@ -276,7 +281,7 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     say(f"lowering {len(torch_program.nodes)} aten ops")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
-    if _loads(device, until):
+    if _loads(device, until) and (materialise or device == "cuda"):
         program.load()
     return program, built
 

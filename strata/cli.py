@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with MODEL: prompt length the program is compiled for (default 128)")
     c.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="with MODEL: weight and activation dtype (default: the config's)")
+    c.add_argument("--quant", choices=("q8_0", "q4_0"),
+                   help="with MODEL: quantize its linear weights (GGUF's blocks of 32, strata/quant)")
     c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
@@ -80,8 +82,9 @@ def cmd_compile(args) -> int:
     from .api import compile_snippet
     if args.model and args.code:
         raise StrataError("give either MODEL or -c CODE, not both")
-    if not args.model and (args.layer is not None or args.dtype):
-        raise StrataError("--layer and --dtype apply to a MODEL; -c snippets take their own dtypes")
+    if not args.model and (args.layer is not None or args.dtype or args.quant):
+        raise StrataError("--layer, --dtype and --quant apply to a MODEL; -c snippets take their "
+                          "own dtypes")
     if args.model:
         from .cli_model import compile_model_command
         return compile_model_command(args, _context(args))

@@ -51,7 +51,8 @@ def compile_model_command(args, base: Context) -> int:
         ctx = ProgressContext(verbosity=base.verbosity, knobs=base.knobs, target=base.target,
                               tuned=base.tuned, stream=base.stream, on_step=step)
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
-                                       dtype=args.dtype, ctx=ctx, until=args.ir, progress=step)
+                                       dtype=args.dtype, ctx=ctx, until=args.ir, progress=step,
+                                       quant=args.quant)
         text = program.ir(args.ir)
     seconds = time.perf_counter() - t0
     ctx.log(f"{'total':<28} {seconds * 1e3:8.2f} ms")

@@ -33,11 +33,20 @@ def test_compile_bundled_layer_torch_ir_with_timings(capsys):
     assert "decoder layer 3 of 30, fp16" in err and "random weights (seed 0)" in err
 
 
+def test_compile_a_quantized_layer_for_the_cpu(capsys):
+    argv = ["compile", "HuggingFaceTB/SmolLM2-135M", "--layer", "1", "--seq-len", "1",
+            "--quant", "q4_0", "--target", "host", "--ir", "c"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "q4_0 blocks as vector code" in out and "_qs" in out           # the decode rows
+    assert "linear weights quantized to q4_0" in err
+
+
 @pytest.mark.parametrize("argv,words", [
     (["compile", "acme/NoSuchModel", "--ir", "torch"], "unknown model 'acme/NoSuchModel'"),
     (["compile", "Qwen/Qwen2.5-0.5B", "--layer", "24", "--ir", "torch"], "--layer 24 is out of range"),
     (["compile", "Qwen/Qwen2.5-0.5B", "-c", "torch.randn(3)"], "either MODEL or -c CODE"),
-    (["compile", "-c", "torch.randn(3) * 2", "--layer", "1"], "--layer and --dtype apply to a MODEL"),
+    (["compile", "-c", "torch.randn(3) * 2", "--layer", "1"], "--layer, --dtype and --quant apply to a MODEL"),
 ])
 def test_model_errors_are_one_sentence(argv, words, capsys):
     assert main(argv) == 1
