@@ -218,6 +218,8 @@ def _lane_sum(inner: For, outer: dict):
 def _lane_store(inner: For, outer: dict, bufs: dict):
     """(buffer, its index, the value) of a lane loop of Lets and masked loads ending in one store
     to consecutive f32 or bf16 elements; None otherwise."""
+    if not inner.body:
+        return None
     *body, store = inner.body
     env = _inlined(body, outer)
     if env is None or not isinstance(store, Store) or bufs.get(store.buf) not in ("f32", "bf16") \
@@ -250,11 +252,11 @@ def _format_of(w: Expr, lane: str, bufs: dict):
               for t in terms if t is not None}
     if None in terms or len(starts) != 1 or any(coefficient(i, lane) not in (0, 1) for i in indices):
         return None                         # every byte read from one block start
-    consts = {t[1] for t in terms}
+    consts, start = {t[1] for t in terms}, dict(starts.pop())
     for fmt, (dtype, nbytes) in BLOCK_BYTES.items():
         for c in sorted(consts | {c + nbytes for c in consts}):     # where the block starts
             if bufs[qs] == dtype and _dequantizes(w, fmt, nbytes, qs, scales[0], lane, c):
-                return fmt, scales[0], qs, _from_linear(dict(starts.pop()), c)
+                return fmt, scales[0], qs, _from_linear(start, c)
     return None
 
 

@@ -42,6 +42,15 @@ def test_the_avx2_path_and_the_loop_as_written(fmt, target):
     assert_matches(prog, layer, (x,))
 
 
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_k_not_a_multiple_of_the_block(fmt, m):
+    layer = quant_linear(fmt, 100, 7, True, BF16)      # K padded to 128 in the blocks, sliced
+    x = torch.randn(m, 100).to(BF16)
+    prog, _ = cpu_compile(layer, (x,))                  # (100 is no multiple of 32: whole loops)
+    assert_matches(prog, layer, (x,))
+
+
 def test_an_edge_case_input_row():
     layer = quant_linear("q4_0", 64, 7, False, torch.float32)
     x = torch.tensor([[0.0] * 31 + [1e30] + [-0.0] * 31 + [-3.5]])
