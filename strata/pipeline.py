@@ -25,6 +25,7 @@ from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.cpu_keep_values import cpu_keep_values
 from .tile.passes.cpu_matmul import cpu_matmul
+from .tile.passes.cpu_pack_weights import cpu_pack_weights
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_rows import cpu_rows
 from .tile.passes.mark_unroll import mark_unroll
@@ -76,6 +77,7 @@ CPU_PASSES = [
     ("tileify", tileify),
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
+    ("cpu_pack_weights", cpu_pack_weights),
     ("cpu_rows", cpu_rows),
     ("cpu_block_loops", cpu_block_loops),
     ("cpu_keep_values", cpu_keep_values),

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import DataDependentShape, SnippetError, StrataError
+from ..runtime.native import available_bytes
 
 FILENAME = "<snippet>"
 RANDOM_CALLS = {"torch.randn", "torch.rand", "torch.randint", "torch.randn_like",
@@ -74,7 +75,7 @@ class Snippet:
         if deferred:
             need = sum(t.numel() * t.element_size() for t in self.shapes
                        if isinstance(t, torch.Tensor))
-            free = _available_bytes()
+            free = available_bytes()
             if free is not None and need > free:
                 raise SnippetError(f"the snippet's inputs need {need / 2**30:.1f} GiB and this "
                                    f"machine has {free / 2**30:.1f} GiB free: compiling them works "
@@ -260,13 +261,4 @@ def _refake(mode, t: torch.Tensor) -> torch.Tensor:
     return mode.from_tensor(t)
 
 
-def _available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo; None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
     return None

@@ -487,6 +487,8 @@ class KernelProgram:
     kernels: list[Kernel]         # launched in this order; Param names are Buffer names
     outputs: list[str]            # buffer names, in the program's output order
     twins: dict = field(default_factory=dict)   # kernel -> the kernel it is a renamed copy of
+    once: tuple = ()              # kernels whose inputs are all weights (PACK=once: a packed
+                                  # weight), which a runtime may run once when it loads the program
 
     def buffer(self, name: str) -> Buffer:
         return {b.name: b for b in self.buffers}[name]

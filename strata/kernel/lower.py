@@ -9,6 +9,7 @@ with a predicated tail when the domain does not fill the last block.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from math import prod
 
@@ -299,4 +300,14 @@ def lower(tp: TileProgram) -> KernelProgram:
             continue
         kernels.append(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0)))
         firsts.setdefault(key, (tk, kernels[-1]))
-    return KernelProgram(buffers, kernels, list(lp.outputs), twins)
+    return KernelProgram(buffers, kernels, list(lp.outputs), twins, run_once(tp.kernels, buffers))
+
+
+def run_once(kernels, buffers) -> tuple[str, ...]:
+    """The PACK=once kernels (tile/passes/cpu_pack_weights.py) that read only weights and write
+    only temps no other kernel writes: their results are constants."""
+    kind = {b.name: b.kind for b in buffers}
+    writers = Counter(w for tk in kernels for w in tk.writes)
+    return tuple(tk.name for tk in kernels if dict(tk.knobs).get("PACK") == "once"
+                 and all(kind[r] == "weight" for r in tk.reads)
+                 and all(kind[w] == "temp" and writers[w] == 1 for w in tk.writes))

@@ -5,7 +5,10 @@ compiler (runtime/cc.py) through a persistent cache and loaded with ctypes
 (runtime/native_build.py); a run is one call, `strata_run(void** args)`, with the data pointers
 of the program's buffers in KernelProgram.buffers order: inputs as given (checked and, if
 non-contiguous, copied by runtime/args.py), weights prepared once, outputs from torch.empty,
-temps in one slab planned by liveness (runtime/slab.py). ctypes releases the GIL for the call;
+temps in one slab planned by liveness (runtime/slab.py). The kernels the program runs once
+(KernelProgram.once: weights packed into a contraction's panel layout) run when the program is
+loaded, and their results are kept as weights, unless they would take more than half of the
+memory available then (they then run on every call, as any kernel). ctypes releases the GIL for the call;
 the kernels' blocks run on OpenMP threads (every core, or OMP_NUM_THREADS). An input the program
 updates in place (`mutated_inputs`) is written in the caller's tensor, which must then be
 contiguous.
@@ -13,7 +16,9 @@ contiguous.
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from math import prod
 
 import torch
@@ -46,8 +51,11 @@ class NativeProgram:
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}
         self.mutated = set(mutated_inputs(program))
-        self.plan = plan_slab(program)
         self.weights = prepare_weights(program.buffers, weights or {}, "cpu")
+        self._once = self._packed_once()           # launch indices run at load; self.weights grew
+        self.plan = plan_slab(replace(      # the packed weights are not temps of a call
+            program, kernels=[k for i, k in enumerate(program.kernels) if i not in self._once],
+            buffers=[replace(b, kind="weight") if b.name in self.weights else b for b in program.buffers]))
         self.library = None
         self._entry = None
         # what a call repeats, worked out once (a decode step's call is a few microseconds)
@@ -62,9 +70,30 @@ class NativeProgram:
         self._plan_call()
         if program.kernels:                            # empty tensors only: nothing to build
             self.library = load_library(build_library(self.source))
-            self._entry = self.library.strata_run
+            self._entry = self.library.strata_run_per_call if self._once else self.library.strata_run
             self._entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
             self._entry.restype = None
+            run_kernel = self.library.strata_run_kernel
+            run_kernel.argtypes, run_kernel.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
+            ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
+            for i in self._once:
+                run_kernel(i, ptrs)
+
+    def _packed_once(self) -> list[int]:
+        """The launch indices of the kernels run once, their outputs made weights; [] when there
+        are none, or their outputs would take over half the memory available."""
+        once = [i for i, k in enumerate(self.program.kernels) if k.name in self.program.once]
+        made = {p.name for i in once for p in self.program.kernels[i].params if p.output}
+        size = sum(self.buffers[n].numel * dtypes.ITEMSIZE[self.buffers[n].dtype] for n in made)
+        free = available_bytes()
+        if not once or (free is not None and size > free // 2):
+            if once:
+                print(f"strata: the packed weights ({size / 2**30:.1f} GiB) would take over half "
+                      f"the free memory; they are packed on every call", file=sys.stderr)
+            return []
+        for n in made:
+            self.weights[n] = torch.empty(self.buffers[n].shape, dtype=dtypes.to_torch(self.buffers[n].dtype))
+        return once
 
     @property
     def threads(self) -> int:
@@ -126,7 +155,6 @@ class NativeProgram:
         ptrs = self._pointers(args, outs, slab)
         self._entry(ptrs)
         fn = self.library.strata_run_kernel
-        fn.argtypes, fn.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
 
         def run_kernel(k: int) -> None:
             fn(k, ptrs)
@@ -178,3 +206,15 @@ class NativeProgram:
             for i, offset in self._slab_slots:
                 ptrs[i] = base + offset
         return self._ptrs(*ptrs)
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -98,9 +98,10 @@ class _CEmitter(_Emitter):
                 self.types[s.var] = s.dtype
             elif isinstance(s, LoadVec):
                 self.types.update(dict.fromkeys(s.vars, s.dtype))
-        panels = any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
-        self.amx = {id(s): m for s in walk(kernel.body) if panels and isinstance(s, For)
-                    for m in [match_amx(s, self.bufs, self.types)] if m}   # c_amx.py
+        packed = any(p.name.endswith(PANEL) for p in kernel.params)     # cpu_pack_weights
+        panels = packed or any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
+        self.amx = {id(s): m for s, tiles in _loops(kernel.body) if panels
+                    for m in [match_amx(s, self.bufs, self.types, tiles, packed)] if m}  # c_amx.py
 
     # ------------------------------------------------------------ expressions
 
@@ -325,6 +326,19 @@ def emit_kernel(kernel: Kernel) -> str:
     return _CEmitter(kernel).kernel()
 
 
+def _loops(body, outer: For | None = None):
+    """(loop, the nearest loop around it with constant bounds, or None) for every For."""
+    for s in body:
+        if isinstance(s, For):
+            yield s, outer
+            fixed = isinstance(s.start, Const) and isinstance(s.stop, Const)
+            yield from _loops(s.body, s if fixed else outer)
+        elif isinstance(s, While):
+            yield from _loops(s.body, outer)
+        elif isinstance(s, If):
+            yield from _loops(s.then + s.orelse, outer)
+
+
 def emit_program(program: KernelProgram, target=None) -> str:
     """One translation unit: the prelude, every kernel once, then `strata_run(void** args)`.
     target: the CPU target (a strata.targets.Target or its name), printed in the header; the
@@ -390,4 +404,10 @@ def _entry_point(program: KernelProgram, calls: dict | None = None) -> str:
     lines += ["}", "", "void strata_run_kernel(int k, void** args) {", f"{INDENT}switch (k) {{",
               *(f"{INDENT}case {i}: {c} break;" for i, c in enumerate(calls_made)),
               f"{INDENT}default: (void)args;", f"{INDENT}}}", "}"]
+    once = getattr(program, "once", ())
+    if once:          # the runtime ran these when it loaded the program (their inputs are weights)
+        lines += ["", f"// Every kernel but {', '.join(once)}, run once when the program was loaded",
+                  "void strata_run_per_call(void** args) {",
+                  *(f"{INDENT}strata_run_kernel({i}, args);" for i, k in enumerate(program.kernels)
+                    if k.name not in once), "}"]
     return "\n".join(lines)

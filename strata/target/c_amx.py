@@ -35,9 +35,12 @@ class AmxLoop:
     cols: tuple                 # per row: ((panel load var, 16 accumulators), ...) (1 or 2)
     lda: int | None             # elements between rows, None when not constant (copied)
     ldb: int                    # elements between the panel's pair rows
+    prefetch: tuple = ()        # a packed weight's panels (global): (elements per panel, the
+                                # register tiles' loop var or None, their count)
 
 
-def match_amx(loop: For, bufs: dict, types: dict) -> AmxLoop | None:
+def match_amx(loop: For, bufs: dict, types: dict, tiles: For | None = None,
+              packed: bool = False) -> AmxLoop | None:
     """The loop as a pairs loop on an amx-form panel with 16 or 32 rows of 1 or 2 groups of 16
     columns, consecutive pairs of K contiguous in every row, and 16 pairs or more; else None."""
     trips = [getattr(x, "value", None) for x in (loop.start, loop.stop)]
@@ -59,7 +62,11 @@ def match_amx(loop: For, bufs: dict, types: dict) -> AmxLoop | None:
         return None
     gaps = [_offset(pl.loads, us[0], u) for u in us]
     lda = gaps[1] if None not in gaps and all(x == i * gaps[1] for i, x in enumerate(gaps)) else None
-    return AmxLoop(pl, us, cols, lda if lda and lda >= 32 else None, ldb)
+    prefetch = ()
+    if packed and None not in trips:        # the block's panel is ldb x the loop's pairs
+        n = getattr(tiles.stop, "value", None) if tiles is not None else None
+        prefetch = (ldb * (trips[1] - trips[0]), tiles.var if n else None, n or 1)
+    return AmxLoop(pl, us, cols, lda if lda and lda >= 32 else None, ldb, prefetch)
 
 
 def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
@@ -90,6 +97,8 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
         em.emit(f"st_tile_load(st_amx, {4 + h}, {src});", d + 1)
     for j in range(g):
         em.emit(f"st_tile_load(st_amx, {6 + j}, {at(amx.cols[0][j][0])}, {2 * amx.ldb});", d + 1)
+    if amx.prefetch:
+        _prefetch(em, loop, amx, at(amx.cols[0][0][0]), d + 1)
     for h in range(halves):
         for j in range(g):
             em.emit(f"st_tile_dp(st_amx, {2 * h + j}, {4 + h}, {6 + j});", d + 1)
@@ -110,6 +119,23 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
     em.emit("}", depth)
 
 
+def _prefetch(em, loop: For, amx: AmxLoop, b: str, depth: int) -> None:
+    """Prefetch into L2 this K step's share of the next block's panel (the next panel of a packed
+    weight; an OpenMP thread's blocks are consecutive), spread over the block's register tiles:
+    the next block then finds its weights in L2 instead of waiting on DRAM for them (a 128 x 2048
+    by 5632 linear, 2 threads: 1.5x faster)."""
+    size, tile, tiles = amx.prefetch
+    steps = (loop.stop.value - loop.start.value) // 16
+    lines = -(-size * 2 // 64 // (steps * tiles))
+    v = cname(loop.var)
+    step = f"({cname(tile)} * {steps} + ({v} - {loop.start.value}) / 16)" if tile else \
+        f"(({v} - {loop.start.value}) / 16)"
+    start = f"{b} + {size} - ({v} - {loop.start.value}) * {amx.ldb}"     # the next panel's first row
+    em.emit(f"{{ const char* st_pf = (const char*)({start}) + {step} * {lines * 64};", depth)
+    em.emit(f"  for (int st_q = 0; st_q < {lines * 64}; st_q += 64) st_prefetch_l2(st_pf + st_q); }}",
+            depth)
+
+
 AMX_PRELUDE = r"""
 // AMX tiles (target/c_amx.py): where the compiler targets AMX, st_tile_* are the instructions,
 // unless the kernel's st_amx (from st_amx_mode) says to emulate them: Linux refused the tile
@@ -127,6 +153,7 @@ extern long syscall(long, ...);
 #define ST_AMX 0
 #endif
 #define st_fence() __asm__ volatile("" ::: "memory")
+#define st_prefetch_l2(p) __builtin_prefetch((p), 0, 2)
 static _Thread_local uint8_t st_emu[8][16][64];
 static void st_emu_load(int t, const void* p, long stride) {
     for (int r = 0; r < 16; r++) memcpy(st_emu[t][r], (const char*)p + r * stride, 64);
