@@ -125,8 +125,8 @@ def host() -> Target:
                     break
     except OSError:
         pass
-    known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "f16c", "asimd",
-             "amx_tile", "amx_bf16"}
+    known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+             "avx512_vnni", "avx_vnni", "f16c", "asimd", "amx_tile", "amx_bf16", "amx_int8"}
     features = frozenset(flags & known) | ({"neon"} if "asimd" in flags else set())
     width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
     return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features)

@@ -445,6 +445,7 @@ class Kernel:
     threads: int = 0            # CPU: threads running the blocks (0: the emitter decides by work)
     scalars: tuple[tuple[str, str], ...] = ()   # (name, dtype) of arguments passed by value,
                                                 # read as Var(name, dtype) (@strata.kernel)
+    knobs: tuple = ()           # the tile kernel's knobs (an emitter reads QDOT)
 
     def __str__(self) -> str:
         return format_kernel(self)

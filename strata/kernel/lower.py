@@ -298,7 +298,7 @@ def lower(tp: TileProgram) -> KernelProgram:
             kernels.append(twin(k, first, tk))
             twins[tk.name] = first.name
             continue
-        kernels.append(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0)))
+        kernels.append(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0), knobs=tk.knobs))
         firsts.setdefault(key, (tk, kernels[-1]))
     return KernelProgram(buffers, kernels, list(lp.outputs), twins, run_once(tp.kernels, buffers))
 

@@ -32,7 +32,7 @@ from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Ker
 from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
 from .c_dot import emit_dot, match_dot
 from .c_pairs import emit_pairs, match_pairs
-from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks
+from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
@@ -102,6 +102,11 @@ class _CEmitter(_Emitter):
         panels = packed or any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
         self.amx = {id(s): m for s, tiles in _loops(kernel.body) if panels
                     for m in [match_amx(s, self.bufs, self.types, tiles, packed)] if m}  # c_amx.py
+        self.quant = {id(s): q for s in walk(kernel.body) if isinstance(s, For)      # c_qdot.py
+                      for q in [match_quant_blocks(s, self.bufs)] if q}
+        vnni = dict(kernel.knobs).get("QDOT") == "vnni"
+        self.vnni = {id(s): self.quant[id(s)].x for s in walk(kernel.body) if vnni and id(s) in self.quant
+                     and vnni_rows(s, self.quant[id(s)], self.bufs)}     # their activations, in int8
 
     # ------------------------------------------------------------ expressions
 
@@ -182,9 +187,9 @@ class _CEmitter(_Emitter):
             return super().stmt(s, depth)
         if id(s) in self.amx:
             return emit_amx(self, s, self.amx[id(s)], depth)
-        qb = match_quant_blocks(s, self.bufs) if self.dot_bf16 else None
+        qb = self.quant.get(id(s)) if self.dot_bf16 else None
         if qb:
-            return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth))
+            return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth), id(s) in self.vnni)
         dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
         if dot:
             return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
@@ -244,6 +249,13 @@ class _CEmitter(_Emitter):
         depth = 2 if parallel and (scratch or self.amx) else 1
         if self.amx:        # tiles or their emulation, asked once per call (c_amx.py)
             self.emit("const int st_amx = st_amx_mode();", 1)
+        numel = {p.name: p.numel for p in k.params}
+        xq = sorted(set(self.vnni.values()))
+        if xq:              # QDOT=vnni: the rows' activations as int8 blocks, once per call (c_qdot.py)
+            self.emit("#if ST_VNNI", 0)
+            for x in xq:
+                self.emit(f"st_xq8 st_xq_{cname(x)} = st_quantize_{self.bufs[x]}({cname(x)}, {numel[x]});", 1)
+            self.emit("#endif", 0)
         if depth == 2:
             self.emit(f"#pragma omp parallel{team}", 1)
             self.emit("{", 1)
@@ -269,6 +281,11 @@ class _CEmitter(_Emitter):
             self.emit(f"free({cname(s.name)});", depth)
         if depth == 2:
             self.emit("}", 1)
+        if xq:
+            self.emit("#if ST_VNNI", 0)
+            for x in xq:
+                self.emit(f"st_xq8_free(st_xq_{cname(x)});", 1)
+            self.emit("#endif", 0)
         self.lines.append("}")
         return "\n".join(self.lines)
 

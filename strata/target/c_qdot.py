@@ -17,6 +17,17 @@ is the loop taken. A rounded weight (QuantLinear's `.to(bf16)`) is not rounded h
 applied to the block's sum instead, which is nearer the float64 reference, not farther; the order
 of the sum differs from the scalar loop's as `omp simd`'s does. The loop is printed as written
 under `#else`, for compilers targeting neither (the `cpu` target's x86-64).
+
+QDOT=vnni (cpu_block_loops' default where the CPU has AVX512-VNNI): as llama.cpp does, the
+kernel first quantizes the row's activations to int8 blocks of 32 (d = max|x| / 127, q =
+round(x / d)), and a row's blocks run 16 at a time on vpdpbusd: the weights' bytes as unsigned
+(nibbles 0..15, or q8_0's bytes + 128) times the activations' int8, two blocks per instruction,
+each block's int32 sums scaled by its two scales in one FMA and the offset (8 or 128 times the
+activations' sum) taken off per row; the next rows' bytes are prefetched. A 5632 x 2048 q4_0
+row set, weights streamed from DRAM, 2 threads, Emerald Rapids: 0.73 ms as float lanes, 0.39
+with VNNI (the bytes alone stream in 0.32). The activations' rounding is llama.cpp's error, not
+the float path's: QDOT=float keeps the float lanes. The row must read whole, aligned blocks of
+the activations and contiguous bytes and f16 scales; the float path takes any other.
 """
 from __future__ import annotations
 
@@ -126,6 +137,95 @@ static inline __m256 st_qfma(__m256 s, float d, __m256 acc) { return _mm256_fmad
 #endif
 ST_QBLOCKS(f32, float)
 ST_QBLOCKS(bf16, uint16_t)
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
+#define ST_VNNI 1
+// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
+typedef struct { int8_t* q; float* d; float* c; } st_xq8;
+#define ST_XQ8(X, T, LOAD) \
+static st_xq8 st_quantize_##X(const T* x, long n) { \
+    st_xq8 v = {st_scratch(n + 64), st_scratch((n / 32 + 16) * sizeof(float)), \
+                st_scratch((n / 32 + 16) * sizeof(float))}; \
+    for (long b = 0; b < n / 32; b++) { \
+        float m = 0.0f, f[32]; \
+        for (int j = 0; j < 32; j++) { f[j] = LOAD(x[b * 32 + j]); m = fmaxf(m, fabsf(f[j])); } \
+        float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+        int sum = 0; \
+        for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \
+        v.d[b] = d; v.c[b] = d * (float)sum; \
+    } \
+    return v; }
+#define ST_ID(v) (v)
+ST_XQ8(f32, float, ST_ID)
+ST_XQ8(bf16, uint16_t, st_bf16_to_float)
+static void st_xq8_free(st_xq8 v) { free(v.q); free(v.d); free(v.c); }
+// Two blocks' weights as 64 unsigned bytes (q4_0: the 16 low nibbles, then the 16 high, per
+// block; q8_0: the bytes + 128), one block's as 32, and the offset that adds
+static inline __m512i st_w2_q4_0(const unsigned char* q) {
+    const __m256i m = _mm256_set1_epi8(15);
+    __m256i raw = _mm256_loadu_si256((const __m256i*)q);
+    __m256i lo = _mm256_and_si256(raw, m), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                              _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+}
+static inline __m256i st_w1_q4_0(const unsigned char* q) {
+    const __m128i m = _mm_set1_epi8(15), raw = _mm_loadu_si128((const __m128i*)q);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m));
+}
+static inline __m512i st_w2_q8_0(const signed char* q) {
+    return _mm512_xor_si512(_mm512_loadu_si512(q), _mm512_set1_epi8((char)0x80));
+}
+static inline __m256i st_w1_q8_0(const signed char* q) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)q), _mm256_set1_epi8((char)0x80));
+}
+// Blocks 0..nb of a row (bytes q, f16 scales d) by activation blocks xb..xb+nb: 16 lanes whose
+// sum is the row's part. 16 blocks a step: their scales converted at once, d_w * d_x picked per
+// pair of blocks by vpermps, two accumulators; the rest one block at a time.
+static inline __m512 st_s16_f16(const uint16_t* d) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)d)); }
+static inline __m512 st_s16_bf16(const uint16_t* d) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)d)), 16));
+}
+static inline float st_s1_f16(uint16_t d) { return _cvtsh_ss(d); }
+static inline float st_s1_bf16(uint16_t d) { return st_bf16_to_float(d); }
+#define ST_QVNNI(F, T, NBYTES, OFFSET, S) \
+static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
+    long b = 0; \
+    for (; b + 16 <= nb; b += 16) { \
+        __m512 dw = st_s16_##S(d + b); \
+        off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(x->c + xb + b), off); \
+        __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
+        for (int p = 0; p < 16; p += 4) { \
+            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p) * (NBYTES)), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
+            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p + 2) * (NBYTES)), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
+        } \
+    } \
+    __m256 tail = _mm256_setzero_ps(); \
+    float rest = 0.0f; \
+    for (long r = nb & 15; r > 0; r--, b++) { \
+        float dw = st_s1_##S(d[b]); \
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), st_w1_##F(q + b * (NBYTES)), \
+                                        _mm256_loadu_si256((const __m256i*)(x->q + (xb + b) * 32))); \
+        tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * x->d[xb + b]), tail); \
+        rest += dw * x->c[xb + b]; \
+    } \
+    tail = _mm256_sub_ps(tail, _mm256_setr_ps((OFFSET) * rest, 0, 0, 0, 0, 0, 0, 0)); \
+    return _mm512_add_ps(_mm512_fnmadd_ps(off, _mm512_set1_ps(OFFSET), _mm512_add_ps(acc0, acc1)), \
+                         _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
+ST_QVNNI(q4_0, unsigned char, 16, 8.0f, f16)
+ST_QVNNI(q8_0, signed char, 32, 128.0f, f16)
+ST_QVNNI(q4_0, unsigned char, 16, 8.0f, bf16)
+ST_QVNNI(q8_0, signed char, 32, 128.0f, bf16)
+#else
+#define ST_VNNI 0
 #endif"""
 
 
@@ -305,7 +405,20 @@ class _Env(dict):
         return np.int64(0)
 
 
-def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) -> None:
+def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
+    """Whether QDOT=vnni can run the row: activations read in whole blocks of 32 at a multiple
+    of 32, the block's bytes contiguous block after block, its scale an f16 or bf16 load, one
+    a block."""
+    if qb.x is None or not isinstance(qb.scale, Load) or bufs.get(qb.scale.buf) not in ("f16", "bf16"):
+        return False
+    terms = affine_terms(qb.x_at)
+    return terms is not None and coefficient(qb.x_at, loop.var) == LANES and terms[1] % LANES == 0 \
+        and all(c % LANES == 0 for c in terms[0].values()) \
+        and coefficient(qb.qs_at, loop.var) == BLOCK_BYTES[qb.fmt][1] \
+        and coefficient(qb.scale.index, loop.var) == 1
+
+
+def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vnni=False) -> None:
     """Print `loop` as vector code where the compiler targets AVX-512F or AVX2 with FMA, else
     `as_written()`."""
     o, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
@@ -341,8 +454,18 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written) ->
     def block(acc: str, step: int, d: int) -> None:
         em.emit(f"{acc} = {fn}({acc}, {q(step)}, &{cname(qb.x)}[{at(qb.x_at, step)}], "
                 f"{scale(step)});", d)
-    em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
-            f"// {qb.fmt} blocks as vector code (target/c_qdot.py)", 0)
+    if vnni:
+        em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by VNNI, activations in int8 (target/c_qdot.py)", 0)
+        em.emit(f"{{ {t} {o} = {_strip(em.expr(loop.start))};", depth)
+        em.emit(f"st_qlanes(&{cname(qb.dest)}[{_strip(em.expr(qb.dest_at))}], "
+                f"st_{qb.fmt}_vnni_{em.bufs[qb.scale.buf]}({q(0)}, &{cname(qb.scale.buf)}[{at(qb.scale.index, 0)}], "
+                f"&st_xq_{cname(qb.x)}, ({at(qb.x_at, 0)}) / {LANES}, {stop} - {o}), st_qzero()); }}",
+                depth)
+        em.emit(f"#elif defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
+                f"// {qb.fmt} blocks as vector code", 0)
+    else:
+        em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
+                f"// {qb.fmt} blocks as vector code (target/c_qdot.py)", 0)
     em.emit("{", depth)
     em.emit("st_qv st_qacc0 = st_qzero(), st_qacc1 = st_qzero();", depth + 1)
     em.emit(f"{t} {o} = {_strip(em.expr(loop.start))};", depth + 1)

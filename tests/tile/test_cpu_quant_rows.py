@@ -2,14 +2,18 @@
 vector code; run natively and compared with float64 eager at odd shapes, for both formats, bf16
 and fp32 activations, with and without a bias, on the host's path (AVX-512 here), the AVX2 path
 (cpu-avx2) and the loop as written (cpu: x86-64), and refused for a block loop that is not a
-format's dequantization."""
+format's dequantization; QDOT=vnni rows (int8 activations, vpdpbusd) for bf16 activations on a
+CPU with AVX512-VNNI, f32 rows keeping the float lanes unless pinned."""
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import HAS_CC
 from strata.quant.formats import QuantLinear
-from test_cpu_dot import BF16, assert_matches, cpu_compile
+from strata.targets import host
+from test_cpu_dot import BF16, assert_matches, cpu_compile, knobs_of
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")
@@ -112,3 +116,37 @@ def test_an_o_projection_of_attention_heads_runs_as_vector_blocks(fmt):
     prog, log = cpu_compile(o_proj, inputs)
     assert "in 8 blocks of 32" in log and f"{fmt} blocks as vector code" in prog.source("c")
     assert_matches(prog, o_proj, inputs)
+
+
+VNNI = all(host().has(f) for f in ("avx512_vnni", "avx512bw", "avx512vl"))
+VNNI_TARGET = replace(host(), name="cpu-vnni", features=host().features | {
+    "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c"})
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("k,n", [(96, 37), (1024, 5), (608, 64)], ids=str)    # tail only, 2
+def test_vnni_rows_of_bf16_activations_match_eager(fmt, k, n):                # groups, both
+    layer = quant_linear(fmt, k, n, True, BF16)
+    x = torch.randn(1, k).to(BF16)
+    prog, _ = cpu_compile(layer, (x,), target=VNNI_TARGET)
+    assert knobs_of(prog, "k_linear_reduce")["QDOT"] == "vnni"
+    assert f"st_{fmt}_vnni_bf16((" in prog.source("c") and "= st_quantize_" in prog.source("c")
+    assert_matches(prog, layer, (x,))       # bf16's tolerance: int8 activations err ~0.3%
+
+
+def test_f32_rows_keep_float_lanes_unless_pinned_and_f16_scales_run_too():
+    layer, x = quant_linear("q4_0", 512, 40, False, torch.float32), torch.randn(1, 512)
+    prog, _ = cpu_compile(layer, (x,), target=VNNI_TARGET)
+    assert knobs_of(prog, "k_linear_reduce")["QDOT"] == "float" and "_vnni_f16((" not in prog.source("c")
+    prog, _ = cpu_compile(layer, (x,), {"QDOT": "vnni"}, target=VNNI_TARGET)
+    assert "st_q4_0_vnni_f16((" in prog.source("c")      # the f32 layer keeps its f16 scales
+    got, want = prog(x).double(), layer(x).double()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 1e-2 and (rel > 1e-6 or not VNNI), f"int8 activations: rel err {rel:.3g}"
+
+
+def test_no_vnni_on_a_cpu_without_it():
+    layer, x = quant_linear("q8_0", 64, 8, False, BF16), torch.randn(1, 64).to(BF16)
+    plain = replace(host(), features=host().features - {"avx512_vnni", "avx_vnni"})
+    prog, _ = cpu_compile(layer, (x,), target=plain)
+    assert "QDOT" not in knobs_of(prog, "k_linear_reduce") and "_vnni_bf16((" not in prog.source("c")

@@ -13,7 +13,10 @@ split and joined again, `k // 64 * 64 + k % 64`, is k); two different block size
 saying so. A float sum over the split loop adds into c partial sums (a scratch row, one
 per inner position) that are added up after it: summed into one variable, each inner loop would
 end in a horizontal vector sum (that GEMV: 4.4 ms so, 1.9 ms with the partial sums). Other
-accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole.
+accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole. A row of
+quantized blocks gets QDOT=vnni where the CPU has AVX512-VNNI and the row writes bf16 or fp16
+(target/c_qdot.py: int8 activations err about as much as 16-bit floats, 0.3% of the norm, so
+fp32 rows keep the float lanes unless QDOT=vnni is pinned).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
         return k
     if not ctx.knob("BLOCK_LOOPS", 1):
         return k.with_knob("BLOCK_LOOPS", 0)
-    split, scratch = [], []
+    split, scratch, rows = [], [], []
 
     def fn(s):
         if not isinstance(s, Loop):
@@ -50,6 +53,7 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
         split.append(f"{s.var} in {s.extent // c} blocks of {c}")
         once, body = _per_block(body, inner)
         if _lane_sums(s):
+            rows.append(any(isinstance(x, Load) and k.dtype_of(x.buf) in ("i8", "u8") for x in walk(body)))
             return _in_lanes(s, outer, inner, c, once, body, scratch)
         return replace(s, var=outer, extent=s.extent // c,
                        body=once + (Loop(inner, c, s.kind, body, unroll=s.unroll),))
@@ -58,6 +62,9 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
     if split:
         ctx.log(f"cpu_block_loops: {k.name}: {', '.join(split)}", 2)
         out = out.with_knob("BLOCK_LOOPS", 1) if ctx.pinned("BLOCK_LOOPS") else out
+    if any(rows) and all(ctx.arch.has(f) for f in ("avx512_vnni", "avx512bw", "avx512vl")):
+        half = all(k.dtype_of(w) in ("bf16", "f16") for w in k.writes)   # int8 activations lose
+        out = out.with_knob("QDOT", ctx.knob("QDOT", "vnni" if half else "float"))  # what 16 bits do
     return out
 
 
