@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with MODEL: prompt length the program is compiled for (default 128)")
     c.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="with MODEL: weight and activation dtype (default: the config's)")
-    c.add_argument("--quant", choices=("q8_0", "q4_0"),
-                   help="with MODEL: quantize its linear weights (GGUF's blocks of 32, strata/quant)")
+    c.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4"),
+                   help="with MODEL: quantize its linear weights (GGUF's blocks of 32, or int8 per "
+                        "channel and int4 per group of 32 with bf16 scales; strata/quant)")
     c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")

@@ -10,6 +10,9 @@ Formats (blocks of BLOCK = 32 weights along the input dimension K, one fp16 scal
   q8_0  qs int8 [N, K/32, 32]: w = d * qs
   q4_0  qs uint8 [N, K/32, 16]: w[j] = d * ((qs[j] & 15) - 8) and w[j + 16] = d * ((qs[j] >> 4) - 8)
         for j < 16 (GGUF's nibble order)
+and, for a Hugging Face checkpoint quantized at load, the same layouts with bf16 scales:
+  int8  per output channel: one scale a row, d [N, 1, 1] = max |w| / 127
+  int4  per group of 32: q4_0's nibbles, d = max |w| / 7 (symmetric: q in -7..7, stored + 8)
 K is padded with zeros to a multiple of 32 where it is not one (a Hugging Face weight; GGUF's
 are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
 package gives the same bytes (tests/quant check it).
@@ -23,8 +26,9 @@ from torch import nn
 from ..errors import StrataError
 
 BLOCK = 32
-FORMATS = ("q8_0", "q4_0")
-BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights
+FORMATS = ("q8_0", "q4_0", "int8", "int4")
+BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
+INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers
 
 
 def check_format(fmt: str) -> str:
@@ -39,12 +43,16 @@ def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tens
     check_format(fmt)
     n, k = w.shape
     w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
-    if fmt == "q8_0":
-        amax = w.abs().amax(-1, keepdim=True)
+    if fmt in INT8:
+        amax = w.abs().amax(-1, keepdim=True) if fmt == "q8_0" else w.abs().amax((1, 2), keepdim=True)
         d = amax / 127
         v = w * torch.where(d == 0, 0, 1 / d)
         qs = (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int8)    # C's roundf
-        return qs, d.to(torch.float16)
+        return qs, d.to(torch.float16 if fmt == "q8_0" else torch.bfloat16)
+    if fmt == "int4":
+        d = w.abs().amax(-1, keepdim=True).to(torch.bfloat16).float() / 7    # the scale it stores
+        q = (torch.round(w * torch.where(d == 0, 0, 1 / d)).clamp(-7, 7) + 8).to(torch.uint8)
+        return (q[..., :16] | (q[..., 16:] << 4)), d.to(torch.bfloat16)
     # q4_0: the signed value of largest magnitude maps to -8 (llama.cpp's quantize_row_q4_0)
     big = w.gather(-1, w.abs().argmax(-1, keepdim=True))
     d = big / -8
@@ -55,9 +63,9 @@ def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tens
 
 def dequantize(qs: torch.Tensor, d: torch.Tensor, fmt: str) -> torch.Tensor:
     """The float32 weight [N, K/32 * 32] of (qs, d), with the ops QuantLinear compiles."""
-    if fmt == "q8_0":
+    if fmt in INT8:
         q = qs.to(torch.float32)
-    elif fmt == "q4_0":
+    elif fmt in ("q4_0", "int4"):
         q = torch.cat([qs & 15, qs >> 4], -1).to(torch.float32) - 8
     else:
         check_format(fmt)

@@ -24,7 +24,7 @@ def test_compile_of_huge_inputs_allocates_nothing_big():
 
 
 def test_run_that_cannot_fit_is_one_sentence(monkeypatch, capsys):
-    monkeypatch.setattr(S, "_available_bytes", lambda: 100 << 20)
+    monkeypatch.setattr(S, "available_bytes", lambda: 100 << 20)
     rc = main(["run", "-c", "torch.randn(9000, 8000).sum(0)", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and "inputs need 0.3 GiB" in err and len(err.splitlines()) == 1, err

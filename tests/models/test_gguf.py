@@ -135,6 +135,10 @@ def test_quant_at_load(tmp_path, capsys):
     assert rc == 0, out
     assert "quantized to q8_0 at load (lm_head kept as it is: tied" in out
     assert "ids agree with hf eager (cpu): yes" in out
+    rc = main(["generate", str(d), "--quant", "int4", "--prompt-ids", "1,5,9",
+               "--max-new-tokens", "4", "--device", DEVICE, "--compare"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "ids agree with hf eager (cpu): yes" in out, out
     untied = write_checkpoint(hf_model("llama", seed=2), tmp_path / "llama")
     built = build(str(untied), materialise=True, quant="q4_0")
     assert isinstance(built.model.lm_head, QuantLinear) and "(lm_head too)" in built.weights

@@ -150,3 +150,19 @@ def test_no_vnni_on_a_cpu_without_it():
     plain = replace(host(), features=host().features - {"avx512_vnni", "avx_vnni"})
     prog, _ = cpu_compile(layer, (x,), target=plain)
     assert "QDOT" not in knobs_of(prog, "k_linear_reduce") and "_vnni_bf16((" not in prog.source("c")
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("dtype", [BF16, torch.float32], ids=str)
+def test_int8_per_channel_and_int4_per_group_rows_and_products_match_eager(fmt, dtype):
+    """A Hugging Face weight quantized at load: bf16 scales, one a row (int8) or one per 32
+    (int4: q4_0's nibbles); a decode row and a 7-row product, K not a multiple of 32."""
+    layer = quant_linear(fmt, 200, 45, True, dtype)
+    assert layer.d.dtype == BF16 and layer.d.shape[1] == (1 if fmt == "int8" else 7)
+    for m in (1, 7):
+        x = torch.randn(m, 200).to(dtype)
+        prog, _ = cpu_compile(layer, (x,))
+        assert_matches(prog, layer, (x,))
+    x = torch.randn(1, 256).to(BF16)
+    prog, _ = cpu_compile(quant_linear(fmt, 256, 16, False, BF16), (x,), target=VNNI_TARGET)
+    assert ("st_q4_0_vnni_bf16((" in prog.source("c")) == (fmt == "int4")   # int8: one scale a row
