@@ -27,6 +27,7 @@ from .tile.passes.cpu_keep_values import cpu_keep_values
 from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_pack_weights import cpu_pack_weights
 from .tile.passes.cpu_prologue import cpu_prologue
+from .tile.passes.cpu_reciprocal import cpu_reciprocal
 from .tile.passes.cpu_rows import cpu_rows
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
@@ -81,6 +82,7 @@ CPU_PASSES = [
     ("cpu_rows", cpu_rows),
     ("cpu_block_loops", cpu_block_loops),
     ("cpu_keep_values", cpu_keep_values),
+    ("cpu_reciprocal", cpu_reciprocal),
     ("mark_unroll", mark_unroll),
 ]
 PIPELINES = {"gpu": GPU_PASSES, "cpu": CPU_PASSES}

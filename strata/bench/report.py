@@ -374,7 +374,7 @@ def markdown_report(cases: list[CaseResult], env: Env, ceilings: Ceilings,
 
 def _slowest_kernels(c: CaseResult, n: int = 2) -> list[str]:
     timed = sorted((k for k in c.kernels if k.time_ms is not None), key=lambda k: -k.time_ms)
-    ks = timed or c.kernels
+    ks = timed or [k for k in c.kernels if not k.name.endswith("(once, at load)")]
     return [f"{k.name} ({fmt_us(k.time_ms)} µs)" if k.time_ms is not None else k.name for k in ks[:n]]
 
 

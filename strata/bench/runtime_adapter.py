@@ -48,7 +48,10 @@ def kernel_rows(program) -> list[KernelRow]:
         return [KernelRow(name=str(_get(r, "name")), grid=_get(r, "grid"), block=_get(r, "block"),
                           smem_bytes=_get(r, "smem_bytes"), registers=_get(r, "registers"))
                 for r in method()]
-    return [KernelRow(name=k.name, grid=getattr(k, "grid", None), block=getattr(k, "block", None),
+    lowered = getattr(getattr(program, "lowered", None), "kernel", None)
+    once = set(getattr(lowered, "once", ()) or ())       # packed weights: not part of a call
+    return [KernelRow(name=k.name + (" (once, at load)" if k.name in once else ""),
+                      grid=getattr(k, "grid", None), block=getattr(k, "block", None),
                       smem_bytes=getattr(k, "smem_bytes", None))
             for k in (getattr(program, "kernels", None) or [])]
 
