@@ -259,6 +259,3 @@ def _refake(mode, t: torch.Tensor) -> torch.Tensor:
         with mode:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     return mode.from_tensor(t)
-
-
-    return None

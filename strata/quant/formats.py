@@ -50,7 +50,7 @@ def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tens
         qs = (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int8)    # C's roundf
         return qs, d.to(torch.float16 if fmt == "q8_0" else torch.bfloat16)
     if fmt == "int4":
-        d = w.abs().amax(-1, keepdim=True).to(torch.bfloat16).float() / 7    # the scale it stores
+        d = (w.abs().amax(-1, keepdim=True) / 7).to(torch.bfloat16).float()  # the scale it stores
         q = (torch.round(w * torch.where(d == 0, 0, 1 / d)).clamp(-7, 7) + 8).to(torch.uint8)
         return (q[..., :16] | (q[..., 16:] << 4)), d.to(torch.bfloat16)
     # q4_0: the signed value of largest magnitude maps to -8 (llama.cpp's quantize_row_q4_0)

@@ -8,10 +8,10 @@ non-contiguous, copied by runtime/args.py), weights prepared once, outputs from 
 temps in one slab planned by liveness (runtime/slab.py). The kernels the program runs once
 (KernelProgram.once: weights packed into a contraction's panel layout) run when the program is
 loaded, and their results are kept as weights, unless they would take more than half of the
-memory available then (they then run on every call, as any kernel). ctypes releases the GIL for the call;
-the kernels' blocks run on OpenMP threads (every core, or OMP_NUM_THREADS). An input the program
-updates in place (`mutated_inputs`) is written in the caller's tensor, which must then be
-contiguous.
+memory available then (they then run on every call, as any kernel). ctypes releases the GIL
+for the call; the kernels' blocks run on OpenMP threads (every core, or OMP_NUM_THREADS). An
+input the program updates in place (`mutated_inputs`) is written in the caller's tensor, which
+must then be contiguous.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ activations' sum) taken off per row; the next rows' bytes are prefetched. A 5632
 row set, weights streamed from DRAM, 2 threads, Emerald Rapids: 0.73 ms as float lanes, 0.39
 with VNNI (the bytes alone stream in 0.32). The activations' rounding is llama.cpp's error, not
 the float path's: QDOT=float keeps the float lanes. The row must read whole, aligned blocks of
-the activations and contiguous bytes and f16 scales; the float path takes any other.
+the activations and contiguous bytes and f16 or bf16 scales; the float path takes any other.
 """
 from __future__ import annotations
 
