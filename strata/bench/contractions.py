@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import progress
 from . import contraction_cases as C
 from .contraction_report import ContractionRow
 from .results import EAGER, STRATA, CaseResult, VariantRow
@@ -109,14 +110,14 @@ def run(cs, out_dir: str, console) -> int:
     env.extra["strata target"] = target
     console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata {env.strata}"
                   f"  target {target}")
-    with console.status("measuring the device ceilings (copy bandwidth, torch.mm)"):
+    with progress.status("measuring the device ceilings (copy bandwidth, torch.mm)"):
         ceilings = measure_ceilings(("bf16",))
     flush, l2 = L2Flush(), l2_bytes()
     stem = stem_for("contractions", env)
     rows: list[ContractionRow] = []
     with torch.no_grad():
         for i, case in enumerate(cs, 1):
-            with console.status(f"[{i}/{len(cs)}] {case.name}"):
+            with progress.status(f"[{i}/{len(cs)}] {case.name}"):
                 try:
                     rows.append(run_case(case, flush, l2, Context(target=target)))
                 except Exception as e:  # noqa: BLE001 - e.g. out of memory building the case

@@ -246,6 +246,7 @@ def main(argv=None) -> int:
         from ..models.source import resolve
         resolve(args.model)                  # an unknown MODEL fails before the GPU check
         from ..context import Context
+        from .. import progress
         from .decode_report import goals, rich_table, write
         if args.device == "cpu":
             import torch
@@ -264,7 +265,7 @@ def main(argv=None) -> int:
             ctx = Context(target=env.extra["strata target"])
         console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata "
                       f"{env.strata}  target {ctx.arch.name}")
-        with console.status("starting") as status:
+        with progress.status("starting") as status:
             bench = run_bench(args, status.update, device=args.device, ctx=ctx)
         console.print(f"model: {bench.model}\nweights: {bench.weights}")
         console.print(rich_table(bench))

@@ -85,7 +85,3 @@ def allow_dynamic_smem(driver, launches) -> None:
                                           lc.name)
             done.add(lc.name)
 
-
-def unique_kernel_names(kernels) -> list[str]:
-    """The C names of the program's kernels, each once, in launch order (a kernel may run twice)."""
-    return list(dict.fromkeys(cname(k.name) for k in kernels))

@@ -28,7 +28,8 @@ from .. import dtypes
 from ..kernel.ir import KernelProgram
 from ..errors import InputMismatch
 from .args import prepare_args, prepare_weights
-from .launch import Launch, allow_dynamic_smem, bind, launch_all, unique_kernel_names
+from .cuda_units import compile_units, plan_units
+from .launch import Launch, allow_dynamic_smem, bind, launch_all
 from .slab import plan_slab
 
 
@@ -80,7 +81,7 @@ class CudaProgram:
     def __init__(self, program: KernelProgram, arch: str | None = None, *,
                  inputs: Mapping | None = None, weights: Mapping[str, torch.Tensor] | None = None,
                  device=None, use_graph: bool = True, poison: bool = False, driver=None):
-        from ..target.cuda import cname, emit_program
+        from ..target.cuda import cname
         self.program = program
         self.driver = driver or _default_driver()
         self.device = _resolve_device(device)
@@ -93,12 +94,14 @@ class CudaProgram:
         self.mutated = set(mutated_inputs(program))
         self.plan = plan_slab(program)
         self.weights = prepare_weights(program.buffers, weights or {}, self.device)
-        self.source = emit_program(program, self.arch)
-        names = unique_kernel_names(program.kernels)
-        self.module = self.driver.load_module(compile_cubin(self.source, self.arch, names),
-                                              ", ".join(names)) if names else None  # all empty
-        functions = {n: self.driver.get_function(self.module, n) for n in names}
-        self.launches = [Launch(k, functions[cname(k.name)]) for k in program.kernels]
+        self.units = plan_units(program, self.arch)       # twins compiled once (cuda_units.py)
+        images = compile_units(self.units, lambda src, names: compile_cubin(src, self.arch, names))
+        functions = {}
+        for image, names in zip(images, self.units.kernels):
+            module = self.driver.load_module(image, ", ".join(names))
+            functions.update({n: self.driver.get_function(module, n) for n in names})
+        self.launches = [Launch(k, functions[self.units.function_of[cname(k.name)]])
+                         for k in program.kernels]
         allow_dynamic_smem(self.driver, self.launches)
         self.calls = 0
         self.graph = None

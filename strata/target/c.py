@@ -21,8 +21,6 @@ tensor maps) are refused with a CompileError naming kernel and node.
 """
 from __future__ import annotations
 
-import re
-
 from .. import dtypes
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, Var, add, children
@@ -35,7 +33,8 @@ from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
-from .cuda import ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels
+from .cuda import (ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels,
+                   numbered)
 
 # Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
 C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
@@ -374,7 +373,7 @@ def emit_program(program: KernelProgram, target=None) -> str:
             calls[k.name] = calls[twins[k.name]]
             continue
         text = emit_kernel(k)
-        calls[k.name] = same.setdefault(_numbered(text, k), cname(k.name))
+        calls[k.name] = same.setdefault(numbered(text, k), cname(k.name))
         if calls[k.name] == cname(k.name):
             parts.append(text)
     if any("st_amx_mode()" in p for p in parts):
@@ -383,15 +382,6 @@ def emit_program(program: KernelProgram, target=None) -> str:
         parts[1] += QDOT_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"
-
-
-def _numbered(text: str, k: Kernel) -> str:
-    """The kernel's code with its own name and its parameters' named by position, comments out:
-    the 30 layers of a model emit one function each kernel, not 30 (gcc's time is per function)."""
-    names = [cname(k.name), *(cname(p.name) for p in k.params), *(cname(n) for n, _ in k.scalars)]
-    index = {n: f"@{i}" for i, n in enumerate(names)}
-    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//"))
-    return re.sub(r"\b(" + "|".join(map(re.escape, index)) + r")\b", lambda m: index[m[0]], code)
 
 
 def _entry_point(program: KernelProgram, calls: dict | None = None) -> str:

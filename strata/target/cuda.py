@@ -862,3 +862,13 @@ def distinct_kernels(program: KernelProgram) -> list[Kernel]:
             continue
         seen[k.name] = k
     return list(seen.values())
+
+
+def numbered(text: str, k: Kernel) -> str:
+    """A kernel's emitted code with its own name and its parameters' named by position, comments
+    out: equal for two kernels that run the same code on different buffers, so a model's 30
+    layers compile one function per kernel, not 30 (gcc's and NVRTC's time is per function)."""
+    names = [cname(k.name), *(cname(p.name) for p in k.params), *(cname(n) for n, _ in k.scalars)]
+    index = {n: f"@{i}" for i, n in enumerate(names)}
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//"))
+    return re.sub(r"\b(" + "|".join(map(re.escape, index)) + r")\b", lambda m: index[m[0]], code)

@@ -66,8 +66,10 @@ class SimDriver:
         return {"NUM_REGS": 32, "LOCAL_SIZE_BYTES": 0}[attribute]
 
     def launch(self, function, kernel, grid, block, params_address, stream, smem_bytes=0):
-        k = self.kernels[kernel]
-        assert function == ("function", kernel) and (grid, block) == (k.grid, k.block)
+        # the function's kernel: a twin launches its first twin's code on its own arguments
+        assert function[0] == "function"
+        k = self.kernels[function[1]]
+        assert (grid, block) == (self.kernels[kernel].grid, self.kernels[kernel].block)
         assert stream == 7 and smem_bytes == 0
         slots = (ctypes.c_uint64 * len(k.params)).from_address(params_address)
         memory = {}
@@ -94,6 +96,9 @@ def _on_sim_driver(code, **kw):
     return program, snippet, rt, driver
 
 
+TWINS = ("torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(64, 64), "
+         "torch.nn.ReLU())])(torch.randn(8, 64))")
+
 SIM_DRIVER_CASES = [
     "torch.nn.RMSNorm(256)(torch.randn(4, 256))",
     "torch.softmax(torch.randn(4, 1000), dim=-1)",
@@ -106,6 +111,7 @@ SIM_DRIVER_CASES = [
     "torch.relu(torch.matmul(torch.randn(16,64) + torch.randn(64), torch.randn(64,16)))",
     "torch.randn(5, 3).sum()",                   # a 0-d output
     "torch.randn(0, 4) + 1",                     # nothing to launch
+    TWINS,                                       # twins launch one function
     "(torch.randn(0, 5) + 1, torch.randn(0, 5).sum(0))",
 ]
 
@@ -199,8 +205,22 @@ def test_the_cubin_comes_from_the_compile_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
     _, _, rt, driver = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
     assert driver.images[0][:4] == b"\x7fELF"                    # a cubin for sm_90
-    assert "k_softmax_reduce" in rt.source
+    assert "k_softmax_reduce" in rt.units.sources[0]
     assert any(tmp_path.rglob("*.cubin"))
+
+
+def test_twins_compile_once_in_units_of_their_own(monkeypatch, tmp_path):
+    """Units of one kernel each (UNIT_KERNELS=1), compiled by NVRTC on two threads: four
+    launches, two cubins, and the answer of the simulator."""
+    from strata.runtime import cuda_units
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_units, "UNIT_KERNELS", 1)
+    program, snippet, rt, driver = _on_sim_driver(TWINS)
+    assert len(program.lowered.kernel.kernels) == 4
+    assert len(driver.images) == 2 and all(i[:4] == b"\x7fELF" for i in driver.images)
+    got = rt.run(snippet.example_inputs)[0]
+    np.testing.assert_array_equal(to_numpy(got), program.run_numpy(snippet.example_inputs)[0])
+    assert driver.launched == [cname(k.name) for k in program.lowered.kernel.kernels]
 
 
 def test_check_and_report_of_a_cuda_program(no_nvrtc, capsys):
