@@ -47,6 +47,16 @@ def on_device(ctx: Context, device: str) -> Context:
     return ctx
 
 
+def _check_runs_here(target) -> None:
+    """A named CPU target runs natively only where this CPU has its instructions."""
+    here = get_target("host")
+    missing = sorted(target.features - here.features)
+    if target.machine not in ("", here.machine) or missing:
+        lacks = target.machine if target.machine not in ("", here.machine) else ", ".join(missing)
+        raise StrataError(f"--target {target} needs {lacks}, which this CPU lacks: run with "
+                          f"--target host (or none), or print its code with --ir asm")
+
+
 class Program:
     """A compiled program: call it like the original, print any stage with `ir(stage)`.
 
@@ -89,6 +99,7 @@ class Program:
         self._check_runnable()
         if self.device == "cpu":
             from .runtime.native import NativeProgram
+            _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
                                           source=self.lowered.c or None)

@@ -96,7 +96,7 @@ def schedule_passes(target) -> list:
         raise StrataError(f"no schedule exists for {target.kind} targets such as {target} yet")
     return PIPELINES[target.kind]
 
-STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c")
+STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c", "asm")
 SOURCE = {"gpu": "cuda", "cpu": "c"}      # the last stage: the source each kind of target gets
 
 
@@ -120,6 +120,13 @@ class Lowered:
             from .errors import StrataError
             raise StrataError(f"this program was compiled for {self.target}, whose source is "
                               f"--ir {SOURCE[self.target.kind]}, not {stage}")
+        if stage == "asm":                    # the C built for the target's -march, disassembled
+            from .errors import StrataError
+            if self.target is None or self.target.is_gpu:
+                raise StrataError("--ir asm disassembles the C of a CPU target (--target cpu-spr, "
+                                  "cpu-znver4, cpu-avx2, cpu-neoverse, host); for a GPU print --ir cuda")
+            from .runtime.disasm import disassemble
+            return disassemble(self.c, self.target)
         value = getattr(self, stage)
         return value if isinstance(value, str) else str(value)
 

@@ -10,6 +10,7 @@ schedule tunes to them is a default, and knobs pin the rest.
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass, field, replace
 
 from .errors import StrataError
@@ -42,6 +43,7 @@ class Target:
     dram_gbs: float = 0.0
     core_tops: float = 0.0
     tensor_tflops: float = 0.0
+    machine: str = ""                    # a CPU's instruction set family: "x86_64", "aarch64"
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -103,11 +105,25 @@ GPUS = [
     _gpu("sm_90", 90, _SMS, 227, 50, (2048, 32, 228), ("tma", "mbarrier"), _H100),
     _gpu("sm_90a", 90, _SMS, 227, 50, (2048, 32, 228), ("tma", "mbarrier", "wgmma"), _H100),
 ]
+_AVX512 = {"sse2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+           "avx512_vnni"}
+
+
+def _cpu(name, isa, vector_bytes, features, l1_kib, l2_kib, machine="x86_64"):
+    return Target(name, "cpu", isa, cores=os.cpu_count() or 1, vector_bytes=vector_bytes,
+                  features=frozenset(features), caches=(("L1", l1_kib * KiB), ("L2", l2_kib * KiB)),
+                  machine=machine)
+
+
+# The named CPUs: isa is gcc's -march (-mcpu on aarch64), so `--ir asm` shows any of them here.
 CPUS = [
-    Target("cpu", "cpu", "x86-64", cores=os.cpu_count() or 1, vector_bytes=16,
-           features=frozenset({"sse2"}), caches=(("L1", 32 * KiB), ("L2", 512 * KiB))),
-    Target("cpu-avx2", "cpu", "x86-64-v3", cores=os.cpu_count() or 1, vector_bytes=32,
-           features=frozenset({"sse2", "avx2", "fma"}), caches=(("L1", 32 * KiB), ("L2", 512 * KiB))),
+    _cpu("cpu", "x86-64", 16, {"sse2"}, 32, 512),
+    _cpu("cpu-avx2", "x86-64-v3", 32, {"sse2", "avx", "avx2", "fma", "f16c"}, 32, 512),
+    _cpu("cpu-znver4", "znver3", 64, _AVX512, 32, 1024),    # AMD Zen 4 (EPYC 9004): gcc 12 has
+                                                            # no znver4: Zen 3 with its AVX-512
+    _cpu("cpu-spr", "sapphirerapids", 64,                          # Sapphire / Emerald Rapids
+         _AVX512 | {"avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}, 48, 2048),
+    _cpu("cpu-neoverse", "neoverse-v1", 16, {"asimd", "neon", "sve"}, 64, 1024, "aarch64"),
 ]
 TARGETS = {t.name: t for t in GPUS + CPUS}
 DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothing says otherwise
@@ -126,10 +142,11 @@ def host() -> Target:
     except OSError:
         pass
     known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-             "avx512_vnni", "avx_vnni", "f16c", "asimd", "amx_tile", "amx_bf16", "amx_int8"}
+             "avx512_vnni", "avx_vnni", "f16c", "asimd", "sve", "amx_tile", "amx_bf16", "amx_int8"}
     features = frozenset(flags & known) | ({"neon"} if "asimd" in flags else set())
     width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
-    return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features)
+    return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features,
+                   machine=platform.machine())
 
 
 def get_target(name: str | Target) -> Target:
