@@ -47,14 +47,18 @@ def on_device(ctx: Context, device: str) -> Context:
     return ctx
 
 
+def _emulated(target) -> bool:
+    """Whether a CPU target is another instruction set than this machine's (cpu-neoverse on x86):
+    its code then runs under qemu-user (runtime/qemu.py)."""
+    return target.machine not in ("", get_target("host").machine)
+
+
 def _check_runs_here(target) -> None:
-    """A named CPU target runs natively only where this CPU has its instructions."""
-    here = get_target("host")
-    missing = sorted(target.features - here.features)
-    if target.machine not in ("", here.machine) or missing:
-        lacks = target.machine if target.machine not in ("", here.machine) else ", ".join(missing)
-        raise StrataError(f"--target {target} needs {lacks}, which this CPU lacks: run with "
-                          f"--target host (or none), or print its code with --ir asm")
+    """A named CPU target of this instruction set runs only where this CPU has its features."""
+    missing = sorted(target.features - get_target("host").features)
+    if missing:
+        raise StrataError(f"--target {target} needs {', '.join(missing)}, which this CPU lacks: "
+                          f"run with --target host (or none), or print its code with --ir asm")
 
 
 class Program:
@@ -97,6 +101,12 @@ class Program:
         if self.lowered.kernel is None:
             raise StrataError("this program was not lowered to Kernel IR; compile it whole to run it")
         self._check_runnable()
+        if self.device == "cpu" and _emulated(self.lowered.target):
+            from .runtime.qemu import QemuProgram
+            self._runtime = QemuProgram(self.lowered.kernel, self.torch_program.weights,
+                                        inputs=self.torch_program.inputs, target=self.lowered.target,
+                                        source=self.lowered.c)
+            return self._runtime
         if self.device == "cpu":
             from .runtime.native import NativeProgram
             _check_runs_here(self.lowered.target)

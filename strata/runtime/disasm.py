@@ -21,7 +21,7 @@ _CROSS = {"aarch64": "aarch64-linux-gnu-", "x86_64": "x86_64-linux-gnu-"}
 _APT = {"aarch64": "gcc-aarch64-linux-gnu", "x86_64": "gcc-x86-64-linux-gnu"}
 
 
-def _tools(machine: str) -> tuple[list[str], str]:
+def tools(machine: str) -> tuple[list[str], str]:
     """(the C compiler, objdump) that build for `machine`: this machine's own, else the cross
     ones Debian installs as <triple>-gcc and <triple>-objdump."""
     if machine in ("", platform.machine()):
@@ -51,16 +51,23 @@ def arch_flags(target) -> list[str]:
             *cc.vector_flags(" ".join(target.features))]
 
 
-def object_code(source: str, target) -> bytes:
-    """The object file of `source` built for `target` (CompileError with the compiler's log)."""
-    compiler, _ = _tools(target.machine)
+def build_flags(target) -> list[str]:
+    """A native build's flags (runtime/cc.py) for `target`: its own -march or -mcpu, no shared
+    library, and glibc's x86 vector math only on x86."""
     flags = [f for f in cc.FLAGS if not f.startswith(("-march", "-mprefer-vector-width"))
              and f not in ("-shared", "-fPIC")]
     if target.machine not in ("", "x86_64"):
-        flags = [f for f in flags if f != "-DSTRATA_LIBMVEC"]     # glibc's x86 vector math
+        flags = [f for f in flags if f != "-DSTRATA_LIBMVEC"]
+    return flags + arch_flags(target)
+
+
+def object_code(source: str, target) -> bytes:
+    """The object file of `source` built for `target` (CompileError with the compiler's log)."""
+    compiler, _ = tools(target.machine)
+    flags = build_flags(target)
     with tempfile.TemporaryDirectory(prefix="strata-asm-") as d:
         Path(d, cc.SOURCE_NAME).write_text(source)
-        res = subprocess.run([*compiler, *flags, *arch_flags(target), "-c", "-o", "strata.o",
+        res = subprocess.run([*compiler, *flags, "-c", "-o", "strata.o",
                               cc.SOURCE_NAME], cwd=d, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise CompileError(f"{compiler[0]} rejected the generated C for {target}:\n"
@@ -70,7 +77,7 @@ def object_code(source: str, target) -> bytes:
 
 def disassemble(source: str, target) -> str:
     """objdump -d of `source` built for `target`: one `<function>:` block per C function."""
-    _, objdump = _tools(target.machine)
+    _, objdump = tools(target.machine)
     with tempfile.TemporaryDirectory(prefix="strata-asm-") as d:
         Path(d, "strata.o").write_bytes(object_code(source, target))
         res = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "strata.o"], cwd=d,

@@ -12,7 +12,7 @@ import strata
 from strata.api import compile_snippet
 from strata.cli import main
 from strata.context import Context
-from strata.errors import StrataError
+from strata.errors import DeviceUnavailable, StrataError
 from strata.runtime.disasm import functions
 
 BF16_MM = ("torch.randn(128, 256, dtype=torch.bfloat16) @ torch.randn(256, 512, "
@@ -61,8 +61,10 @@ def test_asm_of_a_gpu_target_is_one_sentence(capsys):
     assert "--ir asm disassembles the C of a CPU target" in err and len(err.splitlines()) == 1
 
 
-def test_running_code_for_another_cpu_is_refused():
-    with pytest.raises(StrataError, match="--target cpu-neoverse needs aarch64, which this CPU lacks"):
+def test_code_for_another_cpu_without_qemu_is_one_sentence(monkeypatch):
+    from strata.runtime import qemu
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
+    with pytest.raises(DeviceUnavailable, match="needs qemu-aarch64, which is not installed"):
         strata.compile(lambda x: x * 2, (torch.randn(8),), ctx=Context(target="cpu-neoverse"))
 
 
