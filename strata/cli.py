@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate(sub)
     from .cli_tune import add_parser as add_tune
     add_tune(sub)
+    m = sub.add_parser("machine", help="what strata knows about this CPU: model, features, caches "
+                                       "and measured ceilings (cached per machine)")
+    m.add_argument("--measure", action="store_true",
+                   help="measure the ceilings now (about a minute), even if a profile is cached")
+    m.add_argument("--json", action="store_true", help="print the profile as JSON")
+    m.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return parser
 
 
@@ -92,7 +98,7 @@ def cmd_compile(args) -> int:
     if not args.code:
         raise StrataError("nothing to compile: give MODEL or -c CODE")
     ctx = _context(args)
-    if args.ir == "c" and ctx.target is None:
+    if args.ir in ("c", "asm") and ctx.target is None:
         ctx.target = get_target("host")       # C is the CPU's source: this machine's CPU
     t0 = time.perf_counter()
     program, _ = compile_snippet(args.code, ctx, until=args.ir)
@@ -149,7 +155,22 @@ def main(argv=None) -> int:
         print(describe_knobs())
         return 0
     return guarded(lambda: {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
-                            "tune": cmd_tune}[args.command](args), args.debug)
+                            "tune": cmd_tune, "machine": cmd_machine}[args.command](args), args.debug)
+
+
+def cmd_machine(args) -> int:
+    """The cached profile, measured first if there is none or --measure says so."""
+    import dataclasses
+    import json
+
+    from . import machine, progress
+    profile = None if args.measure else machine.cached()
+    if profile is None:
+        with progress.status("measuring this CPU's ceilings") as status:
+            profile = machine.measure(status.update)
+        print(f"strata: profile cached in {machine.cache_path(profile)}", file=sys.stderr)
+    print(json.dumps(dataclasses.asdict(profile), indent=1) if args.json else machine.describe(profile))
+    return 0
 
 
 def cmd_tune(args) -> int:

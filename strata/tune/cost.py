@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from .. import dtypes
+from .. import machine as profile
 from ..expr import Expr, Op, children
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
@@ -40,13 +41,21 @@ class Machine:
     cores: int
     vector: int                     # fp32 lanes of a vector
     dot_bf16: bool = False          # vdpbf16ps (AVX512-BF16): target/c_dot.py's loops
+    cache_gbs: float = CACHE_GBS    # loads and stores per core, bytes per ns
 
 
 _MACHINE: dict = {}
 
 
 def machine(target) -> Machine:
-    """The constants of this machine (DRAM bandwidth measured once: a 64 MiB copy)."""
+    """The constants of this machine: the bandwidths of its profile (`strata machine`) where one
+    is cached for the host, else DRAM's measured once by a 64 MiB copy."""
+    measured = profile.cached() if target.isa == "native" else None
+    if target.key not in _MACHINE and measured and "DRAM read" in measured.ceilings:
+        c = measured.ceilings
+        _MACHINE[target.key] = Machine(c["DRAM read"], target.cores, max(1, target.vector_bytes // 4),
+                                       target.has("avx512_bf16"),
+                                       c.get("L2 read", CACHE_GBS * target.cores) / target.cores)
     if target.key not in _MACHINE:
         import torch
         src = torch.ones(16 << 20)             # touched: an untouched page reads as one zero page
@@ -138,7 +147,7 @@ def estimate_ms(k: Kernel, m: Machine) -> float:
     cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
     unique = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)
     memory = unique / m.dram_gbs
-    cache = c.bytes * k.grid / (CACHE_GBS * cores)
+    cache = c.bytes * k.grid / (m.cache_gbs * cores)
     compute = (c.ops + c.vector_ops / m.vector) * k.grid / (SCALAR_GOPS * cores)
     return (max(memory, cache, compute) + (FORK_US * 1e3 if parallel else 0.0)) / 1e6
 

@@ -1,0 +1,202 @@
+"""What strata knows about this CPU, measured once and cached: `strata machine`.
+
+Why: speed that fits one machine's constants does not carry over (issue 26). The profile names
+the CPU (model, family/model, the named target it is closest to), its ISA features, cores and
+cache sizes (sysfs), and ceilings measured by programs strata itself compiles and runs natively:
+a sum over DRAM-, LLC- and L2-sized tensors (read GB/s), and in-cache matmuls on fp32 FMAs, on
+vdpbf16ps (FORM=pairs) and on AMX tiles (FORM=amx), each where the CPU has the instructions
+(GFLOP/s: what strata's own micro-kernel reaches, a floor under the hardware's peak). The cost
+model reads its bandwidths (tune/cost.py). A profile is cached per CPU model, feature flags and
+core count under the user cache dir; `strata machine --measure` measures again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .targets import TARGETS, host
+from .user_cache import user_cache_dir
+
+FORMAT = 1
+# family 6 models of the Intel server parts the named targets stand for
+_INTEL = {143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids",
+          106: "Ice Lake-SP", 85: "Skylake-SP / Cascade Lake"}
+_AMD = {(25, 17): "Zen 4 (Genoa)", (25, 160): "Zen 4c (Bergamo)", (25, 1): "Zen 3 (Milan)",
+        (23, 49): "Zen 2 (Rome)", (26, 2): "Zen 5 (Turin)"}
+
+
+@dataclass
+class Profile:
+    model: str                       # /proc/cpuinfo's model name
+    part: str                        # what family/model say it is, where known
+    machine: str                     # x86_64, aarch64
+    cores: int
+    features: list[str]              # what targets.host() reads
+    caches: dict[str, int]           # "L1d", "L2", "L3" -> bytes (one core's L1/L2; L3 shared)
+    closest: str                     # the named CPU target whose features this CPU has
+    ceilings: dict[str, float] = field(default_factory=dict)   # see CEILINGS
+    measured: str = ""               # UTC time of the measurement
+    format: int = FORMAT
+
+
+CEILINGS = {                         # name -> unit, in the order printed
+    "DRAM read": "GB/s", "LLC read": "GB/s", "L2 read": "GB/s",
+    "fp32 matmul (FMA)": "GFLOP/s", "bf16 matmul (vdpbf16ps)": "GFLOP/s",
+    "bf16 matmul (AMX)": "GFLOP/s"}
+
+
+def _cpuinfo() -> dict[str, str]:
+    facts: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if not line.strip():
+                break                              # the first processor is enough
+            facts.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return facts
+
+
+def _sysfs_caches() -> dict[str, int]:
+    """One core's caches from /sys/devices/system/cpu/cpu0/cache (L1d, L2, L3)."""
+    out: dict[str, int] = {}
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (d / "level").read_text().strip(), (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        out[f"L{level}{'d' if level == '1' else ''}"] = int(size.rstrip("KMG")) * scale
+    return out
+
+
+def _part(info: dict[str, str]) -> str:
+    try:
+        family, model = int(info.get("cpu family", "")), int(info.get("model", ""))
+    except ValueError:
+        return info.get("CPU part", "unknown")
+    vendor = info.get("vendor_id", "")
+    name = _INTEL.get(model) if vendor == "GenuineIntel" and family == 6 else \
+        _AMD.get((family, model)) if vendor == "AuthenticAMD" else None
+    return f"{name or 'unknown part'} (family {family}, model {model})"
+
+
+def _closest(features: frozenset, machine: str) -> str:
+    """The named CPU target with the most features this CPU has all of."""
+    fits = [t for t in TARGETS.values() if t.kind == "cpu" and t.machine == machine
+            and t.features <= features]
+    return max(fits, key=lambda t: len(t.features)).name if fits else "cpu"
+
+
+def facts() -> Profile:
+    """The profile without ceilings: what the OS says (cheap)."""
+    info, here = _cpuinfo(), host()
+    return Profile(info.get("model name", platform.processor() or "unknown"), _part(info),
+                   platform.machine(), os.cpu_count() or 1, sorted(here.features),
+                   _sysfs_caches(), _closest(here.features, here.machine))
+
+
+def cache_path(p: Profile | None = None) -> Path:
+    p = p or facts()
+    flags = " ".join(sorted(_cpuinfo().get("flags", "").split()))
+    key = hashlib.sha256(json.dumps([FORMAT, p.model, p.part, p.cores, flags]).encode()).hexdigest()
+    return user_cache_dir() / "machine" / f"{key[:16]}.json"
+
+
+def cached() -> Profile | None:
+    """This machine's measured profile, if one was cached (never measures)."""
+    try:
+        data = json.loads(cache_path().read_text())
+        return Profile(**data) if data.get("format") == FORMAT else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def measure(say=lambda text: None) -> Profile:
+    """Measure the ceilings (about a minute) and cache the profile."""
+    p = facts()
+    for name, fn in _probes(p):
+        say(f"measuring {name}")
+        value = fn()
+        if value is not None:
+            p.ceilings[name] = round(value, 1)
+    p.measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path = cache_path(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(p), indent=1))
+    tmp.replace(path)
+    return p
+
+
+def _probes(p: Profile):
+    """(ceiling, function returning its value or None) for what this CPU has."""
+    l2, l3 = p.caches.get("L2", 1 << 20), p.caches.get("L3", 0)
+    yield "DRAM read", lambda: _read_gbps(256 << 20)
+    if l3 >= 8 * l2 * p.cores:                       # an LLC well past the L2s
+        yield "LLC read", lambda: _read_gbps(min(l3 // 4, 32 << 20))
+    yield "L2 read", lambda: _read_gbps(l2 * p.cores // 2)
+    yield "fp32 matmul (FMA)", lambda: _matmul_gflops("float32", 192, 512, 512, {"FORM": "outer"})
+    if "avx512_bf16" in p.features:
+        yield "bf16 matmul (vdpbf16ps)", lambda: _matmul_gflops("bfloat16", 192, 512, 512,
+                                                                {"FORM": "pairs"})
+    if "amx_bf16" in p.features:
+        yield "bf16 matmul (AMX)", lambda: _matmul_gflops("bfloat16", 512, 1024, 1024, {"FORM": "amx"})
+
+
+def _best_seconds(fn, rounds: int = 7) -> float:
+    from .bench.cpu_bench import time_once          # (bench imports torch: measuring only)
+    fn()
+    return min(time_once(fn, ()) for _ in range(rounds))
+
+
+def _read_gbps(nbytes: int) -> float:
+    """GB/s read by strata's sums of 256 rows over `nbytes` of fp32, the best of several rounds
+    (rows: its fastest reading kernel; one call, so an L2-sized read includes a call's cost)."""
+    import torch
+
+    from .api import compile as strata_compile     # (the compiler sits above this module)
+    x = torch.ones(256, max(1, nbytes // 1024))
+    program = strata_compile(lambda t: t.sum(1), (x,), device="cpu")
+    return nbytes / _best_seconds(lambda: program(x)) / 1e9
+
+
+def _matmul_gflops(dtype: str, m: int, n: int, k: int, knobs: dict) -> float:
+    """GFLOP/s of strata's matmul of an (m, k) input by a (k, n) weight, with `knobs` pinned."""
+    import torch
+
+    from .api import compile as strata_compile
+    from .context import Context
+    lin = torch.nn.Linear(k, n, bias=False).to(getattr(torch, dtype))
+    x = torch.randn(m, k, dtype=getattr(torch, dtype))
+    program = strata_compile(lin, (x,), device="cpu", ctx=Context(target="host", knobs=knobs))
+    with torch.no_grad():
+        return 2 * m * n * k / _best_seconds(lambda: program(x)) / 1e9
+
+
+def describe(p: Profile) -> str:
+    """The profile as `strata machine` prints it."""
+    kib = lambda b: f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"   # noqa: E731
+    lines = [f"cpu       {p.model}: {p.part}, {p.machine}",
+             f"cores     {p.cores}",
+             f"features  {' '.join(p.features) or '(none strata uses)'}",
+             f"caches    {', '.join(f'{k} {kib(v)}' for k, v in p.caches.items()) or 'unknown'}",
+             f"target    host (closest named target: {p.closest})"]
+    if not p.ceilings:
+        return "\n".join(lines + ["ceilings  not measured (strata machine --measure)"])
+    lines.append(f"ceilings  measured {p.measured} on {p.cores} threads by strata's own kernels:")
+    lines += [f"  {name:<26}{p.ceilings[name]:>10.1f} {unit}" for name, unit in CEILINGS.items()
+              if name in p.ceilings]
+    missing = [n for n in CEILINGS if n not in p.ceilings]
+    if missing:
+        lines.append(f"  (not measured here: {', '.join(missing)})")
+    return "\n".join(lines)

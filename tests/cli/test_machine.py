@@ -1,0 +1,79 @@
+"""strata/machine.py and `strata machine`: the CPU's facts, ceilings measured by strata's own
+kernels, the cache per machine, and the cost model reading it."""
+import json
+import os
+
+import pytest
+
+from strata import machine
+from strata.cli import main
+from strata.targets import TARGETS, host
+from strata.tune import cost
+
+
+@pytest.fixture
+def cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_facts_are_this_machines():
+    p = machine.facts()
+    assert p.cores == os.cpu_count() and p.features == sorted(host().features)
+    assert p.machine in ("x86_64", "aarch64") and p.model
+    if os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert p.caches.get("L1d", 0) >= 16 << 10 and p.caches.get("L2", 0) >= 256 << 10
+    assert TARGETS[p.closest].features <= host().features
+
+
+@pytest.mark.parametrize("info, says", [
+    ({"vendor_id": "GenuineIntel", "cpu family": "6", "model": "207"}, "Emerald Rapids (family 6, model 207)"),
+    ({"vendor_id": "GenuineIntel", "cpu family": "6", "model": "143"}, "Sapphire Rapids"),
+    ({"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}, "Zen 4 (Genoa)"),
+    ({"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "99"}, "unknown part (family 25, model 99)"),
+    ({"CPU part": "0xd40"}, "0xd40"),
+])
+def test_the_part_is_named_from_family_and_model(info, says):
+    assert says in machine._part(info)
+
+
+@pytest.mark.parametrize("target, machine_name, closest", [
+    ("cpu-spr", "x86_64", "cpu-spr"), ("cpu-znver4", "x86_64", "cpu-znver4"),
+    ("cpu-avx2", "x86_64", "cpu-avx2"), ("cpu-neoverse", "aarch64", "cpu-neoverse")])
+def test_the_closest_named_target(target, machine_name, closest):
+    assert machine._closest(TARGETS[target].features, machine_name) == closest
+    assert machine._closest(frozenset(), "x86_64") == "cpu"
+
+
+def test_measure_caches_and_the_command_reads_the_cache(cache_dir, monkeypatch, capsys):
+    monkeypatch.setattr(machine, "_probes", lambda p: [
+        ("L2 read", lambda: machine._read_gbps(1 << 20)),
+        ("fp32 matmul (FMA)", lambda: machine._matmul_gflops("float32", 32, 64, 64, {"FORM": "outer"}))])
+    assert machine.cached() is None
+    p = machine.measure()
+    assert set(p.ceilings) == {"L2 read", "fp32 matmul (FMA)"} and all(v > 0 for v in p.ceilings.values())
+    assert machine.cached() == p and machine.cache_path().is_file()
+    monkeypatch.setattr(machine, "measure", lambda say=None: pytest.fail("measured again"))
+    assert main(["machine"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cpu       ") and "L2 read" in out and "not measured here: DRAM read" in out
+    assert main(["machine", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ceilings"] == p.ceilings
+
+
+def test_a_profile_of_another_format_is_not_used(cache_dir):
+    path = machine.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"format": 0, "model": "x"}))
+    assert machine.cached() is None
+    path.write_text("{not json")
+    assert machine.cached() is None
+
+
+def test_the_cost_model_takes_the_profiles_bandwidths(cache_dir, monkeypatch):
+    p = machine.facts()
+    p.ceilings = {"DRAM read": 12.5, "L2 read": 100.0}
+    monkeypatch.setattr(machine, "cached", lambda: p)
+    monkeypatch.setattr(cost, "_MACHINE", {})
+    m = cost.machine(host())
+    assert m.dram_gbs == 12.5 and m.cache_gbs == 100.0 / host().cores
