@@ -46,8 +46,43 @@ class Profile:
 
 CEILINGS = {                         # name -> unit, in the order printed
     "DRAM read": "GB/s", "LLC read": "GB/s", "L2 read": "GB/s",
+    "fp32 FMA peak": "GFLOP/s", "bf16 vdpbf16ps peak": "GFLOP/s",
     "fp32 matmul (FMA)": "GFLOP/s", "bf16 matmul (vdpbf16ps)": "GFLOP/s",
     "bf16 matmul (AMX)": "GFLOP/s"}
+
+# The peaks: 12 independent accumulators in registers on every core, nothing loaded (C, built
+# by runtime/cc.py's path); st_peak returns the seconds `n` steps took.
+PEAK_C = r"""
+#include <omp.h>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+typedef float v16 __attribute__((vector_size(64)));
+double st_peak(int bf16, long n) {
+    double t0 = omp_get_wtime();
+    float sink = 0.0f;
+    #pragma omp parallel reduction(+:sink)
+    {
+        v16 x = (v16){0} + 1.0001f, y = (v16){0} + 0.9999f;
+        v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0},
+            a6 = {0}, a7 = {0}, a8 = {0}, a9 = {0}, a10 = {0}, a11 = {0};
+#define ST_STEP(OP) OP(a0) OP(a1) OP(a2) OP(a3) OP(a4) OP(a5) OP(a6) OP(a7) OP(a8) OP(a9) OP(a10) OP(a11)
+#define ST_FMA(a) a = __builtin_ia32_vfmaddps512_mask(x, y, a, -1, 4);
+#if defined(__AVX512BF16__)
+#define ST_DOT(a) a = (v16)_mm512_dpbf16_ps((__m512)a, (__m512bh)x, (__m512bh)y);
+#else
+#define ST_DOT(a) ST_FMA(a)
+#endif
+        for (long i = 0; i < n; i++) {
+            if (bf16) { ST_STEP(ST_DOT) } else { ST_STEP(ST_FMA) }
+            __asm__ volatile("" : "+v"(x));
+        }
+        v16 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+        for (int j = 0; j < 16; j++) sink += s[j];
+    }
+    return omp_get_wtime() - t0 + (sink == 1.0f ? 1e-9 : 0.0);
+}
+"""
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -145,6 +180,10 @@ def _probes(p: Profile):
     if l3 >= 8 * l2 * p.cores:                       # an LLC well past the L2s
         yield "LLC read", lambda: _read_gbps(min(l3 // 4, 32 << 20))
     yield "L2 read", lambda: _read_gbps(l2 * p.cores // 2)
+    if p.machine == "x86_64" and "avx512f" in p.features:
+        yield "fp32 FMA peak", lambda: _peak_gflops(False)
+        if "avx512_bf16" in p.features:
+            yield "bf16 vdpbf16ps peak", lambda: _peak_gflops(True)
     yield "fp32 matmul (FMA)", lambda: _matmul_gflops("float32", 192, 512, 512, {"FORM": "outer"})
     if "avx512_bf16" in p.features:
         yield "bf16 matmul (vdpbf16ps)", lambda: _matmul_gflops("bfloat16", 192, 512, 512,
@@ -157,6 +196,18 @@ def _best_seconds(fn, rounds: int = 7) -> float:
     from .bench.cpu_bench import time_once          # (bench imports torch: measuring only)
     fn()
     return min(time_once(fn, ()) for _ in range(rounds))
+
+
+def _peak_gflops(bf16: bool) -> float:
+    """GFLOP/s of PEAK_C on every core: 12 zmm FMAs (32 flops each) or vdpbf16ps (64) a step."""
+    import ctypes
+
+    from .runtime.native_build import build_library, load_library
+    peak = load_library(build_library(PEAK_C)).st_peak
+    peak.argtypes, peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
+    n, threads = 2_000_000, os.cpu_count() or 1
+    peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
+    return 12 * (64 if bf16 else 32) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
 
 
 def _read_gbps(nbytes: int) -> float:

@@ -77,3 +77,10 @@ def test_the_cost_model_takes_the_profiles_bandwidths(cache_dir, monkeypatch):
     monkeypatch.setattr(cost, "_MACHINE", {})
     m = cost.machine(host())
     assert m.dram_gbs == 12.5 and m.cache_gbs == 100.0 / host().cores
+
+
+@pytest.mark.skipif("avx512f" not in host().features, reason="the register peaks are AVX-512 code")
+def test_the_register_peak_bounds_the_matmul(cache_dir):
+    peak = machine._peak_gflops(False)
+    matmul = machine._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})
+    assert 0 < matmul < 1.1 * peak             # no kernel beats the FMAs it is made of
