@@ -76,6 +76,7 @@ GPU_PASSES = [
 # inner loops vectorised by the C compiler (target/c.py).
 CPU_PASSES = [
     ("tileify", tileify),
+    ("chunk_reduce", chunk_reduce),
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
     ("cpu_pack_weights", cpu_pack_weights),

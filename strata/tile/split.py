@@ -19,7 +19,7 @@ def choose_pieces(extent: int, blocks: int, ctx: Context, knob: str, min_piece: 
         return pinned, "" if pinned > 1 else f"{knob}=1 pinned"
     fill = ctx.arch.fill_blocks
     if blocks * 2 >= fill:
-        return 1, f"{blocks} {unit} already fill the GPU"
+        return 1, f"{blocks} {unit} already fill the {'GPU' if ctx.arch.is_gpu else 'cores'}"
     if extent < 2 * min_piece:
         return 1, f"a reduction of {extent} is too short to share (fits one block)"
     want = max(2, fill // blocks)

@@ -55,3 +55,29 @@ def test_declines_say_why(fn, shape, why):
     prog = run_and_compare(fn, (torch.randn(shape),), ctx=ctx)
     assert not _chunked(prog)
     assert any("chunk_reduce" in m and "declined" in m and why in m for m in ctx.messages), ctx.messages
+
+
+# ---------------------------------------------------------------- on the CPU: a block is a thread
+
+def test_on_the_cpu_a_whole_tensor_sum_shares_the_cores():
+    import strata
+    ctx = Context(target="host")
+    x = torch.randn(1 << 20)
+    prog = strata.compile(lambda t: t.sum(), (x,), device="cpu", ctx=ctx)
+    assert _chunked(prog.lowered.kernel), [k.name for k in prog.lowered.kernel.kernels]
+    assert any("split into" in m and "chunks of" in m for m in ctx.messages)
+    torch.testing.assert_close(prog(x).double(), x.double().sum(), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape, why", [
+    ((1, 65536), "too short to share"),                 # under two chunks of 2^16
+    ((64, 1 << 17), "already fill the cores"),
+])
+def test_on_the_cpu_small_or_many_reductions_stay_whole(shape, why):
+    import strata
+    ctx = Context(target="host")
+    x = torch.randn(shape)
+    prog = strata.compile(lambda t: t.sum(-1), (x,), device="cpu", ctx=ctx)
+    assert not _chunked(prog.lowered.kernel)
+    torch.testing.assert_close(prog(x), x.sum(-1), rtol=1e-4, atol=1e-3)
+    assert any("chunk_reduce" in m and why in m for m in ctx.messages), ctx.messages
