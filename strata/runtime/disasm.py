@@ -4,7 +4,8 @@ Why: speed must not hinge on what gcc's vectoriser guessed, and a schedule for a
 running on (an AMX Xeon from an EPYC, an ARM server from x86) still has to be checked. The C
 source is compiled to an object with the flags of a native build but the target's own `-march`
 (`-mcpu` on aarch64, through Debian's cross gcc), and objdump prints it: a test can then look
-for zmm FMAs, vdpbf16ps or AMX tile ops in the hot loop of a CPU it does not have.
+for zmm FMAs, vdpbf16ps or AMX tile ops in the hot loop of a CPU it does not have. Each kernel's
+hot loop is summed up first, with llvm-mca's cycles for that CPU (runtime/mca.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..errors import CompileError, DeviceUnavailable
 from . import cc
+from .mca import hot_loop, summary
 
 _CROSS = {"aarch64": "aarch64-linux-gnu-", "x86_64": "x86_64-linux-gnu-"}
 _APT = {"aarch64": "gcc-aarch64-linux-gnu", "x86_64": "gcc-x86-64-linux-gnu"}
@@ -85,7 +87,9 @@ def disassemble(source: str, target) -> str:
     if res.returncode != 0:
         raise CompileError(f"{objdump} could not disassemble the object: {res.stderr.strip()}")
     body = res.stdout.split("\n\n", 2)[-1]           # past the file-format header
-    return f"// {target} ({' '.join(arch_flags(target))})\n{body.strip()}"
+    loops = [summary(n, hot_loop(text), target) for n, text in functions(body).items()
+             if n.startswith("k_")]
+    return "\n".join([f"// {target} ({' '.join(arch_flags(target))})", *loops, body.strip()])
 
 
 def functions(asm: str) -> dict[str, str]:

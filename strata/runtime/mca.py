@@ -1,0 +1,96 @@
+"""The hot loop of each kernel, and what llvm-mca says it costs on the target's CPU.
+
+Why: a schedule for a CPU strata is not running on (an AMX Xeon, a Zen 4, a Neoverse) cannot be
+timed, but its machine code can be: `--ir asm` heads each kernel with its innermost loop that
+does the most vector arithmetic (the micro-kernel, or a row's vector loop), how many
+instructions and vector FMAs it holds, and llvm-mca's cycles per iteration for the target's
+-mcpu (Debian's llvm; without it the line says so). The loop is fed to llvm-mca as objdump
+printed it, addresses and relocations taken out and the back edge pointed at a label.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+_LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S.*)$")
+_BRANCH = re.compile(r"^(j\w+|b\.\w+|b|cbn?z|tbn?z)(\s+(?:.*,\s*)?)([0-9a-f]+)\s+<.*$")
+_COMMENT = re.compile(r"\s+(#\s.*|//.*)$")      # objdump's x86 `# 0x...` and aarch64 `// ...`
+_VECTOR_MATH = re.compile(r"^(vfn?m(?:add|sub)\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|f(?:n?)mla\b|"
+                          r"fmla|bfdot|bfmmla|sdot|udot|v(?:add|mul|sub|max|min)ps)")
+_FMA = re.compile(r"^(vfn?madd\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|fmla|bfdot|bfmmla|sdot|udot)")
+# llvm-mca's name of each target's CPU (x86-64-v3 is no CPU to it: Haswell is that ISA level)
+_MCPU = {"x86-64": "x86-64", "x86-64-v3": "haswell", "znver3": "znver3",
+         "sapphirerapids": "sapphirerapids", "neoverse-v1": "neoverse-v1"}
+
+
+def hot_loop(function_asm: str) -> list[str]:
+    """The instructions of the innermost backward-branch loop with the most vector math (the
+    first of equals), without addresses; [] when the function has no such loop."""
+    rows = [(int(m[1], 16), _COMMENT.sub("", m[2]).strip()) for m in map(_LINE.match,
+            function_asm.splitlines()) if m and not m[2].startswith("R_")]
+    best: list[str] = []
+    for i, (at, text) in enumerate(rows):
+        m = _BRANCH.match(text)
+        if not m or int(m[3], 16) >= at:
+            continue
+        start = _index(rows, m[3])
+        if start < 0:
+            continue
+        body = [t for _, t in rows[start:i + 1]]
+        inner = not any(_BRANCH.match(t) and start <= _index(rows, _BRANCH.match(t)[3]) <= i
+                        for t in body[:-1])             # no back edge of a loop inside
+        if inner and _score(body) > _score(best):
+            best = body
+    return best
+
+
+def _index(rows, address: str) -> int:
+    """The row at `address` (hex), or -1."""
+    return next((j for j, (a, _) in enumerate(rows) if a == int(address, 16)), -1)
+
+
+def _score(body: list[str]) -> int:
+    """Vector math in `body`, an AMX tile op (16x16x32 products) counting as 256 zmm FMAs."""
+    return sum(256 if t.startswith("tdp") else 1 for t in body if _VECTOR_MATH.match(t))
+
+
+def summary(name: str, body: list[str], target) -> str:
+    """One comment line: the hot loop's size, its vector FMAs and llvm-mca's cycles."""
+    if not body:
+        return f"// {name}: no loop"
+    tiles = sum(t.startswith("tdp") for t in body)
+    fmas = sum(bool(_FMA.match(t)) for t in body) - tiles
+    math = f"{fmas} vector FMAs" + (f", {tiles} AMX tile products" if tiles else "")
+    cycles, why = cycles_per_iteration(body, target)
+    cost = f"{cycles:.2f} cycles an iteration on {_mcpu(target)} (llvm-mca)" if cycles is not None \
+        else why
+    return f"// {name}: hot loop of {len(body)} instructions, {math}: {cost}"
+
+
+def _mcpu(target) -> str:
+    return "native" if target.isa == "native" else _MCPU.get(target.isa, target.isa)
+
+
+def cycles_per_iteration(body: list[str], target) -> tuple[float | None, str]:
+    """(llvm-mca's cycles per iteration of `body` on the target's CPU, "") or (None, why not)."""
+    exe = shutil.which("llvm-mca")
+    if exe is None:
+        return None, "llvm-mca not installed (apt-get install llvm)"
+    lines = ["strata_loop:"] + [_BRANCH.sub(lambda m: f"{m[1]}{m[2]}strata_loop", t) for t in body]
+    triple = "aarch64-linux-gnu" if target.machine == "aarch64" else "x86_64-linux-gnu"
+    iterations = 100
+    try:
+        res = subprocess.run([exe, f"-mtriple={triple}", f"-mcpu={_mcpu(target)}",
+                              f"-iterations={iterations}"], input="\n".join(lines) + "\n",
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"llvm-mca did not run ({e})"
+    m = re.search(r"Total Cycles:\s+(\d+)", res.stdout)
+    if res.returncode == 0 and m:
+        return int(m[1]) / iterations, ""
+    error = next((ln for ln in res.stderr.splitlines() if "error:" in ln), res.stderr.strip()[:200])
+    which = next((ln.split("instruction:")[-1].split() for ln in res.stderr.splitlines()
+                  if "note: instruction:" in ln), [])
+    return None, (f"llvm-mca cannot model it on {_mcpu(target)}: "
+                  f"{error.split('error:')[-1].strip().rstrip('.')}" + (f" ({which[0]})" if which else ""))
