@@ -124,6 +124,7 @@ CPUS = [
     _cpu("cpu-spr", "sapphirerapids", 64,                          # Sapphire / Emerald Rapids
          _AVX512 | {"avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}, 48, 2048),
     _cpu("cpu-neoverse", "neoverse-v1", 16, {"asimd", "neon", "sve"}, 64, 1024, "aarch64"),
+    _cpu("cpu-rvv", "rv64gcv", 16, {"rvv"}, 32, 512, "riscv64"),    # RISC-V with the V extension
 ]
 TARGETS = {t.name: t for t in GPUS + CPUS}
 DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothing says otherwise

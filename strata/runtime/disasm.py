@@ -19,8 +19,9 @@ from ..errors import CompileError, DeviceUnavailable
 from . import cc
 from .mca import hot_loop, summary
 
-_CROSS = {"aarch64": "aarch64-linux-gnu-", "x86_64": "x86_64-linux-gnu-"}
-_APT = {"aarch64": "gcc-aarch64-linux-gnu", "x86_64": "gcc-x86-64-linux-gnu"}
+_CROSS = {"aarch64": "aarch64-linux-gnu-", "riscv64": "riscv64-linux-gnu-", "x86_64": "x86_64-linux-gnu-"}
+_APT = {"aarch64": "gcc-aarch64-linux-gnu", "riscv64": "gcc-riscv64-linux-gnu",
+        "x86_64": "gcc-x86-64-linux-gnu"}
 
 
 def tools(machine: str) -> tuple[list[str], str]:
@@ -44,11 +45,14 @@ _X86_FLAGS = {"avx": "-mavx", "avx2": "-mavx2", "fma": "-mfma", "f16c": "-mf16c"
 
 
 def arch_flags(target) -> list[str]:
-    """-march=native for the host; -mcpu on aarch64; else -march and a switch per feature."""
+    """-march=native for the host; -mcpu on aarch64; -march and the ABI on RISC-V; else -march
+    and a switch per x86 feature."""
     if target.isa == "native":
         return ["-march=native", *cc.vector_flags(cc.cpu_features())]
     if target.machine == "aarch64":
         return [f"-mcpu={target.isa}"]
+    if target.machine == "riscv64":
+        return [f"-march={target.isa}", "-mabi=lp64d"]
     return [f"-march={target.isa}", *sorted(_X86_FLAGS[f] for f in target.features if f in _X86_FLAGS),
             *cc.vector_flags(" ".join(target.features))]
 
@@ -96,7 +100,7 @@ def functions(asm: str) -> dict[str, str]:
     """The disassembly of each function, by name (`<name>:` headers)."""
     out, name = {}, None
     for line in asm.splitlines():
-        if line.endswith(">:") and "<" in line:
+        if line.endswith(">:") and "<" in line and "<.L" not in line:   # (RISC-V prints labels)
             name = line[line.index("<") + 1:-2]
             out[name] = ""
         elif name is not None:

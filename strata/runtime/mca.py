@@ -14,14 +14,19 @@ import shutil
 import subprocess
 
 _LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S.*)$")
-_BRANCH = re.compile(r"^(j\w+|b\.\w+|b|cbn?z|tbn?z)(\s+(?:.*,\s*)?)([0-9a-f]+)\s+<.*$")
+_BRANCH = re.compile(r"^(j\w+|b\.\w+|b|cbn?z|tbn?z|b(?:eq|ne|lt|ge|gt|le)(?:u|z)?|bnez|beqz|bgez|blez|"
+                     r"bgtz|bltz)(\s+(?:.*,\s*)?)([0-9a-f]+)\s+<.*$")     # x86, aarch64, RISC-V
 _COMMENT = re.compile(r"\s+(#\s.*|//.*)$")      # objdump's x86 `# 0x...` and aarch64 `// ...`
 _VECTOR_MATH = re.compile(r"^(vfn?m(?:add|sub)\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|f(?:n?)mla\b|"
-                          r"fmla|bfdot|bfmmla|sdot|udot|v(?:add|mul|sub|max|min)ps)")
-_FMA = re.compile(r"^(vfn?madd\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|fmla|bfdot|bfmmla|sdot|udot)")
+                          r"fmla|bfdot|bfmmla|sdot|udot|v(?:add|mul|sub|max|min)ps|"
+                          r"vfn?mac\w*|vfn?madd\.\w+|vf(?:add|mul|sub|max|min)\.\w+|"
+                          r"fn?madd\.s|f(?:add|mul|max|min)\.s)")     # (RISC-V: vector, then scalar)
+_FMA = re.compile(r"^(vfn?madd\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|fmla|bfdot|bfmmla|sdot|udot|"
+                  r"vfn?mac\w*|vfn?madd\.\w+|fn?madd\.s)")
 # llvm-mca's name of each target's CPU (x86-64-v3 is no CPU to it: Haswell is that ISA level)
 _MCPU = {"x86-64": "x86-64", "x86-64-v3": "haswell", "znver3": "znver3",
-         "sapphirerapids": "sapphirerapids", "neoverse-v1": "neoverse-v1"}
+         "sapphirerapids": "sapphirerapids", "neoverse-v1": "neoverse-v1",
+         "rv64gcv": "sifive-u74"}                   # (LLVM 14 has no RISC-V vector core model)
 
 
 def hot_loop(function_asm: str) -> list[str]:
@@ -60,8 +65,10 @@ def summary(name: str, body: list[str], target) -> str:
     if not body:
         return f"// {name}: no loop"
     tiles = sum(t.startswith("tdp") for t in body)
-    fmas = sum(bool(_FMA.match(t)) for t in body) - tiles
-    math = f"{fmas} vector FMAs" + (f", {tiles} AMX tile products" if tiles else "")
+    scalar = sum(bool(re.match(r"fn?madd\.s", t)) for t in body)
+    fmas = sum(bool(_FMA.match(t)) for t in body) - tiles - scalar
+    math = ", ".join([f"{fmas} vector FMAs"] + [f"{tiles} AMX tile products"] * bool(tiles)
+                     + [f"{scalar} scalar FMAs"] * bool(scalar))
     cycles, why = cycles_per_iteration(body, target)
     cost = f"{cycles:.2f} cycles an iteration on {_mcpu(target)} (llvm-mca)" if cycles is not None \
         else why
@@ -78,7 +85,7 @@ def cycles_per_iteration(body: list[str], target) -> tuple[float | None, str]:
     if exe is None:
         return None, "llvm-mca not installed (apt-get install llvm)"
     lines = ["strata_loop:"] + [_BRANCH.sub(lambda m: f"{m[1]}{m[2]}strata_loop", t) for t in body]
-    triple = "aarch64-linux-gnu" if target.machine == "aarch64" else "x86_64-linux-gnu"
+    triple = f"{target.machine or 'x86_64'}-linux-gnu"
     iterations = 100
     try:
         res = subprocess.run([exe, f"-mtriple={triple}", f"-mcpu={_mcpu(target)}",

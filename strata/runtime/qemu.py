@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
 """
 
 
+# qemu's CPU where its default lacks the target's vectors (RISC-V's V extension, version 1.0)
+_QEMU_CPU = {"riscv64": ("-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0")}
+
+
 def qemu_for(machine: str) -> str:
     """The qemu-user binary for `machine`; DeviceUnavailable (one sentence) where there is none."""
     path = shutil.which(f"qemu-{machine}")
@@ -110,7 +114,8 @@ class QemuProgram:
             if data is not None:
                 _raw(data).tofile(d / f"b{i}")
             argv += [str(nbytes), mode, str(d / f"b{i}")]
-        res = subprocess.run([self.qemu, "-L", f"/usr/{self.target.machine}-linux-gnu",
+        res = subprocess.run([self.qemu, *_QEMU_CPU.get(self.target.machine, ()),
+                              "-L", f"/usr/{self.target.machine}-linux-gnu",
                               str(d / "program"), *argv], capture_output=True, text=True,
                              timeout=1800, env={"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(self.threads),
                                   "PATH": "/usr/bin"})

@@ -40,6 +40,10 @@ def kernel_asm(code: str, target: str) -> str:
     pytest.param("cpu-neoverse", F32_MM, [r"\bfmla\b"], [r"%[xy]mm"], marks=pytest.mark.skipif(
         NO_CROSS_GCC, reason="aarch64-linux-gnu-gcc is not installed "
                              "(apt-get install gcc-aarch64-linux-gnu)")),
+    pytest.param("cpu-rvv", F32_MM, [r"\b(fmadd\.s|vfmacc\.v\w)\b"], [r"%[xy]mm"],
+                 marks=pytest.mark.skipif(shutil.which("riscv64-linux-gnu-gcc") is None, reason=(
+                     "riscv64-linux-gnu-gcc is not installed (apt-get install "
+                     "gcc-riscv64-linux-gnu)"))),     # (gcc 12 does not vectorise for RVV)
 ])
 def test_the_hot_loop_has_the_targets_instructions(target, code, present, absent):
     asm = kernel_asm(code, target)
