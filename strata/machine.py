@@ -85,16 +85,23 @@ double st_peak(int bf16, long n) {
 """
 
 
-def _cpuinfo() -> dict[str, str]:
-    facts: dict[str, str] = {}
+def _read_cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if not line.strip():
-                break                              # the first processor is enough
-            facts.setdefault(key.strip(), value.strip())
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        return ""
+
+
+def _cpuinfo(text: str | None = None) -> dict[str, str]:
+    """The first processor's `key : value` lines of /proc/cpuinfo (or of `text`)."""
+    facts: dict[str, str] = {}
+    for line in (_read_cpuinfo() if text is None else text).splitlines():
+        key, _, value = line.partition(":")
+        if not line.strip():
+            if facts:
+                break                              # the first processor is enough
+            continue
+        facts.setdefault(key.strip(), value.strip())
     return facts
 
 
@@ -114,11 +121,17 @@ def _sysfs_caches() -> dict[str, int]:
     return out
 
 
+_ARM = {"0xd0c": "Neoverse N1", "0xd40": "Neoverse V1", "0xd49": "Neoverse N2",
+        "0xd4f": "Neoverse V2"}      # Arm's CPU part numbers (implementer 0x41)
+
+
 def _part(info: dict[str, str]) -> str:
     try:
         family, model = int(info.get("cpu family", "")), int(info.get("model", ""))
     except ValueError:
-        return info.get("CPU part", "unknown")
+        part = info.get("CPU part", "")
+        return f"{_ARM.get(part, 'unknown part')} (CPU part {part})" if part else \
+            info.get("uarch", "unknown part")
     vendor = info.get("vendor_id", "")
     name = _INTEL.get(model) if vendor == "GenuineIntel" and family == 6 else \
         _AMD.get((family, model)) if vendor == "AuthenticAMD" else None
@@ -132,12 +145,16 @@ def _closest(features: frozenset, machine: str) -> str:
     return max(fits, key=lambda t: len(t.features)).name if fits else "cpu"
 
 
-def facts() -> Profile:
-    """The profile without ceilings: what the OS says (cheap)."""
-    info, here = _cpuinfo(), host()
-    return Profile(info.get("model name", platform.processor() or "unknown"), _part(info),
-                   platform.machine(), os.cpu_count() or 1, sorted(here.features),
-                   _sysfs_caches(), _closest(here.features, here.machine))
+def facts(cpuinfo: str | None = None) -> Profile:
+    """The profile without ceilings: what the OS says (cheap). `cpuinfo`: another machine's
+    /proc/cpuinfo text (tests), whose cores are its processor lines and caches unknown."""
+    text = _read_cpuinfo() if cpuinfo is None else cpuinfo
+    info, here = _cpuinfo(text), host(text)
+    cores = os.cpu_count() or 1 if cpuinfo is None else max(1, text.count("processor\t"))
+    model = info.get("model name") or info.get("uarch") or \
+        (f"ARM implementer {info['CPU implementer']}" if "CPU implementer" in info else "unknown")
+    return Profile(model, _part(info), here.machine, cores, sorted(here.features),
+                   _sysfs_caches() if cpuinfo is None else {}, _closest(here.features, here.machine))
 
 
 def cache_path(p: Profile | None = None) -> Path:

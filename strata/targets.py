@@ -131,23 +131,29 @@ DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothi
 NAMES = tuple(TARGETS) + ("host",)
 
 
-def host() -> Target:
-    """This machine's CPU: its cores and the vector and AMX features /proc/cpuinfo lists."""
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
+def host(cpuinfo: str | None = None) -> Target:
+    """This machine's CPU: its cores and the vector and AMX features /proc/cpuinfo lists (or the
+    text `cpuinfo`: tests read the samples of each CPU class)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    lines = cpuinfo.splitlines()
+    flags = next((set(ln.split(":", 1)[1].split()) for ln in lines
+                  if ln.startswith(("flags", "Features"))), set())
     known = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
              "avx512_vnni", "avx_vnni", "f16c", "asimd", "sve", "amx_tile", "amx_bf16", "amx_int8"}
     features = frozenset(flags & known) | ({"neon"} if "asimd" in flags else set())
+    isa = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("isa")), "")
+    if isa.startswith("rv64") and "v" in isa[4:].split("_")[0]:
+        features |= {"rvv"}                   # RISC-V's `isa : rv64imafdcv_...` line
+    machine = "aarch64" if "asimd" in flags else "riscv64" if isa.startswith("rv64") else \
+        "x86_64" if flags else platform.machine()
     width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
     return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features,
-                   machine=platform.machine())
+                   machine=machine)
 
 
 def get_target(name: str | Target) -> Target:

@@ -2,6 +2,7 @@
 kernels, the cache per machine, and the cost model reading it."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,22 @@ def test_the_register_peak_bounds_the_matmul(cache_dir):
     peak = machine._peak_gflops(False)
     matmul = machine._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})
     assert 0 < matmul < 1.1 * peak             # no kernel beats the FMAs it is made of
+
+
+SAMPLES = Path(__file__).parent / "cpuinfo"
+
+
+@pytest.mark.parametrize("sample, part, machine_name, closest, width", [
+    ("intel-xeon-emerald-rapids.txt", "Emerald Rapids (family 6, model 207)", "x86_64", "cpu-spr", 64),
+    ("amd-epyc-zen4.txt", "Zen 4 (Genoa)", "x86_64", "cpu-znver4", 64),
+    ("amd-epyc-zen3-avx2.txt", "Zen 3 (Milan)", "x86_64", "cpu-avx2", 32),
+    ("arm-neoverse-v1.txt", "Neoverse V1 (CPU part 0xd40)", "aarch64", "cpu-neoverse", 16),
+    ("riscv-rvv.txt", "thead,c908", "riscv64", "cpu-rvv", 16),
+])
+def test_the_profile_of_each_cpu_class_from_its_cpuinfo(sample, part, machine_name, closest, width):
+    text = (SAMPLES / sample).read_text()
+    p = machine.facts(text)
+    assert part in p.part and p.machine == machine_name and p.closest == closest and p.cores == 2
+    assert TARGETS[closest].features <= set(p.features)
+    assert host(text).vector_bytes == width and host(text).machine == machine_name
+    assert "cpu       " in machine.describe(p) and "not measured" in machine.describe(p)
