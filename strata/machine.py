@@ -3,9 +3,10 @@
 Why: speed that fits one machine's constants does not carry over (issue 26). The profile names
 the CPU (model, family/model, the named target it is closest to), its ISA features, cores and
 cache sizes (sysfs), and ceilings measured by programs strata itself compiles and runs natively:
-a sum over DRAM-, LLC- and L2-sized tensors (read GB/s), and in-cache matmuls on fp32 FMAs, on
-vdpbf16ps (FORM=pairs) and on AMX tiles (FORM=amx), each where the CPU has the instructions
-(GFLOP/s: what strata's own micro-kernel reaches, a floor under the hardware's peak). The cost
+sums of rows over DRAM-, LLC- and L2-sized tensors (read GB/s), the peaks of fp32 FMAs,
+vdpbf16ps and AMX tiles in registers, and in-cache matmuls on each (FORM=outer, pairs, amx),
+where the CPU has the instructions (GFLOP/s: what strata's own micro-kernels reach against what
+the units can do). The cost
 model reads its bandwidths (tune/cost.py). A profile is cached per CPU model, feature flags and
 core count under the user cache dir; `strata machine --measure` measures again.
 """
@@ -46,7 +47,7 @@ class Profile:
 
 CEILINGS = {                         # name -> unit, in the order printed
     "DRAM read": "GB/s", "LLC read": "GB/s", "L2 read": "GB/s",
-    "fp32 FMA peak": "GFLOP/s", "bf16 vdpbf16ps peak": "GFLOP/s",
+    "fp32 FMA peak": "GFLOP/s", "bf16 vdpbf16ps peak": "GFLOP/s", "bf16 AMX peak": "GFLOP/s",
     "fp32 matmul (FMA)": "GFLOP/s", "bf16 matmul (vdpbf16ps)": "GFLOP/s",
     "bf16 matmul (AMX)": "GFLOP/s"}
 
@@ -201,6 +202,8 @@ def _probes(p: Profile):
         yield "fp32 FMA peak", lambda: _peak_gflops(False)
         if "avx512_bf16" in p.features:
             yield "bf16 vdpbf16ps peak", lambda: _peak_gflops(True)
+    if {"amx_tile", "amx_bf16"} <= set(p.features):
+        yield "bf16 AMX peak", _amx_peak_gflops
     yield "fp32 matmul (FMA)", lambda: _matmul_gflops("float32", 192, 512, 512, {"FORM": "outer"})
     if "avx512_bf16" in p.features:
         yield "bf16 matmul (vdpbf16ps)", lambda: _matmul_gflops("bfloat16", 192, 512, 512,
@@ -225,6 +228,26 @@ def _peak_gflops(bf16: bool) -> float:
     n, threads = 2_000_000, os.cpu_count() or 1
     peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
     return 12 * (64 if bf16 else 32) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
+
+
+def _amx_peak_gflops() -> float:
+    """GFLOP/s of tdpbf16ps on four accumulator tiles, nothing loaded in the loop, one thread per
+    core (bench/amx_probe.py's kernel, which asks Linux for the tiles)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from .bench.amx_probe import TILE_FLOP, load_kernel
+    lib, src = load_kernel(emulate=False), torch.full((16, 32), 1 / 64, dtype=torch.bfloat16)
+    iters, threads, tiles = 200_000, os.cpu_count() or 1, 4
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:         # ctypes drops the GIL: one core each
+            list(pool.map(lambda _: lib.strata_amx_peak(iters, tiles, src.data_ptr()), range(threads)))
+        return time.perf_counter() - t0
+    run()
+    return threads * iters * tiles * TILE_FLOP / min(run() for _ in range(5)) / 1e9
 
 
 def _read_gbps(nbytes: int) -> float:

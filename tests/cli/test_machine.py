@@ -104,3 +104,10 @@ def test_the_profile_of_each_cpu_class_from_its_cpuinfo(sample, part, machine_na
     assert TARGETS[closest].features <= set(p.features)
     assert host(text).vector_bytes == width and host(text).machine == machine_name
     assert "cpu       " in machine.describe(p) and "not measured" in machine.describe(p)
+
+
+@pytest.mark.skipif(not {"amx_tile", "amx_bf16"} <= host().features, reason="this CPU has no AMX")
+def test_the_amx_peak_bounds_the_amx_matmul(cache_dir):
+    peak = machine._amx_peak_gflops()
+    matmul = machine._matmul_gflops("bfloat16", 64, 256, 256, {"FORM": "amx"})
+    assert 0 < matmul < 1.1 * peak
