@@ -128,7 +128,8 @@ static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 #define st_fma(a, b, c) ((a) * (b) + (c))       // fmaf without the instruction is a slow call
 #endif
 static inline float st_expf(float x) {
-    float c = x > 89.0f ? 89.0f : (x < -104.0f ? 0.0f : x);
+    float c = x < -104.0f ? -104.0f : x;       // vmaxps, no mask (a NaN is returned at the end)
+    c = c > 89.0f ? 89.0f : c;                 // vminps
     float n = rintf(c * 1.44269504088896341f);
     float r = st_fma(n, 2.12194440e-4f, st_fma(n, -0.693359375f, c));
     float p = st_fma(st_fma(st_fma(st_fma(st_fma(1.9875691500e-4f, r, 1.3981999507e-3f), r,
