@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .runtime.cc import cpu_features
 from .targets import TARGETS, host
 from .user_cache import user_cache_dir
 
@@ -93,10 +94,10 @@ def _read_cpuinfo() -> str:
         return ""
 
 
-def _cpuinfo(text: str | None = None) -> dict[str, str]:
-    """The first processor's `key : value` lines of /proc/cpuinfo (or of `text`)."""
+def _cpuinfo(text: str) -> dict[str, str]:
+    """The first processor's `key : value` lines of a /proc/cpuinfo text."""
     facts: dict[str, str] = {}
-    for line in (_read_cpuinfo() if text is None else text).splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition(":")
         if not line.strip():
             if facts:
@@ -151,7 +152,7 @@ def facts(cpuinfo: str | None = None) -> Profile:
     /proc/cpuinfo text (tests), whose cores are its processor lines and caches unknown."""
     text = _read_cpuinfo() if cpuinfo is None else cpuinfo
     info, here = _cpuinfo(text), host(text)
-    cores = os.cpu_count() or 1 if cpuinfo is None else max(1, text.count("processor\t"))
+    cores = (os.cpu_count() or 1) if cpuinfo is None else max(1, text.count("processor\t"))
     model = info.get("model name") or info.get("uarch") or \
         (f"ARM implementer {info['CPU implementer']}" if "CPU implementer" in info else "unknown")
     return Profile(model, _part(info), here.machine, cores, sorted(here.features),
@@ -160,8 +161,8 @@ def facts(cpuinfo: str | None = None) -> Profile:
 
 def cache_path(p: Profile | None = None) -> Path:
     p = p or facts()
-    flags = " ".join(sorted(_cpuinfo().get("flags", "").split()))
-    key = hashlib.sha256(json.dumps([FORMAT, p.model, p.part, p.cores, flags]).encode()).hexdigest()
+    record = json.dumps([FORMAT, p.model, p.part, p.cores, cpu_features()])
+    key = hashlib.sha256(record.encode()).hexdigest()
     return user_cache_dir() / "machine" / f"{key[:16]}.json"
 
 

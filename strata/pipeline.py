@@ -124,8 +124,8 @@ class Lowered:
         if stage == "asm":                    # the C built for the target's -march, disassembled
             from .errors import StrataError
             if self.target is None or self.target.is_gpu:
-                raise StrataError("--ir asm disassembles the C of a CPU target (--target cpu-spr, "
-                                  "cpu-znver4, cpu-avx2, cpu-neoverse, host); for a GPU print --ir cuda")
+                raise StrataError("--ir asm disassembles the C of a CPU target (--target host, "
+                                  "cpu-spr, cpu-rvv ...); for a GPU print --ir cuda")
             from .runtime.disasm import disassemble
             return disassemble(self.c, self.target)
         value = getattr(self, stage)

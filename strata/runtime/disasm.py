@@ -67,18 +67,24 @@ def build_flags(target) -> list[str]:
     return flags + arch_flags(target)
 
 
-def object_code(source: str, target) -> bytes:
-    """The object file of `source` built for `target` (CompileError with the compiler's log)."""
+def build(target, sources: dict[str, str], output: str, args=(), libs=()) -> bytes:
+    """`output` built from `sources` (file name -> C) by the target's compiler with
+    build_flags(target) and `args` (`libs` after the sources); CompileError with its log."""
     compiler, _ = tools(target.machine)
-    flags = build_flags(target)
-    with tempfile.TemporaryDirectory(prefix="strata-asm-") as d:
-        Path(d, cc.SOURCE_NAME).write_text(source)
-        res = subprocess.run([*compiler, *flags, "-c", "-o", "strata.o",
-                              cc.SOURCE_NAME], cwd=d, capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="strata-cross-") as d:
+        for name, text in sources.items():
+            Path(d, name).write_text(text)
+        res = subprocess.run([*compiler, *build_flags(target), *args, "-o", output, *sources, *libs],
+                             cwd=d, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise CompileError(f"{compiler[0]} rejected the generated C for {target}:\n"
                                f"{(res.stderr or res.stdout).strip()[-4000:]}")
-        return Path(d, "strata.o").read_bytes()
+        return Path(d, output).read_bytes()
+
+
+def object_code(source: str, target) -> bytes:
+    """The object file of `source` built for `target`."""
+    return build(target, {cc.SOURCE_NAME: source}, "strata.o", args=("-c",))
 
 
 def disassemble(source: str, target) -> str:

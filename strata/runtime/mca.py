@@ -17,8 +17,8 @@ _LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S.*)$")
 _BRANCH = re.compile(r"^(j\w+|b\.\w+|b|cbn?z|tbn?z|b(?:eq|ne|lt|ge|gt|le)(?:u|z)?|bnez|beqz|bgez|blez|"
                      r"bgtz|bltz)(\s+(?:.*,\s*)?)([0-9a-f]+)\s+<.*$")     # x86, aarch64, RISC-V
 _COMMENT = re.compile(r"\s+(#\s.*|//.*)$")      # objdump's x86 `# 0x...` and aarch64 `// ...`
-_VECTOR_MATH = re.compile(r"^(vfn?m(?:add|sub)\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|f(?:n?)mla\b|"
-                          r"fmla|bfdot|bfmmla|sdot|udot|v(?:add|mul|sub|max|min)ps|"
+_VECTOR_MATH = re.compile(r"^(vfn?m(?:add|sub)\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|fn?mla\b|"
+                          r"bfdot|bfmmla|sdot|udot|v(?:add|mul|sub|max|min)ps|"
                           r"vfn?mac\w*|vfn?madd\.\w+|vf(?:add|mul|sub|max|min)\.\w+|"
                           r"fn?madd\.s|f(?:add|mul|max|min)\.s)")     # (RISC-V: vector, then scalar)
 _FMA = re.compile(r"^(vfn?madd\w*ps|vdpbf16ps|vpdpbusds?|tdp\w+|fmla|bfdot|bfmmla|sdot|udot|"
@@ -34,25 +34,17 @@ def hot_loop(function_asm: str) -> list[str]:
     first of equals), without addresses; [] when the function has no such loop."""
     rows = [(int(m[1], 16), _COMMENT.sub("", m[2]).strip()) for m in map(_LINE.match,
             function_asm.splitlines()) if m and not m[2].startswith("R_")]
+    row_at = {a: j for j, (a, _) in enumerate(rows)}
+    target = [row_at.get(int(m[3], 16), -1) if (m := _BRANCH.match(t)) else -1 for _, t in rows]
     best: list[str] = []
-    for i, (at, text) in enumerate(rows):
-        m = _BRANCH.match(text)
-        if not m or int(m[3], 16) >= at:
-            continue
-        start = _index(rows, m[3])
-        if start < 0:
-            continue
+    for i, start in enumerate(target):
+        if not 0 <= start < i:
+            continue                                    # not a back edge
         body = [t for _, t in rows[start:i + 1]]
-        inner = not any(_BRANCH.match(t) and start <= _index(rows, _BRANCH.match(t)[3]) <= i
-                        for t in body[:-1])             # no back edge of a loop inside
+        inner = not any(start <= target[j] < j for j in range(start, i))   # no loop inside
         if inner and _score(body) > _score(best):
             best = body
     return best
-
-
-def _index(rows, address: str) -> int:
-    """The row at `address` (hex), or -1."""
-    return next((j for j, (a, _) in enumerate(rows) if a == int(address, 16)), -1)
 
 
 def _score(body: list[str]) -> int:
@@ -94,10 +86,11 @@ def cycles_per_iteration(body: list[str], target) -> tuple[float | None, str]:
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"llvm-mca did not run ({e})"
     m = re.search(r"Total Cycles:\s+(\d+)", res.stdout)
-    if res.returncode == 0 and m:
-        return int(m[1]) / iterations, ""
+    if res.returncode == 0 and m and "error:" not in res.stderr:    # (it skips what it cannot
+        return int(m[1]) / iterations, ""                          # parse, and prices the rest)
     error = next((ln for ln in res.stderr.splitlines() if "error:" in ln), res.stderr.strip()[:200])
-    which = next((ln.split("instruction:")[-1].split() for ln in res.stderr.splitlines()
-                  if "note: instruction:" in ln), [])
+    lines = res.stderr.splitlines()            # the instruction follows its error (or its note)
+    which = next((lines[j + 1] for j, ln in enumerate(lines[:-1]) if "error:" in ln), "")
+    which = which.split("instruction:")[-1].split()
     return None, (f"llvm-mca cannot model it on {_mcpu(target)}: "
                   f"{error.split('error:')[-1].strip().rstrip('.')}" + (f" ({which[0]})" if which else ""))

@@ -23,7 +23,7 @@ from .. import dtypes
 from ..errors import CompileError, DeviceUnavailable
 from ..kernel.ir import KernelProgram
 from .args import prepare_args, prepare_weights
-from .disasm import build_flags, tools
+from .disasm import build
 from .program import mutated_inputs
 
 MAIN = r"""
@@ -87,14 +87,12 @@ class QemuProgram:
         self.mutated = set(mutated_inputs(program))
         self.weights = prepare_weights(program.buffers, weights or {}, "cpu")
         self.dir = tempfile.TemporaryDirectory(prefix="strata-qemu-")
-        compiler, _ = tools(target.machine)
-        Path(self.dir.name, "strata.c").write_text(source)
-        Path(self.dir.name, "main.c").write_text(MAIN)
-        res = subprocess.run([*compiler, *build_flags(target), "-o", "program", "strata.c", "main.c",
-                              "-lm"], cwd=self.dir.name, capture_output=True, text=True, timeout=600)
-        if res.returncode != 0:
-            raise CompileError(f"{compiler[0]} rejected the generated C for {target}:\n"
-                               f"{(res.stderr or res.stdout).strip()[-4000:]}")
+        exe = Path(self.dir.name, "program")
+        exe.write_bytes(build(target, {"strata.c": source, "main.c": MAIN}, "program", libs=("-lm",)))
+        exe.chmod(0o755)
+        for i, b in enumerate(program.buffers):        # weights never change: written once
+            if b.name in self.weights:
+                _raw(self.weights[b.name]).tofile(Path(self.dir.name, f"b{i}"))
         print(f"strata: {target} code runs under {Path(self.qemu).name} (emulated: checked, not "
               f"timed)", file=sys.stderr)
 
@@ -107,18 +105,16 @@ class QemuProgram:
         d = Path(self.dir.name)
         argv = [str(len(self.program.buffers))]
         for i, b in enumerate(self.program.buffers):
-            data = args.get(b.name, self.weights.get(b.name))
             nbytes = b.numel * dtypes.ITEMSIZE[b.dtype]
-            mode = ("b" if b.name in self.mutated else "r") if data is not None else \
-                "w" if b.kind == "output" else "t"
-            if data is not None:
-                _raw(data).tofile(d / f"b{i}")
+            mode = "b" if b.name in self.mutated else "r" if b.name in args or b.name in self.weights \
+                else "w" if b.kind == "output" else "t"
+            if b.name in args:
+                _raw(args[b.name]).tofile(d / f"b{i}")
             argv += [str(nbytes), mode, str(d / f"b{i}")]
+        env = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(self.threads), "PATH": "/usr/bin"}
         res = subprocess.run([self.qemu, *_QEMU_CPU.get(self.target.machine, ()),
-                              "-L", f"/usr/{self.target.machine}-linux-gnu",
-                              str(d / "program"), *argv], capture_output=True, text=True,
-                             timeout=1800, env={"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(self.threads),
-                                  "PATH": "/usr/bin"})
+                              "-L", f"/usr/{self.target.machine}-linux-gnu", str(d / "program"),
+                              *argv], capture_output=True, text=True, timeout=1800, env=env)
         if res.returncode != 0:
             raise CompileError(f"the {self.target} program failed under {Path(self.qemu).name} "
                                f"(exit {res.returncode}): {(res.stderr or res.stdout).strip()[-2000:]}")

@@ -50,8 +50,10 @@ _MACHINE: dict = {}
 def machine(target) -> Machine:
     """The constants of this machine: the bandwidths of its profile (`strata machine`) where one
     is cached for the host, else DRAM's measured once by a 64 MiB copy."""
+    if target.key in _MACHINE:
+        return _MACHINE[target.key]
     measured = profile.cached() if target.isa == "native" else None
-    if target.key not in _MACHINE and measured and "DRAM read" in measured.ceilings:
+    if measured and "DRAM read" in measured.ceilings:
         c = measured.ceilings
         _MACHINE[target.key] = Machine(c["DRAM read"], target.cores, max(1, target.vector_bytes // 4),
                                        target.has("avx512_bf16"),

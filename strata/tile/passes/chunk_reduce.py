@@ -1,14 +1,14 @@
 """chunk_reduce: split a reduction too long for one block into chunks reduced by separate blocks.
 
 A row whose first statement is a long reduce loop (a sum over 1M elements, an amax over a 150k
-vocabulary) would otherwise run on one block per row, leaving most of the GPU idle when there
-are few rows; on a CPU, where a block is a thread, fewer rows than cores leave cores idle (a
-whole-tensor sum of 256 MiB ran on one core at 13 GB/s, torch.sum on two at 21). The loop is cut into CHUNKS equal chunks: a first kernel (`<name>_chunks`) reduces
-each (row, chunk) and writes one partial per accumulator to a temp buffer; the original kernel
-then starts by combining the CHUNKS partials instead of reading the whole row. CHUNKS divides
-the extent, so neither kernel needs a tail. Declines, saying why, for argmax/argmin (they would
-need index pairs), when the rows already fill the GPU, when the reduction is short, or when the
-extent has no divisor giving chunks of at least CHUNK_MIN elements.
+vocabulary) would run on one block per row, leaving most of the GPU idle when rows are few; on a
+CPU, where a block is a thread, fewer rows than cores leave cores idle (a whole-tensor sum of 256
+MiB ran on one core at 13 GB/s, torch.sum on two at 21). The loop is cut into CHUNKS equal chunks:
+a first kernel (`<name>_chunks`) reduces each (row, chunk) and writes one partial per accumulator
+to a temp buffer; the original kernel then starts by combining the CHUNKS partials instead of
+reading the whole row. CHUNKS divides the extent, so neither kernel needs a tail. Declines, saying
+why, for argmax/argmin (partials would need indices), when the rows already fill the GPU, when the
+reduction is short, or when the extent has no divisor giving chunks of at least CHUNK_MIN elements.
 """
 from __future__ import annotations
 
