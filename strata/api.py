@@ -162,12 +162,21 @@ class Program:
         return [result[o] if o in result else feed[o] for o in kp.outputs]
 
     def __call__(self, *inputs):
+        if self._runtime is not None and self._one_plain_output():    # a decode step's case
+            return self._runtime.run(inputs)[0]
         inputs = self._bound(inputs)
         outs = self._aliased(self.run_flat(inputs), inputs)
         spec = self.torch_program.out_spec
         if spec is None or (len(outs) == 1 and spec.is_leaf()):
             return outs[0] if len(outs) == 1 else tuple(outs)
         return torch.utils._pytree.tree_unflatten(outs, spec)
+
+    def _one_plain_output(self) -> bool:
+        """Whether a call returns the runtime's one output as it is: no constant inputs to
+        check, no input updated in place, no output structure to rebuild."""
+        tp, spec = self.torch_program, self.torch_program.out_spec
+        return (not self.constants and not tp.mutations and len(tp.outputs) == 1
+                and (spec is None or spec.is_leaf()))
 
     def _bound(self, inputs) -> tuple:
         """The tensor inputs of a call; the non-tensor ones must equal what it was compiled for."""

@@ -66,7 +66,7 @@ class NativeProgram:
         self._blank = [torch.empty(shape, dtype=dtype) if prod(shape) <= SMALL else (shape, dtype)
                        for _, shape, dtype in self._outs]
         self._ptrs = ctypes.c_void_p * max(1, len(program.buffers))
-        self._spare_slabs: list[torch.Tensor] = []      # slabs no call is using (list ops are atomic)
+        self._spare_calls: list[tuple] = []      # (slab, pointers) no call is using
         self._plan_call()
         if program.kernels:                            # empty tensors only: nothing to build
             self.library = load_library(build_library(self.source))
@@ -110,39 +110,42 @@ class NativeProgram:
         if len(given) != len(self._want):
             return False
         for t, (shape, dtype) in zip(given, self._want):
-            if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.shape == shape
-                    and t.is_cpu and not t.requires_grad and t.is_contiguous()
-                    and not (t.data_ptr() % 16 and t.numel())):
+            if not (isinstance(t, torch.Tensor) and t.dtype is dtype and t.shape == shape
+                    and t.is_contiguous() and not t.requires_grad and t.is_cpu
+                    and not (t.data_ptr() & 15 and t.numel())):
                 return False
         return True
 
     def run(self, inputs) -> list[torch.Tensor]:
         """The outputs, in program output order, as CPU tensors (0-d buffers have shape ())."""
         given = list(inputs)
-        if self._ready(given):
-            args = given
-        else:
-            args = prepare_args(self.spec, given, "cpu")
-            for name, g, a in zip(self.spec, given, args):
-                if name in self.mutated and a.data_ptr() != g.data_ptr():
-                    raise InputMismatch(f"input {name} is updated in place, so it must be a "
-                                        f"contiguous tensor with 16-byte aligned data (as "
-                                        f"torch.zeros gives)")
-        outs = [torch.empty_like(t) if isinstance(t, torch.Tensor) else torch.empty(t[0], dtype=t[1])
+        args = given if self._ready(given) else self._prepared(given)
+        outs = [torch.empty_like(t) if type(t) is torch.Tensor else torch.empty(t[0], dtype=t[1])
                 for t in self._blank]
-        slab = self._slab()
+        slab, ptrs = call = self._spare_calls.pop() if self._spare_calls else self._new_call()
+        self._fill(ptrs, args, outs)
         if self.poison:
             for t in outs:
                 poison_(t)
             if slab is not None:
                 slab.fill_(255)     # all-ones bytes: NaN in every float type, -1 in ints
         if self._entry is not None:
-            self._entry(self._pointers(args, outs, slab))
-        if slab is not None:
-            self._spare_slabs.append(slab)
+            self._entry(ptrs)
+        self._spare_calls.append(call)
+        if self._plain_results:
+            return outs
         return [outs[key] if kind == "out" else args[key] if kind == "in" else
                 (args[key] if kind == "copy" else self.weights[key]).clone().reshape(shape)
                 for kind, key, shape in self._results]
+
+    def _prepared(self, given: list) -> list:
+        """The inputs checked, and copied where a kernel cannot read them as they are."""
+        args = prepare_args(self.spec, given, "cpu")
+        for name, g, a in zip(self.spec, given, args):
+            if name in self.mutated and a.data_ptr() != g.data_ptr():
+                raise InputMismatch(f"input {name} is updated in place, so it must be a contiguous "
+                                    f"tensor with 16-byte aligned data (as torch.zeros gives)")
+        return args
 
     __call__ = run
 
@@ -151,8 +154,8 @@ class NativeProgram:
         one whole run on `inputs` has filled: how the tuner times one kernel's schedules."""
         args = prepare_args(self.spec, list(inputs), "cpu")
         outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self._outs]
-        slab = self._slab()
-        ptrs = self._pointers(args, outs, slab)
+        slab, ptrs = self._new_call()
+        self._fill(ptrs, args, outs)
         self._entry(ptrs)
         fn = self.library.strata_run_kernel
 
@@ -161,14 +164,15 @@ class NativeProgram:
         run_kernel.buffers = (args, outs, slab)       # alive as long as the runner
         return run_kernel
 
-    def _slab(self) -> torch.Tensor | None:
-        """The temps' memory for one call: a spare one from an earlier call, else a new one."""
-        if not self.plan.total_bytes:
-            return None
-        try:
-            return self._spare_slabs.pop()
-        except IndexError:
-            return torch.empty(self.plan.total_bytes, dtype=torch.uint8)
+    def _new_call(self) -> tuple:
+        """A slab and a pointer array holding the weights' and the temps' pointers: a call takes
+        a spare one (list ops are atomic: threads calling at once get one each) and fills in
+        only its inputs' and outputs' pointers."""
+        slab = torch.empty(self.plan.total_bytes, dtype=torch.uint8) if self.plan.total_bytes else None
+        ptrs = self._ptrs(*self._fixed)
+        for i, offset in self._slab_slots:
+            ptrs[i] = slab.data_ptr() + offset
+        return slab, ptrs
 
     def _plan_call(self) -> None:
         """Where each buffer's pointer and each result come from, worked out once: a call only
@@ -194,18 +198,15 @@ class NativeProgram:
                                       inputs.index(name), shape))
             else:                               # a weight returned as it is
                 self._results.append(("weight", name, shape))
+        self._plain_results = self._results == [("out", k, tuple(self.buffers[name].shape))
+                                                for k, (name, _, _) in enumerate(self._outs)]
 
-    def _pointers(self, args, outs, slab):
-        ptrs = list(self._fixed)
+    def _fill(self, ptrs, args, outs) -> None:
+        """Put a call's inputs' and outputs' data pointers in its pointer array."""
         for i, k in self._in_slots:
             ptrs[i] = args[k].data_ptr() or None
         for i, k in self._out_slots:
             ptrs[i] = outs[k].data_ptr() or None
-        if slab is not None:
-            base = slab.data_ptr()
-            for i, offset in self._slab_slots:
-                ptrs[i] = base + offset
-        return self._ptrs(*ptrs)
 
 
 def available_bytes() -> int | None:

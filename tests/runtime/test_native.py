@@ -241,6 +241,28 @@ def test_temps_in_place_inputs_and_program_order():
                   torch.zeros(2018)[::2]])
 
 
+def test_threads_calling_one_program_at_once_each_get_their_own_temps():
+    """A call's temps and pointer array come from a pool (ctypes releases the GIL during the
+    call): two threads running the same program on different inputs must not share them."""
+    from concurrent.futures import ThreadPoolExecutor
+    program = C.two_kernels_in_place(100_003, chunk=64)
+    prog = NativeProgram(program)
+    feeds = [random_inputs(program, np.random.default_rng(seed)) for seed in range(4)]
+    wants = [simulate(program, {k: v.copy() for k, v in data.items()}) for data in feeds]
+
+    def run(data):
+        cache_t = to_torch(data["cache"].copy(), "f32")
+        out, _ = prog.run([to_torch(data["x"], "f32"), to_torch(data["y"], "f32"), cache_t])
+        return out.numpy().copy(), cache_t.numpy().copy()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, feeds * 8))
+    for want, (out, cache_out) in zip(wants * 8, results):
+        np.testing.assert_array_equal(out, want["out"])
+        np.testing.assert_array_equal(cache_out, want["cache"])
+    assert 1 <= len(prog._spare_calls) <= 4
+
+
 def test_non_contiguous_inputs_are_copied():
     program = C.mask_ops(7)
     data = random_inputs(program, np.random.default_rng(8))
