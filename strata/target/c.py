@@ -50,6 +50,7 @@ _WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tens
         "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
         "FenceProxyAsync": "fence.proxy.async"}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
+LANED_SUM = (32, 512)   # a float sum over a row this short adds into lanes, then a tree (loop())
 SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays on one thread:
                          # waking the OpenMP team costs 1.5 to 2 us; `strata tune` found kernels
                          # of 20k to 68k statements 1.4x to 3.9x faster on one thread, one of 625k
@@ -88,6 +89,7 @@ class _CEmitter(_Emitter):
         super().__init__(kernel)
         self.types: dict[str, str] = {}
         self.flags: dict[str, str] = {}     # accumulator -> its NaN flag, in a loop being emitted
+        self.lanes: dict[str, str] = {}     # accumulator -> its lane (`acc_l[i_l]`), likewise
         self.raw: dict[str, str] = {}       # a 16-bit load's variable -> its dtype (st_raw_<v>)
         loaded = {s.var for s in walk(kernel.body) if isinstance(s, Let) and isinstance(s.value, Load)}
         self.copied = {s.value.name for s in walk(kernel.body)      # stored as they are (maybe)
@@ -182,6 +184,10 @@ class _CEmitter(_Emitter):
             t = self.ctype(s.var, self.types[s.var])
             return self.emit(f"{{ {t} st_x = {x}; {self.flags[s.var]} |= st_x != st_x; "
                              f"{acc} = {acc} {cmp} st_x ? {acc} : st_x; }}", depth)
+        if isinstance(s, Assign) and s.var in self.lanes:    # a laned sum (loop())
+            a, b = s.value.args
+            x = b if isinstance(a, Var) and a.name == s.var else a
+            return self.emit(f"{self.lanes[s.var]} += {_strip(self.expr(x))};", depth)
         if not isinstance(s, For):
             return super().stmt(s, depth)
         if id(s) in self.amx:
@@ -199,6 +205,9 @@ class _CEmitter(_Emitter):
 
     def loop(self, s: For, depth: int) -> None:
         plan = plan_loop(s, self.types)
+        lanes = self._sum_lanes(s, plan)
+        if lanes:
+            return self.laned_sum(s, plan, lanes, depth)
         flags = {v: cname(f"{v}_nan") for v in plan.nan_flags}   # see c_simd.py
         for v, flag in flags.items():
             self.emit(f"int {flag} = {cname(v)} != {cname(v)};", depth)
@@ -218,6 +227,36 @@ class _CEmitter(_Emitter):
         self.emit("}", depth)
         for v, flag in flags.items():
             self.emit(f"if ({flag}) {cname(v)} = NAN;", depth)
+
+    def _sum_lanes(self, s: For, plan) -> int:
+        """32 or 16 where `s` only sums floats over a short row of a multiple of 16, else 0.
+        Why: gcc adds the vector lanes of `reduction(+:acc)` one after another after the loop
+        (32 dependent adds for a row of 128), which a softmax or norm row of 128 then waits on."""
+        trips = _trip_count(s)
+        if not (plan.simd and plan.reductions and s.step == 1 and trips and trips % 16 == 0
+                and LANED_SUM[0] <= trips <= LANED_SUM[1]
+                and all(op == "+" and self.types.get(v) == "f32" for op, v in plan.reductions)):
+            return 0
+        return 32 if trips % 32 == 0 else 16
+
+    def laned_sum(self, s: For, plan, lanes: int, depth: int) -> None:
+        """`s` (innermost) in chunks of `lanes` iterations, each adding into its own lane of each
+        sum (a vector register per 16), the lanes added as a tree after it."""
+        v, t = cname(s.var), self.ctype(s.var, s.dtype)
+        self.lanes = {a: f"{cname(a)}_l[{v}_l]" for _, a in plan.reductions}
+        for acc in self.lanes:
+            self.emit(f"float {cname(acc)}_l[{lanes}] = {{0}};", depth)
+        self.emit(f"for ({t} {v}_o = {_strip(self.expr(s.start))}; {v}_o < "
+                  f"{self.expr(s.stop, REL + 1)}; {v}_o += {lanes}) {{", depth)
+        self.emit("#pragma omp simd", depth + 1)
+        self.emit(f"for ({t} {v}_l = 0; {v}_l < {lanes}; {v}_l++) {{", depth + 1)
+        self.emit(f"{t} {v} = {v}_o + {v}_l;", depth + 2)
+        self.body(s.body, depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+        for acc in self.lanes:
+            self.emit(f"{cname(acc)} += st_lane_sum{lanes}({cname(acc)}_l);", depth)
+        self.lanes = {}
 
     # ------------------------------------------------------------ the kernel
 

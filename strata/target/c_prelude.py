@@ -118,27 +118,45 @@ static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 // expf falls back to scalar libm for a whole vector when one lane leaves its fast range (a
 // causal mask's exp(-inf) made the masked softmax 6x slower); sigmoid, whose inputs are
 // activations, keeps libmvec's expf (faster where no lane leaves that range).
-// exp(x) = 2^n p(r): n = round(x / ln 2), r = x - n ln 2 in two parts (Cody and Waite), p
-// Cephes' degree-6 polynomial in fused multiply-adds, 2^n as two factors so that n from -150
-// (subnormal results) to 128 (overflow to inf) stays exact; below -104 it is 0 without the
-// slow subnormal arithmetic. Within 1.5 ulp (tests/runtime/test_native.py), NaN kept.
+// exp(x) = 2^n p(r): n = round(x / ln 2) by adding 1.5 * 2^23 (its bits then hold n: no
+// rounding or conversion instruction), clamped as an integer to -150 (subnormal results) .. 128
+// (overflow to inf) where the two factors of 2^n stay exact; r = x - n ln 2 in two parts (Cody
+// and Waite), p Cephes' degree-6 polynomial in fused multiply-adds; below -104 it is 0 without
+// the slow subnormal arithmetic, and a NaN runs through. One float compare in all: float clamps
+// became masked compare chains in gcc's vector code (21 -> 16 cycles per 16 lanes, llvm-mca).
+// Within 1.5 ulp (tests/runtime/test_native.py).
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define st_fma(a, b, c) fmaf(a, b, c)
 #else
 #define st_fma(a, b, c) ((a) * (b) + (c))       // fmaf without the instruction is a slow call
 #endif
 static inline float st_expf(float x) {
-    float c = x < -104.0f ? -104.0f : x;       // vmaxps, no mask (a NaN is returned at the end)
-    c = c > 89.0f ? 89.0f : c;                 // vminps
-    float n = rintf(c * 1.44269504088896341f);
-    float r = st_fma(n, 2.12194440e-4f, st_fma(n, -0.693359375f, c));
+    float t = x * 1.44269504088896341f + 12582912.0f;      // two roundings (-ffp-contract=off)
+    int32_t k = (int32_t)(st_bits(t) - 0x4B400000u);
+    k = k < -150 ? -150 : k > 128 ? 128 : k;                // vpmaxsd, vpminsd
+    float n = (float)k;
+    float r = st_fma(n, 2.12194440e-4f, st_fma(n, -0.693359375f, x));
     float p = st_fma(st_fma(st_fma(st_fma(st_fma(1.9875691500e-4f, r, 1.3981999507e-3f), r,
                                            8.3334519073e-3f), r, 4.1665795894e-2f), r,
                              1.6666665459e-1f), r, 5.0000001201e-1f);
-    int32_t k = (int32_t)n, k1 = k >> 1;
+    int32_t k1 = k >> 1;
     float y = st_fma(p, r * r, r + 1.0f) * st_float((uint32_t)(k1 + 127) << 23)
               * st_float((uint32_t)(k - k1 + 127) << 23);
-    return x < -104.0f ? 0.0f : x != x ? x : y;
+    return x < -104.0f ? 0.0f : y;
+}
+// The lanes of a sum over a short row (c.py's laned_sum), added as a tree: 4 or 5 dependent
+// adds where gcc's `reduction(+:acc)` adds its lanes one after another.
+static inline float st_lane_sum16(float* p) {
+    for (int i = 0; i < 8; i++)
+        p[i] += p[i + 8];
+    for (int i = 0; i < 4; i++)
+        p[i] += p[i + 4];
+    return (p[0] + p[2]) + (p[1] + p[3]);
+}
+static inline float st_lane_sum32(float* p) {
+    for (int i = 0; i < 16; i++)
+        p[i] += p[i + 16];
+    return st_lane_sum16(p);
 }
 static inline float st_bf16_to_float(uint16_t h) { return st_float((uint32_t)h << 16); }
 static inline uint16_t st_float_to_bf16(float f) {

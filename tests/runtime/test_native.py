@@ -145,11 +145,13 @@ def test_row_reductions_match_the_simulator(op, dtype):
     compare(program, random_inputs(program, np.random.default_rng(2), kind))
 
 
-@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 7), (5, 1009)])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 7), (5, 1009), (3, 128), (2, 48)])
 @pytest.mark.parametrize("op", ["sum", "max", "argmax"])
 def test_reduction_sizes(rows, cols, op):
     program = C.row_reduce(rows, cols, "f32", op)
     compare(program, random_inputs(program, np.random.default_rng(cols), "exact"))
+    laned = op == "sum" and cols in (48, 128)       # short rows add into lanes, then a tree
+    assert (f"+= st_lane_sum{32 if cols % 32 == 0 else 16}(" in emit_program(program)) == laned
 
 
 @pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
