@@ -123,7 +123,7 @@ static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 // (overflow to inf) where the two factors of 2^n stay exact; r = x - n ln 2 in two parts (Cody
 // and Waite), p Cephes' degree-6 polynomial in fused multiply-adds; below -104 it is 0 without
 // the slow subnormal arithmetic, and a NaN runs through. One float compare in all: float clamps
-// became masked compare chains in gcc's vector code (21 -> 16 cycles per 16 lanes, llvm-mca).
+// became masked compare chains in gcc's vectorised loops (21 -> 16 cycles per 16 lanes, mca).
 // Within 1.5 ulp (tests/runtime/test_native.py).
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define st_fma(a, b, c) fmaf(a, b, c)
