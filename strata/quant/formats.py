@@ -45,9 +45,10 @@ def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tens
     w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
     if fmt in INT8:
         amax = w.abs().amax(-1, keepdim=True) if fmt == "q8_0" else w.abs().amax((1, 2), keepdim=True)
-        d = amax / 127
+        d = amax / 127          # q8_0 divides by the fp32 scale and stores it rounded (llama.cpp)
+        d = d if fmt == "q8_0" else d.to(torch.bfloat16).float()     # int8: by the one it stores
         v = w * torch.where(d == 0, 0, 1 / d)
-        qs = (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int8)    # C's roundf
+        qs = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(-127, 127).to(torch.int8)  # roundf
         return qs, d.to(torch.float16 if fmt == "q8_0" else torch.bfloat16)
     if fmt == "int4":
         d = (w.abs().amax(-1, keepdim=True) / 7).to(torch.bfloat16).float()  # the scale it stores
