@@ -1,0 +1,56 @@
+"""Each kernel's knobs (what its header prints) and where each value came from.
+
+Why three sources: a value is the pass's default rule unless the user pinned it (--knob,
+STRATA_KNOBS: `Context.knobs`) or `strata tune` recorded it for this kernel on this machine
+(`Context.for_kernel`, keyed by the Loop IR kernel's signature); the page says which, and shows
+the tuning database's record (default and tuned time, candidates measured) when there is one."""
+from __future__ import annotations
+
+from ..knobs import KNOBS, show
+
+
+def kernel_sources(loop_program, ctx) -> dict[str, tuple[dict, str, str]]:
+    """{loop kernel: (its extra knobs, "tuned"/"candidate"/"", signature)}."""
+    from ..loop.ir import signature
+    buffers = {b.name: b for b in loop_program.buffers}
+    out = {}
+    for k in loop_program.kernels:
+        try:
+            sig = signature(k, buffers)
+        except Exception:          # a custom kernel's body has no canonical text: no signature
+            out[k.name] = ({}, "", "")
+            continue
+        kctx, source = ctx.for_kernel(sig)
+        extra = {n: v for n, v in kctx.knobs.items() if n not in ctx.knobs} if source else {}
+        out[k.name] = (extra, source, sig)
+    return out
+
+
+def knob_rows(knobs, extra: dict, source: str, ctx) -> list[list[str]]:
+    """[name, value, source, meaning] for each knob a kernel's header prints."""
+    rows = []
+    for name, value in knobs:
+        if name in ctx.knobs:
+            where = "pinned"
+        elif name in extra:
+            where = source                  # "tuned" (the database) or "candidate" (a tune run)
+        else:
+            where = "default rule"
+        meaning = KNOBS[name].meaning if name in KNOBS else ""
+        rows.append([name, show(value), where, meaning])
+    return rows
+
+
+def tuning_rows(ctx) -> list[dict]:
+    """The tuning database's records (none when --no-tuned or caching is off)."""
+    db = ctx.tuned
+    return db.rows() if db and hasattr(db, "rows") else []
+
+
+def tuning_record(rows: list[dict], signature: str, target_key: str) -> dict | None:
+    """The tuning database's row for this kernel on this target, when one exists."""
+    for row in rows:
+        if signature and row["signature"] == signature and row["target"] == target_key:
+            return {k: row[k] for k in ("knobs", "label", "default_ms", "tuned_ms", "candidates",
+                                        "rejected") if k in row}
+    return None
