@@ -73,9 +73,17 @@ class Program:
         self.torch_program = lowered.torch
         self._runtime = None
         self.constants: dict = {}   # position -> a non-tensor example input it is specialised on
+        self.ctx: Context | None = None     # what it was lowered with (Program.view lowers again)
 
     def ir(self, stage: str) -> str:
         return self.lowered.text(stage)
+
+    def view(self, path: str = "strata-view.html", verdict=None) -> str:
+        """Write the whole compilation as one offline HTML page (strata/view; `strata view` on
+        the command line); `verdict` is a check.Report to show. Returns the path."""
+        from .view import write_page
+        write_page(self, path, verdict=verdict)
+        return path
 
     def source(self, language: str | None = None) -> str:
         """The emitted source: CUDA for a GPU target, C for a CPU one (`language` checks it)."""
@@ -230,7 +238,7 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     fn, tensors, constants = specialise(fn, tuple(example_inputs))
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
-    program.constants = constants
+    program.constants, program.ctx = constants, ctx
     if _loads(device, until):
         program.load()
     return program
@@ -311,6 +319,7 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     ctx.log(f"{'capture (torch.export)':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     say(f"lowering {len(torch_program.nodes)} aten ops")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
+    program.ctx = ctx
     if _loads(device, until) and (materialise or device == "cuda"):
         program.load()
     return program, built
@@ -364,6 +373,7 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
         capture_cache.store(code, torch_program)
     ctx.log(f"{how:<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     program = Program(lower_torch_program(torch_program, ctx, until), device)
+    program.ctx = ctx
     if load and until in ("cuda", "c"):
         program.load()
     return program, snippet

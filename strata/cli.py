@@ -1,5 +1,6 @@
 """The `strata` command: compile a snippet and print any stage, run it and check it against
-PyTorch, generate with a model, or tune schedules by measuring them. Errors print one sentence and exit non-zero; --debug shows the traceback instead."""
+PyTorch, generate with a model, tune schedules by measuring them, or view the whole compilation
+as one HTML page. Errors print one sentence and exit non-zero; --debug shows the traceback instead."""
 from __future__ import annotations
 
 import argparse
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate(sub)
     from .cli_tune import add_parser as add_tune
     add_tune(sub)
+    from .cli_view import add_parser as add_view
+    add_view(sub, _common)
     m = sub.add_parser("machine", help="what strata knows about this CPU: model, features, caches "
                                        "and measured ceilings (cached per machine)")
     m.add_argument("--measure", action="store_true",
@@ -155,7 +158,8 @@ def main(argv=None) -> int:
         print(describe_knobs())
         return 0
     return guarded(lambda: {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
-                            "tune": cmd_tune, "machine": cmd_machine}[args.command](args), args.debug)
+                            "tune": cmd_tune, "machine": cmd_machine,
+                            "view": cmd_view}[args.command](args), args.debug)
 
 
 def cmd_machine(args) -> int:
@@ -176,6 +180,11 @@ def cmd_machine(args) -> int:
 def cmd_tune(args) -> int:
     from .cli_tune import tune_command
     return tune_command(args)
+
+
+def cmd_view(args) -> int:
+    from .cli_view import view_command
+    return view_command(args, _context(args))
 
 
 def cmd_generate(args) -> int:

@@ -8,47 +8,54 @@ const lineEls = {};          // stage -> its line elements
 const owner = {};            // stage -> {line: ["op"|"kernel", index]}
 let marked = [];             // highlighted line elements
 const state = { kernel: -1, op: -1, pass: 0 };
+const CHUNK = 64;            // lines per lazily laid-out block
 
-function buildStages() {
-  const box = $("stages");
-  let html = "";
-  for (const s of D.stages) {
-    const lines = T[s.text].split("\n");
-    html += `<div class="stage" data-stage="${s.name}"><h3>${s.title} <small>(${lines.length} lines)</small></h3><pre>`;
-    html += lines.map((l, i) => `<span class="ln" data-i="${i}">${esc(l)}</span>`).join("");
-    html += "</pre></div>";
-    owner[s.name] = {};
-  }
-  box.innerHTML = html;
-  for (const el of box.querySelectorAll(".stage")) {
-    lineEls[el.dataset.stage] = el.querySelector("pre").children;
-  }
+function buildOwners() {
+  for (const s of D.stages) owner[s.name] = {};
   for (const stage of ["torch", "tensor"]) {
     for (const [op, lines] of Object.entries(D.opLines[stage] || {})) {
-      for (const i of lines) own(stage, i, ["op", +op]);
+      for (const i of lines) owner[stage][i] = ["op", +op];
     }
   }
   D.kernels.forEach((k, ki) => {
     for (const [stage, runs] of Object.entries(k.lines)) {
       for (const [a, b] of runs) for (let i = a; i <= b; i++) {
-        if (!owner[stage][i]) own(stage, i, ["kernel", ki]);
+        if (!owner[stage][i]) owner[stage][i] = ["kernel", ki];
       }
     }
   });
+}
+
+function buildStages() {
+  buildOwners();
+  const box = $("stages");
+  let html = "";
+  for (const s of D.stages) {
+    const lines = T[s.text].split("\n");
+    const own = owner[s.name];
+    html += `<div class="stage" data-stage="${s.name}"><h3>${s.title} <small>(${lines.length} lines)</small></h3><pre>`;
+    // chunks of lines the browser lays out only when scrolled to (content-visibility)
+    for (let c = 0; c < lines.length; c += CHUNK) {
+      html += `<div class="chunk" style="contain-intrinsic-size: auto ${Math.min(CHUNK, lines.length - c) * 16}px">`;
+      for (let i = c; i < Math.min(c + CHUNK, lines.length); i++) {
+        html += `<span class="ln${own[i] ? " own" : ""}" data-n="${i + 1}">${esc(lines[i])}</span>`;
+      }
+      html += "</div>";
+    }
+    html += "</pre></div>";
+  }
+  box.innerHTML = html;
+  for (const el of box.querySelectorAll(".stage")) {
+    lineEls[el.dataset.stage] = el.querySelectorAll(".ln");
+  }
   box.addEventListener("click", (ev) => {
     const ln = ev.target.closest(".ln");
     if (!ln) return;
     const stage = ln.closest(".stage").dataset.stage;
-    const who = owner[stage][+ln.dataset.i];
+    const who = owner[stage][+ln.dataset.n - 1];
     if (!who) return;
     if (who[0] === "op") selectOp(who[1], stage); else selectKernel(who[1], stage);
   });
-}
-
-function own(stage, i, who) {
-  owner[stage][i] = who;
-  const el = lineEls[stage] && lineEls[stage][i];
-  if (el) el.classList.add("own");
 }
 
 function lines(stage, runsOrList) {
@@ -73,7 +80,10 @@ function highlight(ops, kernels, origin) {
   for (const s of D.stages) {          // bring the first highlighted line of each stage into view
     if (s.name === origin) continue;
     const first = marked.find((el) => el.closest(".stage").dataset.stage === s.name);
-    if (first) first.parentElement.scrollTop = first.offsetTop - 30;
+    if (first) {
+      const pre = first.closest("pre");
+      pre.scrollTop += first.getBoundingClientRect().top - pre.getBoundingClientRect().top - 30;
+    }
   }
   document.querySelectorAll("nav li").forEach((li) => {
     const i = +li.dataset.i;
@@ -195,7 +205,7 @@ function buildMeta() {
       `vs float64 eager, rel err ${worst.toPrecision(3)}`;
   }
   const ms = D.timings.map(([n, t]) => `${n} ${t.toFixed(1)} ms`).join(", ");
-  $("meta").innerHTML = `target ${esc(D.target)} &middot; device ${esc(D.device)} &middot; ` +
+  $("meta").innerHTML = `target ${esc(D.target)} &middot; ${v ? "ran on " + esc(D.device) : "compiled only"} &middot; ` +
     `${D.ops.length} ops &rarr; ${D.kernels.length} kernels &middot; verdict: ${verdict}` +
     `<br><small>${esc(ms)} &middot; strata ${esc(D.version)}, ${esc(D.made)}` +
     (D.replayed ? "" : " &middot; per-kernel diffs could not be replayed: whole-program diffs only") + "</small>";

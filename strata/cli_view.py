@@ -1,0 +1,106 @@
+"""`strata view -c CODE | MODEL`: the whole compilation as one offline HTML page (strata/view).
+
+Why a command of its own: `strata compile` prints one stage; the page holds them all, linked
+(an op to its kernels and lines), with each kernel's passes, diffs and knobs. The page's path
+goes to stdout (logs to stderr, as for every command), so `xdg-open $(strata view -c ...)` works;
+`--serve` also serves it on localhost until interrupted."""
+from __future__ import annotations
+
+import sys
+import time
+
+from .errors import StrataError
+
+DEFAULT_OUTPUT = "strata-view.html"
+
+
+def add_parser(sub, common) -> None:
+    v = sub.add_parser("view", help="write the whole compilation as one offline HTML page "
+                                    "(stages side by side, passes, diffs, knobs)")
+    v.add_argument("model", nargs="?", help="a bundled model name, a directory with config.json "
+                                            "or a llama GGUF file (as for strata compile)")
+    common(v)
+    v.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
+    v.add_argument("--seq-len", type=int, default=128, metavar="S",
+                   help="with MODEL: prompt length the program is compiled for (default 128)")
+    v.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="with MODEL: weight and activation dtype (default: the config's)")
+    v.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4"),
+                   help="with MODEL: quantize its linear weights")
+    v.add_argument("--device", choices=("sim", "cpu", "cuda"),
+                   help="also run a -c snippet there and show its verdict against float64 "
+                        "eager (cpu: native C for this machine; default: compile only)")
+    v.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
+                   help=f"the page to write (default {DEFAULT_OUTPUT})")
+    v.add_argument("--serve", action="store_true",
+                   help="then serve the page on localhost (http.server) until Ctrl-C")
+    v.add_argument("--port", type=int, default=0,
+                   help="with --serve: the port (default: a free one)")
+
+
+def view_command(args, ctx) -> int:
+    from .api import check_device, compile_model, compile_snippet
+    from .view import write_page
+    from .view.record import recording
+    if args.model and args.code:
+        raise StrataError("give either MODEL or -c CODE, not both")
+    if not args.model and (args.layer is not None or args.dtype or args.quant):
+        raise StrataError("--layer, --dtype and --quant apply to a MODEL; -c snippets take their "
+                          "own dtypes")
+    if not args.model and not args.code:
+        raise StrataError("nothing to view: give MODEL or -c CODE")
+    if args.device:
+        check_device(args.device)
+    from pathlib import Path
+    if not Path(args.output).resolve().parent.is_dir():
+        raise StrataError(f"cannot write {args.output}: its directory does not exist")
+    rec = recording(ctx)
+    t0 = time.perf_counter()
+    verdict = None
+    if args.model:
+        program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
+                                       dtype=args.dtype, ctx=rec, device=args.device,
+                                       quant=args.quant)
+        title = f"{built.what}, seq {args.seq_len}"
+    else:
+        program, snippet = compile_snippet(args.code, rec, device=args.device)
+        title = ""
+        if args.device:
+            from .check import compare_with_eager
+            verdict = compare_with_eager(program, snippet)
+    size = write_page(program, args.output, verdict=verdict, title=title)
+    print(f"strata: {len(program.kernels)} kernels, {size / 1e6:.2f} MB page in "
+          f"{time.perf_counter() - t0:.1f} s" +
+          (f"; verdict {'PASS' if verdict.passed else 'FAIL'}" if verdict else ""), file=sys.stderr)
+    print(args.output)
+    sys.stdout.flush()
+    if args.serve:
+        serve(args.output, args.port)
+    return 0
+
+
+def serve(path: str, port: int) -> None:
+    """Serve the one page on 127.0.0.1 (every path answers with it) until interrupted."""
+    import http.server
+    from pathlib import Path
+    body = Path(path).read_bytes()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt, *a):          # requests are not worth a line on stderr
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+    except OSError as e:
+        raise StrataError(f"cannot serve on port {port}: {e.strerror}") from None
+    print(f"http://127.0.0.1:{server.server_address[1]}/", flush=True)
+    print("strata: serving the page; Ctrl-C stops", file=sys.stderr)
+    with server:
+        server.serve_forever()
