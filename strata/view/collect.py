@@ -93,7 +93,7 @@ def collect(program, verdict=None, title: str = "") -> dict:
             if stage == "tensor" and o["name"] in at:
                 got = sorted(got + [at[o["name"]]])
             if got:
-                op_lines[stage][i] = got
+                op_lines[stage][str(i)] = got
     owned = {"loop": line_owners(text["loop"], lambda n: n),
              "tile": line_owners(text["tile"], lambda n: n),
              "kernel": line_owners(text["kernel"], lambda n: n),
