@@ -147,12 +147,13 @@ def test_stepping_to_a_pass_shows_its_diff(pages, browser, tmp_path):
             seen.append(cur.text.split()[2])
             diff = browser.find_element(By.ID, "diff").text
             assert "@@" in diff and any(line.startswith("+") for line in diff.splitlines())
+            if len(seen) == 2:
+                screenshot(browser, tmp_path, "rmsnorm-passes")
         else:
             assert cur.text.startswith("\u25cb")
             assert browser.find_element(By.ID, "diff").text == "(no change)"
         body.send_keys(Keys.ARROW_DOWN if len(seen) % 2 else "j")
     assert seen == changed and len(seen) >= 2
-    screenshot(browser, tmp_path, "rmsnorm-passes")
 
 
 def test_search_filters_kernels_and_ops(pages, browser):
