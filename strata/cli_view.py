@@ -56,7 +56,7 @@ def view_command(args, ctx) -> int:
         raise StrataError(f"cannot write {args.output}: its directory does not exist")
     rec = recording(ctx)
     t0 = time.perf_counter()
-    verdict = None
+    verdict, profiles = None, {}
     if args.model:
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
                                        dtype=args.dtype, ctx=rec, device=args.device,
@@ -67,8 +67,10 @@ def view_command(args, ctx) -> int:
         title = ""
         if args.device:
             from .check import compare_with_eager
-            verdict = compare_with_eager(program, snippet)
-    size = write_page(program, args.output, verdict=verdict, title=title)
+            from .kernel.sim_profile import profiling
+            with profiling() as profiles:            # the simulator's counters, when it runs
+                verdict = compare_with_eager(program, snippet)
+    size = write_page(program, args.output, verdict=verdict, title=title, profiles=profiles)
     print(f"strata: {len(program.kernels)} kernels, {size / 1e6:.2f} MB page in "
           f"{time.perf_counter() - t0:.1f} s" +
           (f"; verdict {'PASS' if verdict.passed else 'FAIL'}" if verdict else ""), file=sys.stderr)

@@ -15,10 +15,11 @@ from .collect import collect
 from .page import render
 
 
-def write_page(program, path, verdict=None, title: str = "") -> int:
-    """Write `program`'s page to `path`; returns its size in bytes."""
+def write_page(program, path, verdict=None, title: str = "", profiles=None) -> int:
+    """Write `program`'s page to `path`; returns its size in bytes. `verdict`: a check.Report;
+    `profiles`: the simulator's {kernel: KernelProfile} from that run."""
     from ..errors import StrataError
-    html = render(collect(program, verdict=verdict, title=title))
+    html = render(collect(program, verdict=verdict, title=title, profiles=profiles))
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(html)

@@ -11,6 +11,7 @@ import re
 from .. import __version__
 from ..pipeline import SOURCE, schedule_passes
 from .knob_sources import kernel_sources, knob_rows, tuning_record, tuning_rows
+from .measured import sim_counters
 from .passes import family_of, kernel_histories, parse_log
 from .provenance import assignments, line_owners, loop_kernel_nodes, source_ranges, tensor_owner
 from .record import recorded_lowering
@@ -35,8 +36,9 @@ class Texts:
         return self.index[s]
 
 
-def collect(program, verdict=None, title: str = "") -> dict:
-    """The page's data for a compiled `program` (api.Program); `verdict` a check.Report."""
+def collect(program, verdict=None, title: str = "", profiles=None) -> dict:
+    """The page's data for a compiled `program` (api.Program); `verdict` a check.Report,
+    `profiles` the simulator's counters of that run (kernel/sim_profile.py)."""
     lowered, ctx = recorded_lowering(program)
     texts = Texts()
     target = lowered.target or ctx.arch
@@ -130,6 +132,7 @@ def collect(program, verdict=None, title: str = "") -> dict:
         "timings": [[m[1], float(m[2])] for m in map(STAGE_TIMING.match, log) if m],
         "log": texts("\n".join(log)),
         "verdict": _verdict(verdict),
+        "counters": sim_counters(profiles or {}),
         "texts": texts.items,
         "kernelIndex": kidx,
     }

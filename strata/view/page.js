@@ -161,6 +161,11 @@ function renderKnobs(k) {
   $("knobs").innerHTML = `<p><b>${esc(k.name)}</b> grid ${k.grid}, block ${k.block}, shared ${k.smem} B` +
     (k.src ? ` &mdash; <i>${esc(k.src)}</i>` : "") + "</p>" +
     (rows ? `<table><tr><th>knob</th><th>value</th><th>from</th><th>meaning</th></tr>${rows}</table>` : "<p class='hint'>no knobs</p>");
+  const counters = (D.counters || {})[k.name];
+  if (counters) {
+    $("knobs").innerHTML += `<p><b>simulator counters</b> (this run, --device sim)</p><table>` +
+      counters.map(([n, v]) => `<tr><td>${esc(n)}</td><td>${esc(v)}</td></tr>`).join("") + "</table>";
+  }
   const t = k.tuning;
   $("tuning").innerHTML = t ? `<p>tuning database: ${esc(t.label || "")} default ${(+t.default_ms).toFixed(4)} ms, ` +
     `tuned ${(+t.tuned_ms).toFixed(4)} ms over ${t.candidates} candidates; knobs ${esc(t.knobs || "")}</p>` : "";

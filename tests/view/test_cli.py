@@ -82,3 +82,15 @@ def test_serve_answers_with_the_page(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_device_sim_shows_the_verdict_and_the_simulators_counters(tmp_path):
+    path = tmp_path / "s.html"
+    assert main(["view", "-c", "torch.softmax(torch.randn(64, 256), -1)", "--device", "sim",
+                 "-o", str(path)]) == 0
+    data = page_data(path)
+    assert data["verdict"]["passed"]
+    (k,) = data["kernels"]
+    counters = dict(data["counters"][k["name"]])
+    assert counters["global store: sectors per request, actual / ideal"] == "1.00"
+    assert int(counters["lane operations"]) > 64 * 256
