@@ -171,7 +171,7 @@ def test_search_filters_kernels_and_ops(pages, browser):
 def test_decoder_layer_page(pages, browser, tmp_path, record_property):
     path, data = pages["layer"]
     size = path.stat().st_size
-    assert size < 5e6
+    assert size < 5e6 and data["replayed"]
     # the q, k and v projections are three ops with kernels of their own
     q, k, v = (next(o for o in data["ops"] if o["name"] == n) for n in ("linear", "linear_1", "linear_2"))
     assert q["kernels"] and k["kernels"] and v["kernels"]
