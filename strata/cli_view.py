@@ -30,6 +30,9 @@ def add_parser(sub, common) -> None:
     v.add_argument("--device", choices=("sim", "cpu", "cuda"),
                    help="also run a -c snippet there and show its verdict against float64 "
                         "eager (cpu: native C for this machine; default: compile only)")
+    v.add_argument("--bench", action="store_true",
+                   help="with --device cpu: also time the snippet against eager and "
+                        "torch.compile, and each kernel alone (tens of seconds)")
     v.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                    help=f"the page to write (default {DEFAULT_OUTPUT})")
     v.add_argument("--serve", action="store_true",
@@ -49,6 +52,10 @@ def view_command(args, ctx) -> int:
                           "own dtypes")
     if not args.model and not args.code:
         raise StrataError("nothing to view: give MODEL or -c CODE")
+    if args.bench and args.device != "cpu":
+        raise StrataError("--bench times native kernels here: add --device cpu")
+    if args.bench and args.model:
+        raise StrataError("--bench times a -c snippet; a MODEL's page has no timings yet")
     if args.device:
         check_device(args.device)
     from pathlib import Path
@@ -56,7 +63,7 @@ def view_command(args, ctx) -> int:
         raise StrataError(f"cannot write {args.output}: its directory does not exist")
     rec = recording(ctx)
     t0 = time.perf_counter()
-    verdict, profiles = None, {}
+    verdict, profiles, bench = None, {}, None
     if args.model:
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
                                        dtype=args.dtype, ctx=rec, device=args.device,
@@ -70,7 +77,11 @@ def view_command(args, ctx) -> int:
             from .kernel.sim_profile import profiling
             with profiling() as profiles:            # the simulator's counters, when it runs
                 verdict = compare_with_eager(program, snippet)
-    size = write_page(program, args.output, verdict=verdict, title=title, profiles=profiles)
+        if args.bench and verdict.passed:
+            from .view.measured import cpu_bench
+            bench = cpu_bench(program, snippet)
+    size = write_page(program, args.output, verdict=verdict, title=title, profiles=profiles,
+                      bench=bench)
     print(f"strata: {len(program.kernels)} kernels, {size / 1e6:.2f} MB page in "
           f"{time.perf_counter() - t0:.1f} s" +
           (f"; verdict {'PASS' if verdict.passed else 'FAIL'}" if verdict else ""), file=sys.stderr)

@@ -15,11 +15,11 @@ from .collect import collect
 from .page import render
 
 
-def write_page(program, path, verdict=None, title: str = "", profiles=None) -> int:
+def write_page(program, path, verdict=None, title: str = "", profiles=None, bench=None) -> int:
     """Write `program`'s page to `path`; returns its size in bytes. `verdict`: a check.Report;
-    `profiles`: the simulator's {kernel: KernelProfile} from that run."""
+    `profiles`: the simulator's {kernel: KernelProfile} from that run; `bench`: measured.cpu_bench."""
     from ..errors import StrataError
-    html = render(collect(program, verdict=verdict, title=title, profiles=profiles))
+    html = render(collect(program, verdict=verdict, title=title, profiles=profiles, bench=bench))
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(html)

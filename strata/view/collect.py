@@ -36,9 +36,10 @@ class Texts:
         return self.index[s]
 
 
-def collect(program, verdict=None, title: str = "", profiles=None) -> dict:
+def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -> dict:
     """The page's data for a compiled `program` (api.Program); `verdict` a check.Report,
-    `profiles` the simulator's counters of that run (kernel/sim_profile.py)."""
+    `profiles` the simulator's counters of that run (kernel/sim_profile.py), `bench` the CPU
+    timings (measured.cpu_bench)."""
     lowered, ctx = recorded_lowering(program)
     texts = Texts()
     target = lowered.target or ctx.arch
@@ -133,6 +134,7 @@ def collect(program, verdict=None, title: str = "", profiles=None) -> dict:
         "log": texts("\n".join(log)),
         "verdict": _verdict(verdict),
         "counters": sim_counters(profiles or {}),
+        "bench": bench,
         "texts": texts.items,
         "kernelIndex": kidx,
     }

@@ -161,6 +161,10 @@ function renderKnobs(k) {
   $("knobs").innerHTML = `<p><b>${esc(k.name)}</b> grid ${k.grid}, block ${k.block}, shared ${k.smem} B` +
     (k.src ? ` &mdash; <i>${esc(k.src)}</i>` : "") + "</p>" +
     (rows ? `<table><tr><th>knob</th><th>value</th><th>from</th><th>meaning</th></tr>${rows}</table>` : "<p class='hint'>no knobs</p>");
+  if (D.bench && k.name in D.bench.kernels) {
+    $("knobs").innerHTML += `<p><b>measured</b>: ${D.bench.kernels[k.name].toFixed(4)} ms run alone ` +
+      `(median of 5 rounds on this CPU; the whole program ${D.bench.whole.strata.toFixed(4)} ms)</p>`;
+  }
   const counters = (D.counters || {})[k.name];
   if (counters) {
     $("knobs").innerHTML += `<p><b>simulator counters</b> (this run, --device sim)</p><table>` +
@@ -208,6 +212,13 @@ function buildMeta() {
     const worst = Math.max(0, ...v.outputs.map((o) => o.rel));
     verdict = `<span class="${v.passed ? "pass" : "fail"}">${v.passed ? "PASS" : "FAIL"}</span> ` +
       `vs float64 eager, rel err ${worst.toPrecision(3)}`;
+  }
+  const b = D.bench;
+  if (b) {
+    const w = b.whole, best = Math.min(w.eager, w["torch.compile"]);
+    verdict += ` &middot; strata ${w.strata.toFixed(4)} ms, eager ${w.eager.toFixed(4)} ms, ` +
+      `torch.compile ${w["torch.compile"].toFixed(4)} ms: <b>${(best / w.strata).toFixed(2)}x</b> the faster` +
+      (b.busy ? ` <span class="fail">${esc(b.busy)}</span>` : "");
   }
   const ms = D.timings.map(([n, t]) => `${n} ${t.toFixed(1)} ms`).join(", ");
   $("meta").innerHTML = `target ${esc(D.target)} &middot; ${v ? "ran on " + esc(D.device) : "compiled only"} &middot; ` +

@@ -94,3 +94,18 @@ def test_device_sim_shows_the_verdict_and_the_simulators_counters(tmp_path):
     counters = dict(data["counters"][k["name"]])
     assert counters["global store: sectors per request, actual / ideal"] == "1.00"
     assert int(counters["lane operations"]) > 64 * 256
+
+
+def test_bench_times_the_program_and_each_kernel(tmp_path, capsys):
+    if not HAS_CC:
+        pytest.skip("no C compiler: --device cpu cannot run here")
+    path = tmp_path / "b.html"
+    assert main(["view", "-c", "torch.softmax(torch.randn(64, 256), -1) * 2", "--device", "cpu",
+                 "--bench", "-o", str(path)]) == 0
+    data = page_data(path)
+    bench = data["bench"]
+    assert set(bench["whole"]) == {"eager", "torch.compile", "strata"}
+    assert all(ms > 0 for ms in bench["whole"].values())
+    assert set(bench["kernels"]) == {k["name"] for k in data["kernels"]}
+    assert main(["view", "-c", "torch.randn(3) * 2", "--bench"]) != 0
+    assert capsys.readouterr().err.endswith("strata: --bench times native kernels here: add --device cpu\n")
