@@ -80,7 +80,6 @@ def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -
             "smem": getattr(k, "smem_bytes", 0), "ops": fam_ops.get(fam, []),
             "knobs": knob_rows(getattr(tk, "knobs", ()), extra, source, ctx),
             "tuning": tuning_record(rows, sig, target.key), "lines": {}})
-    kidx = {k["name"]: i for i, k in enumerate(kernels)}
     fam_kernels: dict[str, list[int]] = {}
     for i, k in enumerate(kernels):
         fam_kernels.setdefault(k["family"], []).append(i)
@@ -122,7 +121,7 @@ def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -
 
     log = [m for m in ctx.messages if not m.startswith(">>> t:")]
     return {
-        "title": title or _title(tp, ops),
+        "title": title or _title(ops),
         "version": __version__,
         "made": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "target": str(target), "device": getattr(program, "device", ""),
@@ -136,7 +135,6 @@ def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -
         "counters": sim_counters(profiles or {}),
         "bench": bench,
         "texts": texts.items,
-        "kernelIndex": kidx,
     }
 
 
@@ -151,7 +149,7 @@ def _runs(lines: list[int]) -> list[list[int]]:
     return out
 
 
-def _title(tp, ops) -> str:
+def _title(ops) -> str:
     wheres = {o["where"] for o in ops if o["where"]}
     return next(iter(wheres)) if len(wheres) == 1 else f"{len(ops)} aten ops"
 

@@ -3,7 +3,8 @@
 const D = JSON.parse(document.getElementById("data").textContent);
 const T = D.texts;
 const $ = (id) => document.getElementById(id);
-const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+  .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 const lineEls = {};          // stage -> its line elements
 const owner = {};            // stage -> {line: ["op"|"kernel", index]}
 let marked = [];             // highlighted line elements

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from importlib import resources
 
 
@@ -13,8 +14,9 @@ def _asset(name: str) -> str:
 
 def render(data: dict) -> str:
     """The HTML text of the page showing `data` (collect.collect's dict)."""
-    # "</" inside the JSON would end the <script> element early
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # "</script>" (or "<!--" then "<script") inside the JSON would end the element early or
+    # keep it open: those "<" are written as the JSON escape \u003c, which parses the same
+    payload = re.sub(r"<(?=[!/sS])", r"\\u003c", json.dumps(data, separators=(",", ":")))
     title = html.escape(f"strata view: {data['title']}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

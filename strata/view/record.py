@@ -23,13 +23,12 @@ class RecordingContext(Context):
 
 
 def recording(ctx: Context | None) -> RecordingContext:
-    """A recording copy of `ctx` (its knobs, target, tuned schedules and stream), at -vv."""
+    """A fresh recording copy of `ctx` (its knobs, target, tuned schedules and stream), at -vv,
+    printing what `ctx` would have printed."""
     ctx = ctx or Context()
-    if isinstance(ctx, RecordingContext):
-        return ctx
     return RecordingContext(verbosity=2, knobs=dict(ctx.knobs), target=ctx.target,
                             stream=ctx.stream, kernel_knobs=ctx.kernel_knobs, tuned=ctx.tuned,
-                            shown=ctx.verbosity)
+                            shown=getattr(ctx, "shown", ctx.verbosity))
 
 
 def recorded_lowering(program):

@@ -18,7 +18,7 @@ RMSNORM = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
 def page_data(path) -> dict:
     html = open(path, encoding="utf-8").read()
     return json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
-                                html, re.S)[1].replace("<\\/", "</"))
+                                html, re.S)[1])
 
 
 def test_writes_the_page_and_prints_its_path(tmp_path, capsys, monkeypatch):

@@ -81,7 +81,7 @@ def test_program_view_lowers_again_with_the_same_knobs(tmp_path):
     path = program.view(str(tmp_path / "p.html"))
     html = open(path).read()
     data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
-                                html, re.S)[1].replace("<\\/", "</"))
+                                html, re.S)[1])
     assert stage_text(data, "cuda") == program.ir("cuda")
     assert all(["BLOCK", "64", "pinned"] == row[:3] for k in data["kernels"] for row in k["knobs"]
                if row[0] == "BLOCK")
@@ -111,3 +111,13 @@ def test_apply_diff_inverts_difflib():
                     b[i] = rng.choice("xyz")
         diff = "\n".join(list(difflib.unified_diff(a, b, lineterm="", n=rng.randint(0, 2)))[2:])
         assert apply_diff(a, diff) == b
+
+
+def test_no_text_can_end_the_data_script_early(rms):
+    _, data = rms
+    data = dict(data, texts=data["texts"] + ['</script><!--<script> "quoted" </SCRIPT>'])
+    html = render(data)
+    assert html.lower().count("</script>") == 2 and "<!--" not in html
+    got = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
+                               html, re.S)[1])
+    assert got == data
