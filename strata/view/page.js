@@ -5,14 +5,16 @@ const T = D.texts;
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
   .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
-const lineEls = {};          // stage -> its line elements
 const owner = {};            // stage -> {line: ["op"|"kernel", index]}
-let marked = [];             // highlighted line elements
+const stageLines = {};       // stage -> its text's lines
+const chunks = {};           // stage -> [chunk element], filled only when scrolled near
+const lit = {};              // stage -> Set of highlighted line numbers (0-based)
 const state = { kernel: -1, op: -1, pass: 0 };
-const CHUNK = 64;            // lines per lazily laid-out block
+const CHUNK = 64;            // lines per lazily built block
+const LINE = 16;             // px per line (fixed in page.css), so positions need no layout
 
 function buildOwners() {
-  for (const s of D.stages) owner[s.name] = {};
+  for (const s of D.stages) { owner[s.name] = {}; lit[s.name] = new Set(); }
   for (const stage of ["torch", "tensor"]) {
     for (const [op, lines] of Object.entries(D.opLines[stage] || {})) {
       for (const i of lines) owner[stage][i] = ["op", +op];
@@ -27,27 +29,41 @@ function buildOwners() {
   });
 }
 
+// a stage's lines are built only for the chunks near its visible part: a whole model's CUDA
+// (100k+ lines) costs nothing until scrolled to
+function fill(chunk) {
+  if (chunk.dataset.filled) return;
+  const stage = chunk.dataset.stage, c = +chunk.dataset.c, own = owner[stage], hl = lit[stage];
+  const lines = stageLines[stage];
+  let html = "";
+  for (let i = c; i < Math.min(c + CHUNK, lines.length); i++) {
+    const cls = "ln" + (own[i] ? " own" : "") + (hl.has(i) ? " hl" : "");
+    html += `<span class="${cls}" data-n="${i + 1}">${esc(lines[i])}</span>`;
+  }
+  chunk.innerHTML = html;
+  chunk.dataset.filled = "1";
+}
+
 function buildStages() {
   buildOwners();
   const box = $("stages");
   let html = "";
   for (const s of D.stages) {
-    const lines = T[s.text].split("\n");
-    const own = owner[s.name];
+    const lines = stageLines[s.name] = T[s.text].split("\n");
     html += `<div class="stage" data-stage="${s.name}"><h3>${s.title} <small>(${lines.length} lines)</small></h3><pre>`;
-    // chunks of lines the browser lays out only when scrolled to (content-visibility)
     for (let c = 0; c < lines.length; c += CHUNK) {
-      html += `<div class="chunk" style="contain-intrinsic-size: auto ${Math.min(CHUNK, lines.length - c) * 16}px">`;
-      for (let i = c; i < Math.min(c + CHUNK, lines.length); i++) {
-        html += `<span class="ln${own[i] ? " own" : ""}" data-n="${i + 1}">${esc(lines[i])}</span>`;
-      }
-      html += "</div>";
+      html += `<div class="chunk" data-stage="${s.name}" data-c="${c}" style="height: ${Math.min(CHUNK, lines.length - c) * LINE}px"></div>`;
     }
     html += "</pre></div>";
   }
   box.innerHTML = html;
   for (const el of box.querySelectorAll(".stage")) {
-    lineEls[el.dataset.stage] = el.querySelectorAll(".ln");
+    const pre = el.querySelector("pre");
+    chunks[el.dataset.stage] = Array.from(pre.children);
+    const seen = new IntersectionObserver((entries) => {
+      for (const e of entries) if (e.isIntersecting) fill(e.target);
+    }, { root: pre, rootMargin: "600px 0px" });
+    for (const c of chunks[el.dataset.stage]) seen.observe(c);
   }
   box.addEventListener("click", (ev) => {
     const ln = ev.target.closest(".ln");
@@ -59,32 +75,38 @@ function buildStages() {
   });
 }
 
-function lines(stage, runsOrList) {
+function lineEl(stage, i) {
+  const chunk = chunks[stage][Math.floor(i / CHUNK)];
+  return chunk && chunk.dataset.filled ? chunk.children[i % CHUNK] : null;
+}
+
+function expand(runsOrList) {
   const out = [];
   for (const r of runsOrList) {
     if (Array.isArray(r)) { for (let i = r[0]; i <= r[1]; i++) out.push(i); } else out.push(r);
   }
-  return out.map((i) => lineEls[stage][i]).filter(Boolean);
+  return out;
 }
 
 function highlight(ops, kernels, origin) {
-  for (const el of marked) el.classList.remove("hl");
-  marked = [];
-  const add = (stage, els) => { for (const el of els) { el.classList.add("hl"); marked.push(el); } };
+  for (const s of D.stages) {
+    for (const i of lit[s.name]) { const el = lineEl(s.name, i); if (el) el.classList.remove("hl"); }
+    lit[s.name] = new Set();
+  }
+  const add = (stage, lines) => { for (const i of lines) lit[stage].add(i); };
   for (const op of ops) for (const stage of ["torch", "tensor"]) {
     const l = (D.opLines[stage] || {})[op];
-    if (l) add(stage, lines(stage, l));
+    if (l) add(stage, expand(l));
   }
   for (const k of kernels) for (const [stage, runs] of Object.entries(D.kernels[k].lines)) {
-    add(stage, lines(stage, runs));
+    add(stage, expand(runs));
   }
-  for (const s of D.stages) {          // bring the first highlighted line of each stage into view
-    if (s.name === origin) continue;
-    const first = marked.find((el) => el.closest(".stage").dataset.stage === s.name);
-    if (first) {
-      const pre = first.closest("pre");
-      pre.scrollTop += first.getBoundingClientRect().top - pre.getBoundingClientRect().top - 30;
-    }
+  for (const s of D.stages) {
+    for (const i of lit[s.name]) { const el = lineEl(s.name, i); if (el) el.classList.add("hl"); }
+    if (s.name === origin || !lit[s.name].size) continue;
+    let first = Infinity;                          // bring it into view (its chunk fills itself)
+    for (const i of lit[s.name]) if (i < first) first = i;
+    chunks[s.name][0].parentElement.scrollTop = Math.max(0, first * LINE - 30);
   }
   document.querySelectorAll("nav li").forEach((li) => {
     const i = +li.dataset.i;

@@ -32,6 +32,7 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 RMSNORM = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
 DOCS = os.environ.get("STRATA_VIEW_DOCS")
@@ -117,8 +118,9 @@ def test_selecting_an_op_highlights_its_kernels_and_back(pages, browser):
     open_page(browser, path)
     browser.find_element(By.CSS_SELECTOR, '.stage[data-stage="torch"] .ln.own').click()
     (kernel,) = data["kernels"]
-    for stage, runs in kernel["lines"].items():
-        assert len(highlighted(browser, stage)) == sum(b - a + 1 for a, b in runs)
+    for stage, runs in kernel["lines"].items():     # lines are built as they scroll into view
+        want = sum(b - a + 1 for a, b in runs)
+        WebDriverWait(browser, 10).until(lambda b: len(highlighted(b, stage)) == want)
     assert browser.find_element(By.CSS_SELECTOR, '#kernels li.rel').text == kernel["name"]
     # clear the highlights, so that what follows is the second click's alone
     browser.execute_script("document.querySelectorAll('.ln.hl').forEach(e => e.classList.remove('hl'))")
@@ -126,6 +128,7 @@ def test_selecting_an_op_highlights_its_kernels_and_back(pages, browser):
     line = browser.find_elements(By.CSS_SELECTOR, f'.stage[data-stage="{last}"] .ln.own')[0]
     browser.execute_script("arguments[0].scrollIntoView()", line)
     line.click()
+    WebDriverWait(browser, 10).until(lambda b: highlighted(b, "torch"))
     torch_lines = [e.text for e in highlighted(browser, "torch")]
     assert len(torch_lines) == 1 and torch_lines[0].startswith("rms_norm = rms_norm(")
     assert browser.find_element(By.CSS_SELECTOR, "#ops li.rel").text.startswith("rms_norm")
