@@ -110,6 +110,13 @@ def test_page_loads_without_console_errors(name, pages, browser, tmp_path):
     assert errors == [] and ready is not None
     titles = [e.text.split(" (")[0] for e in browser.find_elements(By.CSS_SELECTOR, ".stage h3")]
     assert titles == [s["title"] for s in data["stages"]]
+    if name == "dsl":       # the hand-written kernel: its CUDA is the one its @strata.kernel gave
+        (i,) = [i for i, k in enumerate(data["kernels"]) if k["src"].startswith("@strata.kernel")]
+        browser.find_elements(By.CSS_SELECTOR, "#kernels li")[i].click()
+        want = "// @strata.kernel rmsnorm ("
+        WebDriverWait(browser, 10).until(
+            lambda b: any(e.text.startswith(want) for e in highlighted(b, "cuda")))
+        browser.execute_script("document.getElementById('stages').scrollLeft = 1e6")
     screenshot(browser, tmp_path, name)
 
 
