@@ -34,7 +34,8 @@ def recording(ctx: Context | None) -> RecordingContext:
 def recorded_lowering(program):
     """(Lowered, RecordingContext) of `program`: its own when it was compiled with a recording
     context (strata view), else its Torch IR lowered again with a recording copy of its context
-    (the same knobs and target give the same kernels; checked by the caller)."""
+    (the same knobs and target give the same kernels: tests/view checks that a viewed
+    Program's stages are its own)."""
     from ..pipeline import SOURCE, lower_torch_program
     ctx = getattr(program, "ctx", None)
     if isinstance(ctx, RecordingContext) and program.lowered.kernel is not None:
