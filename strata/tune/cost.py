@@ -78,6 +78,7 @@ class Counts:
     ops: float = 0.0                # scalar operations
     vector_ops: float = 0.0         # operations in vectorised loops (lanes counted)
     bytes: float = 0.0              # loaded and stored
+    flops: float = 0.0              # floating-point operations (an fma as two): a roofline's FLOPs
 
 
 def _trips(s: For) -> float:
@@ -91,6 +92,8 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
         c.bytes += sizes.get(e.buf, 4)
     elif isinstance(e, Op) and e.op not in ("cast",):
         n = TRANSCENDENTAL_OPS if e.op in TRANSCENDENTAL else 1
+        if dtypes.is_float(e.dtype):
+            c.flops += 2 if e.op == "fma" else 1
         if vec:
             c.vector_ops += n
         else:
@@ -112,13 +115,19 @@ def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, d
             c.ops += inner.ops * n
             c.vector_ops += inner.vector_ops * n
             c.bytes += inner.bytes * n
+            c.flops += inner.flops * n
             continue
         if isinstance(s, While):
             _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec, dots)
             continue
-        if isinstance(s, If):
-            _count(s.then, sizes, types, c, scale, vec, dots)
-            _count(s.orelse, sizes, types, c, scale, vec, dots)
+        if isinstance(s, If):               # both branches' time, one branch's FLOPs
+            branches = Counts(), Counts()
+            for part, into in zip((s.then, s.orelse), branches):
+                _count(part, sizes, types, into, scale, vec, dots)
+            for into in branches:
+                c.ops, c.vector_ops = c.ops + into.ops, c.vector_ops + into.vector_ops
+                c.bytes += into.bytes
+            c.flops += max(b.flops for b in branches)
         inner = Counts()
         for f in ("value", "index", "cond"):
             e = getattr(s, f, None)
@@ -133,21 +142,42 @@ def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, d
         c.ops += inner.ops * scale
         c.vector_ops += inner.vector_ops * scale
         c.bytes += inner.bytes * scale
+        c.flops += inner.flops * scale
+
+
+def _sizes_types(k: Kernel) -> tuple[dict, dict]:
+    sizes = {p.name: dtypes.ITEMSIZE[p.dtype] for p in k.params}
+    sizes.update({s.name: dtypes.ITEMSIZE[s.dtype] for s in walk(k.body) if isinstance(s, Smem)})
+    types = {s.var: s.dtype for s in walk(k.body) if hasattr(s, "var") and hasattr(s, "dtype")}
+    return sizes, types
+
+
+def _unique_bytes(k: Kernel) -> int:
+    """Every parameter moved once: the memory term's bytes (bench/work.py's ideal, per kernel)."""
+    return sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)
+
+
+def kernel_work(k: Kernel) -> tuple[float, int]:
+    """(FLOPs, bytes) of one launch of a CPU kernel as the model counts them: every
+    floating-point operation its loops execute (an fma as two, an exp as one; a loop whose trip
+    count is not a constant as UNKNOWN_TRIPS), and every parameter moved once: a roofline's
+    arithmetic intensity (strata view)."""
+    c = Counts()
+    _count(k.body, *_sizes_types(k), c, 1.0, False)
+    return c.flops * k.grid, _unique_bytes(k)
 
 
 def estimate_ms(k: Kernel, m: Machine) -> float:
     """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
     from ..target.c import runs_in_parallel
-    sizes = {p.name: dtypes.ITEMSIZE[p.dtype] for p in k.params}
-    sizes.update({s.name: dtypes.ITEMSIZE[s.dtype] for s in walk(k.body) if isinstance(s, Smem)})
-    types = {s.var: s.dtype for s in walk(k.body) if hasattr(s, "var") and hasattr(s, "dtype")}
+    sizes, types = _sizes_types(k)
     bufs = {p.name: p.dtype for p in k.params}
     dots = {id(s) for s in walk(k.body) if isinstance(s, For) and m.dot_bf16 and match_dot(s, bufs, types)}
     c = Counts()
     _count(k.body, sizes, types, c, 1.0, False, dots)
     parallel = runs_in_parallel(k)
     cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
-    unique = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in k.params)
+    unique = _unique_bytes(k)
     memory = unique / m.dram_gbs
     cache = c.bytes * k.grid / (m.cache_gbs * cores)
     compute = (c.ops + c.vector_ops / m.vector) * k.grid / (SCALAR_GOPS * cores)

@@ -15,6 +15,7 @@ from .measured import sim_counters
 from .passes import family_of, kernel_histories, parse_log
 from .provenance import assignments, line_owners, loop_kernel_nodes, source_ranges, tensor_owner
 from .record import recorded_lowering
+from .roofline import roofline
 
 STAGE_TITLES = {"torch": "Torch IR", "tensor": "Tensor IR", "loop": "Loop IR",
                 "tile": "Tile IR", "kernel": "Kernel IR", "cuda": "CUDA", "c": "C"}
@@ -134,8 +135,17 @@ def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -
         "verdict": _verdict(verdict),
         "counters": sim_counters(profiles or {}),
         "bench": bench,
+        "roofline": _roofline(final, bench),
         "texts": texts.items,
     }
+
+
+def _roofline(kernels, bench):
+    """Only with --bench's times, against the cached profile (never measured here)."""
+    if not bench:
+        return None
+    from .. import machine
+    return roofline(kernels, bench, machine.cached())
 
 
 def _runs(lines: list[int]) -> list[list[int]]:

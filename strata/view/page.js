@@ -188,6 +188,13 @@ function renderKnobs(k) {
     $("knobs").innerHTML += `<p><b>measured</b>: ${D.bench.kernels[k.name].toFixed(4)} ms run alone ` +
       `(median of 5 rounds on this CPU; the whole program ${D.bench.whole.strata.toFixed(4)} ms)</p>`;
   }
+  const point = D.roofline && D.roofline.points ? D.roofline.points.find((p) => p.kernel === state.kernel) : null;
+  if (point) {
+    $("knobs").innerHTML += `<p><b>roofline</b>: ${point.flops.toPrecision(3)} FLOP, ${point.bytes} bytes ` +
+      `(the cost model's count): ${point.intensity.toPrecision(3)} FLOP/byte, ` +
+      `${point.gflops.toPrecision(3)} GFLOP/s, ${point.gbs.toPrecision(3)} GB/s</p>`;
+  }
+  document.querySelectorAll("#roofline circle.point").forEach((c) => c.classList.toggle("sel", +c.dataset.k === state.kernel));
   const counters = (D.counters || {})[k.name];
   if (counters) {
     $("knobs").innerHTML += `<p><b>simulator counters</b> (this run, --device sim)</p><table>` +
@@ -250,6 +257,17 @@ function buildMeta() {
     (D.replayed ? "" : " &middot; per-kernel diffs could not be replayed: whole-program diffs only") + "</small>";
   $("fusion").innerHTML = D.fusion.length ? D.fusion.map((f) => `<li>${esc(f)}</li>`).join("") : "<li>no refusal logged</li>";
   $("log").textContent = T[D.log];
+  const r = D.roofline;
+  if (r) {
+    $("roofbox").hidden = false;
+    $("roofline").innerHTML = r.note ? `<p class="hint">${esc(r.note)}</p>` :
+      `<p class="hint">each kernel's time alone (--bench) against the ceilings of ${esc(r.where)}; ` +
+      "FLOPs and bytes as the cost model counts them (tune/cost.py); click a point to select its kernel</p>" + r.svg;
+    $("roofline").addEventListener("click", (ev) => {
+      const c = ev.target.closest("circle.point");
+      if (c) selectKernel(+c.dataset.k, "");
+    });
+  }
 }
 
 document.addEventListener("keydown", (ev) => {

@@ -38,6 +38,7 @@ def render(data: dict) -> str:
 the kernel, &#9675; one that did not.</p><ol id="passes"></ol></div>
 <div id="detail"><h2 id="difftitle">Diff</h2><pre id="diff"></pre>
 <h2>Knobs</h2><div id="knobs"></div><div id="tuning"></div>
+<div id="roofbox" hidden><h2>Roofline</h2><div id="roofline"></div></div>
 <h2>Fusion decisions</h2><ul id="fusion"></ul>
 <details><summary>Log (-v)</summary><pre id="log"></pre></details></div>
 </section>

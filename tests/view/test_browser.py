@@ -34,7 +34,12 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+from strata.view import render  # noqa: E402
+
 RMSNORM = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
+ROOFLINE = "torch.softmax(torch.randn(64, 256), -1) @ torch.randn(256, 128)"
+CEILINGS = {"DRAM read": 23.4, "LLC read": 45.8, "L2 read": 73.4, "fp32 FMA peak": 539.2,
+            "bf16 AMX peak": 1803.8}
 DOCS = os.environ.get("STRATA_VIEW_DOCS")
 
 
@@ -56,9 +61,19 @@ def pages(tmp_path_factory):
     program, model = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0,
                                    ctx=recording(None))
     built["layer"] = (program, None, f"{model.what}, seq 128")
+    bench, profile = {}, None
+    if HAS_CC:          # each kernel timed (--bench) against a profile's ceilings: the roofline
+        from strata.machine import Profile
+        from strata.view.measured import cpu_bench
+        program, snippet = compile_snippet(ROOFLINE, recording(None), device="cpu")
+        built["roofline"] = (program, compare_with_eager(program, snippet), "")
+        bench["roofline"] = cpu_bench(program, snippet)
+        profile = Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr", CEILINGS, "2026-01-01")
     result = {}
     for name, (program, verdict, title) in built.items():
-        data = collect(program, verdict=verdict, title=title)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("strata.machine.cached", lambda: profile)
+            data = collect(program, verdict=verdict, title=title, bench=bench.get(name))
         path = out / f"{name}.html"
         path.write_text(render(data), encoding="utf-8")
         result[name] = (path, data)
@@ -201,3 +216,29 @@ def test_decoder_layer_page(pages, browser, tmp_path, record_property):
           f"{ready:.0f} ms, load event {load:.0f} ms after navigation ({wall:.0f} ms by the driver)")
     browser.find_elements(By.CSS_SELECTOR, "#ops li")[0].click()
     screenshot(browser, tmp_path, "llama-layer")
+
+
+def test_roofline_has_a_point_per_timed_kernel_and_selects_it(pages, browser, tmp_path):
+    if "roofline" not in pages:
+        pytest.skip("no C compiler: the kernels cannot be timed here")
+    path, data = pages["roofline"]
+    ready, errors = open_page(browser, path)
+    assert errors == [] and ready is not None
+    svg = browser.find_element(By.CSS_SELECTOR, "#roofline svg.roofline")
+    points = svg.find_elements(By.CSS_SELECTOR, "circle.point")
+    assert len(points) == len(data["bench"]["kernels"]) == len(data["kernels"])
+    drawn = {e.get_attribute("data-ceiling") for e in svg.find_elements(By.CSS_SELECTOR, "line[data-ceiling]")}
+    assert drawn == set(CEILINGS)
+    browser.execute_script("document.getElementById('roofbox').scrollIntoView()")
+    last = len(points) - 1
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))",
+                           points[last])
+    assert browser.find_element(By.CSS_SELECTOR, "#kernels li.sel").text == data["kernels"][last]["name"]
+    assert "sel" in points[last].get_attribute("class").split()
+    assert "FLOP/byte" in browser.find_element(By.ID, "knobs").text
+    screenshot(browser, tmp_path, "roofline")
+    no_profile = dict(data, roofline={"note": "no machine profile: run `strata machine --measure`"})
+    (tmp_path / "np.html").write_text(render(no_profile), encoding="utf-8")
+    ready, errors = open_page(browser, tmp_path / "np.html")
+    assert errors == [] and not browser.find_elements(By.CSS_SELECTOR, "#roofline svg")
+    assert browser.find_element(By.ID, "roofline").text == "no machine profile: run `strata machine --measure`"

@@ -96,9 +96,14 @@ def test_device_sim_shows_the_verdict_and_the_simulators_counters(tmp_path):
     assert int(counters["lane operations"]) > 64 * 256
 
 
-def test_bench_times_the_program_and_each_kernel(tmp_path, capsys):
+def test_bench_times_the_program_and_each_kernel(tmp_path, capsys, monkeypatch):
     if not HAS_CC:
         pytest.skip("no C compiler: --device cpu cannot run here")
+    from strata.machine import Profile
+    profile = Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr",
+                      {"DRAM read": 20.0, "fp32 FMA peak": 500.0}, "2026-01-01 00:00 UTC")
+    monkeypatch.setattr("strata.machine.cached", lambda: profile)
+    monkeypatch.setattr("strata.machine.measure", None)       # the page never measures
     path = tmp_path / "b.html"
     assert main(["view", "-c", "torch.softmax(torch.randn(64, 256), -1) * 2", "--device", "cpu",
                  "--bench", "-o", str(path)]) == 0
@@ -107,5 +112,8 @@ def test_bench_times_the_program_and_each_kernel(tmp_path, capsys):
     assert set(bench["whole"]) == {"eager", "torch.compile", "strata"}
     assert all(ms > 0 for ms in bench["whole"].values())
     assert set(bench["kernels"]) == {k["name"] for k in data["kernels"]}
+    roof = data["roofline"]
+    assert [p["name"] for p in roof["points"]] == [k["name"] for k in data["kernels"]]
+    assert roof["svg"].count("<circle ") == len(data["kernels"]) and roof["ceilings"] == profile.ceilings
     assert main(["view", "-c", "torch.randn(3) * 2", "--bench"]) != 0
     assert capsys.readouterr().err.endswith("strata: --bench times native kernels here: add --device cpu\n")

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from conftest import HAS_CC
 from strata.api import compile_snippet
 from strata.context import Context
 from strata.view import collect, render
@@ -121,3 +122,56 @@ def test_no_text_can_end_the_data_script_early(rms):
     got = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
                                html, re.S)[1])
     assert got == data
+
+
+native = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot load")
+
+
+def fake_profile(**ceilings):
+    from strata.machine import Profile
+    return Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr", ceilings, "2026-01-01 00:00 UTC")
+
+
+@native
+def test_roofline_has_one_point_per_timed_kernel_and_the_profiles_ceilings(monkeypatch):
+    from strata.tune.cost import kernel_work
+    program, _ = compile_snippet("torch.softmax(torch.randn(64, 256), -1) @ torch.randn(256, 128)",
+                                 recording(Context()), device="cpu")
+    names = [k.name for k in program.kernels]
+    assert len(names) >= 2
+    timed = {n: 0.01 * (i + 1) for i, n in enumerate(names[1:])}     # the first one untimed
+    bench = {"whole": {"eager": 1.0, "torch.compile": 1.0, "strata": 1.0}, "kernels": timed,
+             "rounds": 11, "busy": ""}
+    profile = fake_profile(**{"DRAM read": 20.0, "L2 read": 70.0, "fp32 FMA peak": 500.0,
+                              "fp32 matmul (FMA)": 180.0})
+    monkeypatch.setattr("strata.machine.cached", lambda: profile)
+    roof = collect(program, bench=bench)["roofline"]
+    assert [p["name"] for p in roof["points"]] == names[1:]
+    for p in roof["points"]:
+        k = program.kernels[p["kernel"]]
+        assert (p["flops"], p["bytes"]) == kernel_work(k) and p["ms"] == timed[k.name]
+        assert p["gflops"] == pytest.approx(p["flops"] / (p["ms"] * 1e6))
+    svg = roof["svg"]
+    assert svg.count('<circle ') == len(timed) and "</svg>" in svg
+    drawn = re.findall(r'<line [^>]*class="ceiling (mem|flop) c\d+" data-ceiling="([^"]+)"', svg)
+    assert sorted(drawn) == [("flop", "fp32 FMA peak"), ("mem", "DRAM read"), ("mem", "L2 read")]
+    assert "fp32 matmul" not in svg            # a matmul's ceiling is not the machine's roof
+
+
+@native
+def test_roofline_without_a_profile_says_how_to_measure_one(monkeypatch):
+    program, _ = compile_snippet("torch.randn(64, 256) * 2", recording(Context()), device="cpu")
+    bench = {"whole": {}, "kernels": {k.name: 0.01 for k in program.kernels}}
+    monkeypatch.setattr("strata.machine.cached", lambda: None)
+    assert collect(program, bench=bench)["roofline"] == {
+        "note": "no machine profile: run `strata machine --measure`"}
+    assert collect(program)["roofline"] is None                  # no timings, no roofline
+
+
+@native
+def test_kernel_work_counts_the_float_operations_of_one_branch():
+    from strata.tune.cost import kernel_work
+    program, _ = compile_snippet("torch.randn(128, 256, dtype=torch.bfloat16) @ "
+                                 "torch.randn(256, 512, dtype=torch.bfloat16)", None, device="cpu")
+    (k,) = program.kernels
+    assert kernel_work(k) == (2 * 128 * 256 * 512, (128 * 256 + 256 * 512 + 128 * 512) * 2)
