@@ -28,8 +28,9 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     created REAL NOT NULL,
     other_load REAL,              -- share of the CPU other processes took while it was timed
     spread REAL,                  -- slowest / fastest schedule measured
+    measured TEXT,                -- JSON [[knobs, ms, the default's ms in the same rounds], ...]
     PRIMARY KEY (signature, target, version))"""
-ADDED = ("other_load REAL", "spread REAL")      # columns a database written before them lacks
+ADDED = ("other_load REAL", "spread REAL", "measured TEXT")   # columns an older database lacks
 
 
 def db_path() -> Path:
@@ -88,14 +89,15 @@ class TuningDB:
 
     def put(self, signature: str, target: str, knobs: dict, label: str, default_ms: float,
             tuned_ms: float, candidates: int, rejected: list[str], other_load: float | None = None,
-            spread: float | None = None) -> None:
+            spread: float | None = None, measured: list | None = None) -> None:
+        """`measured`: each candidate timed, as [knobs, ms, the default's ms in its rounds]."""
         with self._connect() as con:
             con.execute("INSERT OR REPLACE INTO tuned (signature, target, version, knobs, label, "
-                        "default_ms, tuned_ms, candidates, rejected, created, other_load, spread) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "default_ms, tuned_ms, candidates, rejected, created, other_load, spread, "
+                        "measured) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (signature, target, self.version, json.dumps(knobs, sort_keys=True), label,
                          default_ms, tuned_ms, candidates, json.dumps(rejected), time.time(),
-                         other_load, spread))
+                         other_load, spread, None if measured is None else json.dumps(measured)))
         self._cache[(signature, target)] = knobs
 
     def rows(self) -> list[dict]:

@@ -8,7 +8,8 @@ compiler bug) and timed interleaved with the default in the same rounds. Candida
 every other allowed value of each knob the kernel's schedule consulted, one knob at a time, then
 the combination of the knobs that helped; the best is timed again with more rounds and kept only
 when it beats the default by more than the noise margin, so the default is always a candidate and
-a tuned schedule is never slower than it was measured to be. On the CPU a kernel is timed alone
+a tuned schedule is never slower than it was measured to be; every candidate timed is kept with
+its time (strata view lists them). On the CPU a kernel is timed alone
 (its launches on buffers a whole run filled), which sees a small kernel's gain that a long
 program's time would drown; the whole program is then timed with every winner, and when it is
 not faster the program's winners are dropped. A crash or a hang (timeout) kills
@@ -66,6 +67,7 @@ class KernelResult:
     spread: float = 1.0                 # slowest / fastest measured schedule
     dropped: str = ""                   # why a winner was not kept (the program was not faster)
     other_load: float | None = None     # share of the CPU other processes took while it was timed
+    measured: list = field(default_factory=list)    # [pins, ms, default ms] of each timed one
 
     @property
     def speedup(self) -> float:
@@ -143,6 +145,7 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
         if reply.get("same"):
             return None
         ratio = reply["ms"] / reply["default_ms"]
+        r.measured.append([pins, reply["ms"], reply["default_ms"]])
         r.default_ms = r.ms = r.default_ms or reply["default_ms"]
         measured[json.dumps(pins, sort_keys=True)] = ratio
         best = min(measured.values())
@@ -244,7 +247,7 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                 r.knobs, r.ms = {}, r.default_ms
             elif r.complete or r.knobs:     # a search the budget cut short is not the last word
                 db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
-                       r.rejected, r.other_load, r.spread)
+                       r.rejected, r.other_load, r.spread, r.measured)
             results.append(r)
         order = [k["name"] for k in info["kernels"]]
         results.sort(key=lambda r: order.index(r.name))         # launch order, for the report
@@ -256,7 +259,7 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
                                  f"with it ({times[0] / times[1]:.2f}x)")
                     r.knobs, r.ms = {}, r.default_ms
                     db.put(r.signature, target, {}, r.label, r.default_ms, r.default_ms, r.tried,
-                           r.rejected, r.other_load, r.spread)
+                           r.rejected, r.other_load, r.spread, r.measured)
             times = None
         return results, target, times
     finally:

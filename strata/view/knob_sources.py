@@ -3,7 +3,8 @@
 Why three sources: a value is the pass's default rule unless the user pinned it (--knob,
 STRATA_KNOBS: `Context.knobs`) or `strata tune` recorded it for this kernel on this machine
 (`Context.for_kernel`, keyed by the Loop IR kernel's signature); the page says which, and shows
-the tuning database's record (default and tuned time, candidates measured) when there is one."""
+the tuning database's record (default and tuned time, each candidate measured with its time)
+when there is one."""
 from __future__ import annotations
 
 from ..knobs import KNOBS, show
@@ -47,6 +48,26 @@ def tuning_record(rows: list[dict], signature: str, target_key: str) -> dict | N
     """The tuning database's row for this kernel on this target, when one exists."""
     for row in rows:
         if signature and row["signature"] == signature and row["target"] == target_key:
-            return {k: row[k] for k in ("knobs", "label", "default_ms", "tuned_ms", "candidates",
-                                        "rejected") if k in row}
+            record = {k: row[k] for k in ("knobs", "label", "default_ms", "tuned_ms",
+                                          "candidates", "rejected") if k in row}
+            record["measured"] = _measured(row.get("measured"), row["knobs"], row["default_ms"])
+            return record
     return None
+
+
+def _measured(text: str | None, winner: str, default_ms: float) -> list[dict] | None:
+    """Each candidate the search timed, fastest first, with the default's own row (its time as
+    recorded) and the winner marked; None for a row written before candidates were kept."""
+    import json
+    if text is None:
+        return None
+    won = json.loads(winner)
+    rows = [{"knobs": show_pins(pins), "ms": ms, "ratio": ms / default, "default": False,
+             "winner": bool(won) and pins == won} for pins, ms, default in json.loads(text)]
+    rows.append({"knobs": "default", "ms": default_ms, "ratio": 1.0, "default": True,
+                 "winner": not won})
+    return sorted(rows, key=lambda r: r["ms"])
+
+
+def show_pins(pins: dict) -> str:
+    return ", ".join(f"{k}={show(v)}" for k, v in sorted(pins.items())) or "default"

@@ -202,7 +202,17 @@ function renderKnobs(k) {
   }
   const t = k.tuning;
   $("tuning").innerHTML = t ? `<p>tuning database: ${esc(t.label || "")} default ${(+t.default_ms).toFixed(4)} ms, ` +
-    `tuned ${(+t.tuned_ms).toFixed(4)} ms over ${t.candidates} candidates; knobs ${esc(t.knobs || "")}</p>` : "";
+    `tuned ${(+t.tuned_ms).toFixed(4)} ms over ${t.candidates} candidates; knobs ${esc(t.knobs || "")}</p>` + candidates(t) : "";
+}
+
+// the tuning database's candidates, fastest first; each timed in rounds interleaved with the default
+function candidates(t) {
+  if (!t.measured) return "<p class='hint'>this record keeps no candidates (tuned before they were kept)</p>";
+  return "<table class='cands'><tr><th>candidate knobs</th><th>ms</th><th>/ default</th><th></th></tr>" +
+    t.measured.map((c) => `<tr class="${c.winner ? "winner" : ""}${c.default ? " default" : ""}">` +
+      `<td>${esc(c.knobs)}</td><td>${c.ms.toFixed(4)}</td><td>${c.ratio.toFixed(3)}</td>` +
+      `<td>${[c.default ? "default" : "", c.winner ? "winner" : ""].filter(Boolean).join(", ")}</td></tr>`).join("") +
+    "</table>";
 }
 
 function step(delta) {

@@ -144,6 +144,8 @@ def test_wrong_crashing_and_hanging_candidates_are_reported_not_fatal(tmp_path, 
     assert r.knobs == {"TILE_N": 8} and r.speedup == pytest.approx(2.0)
     assert r.model_top_ok is True and r.model_rank is None       # two points measured: no rank
     assert db.get("s", "fake") == {"TILE_N": 8}
+    (row,) = db.rows()                         # the one candidate timed, kept with its time
+    assert json.loads(row["measured"]) == [[{"TILE_N": 8}, 1.0, 2.0]]
     assert times == (2.0, 1.0)                 # the program with every tuned schedule
     again, _, times = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
     assert again[0].note.startswith("tuned before") and again[0].tried == 0 and times is None
@@ -308,9 +310,43 @@ def test_a_database_from_before_the_load_columns_still_takes_results(tmp_path):
                 "NOT NULL, knobs TEXT NOT NULL, label TEXT NOT NULL, default_ms REAL NOT NULL, "
                 "tuned_ms REAL NOT NULL, candidates INTEGER NOT NULL, rejected TEXT NOT NULL, "
                 "created REAL NOT NULL, PRIMARY KEY (signature, target, version))")
+    db = TuningDB(path)
+    con.execute("INSERT INTO tuned VALUES ('old', 'host', ?, '{}', 'k', 2.0, 2.0, 4, '[]', 1.0)",
+                (db.version,))
     con.commit()
     con.close()
-    db = TuningDB(path)
-    db.put("sig", "host", {"TILE_N": 64}, "k", 2.0, 1.0, 3, [], 0.05, 1.7)
-    (row,) = db.rows()
+    (old,) = db.rows()                          # a row from before candidates were kept
+    assert old["measured"] is None and old["other_load"] is None
+    from strata.view.knob_sources import tuning_record
+    assert tuning_record([old], "old", "host")["measured"] is None
+    db.put("sig", "host", {"TILE_N": 64}, "k", 2.0, 1.0, 3, [], 0.05, 1.7,
+           [[{"TILE_N": 64}, 1.1, 2.0], [{"TILE_N": 8}, 2.5, 2.1]])
+    row = next(r for r in db.rows() if r["signature"] == "sig")
     assert row["other_load"] == pytest.approx(0.05) and row["spread"] == pytest.approx(1.7)
+    from strata.view.knob_sources import tuning_record
+    shown = tuning_record([row], "sig", "host")["measured"]
+    assert [(c["knobs"], c["default"], c["winner"]) for c in shown] == [
+        ("TILE_N=64", False, True), ("default", True, False), ("TILE_N=8", False, False)]
+
+
+@native
+def test_the_view_shows_each_candidate_the_search_timed(tmp_path, monkeypatch):
+    import re
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
+    code = "torch.randn(64, 256) * 2"
+    assert main(["tune", "-c", code, "--budget", "30"]) == 0
+    (row,) = TuningDB().rows()
+    timed = json.loads(row["measured"])
+    assert timed and all(ms > 0 and default > 0 for _, ms, default in timed)
+    page = tmp_path / "p.html"
+    assert main(["view", "-c", code, "--device", "cpu", "-o", str(page)]) == 0
+    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
+                                page.read_text(), re.S)[1])
+    (k,) = data["kernels"]
+    shown = k["tuning"]["measured"]
+    assert [c["ms"] for c in shown] == sorted(c["ms"] for c in shown)      # fastest first
+    assert len(shown) == len(timed) + 1 and [c["default"] for c in shown].count(True) == 1
+    (winner,) = [c for c in shown if c["winner"]]
+    won = json.loads(row["knobs"])
+    assert winner["default"] if not won else winner["knobs"] == ", ".join(
+        f"{n}={v}" for n, v in sorted(won.items()))

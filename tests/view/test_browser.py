@@ -242,3 +242,31 @@ def test_roofline_has_a_point_per_timed_kernel_and_selects_it(pages, browser, tm
     ready, errors = open_page(browser, tmp_path / "np.html")
     assert errors == [] and not browser.find_elements(By.CSS_SELECTOR, "#roofline svg")
     assert browser.find_element(By.ID, "roofline").text == "no machine profile: run `strata machine --measure`"
+
+
+def test_the_tuning_databases_candidates_are_listed_fastest_first(browser, tmp_path):
+    from strata.api import compile_snippet
+    from strata.context import Context
+    from strata.loop.ir import signature
+    from strata.tune.db import TuningDB
+    from strata.view import write_page
+    from strata.view.record import recording
+    code = "torch.randn(64, 256) * 2"
+    program, _ = compile_snippet(code, recording(Context(tuned=False)))
+    (loop,) = program.lowered.loop.kernels
+    sig = signature(loop, {b.name: b for b in program.lowered.loop.buffers})
+    db = TuningDB(tmp_path / "t.sqlite")
+    db.put(sig, program.lowered.target.key, {"VEC": 2}, "mul[64, 256]", 2.0, 1.5, 3, [], 0.0, 1.6,
+           [[{"VEC": 1}, 3.2, 2.0], [{"VEC": 2}, 1.5, 2.1], [{"BLOCK": 64}, 2.4, 2.0]])
+    program, _ = compile_snippet(code, recording(Context(tuned=db)))
+    write_page(program, tmp_path / "tuned.html")
+    ready, errors = open_page(browser, tmp_path / "tuned.html")
+    assert errors == [] and ready is not None
+    rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#tuning table.cands tr")][1:]
+    assert rows == ["VEC=2 1.5000 0.714 winner", "default 2.0000 1.000 default",
+                    "BLOCK=64 2.4000 1.200", "VEC=1 3.2000 1.600"]
+    assert browser.find_element(By.CSS_SELECTOR, "#tuning tr.winner").text.startswith("VEC=2")
+    knobs = {r.text.split()[0]: r.text.split()[2] for r in
+             browser.find_elements(By.CSS_SELECTOR, "#knobs tr")[1:]}
+    assert knobs["VEC"] == "tuned"              # the winner is what the compile used
+    screenshot(browser, tmp_path, "tuning")
