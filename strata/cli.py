@@ -13,6 +13,18 @@ from .errors import DeviceUnavailable, StrataError
 from .pipeline import STAGES
 
 
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """How a MODEL is built: the options `strata compile` and `strata view` share."""
+    p.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
+    p.add_argument("--seq-len", type=int, default=128, metavar="S",
+                   help="with MODEL: prompt length the program is compiled for (default 128)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="with MODEL: weight and activation dtype (default: the config's)")
+    p.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4"),
+                   help="with MODEL: quantize its linear weights (GGUF's blocks of 32, or int8 per "
+                        "channel and int4 per group of 32 with bf16 scales; strata/quant)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--code", help="a PyTorch expression; torch.randn(...) calls become inputs")
     p.add_argument("-v", "--verbose", action="count", default=0,
@@ -40,14 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "...), a directory with config.json and optional *.safetensors, or a "
                         "llama GGUF file")
     _common(c)
-    c.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
-    c.add_argument("--seq-len", type=int, default=128, metavar="S",
-                   help="with MODEL: prompt length the program is compiled for (default 128)")
-    c.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
-                   help="with MODEL: weight and activation dtype (default: the config's)")
-    c.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4"),
-                   help="with MODEL: quantize its linear weights (GGUF's blocks of 32, or int8 per "
-                        "channel and int4 per group of 32 with bf16 scales; strata/quant)")
+    _model_options(c)
     c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
@@ -67,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_tune import add_parser as add_tune
     add_tune(sub)
     from .cli_view import add_parser as add_view
-    add_view(sub, _common)
+    add_view(sub, _common, _model_options)
     m = sub.add_parser("machine", help="what strata knows about this CPU: model, features, caches "
                                        "and measured ceilings (cached per machine)")
     m.add_argument("--measure", action="store_true",

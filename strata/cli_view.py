@@ -14,19 +14,13 @@ from .errors import StrataError
 DEFAULT_OUTPUT = "strata-view.html"
 
 
-def add_parser(sub, common) -> None:
+def add_parser(sub, common, model_options) -> None:
     v = sub.add_parser("view", help="write the whole compilation as one offline HTML page "
                                     "(stages side by side, passes, diffs, knobs)")
     v.add_argument("model", nargs="?", help="a bundled model name, a directory with config.json "
                                             "or a llama GGUF file (as for strata compile)")
     common(v)
-    v.add_argument("--layer", type=int, metavar="N", help="with MODEL: only decoder layer N")
-    v.add_argument("--seq-len", type=int, default=128, metavar="S",
-                   help="with MODEL: prompt length the program is compiled for (default 128)")
-    v.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
-                   help="with MODEL: weight and activation dtype (default: the config's)")
-    v.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4"),
-                   help="with MODEL: quantize its linear weights")
+    model_options(v)
     v.add_argument("--device", choices=("sim", "cpu", "cuda"),
                    help="also run a -c snippet there and show its verdict against float64 "
                         "eager (cpu: native C for this machine; default: compile only)")
