@@ -1,7 +1,7 @@
-"""The process-replay corpus: programs whose emitted CUDA must not change unless a commit means
+"""The process-replay corpus: programs whose emitted CUDA and C must not change unless a commit means
 it to. Each entry is (id, fn, input shapes and dtypes, target, knobs); the README's snippets, the
 elementwise/reduction/layout spine, the contraction family on every instruction path, attention
-and a Llama decoder layer, each on sm_80, sm_90 and sm_90a.
+and a Llama decoder layer on sm_80, sm_90, sm_90a, (C) cpu-spr, cpu-avx2; DSL examples in 5 languages.
 
 Why: a refactor of the schedule or the lowering (issue 12's Target, typed Tile IR) must leave
 the output byte for byte the same; `python -m tests.replay.record` rewrites baseline.json when a
@@ -83,6 +83,10 @@ KNOBBED = [
 ]
 
 
+CPUS = ("cpu-spr", "cpu-avx2")     # C: AVX-512 with bf16 dots and AMX, and AVX2 only
+DSL_LANGUAGES = ("cuda", "c", "opencl", "hip", "metal")
+
+
 def _inputs(specs):
     torch.manual_seed(0)
     out = []
@@ -109,6 +113,15 @@ def cases():
         for name, code, knobs in KNOBBED:
             out[f"{name}@{arch}"] = (lambda c=code, k=knobs, a=arch: compile_snippet(
                 c, Context(target=a, knobs=dict(k)))[0].source())
+    for arch in CPUS:
+        for i, code in enumerate(README):
+            out[f"readme{i}@{arch}"] = (lambda c=code, a=arch: compile_snippet(c, Context(target=a))[0].source())
+        for name, (fn, specs) in {**SPINE, **MATMUL, **ATTENTION}.items():
+            out[f"{name}@{arch}"] = (lambda f=fn, s=specs, a=arch: strata.compile(
+                f, _inputs(s), ctx=Context(target=a)).source())
+    for path in _dsl_examples():
+        for lang in DSL_LANGUAGES:
+            out[f"dsl_{path.stem}@{lang}"] = lambda p=path, g=lang: _dsl_sources(p, g)
     out["llama_layer_bf16@sm_90a"] = lambda: _llama_layer("sm_90a")
     out["llama_layer_bf16@sm_80"] = lambda: _llama_layer("sm_80")
     return out
@@ -120,3 +133,20 @@ def _llama_layer(arch: str) -> str:
     program, _ = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0, seq_len=64,
                                dtype="bf16", ctx=Context(target=arch))
     return program.source()
+
+
+def _dsl_examples():
+    import pathlib
+    return sorted((pathlib.Path(__file__).parents[2] / "examples" / "kernels").glob("*.py"))
+
+
+def _dsl_sources(path, language: str) -> str:
+    """Every @strata.kernel of a DSL example, specialised by one run on the simulator, in one
+    of the five languages a hand-written kernel is emitted in."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"replay_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.run("sim")
+    kernels = [v for v in vars(module).values() if type(v).__name__ == "KernelFunction" and v.last]
+    return "\n".join(k.source(language) for k in kernels)
