@@ -14,8 +14,8 @@ STAGES = {
     "tensor (Tensor IR)": ["tensor/*.py"],
     "loop (Loop IR, fusion)": ["loop/*.py"],
     "tile (schedules)": ["tile/*.py", "tile/passes/*.py"],
-    "kernel (Kernel IR, lowering, simulator)": ["kernel/*.py"],
-    "target (emitters)": ["target/*.py"],
+    "kernel_ir (Kernel IR, lowering, simulator)": ["kernel_ir/*.py"],
+    "codegen (emitters)": ["codegen/*.py"],
     "runtime": ["runtime/*.py"],
     "dsl (@strata.kernel front end)": ["dsl/*.py"],
     "shared (pipeline, expr, scalar ops, targets, knobs)": [

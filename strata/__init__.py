@@ -27,14 +27,12 @@ _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int6
         "warp_sum", "warp_max", "warp_min", "atomic_add", "atomic_max", "atomic_min")
 _LAZY.update(dict.fromkeys(_DSL, "dsl.lang"))
 _LAZY["autotune"] = "dsl.autotune"
+_LAZY["kernel"] = "dsl.kernel"          # @strata.kernel (Kernel IR is strata.kernel_ir)
 _LAZY["custom_op"] = "dsl.custom_op"
 _LAZY["check_example"] = "dsl.examples"
 
 
 def __getattr__(name: str):
-    if name == "kernel":            # @strata.kernel: the Kernel IR package, callable (see there)
-        import importlib
-        return importlib.import_module(".kernel", __name__)
     if name not in _LAZY:
         raise AttributeError(f"module 'strata' has no attribute {name!r}")
     import importlib

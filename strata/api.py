@@ -154,7 +154,7 @@ class Program:
         """Outputs as NumPy arrays (bf16 as float32 values), in program output order."""
         if self.device in ("cuda", "cpu"):
             return [to_numpy(t) for t in self.runtime.run(inputs)]
-        from .kernel.sim import simulate
+        from .kernel_ir.sim import simulate
         from .runtime.program import mutated_inputs
         self._check_runnable()
         feed = self._check_inputs(inputs)

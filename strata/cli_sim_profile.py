@@ -1,5 +1,5 @@
 """`strata run -c CODE --device sim --profile`: the simulator's access counters per kernel
-(kernel/sim_profile.py), after the accuracy verdict: how a GPU schedule uses memory, measured
+(kernel_ir/sim_profile.py), after the accuracy verdict: how a GPU schedule uses memory, measured
 without a GPU."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def profile_snippet_sim(code: str, ctx) -> int:
 
     from .api import compile_snippet
     from .check import compare_with_eager, print_report
-    from .kernel.sim_profile import profiling
+    from .kernel_ir.sim_profile import profiling
     program, snippet = compile_snippet(code, ctx, device="sim")
     with profiling() as kernels:
         report = compare_with_eager(program, snippet)

@@ -68,7 +68,7 @@ def view_command(args, ctx) -> int:
         title = ""
         if args.device:
             from .check import compare_with_eager
-            from .kernel.sim_profile import profiling
+            from .kernel_ir.sim_profile import profiling
             with profiling() as profiles:            # the simulator's counters, when it runs
                 verdict = compare_with_eager(program, snippet)
         if args.bench and verdict.passed:

@@ -73,7 +73,7 @@ GPU_PASSES = [
 # Each kind of target names its schedule; the passes before tileify take Loop IR kernels (and
 # the buffers they touch), the rest Tile IR kernels.
 # The CPU schedule: contractions as packed register-tiled micro-kernels, rows across cores,
-# inner loops vectorised by the C compiler (target/c.py).
+# inner loops vectorised by the C compiler (codegen/c.py).
 CPU_PASSES = [
     ("tileify", tileify),
     ("chunk_reduce", chunk_reduce),
@@ -221,9 +221,9 @@ def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
 
 def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:
     """Lower a captured Torch IR program through every stage up to `until`."""
-    from .kernel.lower import lower as lower_kernels
+    from .kernel_ir.lower import lower as lower_kernels
     from .loop.lower import lower as lower_loops
-    from .target.cuda import emit_program
+    from .codegen.cuda import emit_program
     from .tensor.decompose import to_tensor_ir
 
     ctx = ctx or Context()
@@ -248,13 +248,13 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
         return out
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
     if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops
-        from .kernel.thread_loops import to_thread_loops
+        from .kernel_ir.thread_loops import to_thread_loops
         out.kernel.kernels = [to_thread_loops(k) for k in out.kernel.kernels]
     out.kernel.verify(ctx.arch)
     if stop < 5:
         return out
     if not ctx.arch.is_gpu:
-        from .target.c import emit_program as emit_c
+        from .codegen.c import emit_program as emit_c
         out.c, out.timings["c"] = _timed(ctx, "emit -> c", emit_c, out.kernel, ctx.arch)
         return out
     out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)

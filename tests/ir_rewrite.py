@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strata.kernel.ir import For, If, KernelProgram
+from strata.kernel_ir.ir import For, If, KernelProgram
 
 
 def rewrite(prog: KernelProgram, fn) -> KernelProgram:

@@ -1,9 +1,9 @@
-"""What AMX does on this CPU: the bf16 micro-kernel of strata/target/amx_kernel.c against torch's
+"""What AMX does on this CPU: the bf16 micro-kernel of strata/codegen/amx_kernel.c against torch's
 bf16 matmul (oneDNN, which uses AMX where the CPU has it) and the tiles' own peak.
 
 Why: issue 26 item 3 puts bf16 contractions on AMX tiles; AMX machines are rare for this
 project, so this records what one measures. It also holds the kernel's loader (`load_kernel`,
-`gemm`, `pack_vnni`), shared with tests/target/test_amx_kernel.py: the kernel is built with
+`gemm`, `pack_vnni`), shared with tests/codegen/test_amx_kernel.py: the kernel is built with
 strata's own compiler path (runtime/cc.py's find_compiler and flags, runtime/native_build.py's
 cache), as an emulation (`#define STRATA_AMX_EMULATE`) or with the AMX instructions.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-KERNEL = Path(__file__).resolve().parent.parent / "target" / "amx_kernel.c"
+KERNEL = Path(__file__).resolve().parent.parent / "codegen" / "amx_kernel.c"
 SHAPES = ((512, 5632, 2048), (128, 5632, 2048), (16, 5632, 2048))
 TILE_FLOP = 16 * 16 * 32 * 2                 # one tdpbf16ps: a 16x16 fp32 tile += 16x32 @ 32x16
 

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def kernel_summary(program) -> str:
     """"2 (wgmma)": how many kernels the program launches and which tensor-core instruction
     they use (wgmma, mma.sync, or none: CUDA cores)."""
-    from ..kernel.ir import Mma, Wgmma, walk
+    from ..kernel_ir.ir import Mma, Wgmma, walk
     kernels = list(program.kernels)
     stmts = [s for k in kernels for s in walk(k.body)]
     instr = ("wgmma" if any(isinstance(s, Wgmma) for s in stmts)

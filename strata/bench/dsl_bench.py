@@ -1,7 +1,7 @@
 """@strata.kernel examples on the CPU against torch eager: `python -m strata.bench.dsl_bench`.
 
 Why a table of ratios: hand-written SIMT kernels reach the CPU through threads-as-loops
-(kernel/thread_loops.py) and the C target; this says how far that is from PyTorch's own CPU
+(kernel_ir/thread_loops.py) and the C target; this says how far that is from PyTorch's own CPU
 kernels on the same inputs. Each case runs strata and eager interleaved, ROUNDS times after a
 warm-up, and reports medians; both use every core (torch.get_num_threads(), OpenMP's default).
 """

@@ -1,5 +1,5 @@
 """`python -m strata.bench.sim_profile_report`: the simulator's access counters
-(kernel/sim_profile.py) for the op suite's row and elementwise kernels, one line per kernel:
+(kernel_ir/sim_profile.py) for the op suite's row and elementwise kernels, one line per kernel:
 sectors and bank-conflict wavefronts per request against the ideal, bytes against the minimum,
 ptxas's registers and spills, the occupancy they allow and the H100 roofline estimate.
 GPU evidence without a GPU (docs/sim-profile-*.md)."""
@@ -11,7 +11,7 @@ OPS = ("rmsnorm", "layernorm", "softmax", "rope", "silu_mul", "gelu", "add_rmsno
 def main() -> None:
     import strata
     from strata.bench.cases import cases
-    from strata.kernel.sim_profile import profiling
+    from strata.kernel_ir.sim_profile import profiling
     from strata.cli_sim_profile import gpu_columns
     print(f"{'case':<36} {'kernel':<24} {'ld':>5} {'st':>5} {'smem ld':>7} {'smem st':>7} "
           f"{'read':>6} {'written':>7} {'regs':>4} {'spills':>6} {'occupancy':>16} {'est us':>6}")

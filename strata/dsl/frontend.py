@@ -24,7 +24,7 @@ from math import prod
 from .. import dtypes
 from ..errors import KernelSyntaxError
 from ..expr import Cast, Const, Expr, Op, Var
-from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Let, Load, Param,
+from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Let, Load, Param,
                          ShflIdx, ShflXor, Smem, Store, Sync, ThreadIdx, While)
 from . import lang
 
@@ -249,7 +249,7 @@ class _Builder:
         build()
         bodies = [{id(n) for s in b for n in ast.walk(s)} for b in _bodies(node)]
         hoist = {}
-        for name in set(self.names) - set(before):
+        for name in [n for n in self.names if n not in before]:     # in order: same C each run
             v = self.names.pop(name)
             refs = self.refs.get(name, ())
             if isinstance(v, tuple) and v[0] == "var" and not any(refs <= b for b in bodies):

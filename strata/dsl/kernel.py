@@ -2,11 +2,11 @@
 
 Why this shape: it is the launch syntax GPU programmers know (Triton, Numba, locomp), and one
 function runs everywhere strata does:
-  device="sim"   the simulator and sanitizer (kernel/sim.py): races, out-of-bounds accesses and
+  device="sim"   the simulator and sanitizer (kernel_ir/sim.py): races, out-of-bounds accesses and
                  divergent barriers are errors that name the user's line;
-  device="cpu"   native C (target/c.py) after kernel/thread_loops.py turns each block's threads
+  device="cpu"   native C (codegen/c.py) after kernel_ir/thread_loops.py turns each block's threads
                  into loops split at barriers; blocks run on the cores (OpenMP);
-  source(...)    CUDA C (target/cuda.py, compiled by NVRTC where it is installed) or C.
+  source(...)    CUDA C (codegen/cuda.py, compiled by NVRTC where it is installed) or C.
 The default device is where the tensors are (CPU tensors and NumPy arrays: "cpu"). Tensors are
 passed by reference (a kernel writes its outputs in place); ints, floats and bools are runtime
 scalars; `st.constexpr` parameters are compiled in. Each specialisation (dtypes, shapes, grid,
@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, StrataError
-from ..kernel.ir import Kernel, KernelVerifyError, verify_kernel
+from ..kernel_ir.ir import Kernel, KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 
@@ -105,7 +105,7 @@ class KernelFunction:
 
     def checked(self, k: Kernel) -> tuple[Kernel, list]:
         """k with its accesses bounds-checked, and the access sites (built once per k)."""
-        from ..kernel.bounds_check import add_bounds_checks
+        from ..kernel_ir.bounds_check import add_bounds_checks
         key = ("checked", id(k))
         if key not in self.cache:
             self.cache[key] = (k,) + add_bounds_checks(k)
@@ -139,7 +139,7 @@ class _Launcher:
         self.fn, self.grid, self.block = fn, grid, block
 
     def __call__(self, *args, device: str | None = None, checked: bool = False, **kwargs):
-        """checked=True: native launches test every access too (kernel/bounds_check.py) and an
+        """checked=True: native launches test every access too (kernel_ir/bounds_check.py) and an
         out-of-bounds one is the simulator's SimError; the simulator always checks."""
         kinds, values = self.fn.bind(args, kwargs)
         tensors = {n: v for n, v in values.items() if kinds[n][0] == "tensor"}
@@ -165,7 +165,7 @@ class _Launcher:
 def _run_checked(run, checked: tuple, tensors: dict, values: dict) -> None:
     import torch
 
-    from ..kernel.bounds_check import FAULT, fault_sentence
+    from ..kernel_ir.bounds_check import FAULT, fault_sentence
     from ..errors import SimError
     k, sites = checked
     device = next((t.device for t in tensors.values() if isinstance(t, torch.Tensor)), "cpu")
@@ -215,8 +215,8 @@ def run_sim(k: Kernel, tensors: dict, scalars: dict) -> None:
     """Simulate one launch; tensors the kernel writes are updated in place."""
     import torch
 
-    from ..kernel.sim import run_kernel
-    from ..kernel.sim_memory import storage_numpy
+    from ..kernel_ir.sim import run_kernel
+    from ..kernel_ir.sim_memory import storage_numpy
     memory, written = {}, {p.name for p in k.params if p.output}
     for p in k.params:
         t = tensors[p.name]
@@ -246,16 +246,16 @@ def source_of(k: Kernel, target: str) -> str:
         return _c_source(k)
     if target in ("opencl", "hip", "metal"):
         import importlib
-        return importlib.import_module(f"..target.{target}", __package__).emit_source([k])
+        return importlib.import_module(f"..codegen.{target}", __package__).emit_source([k])
     raise StrataError(f"target {target!r}: a kernel's source is 'cuda', 'c', 'opencl', 'hip' "
                       f"or 'metal'")
 
 
 def _c_source(k: Kernel) -> str:
-    from ..kernel.thread_loops import to_thread_loops
-    from ..target.c import C_TYPES, emit_kernel
-    from ..target.c_prelude import PRELUDE
-    from ..target.cuda import cname
+    from ..kernel_ir.thread_loops import to_thread_loops
+    from ..codegen.c import C_TYPES, emit_kernel
+    from ..codegen.c_prelude import PRELUDE
+    from ..codegen.cuda import cname
     one = to_thread_loops(k)
     args = [f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{i}]"
             for i, p in enumerate(one.params)]
@@ -356,7 +356,7 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
 
 
 def cname_of(name: str) -> str:
-    from ..target.cuda import cname
+    from ..codegen.cuda import cname
     return cname(name)
 
 
@@ -373,7 +373,7 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
 
     from ..runtime.launch import PackedArgs
     from ..runtime.program import compile_cubin
-    from ..target.cuda import cname
+    from ..codegen.cuda import cname
     fake = driver is not None
     if driver is None:
         if not torch.cuda.is_available():
@@ -402,8 +402,8 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
 
 
 def source_of_arch(k: Kernel, arch: str) -> str:
-    from ..kernel.ir import KernelProgram
-    from ..target.cuda import emit_program
+    from ..kernel_ir.ir import KernelProgram
+    from ..codegen.cuda import emit_program
     return emit_program(KernelProgram([], [k], []), arch)
 
 

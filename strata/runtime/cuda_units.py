@@ -4,7 +4,7 @@ Why: a whole model is about 500 kernels, 5 MB of CUDA in one source, and NVRTC t
 each of SmolLM2-135M's two programs (one core, 2026-11-26); on the GPU machine the decode
 benchmark ran past its 200 s step without launching a kernel. Two facts cut that:
   twins    the layers repeat, so most kernels differ from an earlier one only in their own name
-           and their buffers' names (kernel/twins.py finds them; the C target calls one function
+           and their buffers' names (kernel_ir/twins.py finds them; the C target calls one function
            for them). Such a kernel is not compiled again: it launches its first twin's function
            with its own arguments, which the ABI passes by position (runtime/launch.py).
   threads  NVRTC releases the GIL, so units compile on threads, one per core.
@@ -17,8 +17,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from ..kernel.ir import KernelProgram
-from ..target.cuda import cname, distinct_kernels, emit_kernel, emit_program, numbered
+from ..kernel_ir.ir import KernelProgram
+from ..codegen.cuda import cname, distinct_kernels, emit_kernel, emit_program, numbered
 
 UNIT_KERNELS = 16
 
@@ -32,7 +32,7 @@ class Units:
 
 def plan_units(program: KernelProgram, arch: str) -> Units:
     """Each kernel's function (its own, or its twin's: the lowering's `program.twins`, else the
-    same code by target/cuda.py's `numbered`), and the kernels compiled, split into units; each
+    same code by codegen/cuda.py's `numbered`), and the kernels compiled, split into units; each
     unit is emit_program's source for its kernels."""
     first: dict[tuple, str] = {}
     function_of: dict[str, str] = {}

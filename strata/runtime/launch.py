@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernel.ir import Kernel
-from ..target.cuda import cname
+from ..kernel_ir.ir import Kernel
+from ..codegen.cuda import cname
 
 
 class PackedArgs:

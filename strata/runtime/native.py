@@ -1,6 +1,6 @@
 """A KernelProgram compiled to a native shared library and run on torch CPU tensors.
 
-Why: the CPU target's whole runtime. The program's C (target/c.py) is compiled once by the host
+Why: the CPU target's whole runtime. The program's C (codegen/c.py) is compiled once by the host
 compiler (runtime/cc.py) through a persistent cache and loaded with ctypes
 (runtime/native_build.py); a run is one call, `strata_run(void** args)`, with the data pointers
 of the program's buffers in KernelProgram.buffers order: inputs as given (checked and, if
@@ -25,7 +25,7 @@ import torch
 
 from .. import dtypes
 from ..errors import InputMismatch
-from ..kernel.ir import KernelProgram
+from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
 from .native_build import build_library, load_library
 from .program import mutated_inputs, poison_
@@ -43,7 +43,7 @@ class NativeProgram:
 
     def __init__(self, program: KernelProgram, weights: Mapping[str, torch.Tensor] | None = None,
                  *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None):
-        from ..target.c import emit_program
+        from ..codegen.c import emit_program
         self.program, self.poison = program, poison
         # emit_program refuses kernels a CPU cannot run; `source`: the program's C, emitted already
         self.source = source or emit_program(program)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import torch
 
 from .. import dtypes
-from ..kernel.ir import KernelProgram
+from ..kernel_ir.ir import KernelProgram
 from ..errors import InputMismatch
 from .args import prepare_args, prepare_weights
 from .cuda_units import compile_units, plan_units
@@ -48,7 +48,7 @@ def mutated_inputs(program: KernelProgram) -> list[str]:
 def _arch_for(program: KernelProgram, device_arch: str) -> str:
     """The device's architecture, sm_90a on an sm_90 device when a kernel uses wgmma (the
     architecture-specific features exist only in code built for sm_90a)."""
-    from ..kernel.ir import Wgmma, walk
+    from ..kernel_ir.ir import Wgmma, walk
     if device_arch == "sm_90" and any(isinstance(s, Wgmma) for k in program.kernels
                                       for s in walk(k.body)):
         return "sm_90a"
@@ -81,7 +81,7 @@ class CudaProgram:
     def __init__(self, program: KernelProgram, arch: str | None = None, *,
                  inputs: Mapping | None = None, weights: Mapping[str, torch.Tensor] | None = None,
                  device=None, use_graph: bool = True, poison: bool = False, driver=None):
-        from ..target.cuda import cname
+        from ..codegen.cuda import cname
         self.program = program
         self.driver = driver or _default_driver()
         self.device = _resolve_device(device)

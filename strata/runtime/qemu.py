@@ -21,7 +21,7 @@ import torch
 
 from .. import dtypes
 from ..errors import CompileError, DeviceUnavailable
-from ..kernel.ir import KernelProgram
+from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
 from .disasm import build
 from .program import mutated_inputs

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import CudaError
-from ..kernel.ir import SWIZZLE_BYTES, Param
+from ..kernel_ir.ir import SWIZZLE_BYTES, Param
 
 DATA_TYPES = {"bf16": "BFLOAT16", "f16": "FLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
               "i32": "INT32", "i64": "INT64", "u8": "UINT8"}

@@ -24,7 +24,7 @@ multiple of 32 and at most 1024), KV_SPLITS (default from tile/split.py's rule, 
 queries fit one block; any value from 1 to the number of key blocks).
 
 INSTR=mma|fma: "mma" (the default for f16/bf16 q, k, v on sm_80+) is the FlashAttention-2
-schedule on tensor cores (kernel/lower_attention_mma.py): one warp per 16 rows, BLOCK_M and
+schedule on tensor cores (kernel_ir/lower_attention_mma.py): one warp per 16 rows, BLOCK_M and
 BLOCK_N multiples of 16, ROW_THREADS unused; S = Q K^T and O += P V by mma.sync m16n8k16, the
 online softmax on the accumulator fragments. "fma" is the CUDA-core schedule above, taken for
 fp32, older targets, a pinned ROW_THREADS or a BLOCK_M/BLOCK_N that is not a multiple of 16,

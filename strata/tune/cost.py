@@ -10,9 +10,9 @@ the measured best), which `strata tune` prints. A roofline of three terms, per k
     row read twice), at the per-core cache bandwidth, over the cores that run it;
   - compute: every arithmetic operation (an exp, a tanh ... as ten), at the per-core scalar
     rate, divided by the vector width inside loops the C target vectorises (`#pragma omp
-    simd`, target/c_simd.py), and by two more in its vdpbf16ps loops (target/c_dot.py);
+    simd`, codegen/c_simd.py), and by two more in its vdpbf16ps loops (codegen/c_dot.py);
 plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
-target/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
+codegen/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
 copy with torch); the per-core rates are constants (SCALAR_GOPS, CACHE_GBS), the vector width
 is the Target's.
 """
@@ -25,8 +25,8 @@ from .. import dtypes
 from .. import machine as profile
 from ..expr import Expr, Op, children
 from ..scalar_ops import TRANSCENDENTAL
-from ..kernel.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
-from ..target.c_dot import match_dot
+from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
+from ..codegen.c_dot import match_dot
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
 CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
@@ -40,7 +40,7 @@ class Machine:
     dram_gbs: float                 # bytes per ns across the whole chip
     cores: int
     vector: int                     # fp32 lanes of a vector
-    dot_bf16: bool = False          # vdpbf16ps (AVX512-BF16): target/c_dot.py's loops
+    dot_bf16: bool = False          # vdpbf16ps (AVX512-BF16): codegen/c_dot.py's loops
     cache_gbs: float = CACHE_GBS    # loads and stores per core, bytes per ns
 
 
@@ -82,7 +82,7 @@ class Counts:
 
 
 def _trips(s: For) -> float:
-    from ..target.c import _trip_count
+    from ..codegen.c import _trip_count
     n = _trip_count(s)
     return UNKNOWN_TRIPS if n is None else n
 
@@ -103,7 +103,7 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
 
 
 def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, dots=()) -> None:
-    from ..target.c_simd import plan_loop
+    from ..codegen.c_simd import plan_loop
     for s in body:
         if isinstance(s, For):
             inner = Counts()
@@ -169,7 +169,7 @@ def kernel_work(k: Kernel) -> tuple[float, int]:
 
 def estimate_ms(k: Kernel, m: Machine) -> float:
     """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
-    from ..target.c import runs_in_parallel
+    from ..codegen.c import runs_in_parallel
     sizes, types = _sizes_types(k)
     bufs = {p.name: p.dtype for p in k.params}
     dots = {id(s) for s in walk(k.body) if isinstance(s, For) and m.dot_bf16 and match_dot(s, bufs, types)}
@@ -190,7 +190,7 @@ def program_ms(kernels, target) -> float:
 
 
 def gpu_roofline_us(prof, target) -> float | None:
-    """A GPU kernel's time on `target` from what the simulator counted (kernel/sim_profile.py):
+    """A GPU kernel's time on `target` from what the simulator counted (kernel_ir/sim_profile.py):
     the slowest of its global bytes (at least each parameter once: cp.async, TMA and ldmatrix
     traffic is not counted) at the DRAM bandwidth, its scalar operations at the CUDA-core rate
     and its tensor-core flops at the tensor rate. No launch cost, no overlap loss: a lower

@@ -39,7 +39,7 @@ class Texts:
 
 def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -> dict:
     """The page's data for a compiled `program` (api.Program); `verdict` a check.Report,
-    `profiles` the simulator's counters of that run (kernel/sim_profile.py), `bench` the CPU
+    `profiles` the simulator's counters of that run (kernel_ir/sim_profile.py), `bench` the CPU
     timings (measured.cpu_bench)."""
     lowered, ctx = recorded_lowering(program)
     texts = Texts()

@@ -1,6 +1,6 @@
 """Measured results the page shows beside a kernel: the simulator's access counters when
 `strata view --device sim` ran the program (the counters `strata run --device sim --profile`
-prints, kernel/sim_profile.py), gathered during the verdict's own run, so they cost nothing
+prints, kernel_ir/sim_profile.py), gathered during the verdict's own run, so they cost nothing
 more than that run."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tensor-core attention (INSTR=mma, kernel/lower_attention_mma.py): mma.sync m16n8k16 for
+"""The tensor-core attention (INSTR=mma, kernel_ir/lower_attention_mma.py): mma.sync m16n8k16 for
 S = Q K^T and O += P V, the online softmax on the accumulator fragments. Run through the
 simulator (exact fragment layouts, races) against eager float64 at awkward shapes; the knob pins
 both ways and declines where it must; a wrong P packing gives wrong answers; a long causal
@@ -11,8 +11,8 @@ from conftest import compile_with_nvrtc, run_and_compare
 import strata
 from strata import check
 from strata.context import Context
-from strata.kernel import lower_attention_mma
-from strata.kernel.ir import Mma
+from strata.kernel_ir import lower_attention_mma
+from strata.kernel_ir.ir import Mma
 
 F = torch.nn.functional
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}

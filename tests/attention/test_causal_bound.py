@@ -6,8 +6,8 @@ import torch
 from attention_helpers import check_fused, compare_with
 
 from strata.expr import Const, Var
-from strata.kernel import lower_attention
-from strata.kernel.ir import Let
+from strata.kernel_ir import lower_attention
+from strata.kernel_ir.ir import Let
 
 F = torch.nn.functional
 

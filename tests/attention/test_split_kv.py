@@ -10,7 +10,7 @@ from attention_helpers import check_fused
 import strata
 from strata.context import Context
 from strata.expr import Const
-from strata.kernel import lower_attention_combine
+from strata.kernel_ir import lower_attention_combine
 
 F = torch.nn.functional
 

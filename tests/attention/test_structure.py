@@ -8,7 +8,7 @@ from conftest import compile_with_nvrtc
 import strata
 from strata.context import Context
 from strata.expr import Const
-from strata.kernel import lower_attention
+from strata.kernel_ir import lower_attention
 
 F = torch.nn.functional
 

@@ -133,7 +133,7 @@ def test_checked_and_unchecked_agree_in_bounds(device, blocks):
 
 
 def test_the_checked_source_guards_every_access():
-    from strata.kernel.bounds_check import FAULT, add_bounds_checks
+    from strata.kernel_ir.bounds_check import FAULT, add_bounds_checks
     x, idx, out = torch.randn(5), torch.zeros(4, dtype=torch.int32), torch.zeros(4)
     k, sites = add_bounds_checks(gather.kernel_ir((x, idx, out), grid=1, block=4))
     assert [(s.what, s.buf, s.size) for s in sites] == [

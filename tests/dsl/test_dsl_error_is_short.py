@@ -32,4 +32,4 @@ def test_out_of_bounds_on_the_simulator_is_the_sentence_at_the_launch(tmp_path):
 
 def test_strata_debug_shows_the_simulator_frames(tmp_path):
     err = _run(tmp_path, STRATA_DEBUG="1")
-    assert len(err) > 10 and any("kernel/sim.py" in line for line in err)
+    assert len(err) > 10 and any("kernel_ir/sim.py" in line for line in err)

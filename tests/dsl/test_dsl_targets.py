@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from strata.errors import CompileError
-from strata.kernel.ir import CpAsyncCommit, Kernel, Param, Sync
-from strata.target import hip, metal, opencl
+from strata.kernel_ir.ir import CpAsyncCommit, Kernel, Param, Sync
+from strata.codegen import hip, metal, opencl
 from test_dsl_examples import EXAMPLES, launched_kernels
 
 HIP_ON_CUDA = r"""#include <cuda_fp16.h>

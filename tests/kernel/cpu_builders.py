@@ -1,6 +1,6 @@
 """Hand-built Kernel IR programs with one thread per block (block=1), as a CPU schedule writes them.
 
-The C target (strata/target/c.py) runs only such kernels: a block is one iteration of an OpenMP
+The C target (strata/codegen/c.py) runs only such kernels: a block is one iteration of an OpenMP
 loop, so a block walks its elements or its row with `For` loops instead of threads. Each builder
 returns a KernelProgram the simulator also runs, so the native and simulated results compare."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from kernel_builders import F, I, V, _zoo_ops, _zoo_value, fcall
 from strata import expr as E
 from strata import scalar_ops
 from strata.dtypes import compute_dtype, is_float
-from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
+from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
                               LoadVec, Param, Store, StoreVec)
 
 

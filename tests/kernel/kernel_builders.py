@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from strata import expr as E
 from strata import scalar_ops
-from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load,
+from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load,
                               LoadVec, Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 from strata.dtypes import compute_dtype
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from strata import expr as E
-from strata.kernel.ir import (BlockIdx, Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
+from strata.kernel_ir.ir import (BlockIdx, Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                               KernelProgram, LdMatrix, Let, Mma, Param, Smem, Store, StoreVec, Sync,
                               ThreadIdx)
 

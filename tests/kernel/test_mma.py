@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from strata import dtypes, expr as E
-from strata.kernel import sim_mma
-from strata.kernel.ir import LdMatrix, Mma
-from strata.kernel.sim import simulate
+from strata.kernel_ir import sim_mma
+from strata.kernel_ir.ir import LdMatrix, Mma
+from strata.kernel_ir.sim import simulate
 
 import kernel_builders as B
 import mma_builders as MB

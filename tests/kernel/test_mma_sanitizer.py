@@ -7,9 +7,9 @@ import pytest
 
 from strata import expr as E
 from strata.errors import SimError
-from strata.kernel.ir import (Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel, LdMatrix,
+from strata.kernel_ir.ir import (Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel, LdMatrix,
                               Let, Load, Mma, Param, Smem, Store, Sync, ThreadIdx)
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 
 import kernel_builders as B
 import mma_builders as MB

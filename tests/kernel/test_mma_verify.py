@@ -2,7 +2,7 @@
 import pytest
 
 from strata import expr as E
-from strata.kernel.ir import (CpAsync, CpAsyncWait, Kernel, KernelVerifyError, LdMatrix, Let, Mma,
+from strata.kernel_ir.ir import (CpAsync, CpAsyncWait, Kernel, KernelVerifyError, LdMatrix, Let, Mma,
                               Param, Smem, ThreadIdx, verify_kernel)
 
 import kernel_builders as B

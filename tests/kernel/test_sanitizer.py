@@ -5,9 +5,9 @@ import pytest
 
 from strata import expr as E
 from strata.errors import SimError
-from strata.kernel.ir import (BlockIdx, Buffer, For, If, Kernel, Let, Load, LoadVec, Param,
+from strata.kernel_ir.ir import (BlockIdx, Buffer, For, If, Kernel, Let, Load, LoadVec, Param,
                               ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 
 import kernel_builders as B
 
@@ -116,7 +116,7 @@ def test_two_threads_write_one_global_element():
 
 
 def test_global_write_race_across_batches(monkeypatch):
-    from strata.kernel import sim
+    from strata.kernel_ir import sim
     monkeypatch.setattr(sim, "MAX_LANES", 128)
     n = 256
     body = [B.global_index(128), Store("out", E.mod(i, 128), B.F(1.0))]

@@ -5,10 +5,10 @@ import torch
 
 from strata import dtypes, expr as E
 from strata.errors import InputMismatch
-from strata.kernel import sim
-from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, Let, Load, Param, ShflIdx,
+from strata.kernel_ir import sim
+from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, Let, Load, Param, ShflIdx,
                               Store, ThreadIdx)
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 
 import kernel_builders as B
 
@@ -193,8 +193,8 @@ def test_inputs_are_checked():
 
 def test_run_kernel_works_in_place_on_flat_storage():
     from strata.errors import SimError
-    from strata.kernel.sim import run_kernel
-    from strata.kernel.sim_memory import poison, to_storage
+    from strata.kernel_ir.sim import run_kernel
+    from strata.kernel_ir.sim_memory import poison, to_storage
     k = B.copy(100, "bf16").kernels[0]
     x = randn(100)
     bufs = {"x": to_storage(x, "bf16"), "out": poison("bf16", 100)}

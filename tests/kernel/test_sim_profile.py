@@ -1,4 +1,4 @@
-"""The simulator's access counters (kernel/sim_profile.py, `strata run --device sim --profile`):
+"""The simulator's access counters (kernel_ir/sim_profile.py, `strata run --device sim --profile`):
 sectors per global request and wavefronts per shared request against the ideal, on hand-built
 kernels whose answer is known, and on the op suite's row kernels."""
 import numpy as np
@@ -9,9 +9,9 @@ import strata
 from kernel_builders import I, V, program
 from strata import expr as E
 from strata.cli import main
-from strata.kernel.ir import Buffer, Kernel, Let, Load, Param, Smem, Store, Sync, ThreadIdx
-from strata.kernel.sim import simulate
-from strata.kernel.sim_profile import profiling
+from strata.kernel_ir.ir import Buffer, Kernel, Let, Load, Param, Smem, Store, Sync, ThreadIdx
+from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.sim_profile import profiling
 
 WARP = 32
 

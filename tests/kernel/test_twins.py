@@ -1,4 +1,4 @@
-"""Twins (kernel/twins.py): kernels alike but for their names are lowered once and renamed; the
+"""Twins (kernel_ir/twins.py): kernels alike but for their names are lowered once and renamed; the
 renamed kernel reads and writes its own buffers (checked on the simulator, which runs every
 kernel's Kernel IR, and natively, where the C target calls the first one's function)."""
 import pytest

@@ -10,9 +10,9 @@ from mma_builders import rewrite
 
 from strata import dtypes
 from strata import expr as E
-from strata.kernel import sim_wgmma
-from strata.kernel.ir import Wgmma
-from strata.kernel.sim import simulate
+from strata.kernel_ir import sim_wgmma
+from strata.kernel_ir.ir import Wgmma
+from strata.kernel_ir.sim import simulate
 
 RNG = np.random.default_rng(23)
 

@@ -8,8 +8,8 @@ import pytest
 import wgmma_builders as W
 
 from strata import dtypes
-from strata.kernel import sim_wgmma
-from strata.kernel.sim import simulate
+from strata.kernel_ir import sim_wgmma
+from strata.kernel_ir.sim import simulate
 
 RNG = np.random.default_rng(31)
 

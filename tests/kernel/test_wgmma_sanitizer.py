@@ -12,7 +12,7 @@ from mma_builders import rewrite
 from strata import dtypes
 from strata import expr as E
 from strata.errors import SimError
-from strata.kernel.ir import (
+from strata.kernel_ir.ir import (
     For,
     If,
     KernelVerifyError,
@@ -26,7 +26,7 @@ from strata.kernel.ir import (
     WgmmaFence,
     WgmmaWait,
 )
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 
 RNG = np.random.default_rng(5)
 

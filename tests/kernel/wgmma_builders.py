@@ -13,7 +13,7 @@ from kernel_builders import I, V, program
 from strata import dtypes
 from strata import expr as E
 from strata.dtypes import compute_dtype
-from strata.kernel.ir import (
+from strata.kernel_ir.ir import (
     BlockIdx,
     Buffer,
     FenceProxyAsync,

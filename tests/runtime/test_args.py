@@ -5,7 +5,7 @@ import torch
 
 from strata.errors import InputMismatch
 from strata.frontend.torch_ir import TorchType
-from strata.kernel.ir import Buffer
+from strata.kernel_ir.ir import Buffer
 from strata.runtime.args import (
     POINTER_ALIGN,
     as_kernel_arg,

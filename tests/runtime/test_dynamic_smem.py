@@ -15,11 +15,11 @@ import strata
 from strata import check, dtypes
 from strata.api import to_numpy
 from strata.context import Context
-from strata.kernel.sim import run_kernel
-from strata.kernel.sim_memory import storage_numpy
+from strata.kernel_ir.sim import run_kernel
+from strata.kernel_ir.sim_memory import storage_numpy
 from strata.runtime import program as runtime_program
 from strata.runtime.program import CudaProgram
-from strata.target.cuda import cname
+from strata.codegen.cuda import cname
 
 
 class _Names:

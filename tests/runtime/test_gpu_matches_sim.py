@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 from cuda.bindings import driver as cu  # noqa: E402
 
-from strata.kernel.sim import simulate  # noqa: E402
-from strata.kernel.sim_memory import poison, to_storage, to_user  # noqa: E402
+from strata.kernel_ir.sim import simulate  # noqa: E402
+from strata.kernel_ir.sim_memory import poison, to_storage, to_user  # noqa: E402
 from strata.runtime.nvrtc import compile_cuda  # noqa: E402
-from strata.target.cuda import emit_program  # noqa: E402
+from strata.codegen.cuda import emit_program  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402

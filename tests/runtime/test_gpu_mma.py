@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from strata import dtypes
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 
 from test_gpu_matches_sim import ARCH, run_on_gpu  # noqa: E402  (skips without cuda-bindings)
 

@@ -1,4 +1,4 @@
-"""The native CPU target (target/c.py -> runtime/cc.py -> runtime/native.py) computes what the
+"""The native CPU target (codegen/c.py -> runtime/cc.py -> runtime/native.py) computes what the
 simulator computes: bit for bit where the C and NumPy operations are the same IEEE operations,
 within 1e-6 relative for libm's transcendental functions (glibc and NumPy differ by an ulp or
 two). Reductions take data whose sums and products are exact in every order, so the reassociation
@@ -19,10 +19,10 @@ import torch
 
 from strata import dtypes
 from strata.errors import CompileError, DeviceUnavailable, InputMismatch
-from strata.kernel.sim import simulate
+from strata.kernel_ir.sim import simulate
 from strata.runtime import cache, cc, native_build
 from strata.runtime.native import NativeProgram
-from strata.target.c import emit_program
+from strata.codegen.c import emit_program
 
 try:
     cc.find_compiler()
@@ -397,7 +397,7 @@ def test_a_build_started_early_is_awaited_not_repeated(cache_dir, compiles, monk
     if not cached:
         monkeypatch.setenv("STRATA_NO_CACHE", "1")
     program = C.row_reduce(3, 7, "f32", "sum")
-    from strata.target.c import emit_program
+    from strata.codegen.c import emit_program
     source = emit_program(program)
     native_build.build_soon(source)
     x = torch.rand(3, 7)

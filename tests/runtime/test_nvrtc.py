@@ -9,7 +9,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 from strata.errors import CompileError  # noqa: E402
 from strata.runtime import nvrtc  # noqa: E402
-from strata.target.cuda import emit_program  # noqa: E402
+from strata.codegen.cuda import emit_program  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402
@@ -58,6 +58,6 @@ def test_bad_arch_and_bad_want():
 
 
 def test_importing_strata_does_not_load_cuda_bindings():
-    code = ("import sys, strata.runtime.nvrtc, strata.target.cuda, strata.kernel.sim; "
+    code = ("import sys, strata.runtime.nvrtc, strata.codegen.cuda, strata.kernel_ir.sim; "
             "assert 'cuda.bindings.nvrtc' not in sys.modules, 'loaded'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,9 +12,9 @@ import torch
 
 from strata import dtypes
 from strata.api import compile_snippet
-from strata.kernel.ir import Buffer, Kernel, KernelProgram, Param
-from strata.kernel.sim import simulate
-from strata.kernel.sim_memory import storage_numpy
+from strata.kernel_ir.ir import Buffer, Kernel, KernelProgram, Param
+from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.sim_memory import storage_numpy
 from strata.runtime.slab import (
     ALIGN,
     SlabPlan,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from strata.errors import CudaError
-from strata.kernel.ir import Kernel, Param, TensorMap
+from strata.kernel_ir.ir import Kernel, Param, TensorMap
 from strata.runtime.launch import Launch, PackedArgs
 from strata.runtime.tensor_map import encode, encode_args
 

@@ -104,7 +104,7 @@ def check_cases(cases: dict, tol=1e-5, precisions=("f64",), pipeline=False):
 
 def _through_pipeline(prog, feed: dict) -> dict:
     """{Tensor IR output name: simulated kernel output} for a captured program."""
-    from strata.kernel.sim import simulate
+    from strata.kernel_ir.sim import simulate
     from strata.pipeline import lower_torch_program
     from strata.runtime.nvrtc import compile_cuda
     low = lower_torch_program(prog)

@@ -100,7 +100,7 @@ def test_cuda_and_hip_sources_compile_with_nvrtc():
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed, "
                         "so the CUDA source of a bitwise kernel cannot be compiled here")
     from strata.runtime.nvrtc import compile_cuda
-    from strata.target import hip
+    from strata.codegen import hip
     hip_on_cuda = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
                    "typedef __nv_bfloat16 __hip_bfloat16;")
     for dtype in DTYPES:
@@ -114,7 +114,7 @@ def test_cuda_and_hip_sources_compile_with_nvrtc():
 
 def test_metal_prints_its_own_type_names():
     """Metal inherits C's printing through OpenCL's emitter (xcrun metal is not here)."""
-    from strata.target import metal
+    from strata.codegen import metal
     for dtype in DTYPES:
         text = metal.emit_source(one_kernel(dtype)[0].kernels)
         assert "long long" not in text and "~" in text and "<<" in text, text

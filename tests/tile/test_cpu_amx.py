@@ -1,4 +1,4 @@
-"""CPU contractions on AMX tiles (cpu_matmul FORM=amx, target/c_amx.py): run natively and compared
+"""CPU contractions on AMX tiles (cpu_matmul FORM=amx, codegen/c_amx.py): run natively and compared
 with float64 eager at odd shapes (M, N not multiples of 16, K not a multiple of 32), with fused
 epilogues, on the C emulation of the tile ops (every machine) and on the instructions (where the
 CPU has AMX); and the default rule, on targets built by name."""

@@ -1,5 +1,5 @@
 """CPU contractions in the dot form (cpu_matmul FORM=dot: vectors along K, no packing) and the
-C target's vdpbf16ps loops (target/c_dot.py). Run natively and compared with float64 eager at
+C target's vdpbf16ps loops (codegen/c_dot.py). Run natively and compared with float64 eager at
 odd, prime and size-1 shapes, K in chunks or not, one and two reductions, bf16 and f32."""
 import io
 from dataclasses import replace
@@ -13,8 +13,8 @@ from conftest import HAS_CC
 from strata import check
 from strata.context import Context
 from strata.expr import Const, Var, add, call
-from strata.kernel.ir import Assign, For, Let, Load
-from strata.target.c_dot import match_dot
+from strata.kernel_ir.ir import Assign, For, Let, Load
+from strata.codegen.c_dot import match_dot
 from strata.targets import host
 from strata.tile.ir import format_kernel
 

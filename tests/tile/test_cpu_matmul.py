@@ -1,4 +1,4 @@
-"""The CPU contraction schedule (tile/passes/cpu_matmul.py -> kernel/lower_matmul.py -> target/c.py):
+"""The CPU contraction schedule (tile/passes/cpu_matmul.py -> kernel_ir/lower_matmul.py -> codegen/c.py):
 a packed, register-tiled micro-kernel, run natively and compared with eager at the edges its
 tiles have (M and N not multiples of the register tile, prime K, one row, one column), with
 16-bit operands, prologues on either side, fused epilogues, strided inputs, batches and every

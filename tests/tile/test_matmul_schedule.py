@@ -13,7 +13,7 @@ from conftest import run_and_compare
 from strata import pipeline
 from strata.context import Context
 from strata.errors import SimError
-from strata.kernel.lower import lower
+from strata.kernel_ir.lower import lower
 from strata.tile.ir import Sync, TileProgram, map_body
 
 r = torch.randn

@@ -16,8 +16,8 @@ from conftest import compile_with_nvrtc, run_and_compare
 from strata import check, pipeline
 from strata.context import Context
 from strata.errors import SimError
-from strata.kernel.ir import CpAsyncWait, Mma
-from strata.kernel.lower import lower
+from strata.kernel_ir.ir import CpAsyncWait, Mma
+from strata.kernel_ir.lower import lower
 
 r = torch.randn
 BF16, F16 = torch.bfloat16, torch.float16

@@ -1,4 +1,4 @@
-"""The Hopper schedule (wgmma_tile, wgmma_pipeline; kernel/lower_wgmma.py): on --target sm_90a,
+"""The Hopper schedule (wgmma_tile, wgmma_pipeline; kernel_ir/lower_wgmma.py): on --target sm_90a,
 fp16/bf16 contractions run as TMA + mbarrier pipelines feeding wgmma (operands K-major, or
 MN-major read with the transpose bits).
 Through the simulator against eager float64 at awkward shapes (edges zero-filled by TMA), the
@@ -16,7 +16,7 @@ from ir_rewrite import rewrite
 from strata import check, pipeline
 from strata.context import Context
 from strata.errors import SimError
-from strata.kernel.ir import (
+from strata.kernel_ir.ir import (
     KernelVerifyError,
     MbarWait,
     Smem,

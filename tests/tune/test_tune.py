@@ -193,9 +193,9 @@ def test_bad_tune_options_are_one_sentence(argv, says, capsys):
 
 def test_cost_model_ranks_and_estimates():
     """Spearman with ties; a kernel's estimate grows with its work and shrinks with its cores."""
-    from strata.kernel.ir import Kernel, Param, Store
+    from strata.kernel_ir.ir import Kernel, Param, Store
     from strata.expr import Const, Var
-    from strata.kernel.ir import For, Load
+    from strata.kernel_ir.ir import For, Load
     from strata.tune.cost import Machine, estimate_ms, spearman
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

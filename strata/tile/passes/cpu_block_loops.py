@@ -15,7 +15,7 @@ per inner position) that are added up after it: summed into one variable, each i
 end in a horizontal vector sum (that GEMV: 4.4 ms so, 1.9 ms with the partial sums). Other
 accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole. A row of
 quantized blocks gets QDOT=vnni where the CPU has AVX512-VNNI and the row writes bf16 or fp16
-(target/c_qdot.py: int8 activations err about as much as 16-bit floats, 0.6% of the norm, so
+(codegen/c_qdot.py: int8 activations err about as much as 16-bit floats, 0.6% of the norm, so
 fp32 rows keep the float lanes unless QDOT=vnni is pinned).
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ contraction.cpu_form) runs the
 same register tiles the other way round: no panel; each K step loads THREAD_M (default 2) rows
 of the M-side operand and TILE_N (default 8) rows of the N-side one straight from memory, and the
 C compiler vectorises the K loop, so each point's accumulator is a vector of partial sums added up
-after it (target/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows
+after it (codegen/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows
 contiguous along K as a linear layer stores them). A register tile overhanging M or N reads the
 last row again (its points are not stored). When the block's TILE_N rows of the N-side operand
 would not fit in L1, the K loops run K_CHUNK elements at a time over all the block's register
@@ -25,12 +25,12 @@ FORM=pairs (the default for bf16 operands on AVX512-BF16 where the dot form does
 is under contraction.DOT_T_MIN_M: `x @ w` of a (K, N) weight, attention's matmuls) is the packed
 form with a bf16 panel holding two K per column side by side: each K step of a register tile
 then reads a pair of each row (one 32-bit broadcast) and 2 x 16 columns of the panel, and
-target/c_pairs.py prints it as 12 vdpbf16ps (x @ w, 128 x 2048 x 5632: 3.96 ms, eager 4.23, the
+codegen/c_pairs.py prints it as 12 vdpbf16ps (x @ w, 128 x 2048 x 5632: 3.96 ms, eager 4.23, the
 packed f32 form 7.22).
 
 FORM=amx (the default for bf16 on a CPU with AMX-BF16, see contraction.cpu_form) is the pairs
 form with 32 x 32 register tiles (16 rows when M is 16 or less): the panel's K pairs are AMX's
-B-tile layout, and target/c_amx.py prints the K loop as 2 x 2 tiles of tdpbf16ps (16x16 fp32
+B-tile layout, and codegen/c_amx.py prints the K loop as 2 x 2 tiles of tdpbf16ps (16x16 fp32
 each, 32 K a step), emulated in C where the CPU has no AMX.
 
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
@@ -128,9 +128,9 @@ def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
 
 def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, amx: bool = False):
     """FORM=pairs: one reduce loop's bf16 panel with K in pairs per column (each K step of a
-    register tile then reads two K of a row and of the panel: target/c_pairs.py), and its K loop,
+    register tile then reads two K of a row and of the panel: codegen/c_pairs.py), and its K loop,
     over pairs, for one register tile (rows past M read row M - 1). FORM=amx: the same, the panel
-    named `*_amx` for target/c_amx.py."""
+    named `*_amx` for codegen/c_amx.py."""
     a, b = sides(c, loop)
     b_side = _clamped(closure(loop.body, b), c.n, k.extent(c.n), mt.tile_n)
     name, fast = (f"{b}_amx", fastest_axis(k, b_side, loop.var, c.n)) if amx else (f"{b}_panel", "x")

@@ -1,7 +1,7 @@
 """cpu_rows: the CPU schedule of a kernel, after tileify: outer free axes split across cores,
 the innermost axis a loop the C compiler vectorises.
 
-A CPU target runs one thread per block (target/c.py): each block is one iteration of an OpenMP
+A CPU target runs one thread per block (codegen/c.py): each block is one iteration of an OpenMP
 parallel loop over the cores, and inner loops get `#pragma omp simd` (reductions with a vector
 accumulator). So a rows kernel keeps its rows as blocks (GROUP=1, BLOCK=1: its reduce and free
 loops run inside the block, vectorised), and an elementwise kernel becomes rows over all but its

@@ -291,7 +291,7 @@ def lower(tp: TileProgram) -> KernelProgram:
                 known.add(b.name)
                 buffers.append(Buffer(b.name, b.dtype, b.shape, b.kind))
     kernels, firsts, twins = [], {}, {}
-    for tk in tp.kernels:           # a twin (kernel/twins.py) is the first one renamed
+    for tk in tp.kernels:           # a twin (kernel_ir/twins.py) is the first one renamed
         key = tile_key(tk)
         if key in firsts and firsts[key][0].name != tk.name:
             first, k = firsts[key]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..expr import Const, Expr, Op, Var, affine_terms, children, free_vars, substitute
-from ..kernel.ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
+from ..kernel_ir.ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
 
 _CLAUSE = {"add": "+", "multiply": "*", "maximum": "max", "minimum": "min"}
 

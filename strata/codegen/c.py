@@ -5,7 +5,7 @@ so a kernel is a loop over its blocks, which are independent: `#pragma omp paral
 schedule(static)` runs them on every core (unless the whole kernel is less work than waking the
 threads costs), threadIdx.x is 0 and blockIdx.x is the loop variable.
 Everything else is what the CUDA emitter prints, so this module subclasses its tree walk
-(target/cuda.py: expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts,
+(codegen/cuda.py: expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts,
 index types, provenance comments) and overrides only what differs in C:
   - a kernel is `static void k_name(const T* restrict in, ..., T* restrict out)`, and
     `void strata_run(void** args)` calls every kernel in launch order with args[k] the data
@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import CompileError
 from ..expr import Cast, Const, Expr, Op, Var, add, children
-from ..kernel.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
+from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
 from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
@@ -408,7 +408,7 @@ def emit_program(program: KernelProgram, target=None) -> str:
     calls: dict[str, str] = {}       # kernel -> the function that computes it
     twins = getattr(program, "twins", {})
     for k in distinct_kernels(program):
-        if twins.get(k.name) in calls:      # a renamed copy (kernel/twins.py): the same code
+        if twins.get(k.name) in calls:      # a renamed copy (kernel_ir/twins.py): the same code
             calls[k.name] = calls[twins[k.name]]
             continue
         text = emit_kernel(k)
@@ -417,7 +417,7 @@ def emit_program(program: KernelProgram, target=None) -> str:
             parts.append(text)
     if any("st_amx_mode()" in p for p in parts):
         parts[1] += AMX_PRELUDE.rstrip()
-    if any("(target/c_qdot.py)" in p for p in parts[2:]):
+    if any("(codegen/c_qdot.py)" in p for p in parts[2:]):
         parts[1] += QDOT_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"

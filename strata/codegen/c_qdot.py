@@ -37,7 +37,7 @@ import numpy as np
 
 from ..expr import (Const, Expr, Op, Var, _from_linear, affine_terms, cast_values, children,
                     coefficient, evaluate, free_vars, substitute)
-from ..kernel.ir import Assign, For, If, Let, Load, Store
+from ..kernel_ir.ir import Assign, For, If, Let, Load, Store
 from .cuda import REL, _strip, cname
 
 LANES = 32                                  # weights per block (strata/quant/formats.py)
@@ -46,7 +46,7 @@ BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16)}
 QDOT_PRELUDE = r"""
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // One block of 32 quantized weights by 32 activations (float or bf16), scaled by the block's
-// scale d and added to acc (target/c_qdot.py): bytes widened to int32 lanes and converted,
+// scale d and added to acc (codegen/c_qdot.py): bytes widened to int32 lanes and converted,
 // multiplied, summed. st_q8_0_<x>, st_q4_0_<x> for x = f32, bf16; 16 lanes (AVX-512) or 8 (AVX2).
 #include <immintrin.h>
 static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }    // F16C (AVX2 CPUs have it)
@@ -442,7 +442,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
         return f"(const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}]"
     if qb.x is None:                        # a weight dequantized and stored (AVX-512 only)
         em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks stored as vector code "
-                f"(target/c_qdot.py)", 0)
+                f"(codegen/c_qdot.py)", 0)
         em.emit(f"for ({t} {o} = {_strip(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
         em.emit(f"{fn.replace('_f32', '_to_f32').replace('_bf16', '_to_bf16')}"
                 f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)});", depth + 1)
@@ -455,7 +455,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
         em.emit(f"{acc} = {fn}({acc}, {q(step)}, &{cname(qb.x)}[{at(qb.x_at, step)}], "
                 f"{scale(step)});", d)
     if vnni:
-        em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by VNNI, activations in int8 (target/c_qdot.py)", 0)
+        em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by VNNI, activations in int8 (codegen/c_qdot.py)", 0)
         em.emit(f"{{ {t} {o} = {_strip(em.expr(loop.start))};", depth)
         em.emit(f"st_qlanes(&{cname(qb.dest)}[{_strip(em.expr(qb.dest_at))}], "
                 f"st_{qb.fmt}_vnni_{em.bufs[qb.scale.buf]}({q(0)}, &{cname(qb.scale.buf)}[{at(qb.scale.index, 0)}], "
@@ -465,7 +465,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
                 f"// {qb.fmt} blocks as vector code", 0)
     else:
         em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "
-                f"// {qb.fmt} blocks as vector code (target/c_qdot.py)", 0)
+                f"// {qb.fmt} blocks as vector code (codegen/c_qdot.py)", 0)
     em.emit("{", depth)
     em.emit("st_qv st_qacc0 = st_qzero(), st_qacc1 = st_qzero();", depth + 1)
     em.emit(f"{t} {o} = {_strip(em.expr(loop.start))};", depth + 1)

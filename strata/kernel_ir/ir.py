@@ -8,8 +8,8 @@ asynchronous copies (sm_80+) are `LdMatrix`, `Mma` and `CpAsync`/`CpAsyncCommit`
 with the PTX ISA's fragment layouts and group semantics; on sm_90a, `TmaLoad` (from a
 tensor-map `Param`), the `Mbar*` mbarrier statements and `Wgmma` (with `WgmmaDesc` descriptors)
 and its fence/commit/wait. Launches are 1-D:
-`grid` blocks of `block` threads. The CUDA emitter (`target/cuda.py`) and the simulator
-(`kernel/sim.py`) are both one walk over these nodes.
+`grid` blocks of `block` threads. The CUDA emitter (`codegen/cuda.py`) and the simulator
+(`kernel_ir/sim.py`) are both one walk over these nodes.
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ import torch
 
 import strata
 from strata import dtypes
-from strata.kernel.ir import KernelProgram
-from strata.target.cuda import emit_kernel, emit_program
+from strata.kernel_ir.ir import KernelProgram
+from strata.codegen.cuda import emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402

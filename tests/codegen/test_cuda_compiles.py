@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("cuda.bindings.nvrtc")
 
 from strata.runtime.nvrtc import compile_cuda, include_dirs  # noqa: E402
-from strata.target.cuda import emit_program  # noqa: E402
+from strata.codegen.cuda import emit_program  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402

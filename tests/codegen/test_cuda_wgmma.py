@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from strata.errors import CompileError
-from strata.target.cuda import emit_kernel, emit_program
+from strata.codegen.cuda import emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import wgmma_builders as W

@@ -11,8 +11,8 @@ requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..kernel.ir import Atomic, BlockIdx, For, Kernel, Load, Smem, Sync, ThreadIdx, walk
-from ..kernel.thread_loops import exchange_shuffles
+from ..kernel_ir.ir import Atomic, BlockIdx, For, Kernel, Load, Smem, Sync, ThreadIdx, walk
+from ..kernel_ir.thread_loops import exchange_shuffles
 from .c import _TO_FLOAT, _WHY, _CEmitter, _nodes, _stmt_exprs
 from .cuda import ATOM, UNARY, _Emitter, _strip, cname
 

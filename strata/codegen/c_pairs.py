@@ -9,14 +9,14 @@ the other operand. gcc does not pick the instruction itself (it widens both to f
 The loop is printed twice, under `#if defined(__AVX512BF16__)`: as vector code (one 16-lane
 accumulator per row and 16 columns, added to the points' scalar accumulators after the loop),
 and as written otherwise. The order of the sums is the scalar loop's per point (two products
-a step); the instruction flushes subnormal inputs and products to zero, as in target/c_dot.py.
+a step); the instruction flushes subnormal inputs and products to zero, as in codegen/c_dot.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..expr import affine_terms, sub
-from ..kernel.ir import For
+from ..kernel_ir.ir import For
 from .c_dot import products_and_sums
 from .cuda import REL, _strip, cname
 
@@ -72,7 +72,7 @@ def emit_pairs(em, loop: For, pl: PairLoop, depth: int, as_written) -> None:
     def at(var: str) -> str:
         e = pl.loads[var]
         return f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
-    em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps on pairs of K (target/c_pairs.py)", 0)
+    em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps on pairs of K (codegen/c_pairs.py)", 0)
     em.emit("{", depth)
     names = [f"{cname(accs[0])}_pv" for _, _, accs in pl.vectors]
     for name in names:

@@ -61,7 +61,7 @@ float powf(float, float);
 #include <omp.h>
 #endif
 #if defined(__AVX512BF16__)
-// 32 bf16 values as one vdpbf16ps operand (target/c_dot.py); the masked one reads zeros past
+// 32 bf16 values as one vdpbf16ps operand (codegen/c_dot.py); the masked one reads zeros past
 // the end of a row.
 #include <immintrin.h>
 #define st_bf16x32(p) ((__m512bh)_mm512_loadu_si512(p))
@@ -114,7 +114,7 @@ static inline long long st_absll(long long a) { return a < 0 ? -a : a; }
 // bf16 and f16 are stored as uint16_t; values are float in registers.
 static inline uint32_t st_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float st_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-// The exp op on floats (target/c.py), branch-free so that loops vectorise it inline: libmvec's
+// The exp op on floats (codegen/c.py), branch-free so that loops vectorise it inline: libmvec's
 // expf falls back to scalar libm for a whole vector when one lane leaves its fast range (a
 // causal mask's exp(-inf) made the masked softmax 6x slower); sigmoid, whose inputs are
 // activations, keeps libmvec's expf (faster where no lane leaves that range).

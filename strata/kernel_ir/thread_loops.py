@@ -1,6 +1,6 @@
 """A kernel of many threads per block -> the same kernel with one thread per block, for the CPU.
 
-Why: the C target runs one thread per block (target/c.py) while a kernel written by hand
+Why: the C target runs one thread per block (codegen/c.py) while a kernel written by hand
 (@strata.kernel) is SIMT: `block` threads that meet at barriers and exchange values through
 shared memory and warp shuffles. The classic CPU answer (as OpenCL CPU drivers do it) is used:
   - each stretch of statements between barriers becomes a loop over the block's threads, so a

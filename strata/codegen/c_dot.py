@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..expr import Op, Var, free_vars
-from ..kernel.ir import Assign, For, Let, Load
+from ..kernel_ir.ir import Assign, For, Let, Load
 from .cuda import REL, _strip, cname
 
 
@@ -92,7 +92,7 @@ def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
             a, b = dot.products[p]
             em.emit(f"{cname(acc)}_v{way} = _mm512_dpbf16_ps({cname(acc)}_v{way}, {cname(a)}_{way}, "
                     f"{cname(b)}_{way});", d)
-    em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps: 32 bf16 products a step (target/c_dot.py)", 0)
+    em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps: 32 bf16 products a step (codegen/c_dot.py)", 0)
     em.emit("{", depth)
     for acc, _ in dot.accs:
         for w in range(ways):

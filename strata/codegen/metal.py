@@ -10,7 +10,7 @@ SIMD-group shuffles (`simd_shuffle_xor`: Apple's SIMD groups are 32 wide) and at
 """
 from __future__ import annotations
 
-from ..kernel.ir import Atomic, BlockIdx, Kernel, ShflIdx, ShflXor, Smem, Sync, ThreadIdx
+from ..kernel_ir.ir import Atomic, BlockIdx, Kernel, ShflIdx, ShflXor, Smem, Sync, ThreadIdx
 from .cuda import ATOM, UNARY, _strip, cname
 from .opencl import CL_TYPES, _CLEmitter, check_kernel
 

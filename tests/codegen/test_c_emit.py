@@ -11,9 +11,9 @@ import pytest
 
 from strata import expr as E
 from strata.errors import CompileError
-from strata.kernel.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
+from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
                               Param, ShflXor, Smem, Store, Sync, TensorMap)
-from strata.target.c import SERIAL_WORK, emit_kernel, emit_program
+from strata.codegen.c import SERIAL_WORK, emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import cpu_builders as C  # noqa: E402

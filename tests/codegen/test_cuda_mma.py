@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from strata.errors import CompileError
-from strata.kernel.ir import Kernel, Let, Mma
-from strata.target.cuda import TENSOR_CORE_PRELUDE, emit_kernel, emit_program
+from strata.kernel_ir.ir import Kernel, Let, Mma
+from strata.codegen.cuda import TENSOR_CORE_PRELUDE, emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402

@@ -27,7 +27,7 @@ from .. import dtypes, scalar_ops
 from ..errors import CompileError
 from ..targets import Target, get_target
 from ..expr import Cast, Const, Expr, Op, Var, children
-from ..kernel.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, Atomic, BlockIdx, Comment,
+from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, Atomic, BlockIdx, Comment,
                          CpAsync, CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel,
                          KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
                          MbarTryWait, MbarWait, Mma, ShflIdx, ShflXor, Smem, Store, StoreVec,

@@ -1,7 +1,7 @@
 """Kernel IR -> HIP C++ for AMD GPUs: CUDA's walk with HIP's names.
 
 Why so small: HIP keeps CUDA's kernel language (__global__, __shared__, __syncthreads,
-threadIdx, atomicAdd), so this is target/cuda.py's emitter with HIP's headers, its bf16 type and
+threadIdx, atomicAdd), so this is codegen/cuda.py's emitter with HIP's headers, its bf16 type and
 its shuffles, `__shfl_xor(v, mask, 32)`: width 32 keeps CUDA's 32-lane groups on AMD's 64-lane
 wavefronts. Tensor cores, asynchronous copies and TMA are NVIDIA's (mma.sync, cp.async, wgmma)
 and are refused. Compiled with hipcc where it is installed; tests compile it through a
@@ -10,7 +10,7 @@ HIP-on-CUDA header with NVRTC, which is what HIP itself does on NVIDIA GPUs.
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..kernel.ir import Atomic, Kernel, walk
+from ..kernel_ir.ir import Atomic, Kernel, walk
 from .cuda import ATOMIC_PRELUDE, PRELUDE, _Emitter
 from .opencl import _ALLOWED
 

@@ -1,6 +1,6 @@
 """A register tile's loop over pairs of K (cpu_matmul FORM=amx) as AMX tile code, for the C target.
 
-Why: the amx form is the pairs form (target/c_pairs.py) with register tiles of 16 or 32 rows
+Why: the amx form is the pairs form (codegen/c_pairs.py) with register tiles of 16 or 32 rows
 and 16 or 32 columns, and a panel (named `*_amx`) whose rows of K pairs are AMX's B-tile layout
 (VNNI pairs: two K of a column side by side). One tdpbf16ps does 16 pairs of K for a 16 x 16
 block of fp32 accumulators, 16x a vdpbf16ps; the register tile runs as up to 2 x 2 C tiles
@@ -14,14 +14,14 @@ targets AMX and Linux grants the process tile data, else a C emulation with thei
 (docs/amx-probe-2026-11-26.md: bit-exact on the probe's CPU), which STRATA_AMX_EMULATE=1 forces.
 A kernel asks which once per call before its threads start (`st_amx_mode`: the permission is
 requested once, on the first call), and each thread loads its tile configuration (gcc-12-safe,
-see strata/target/amx_kernel.c) before its blocks and releases the tiles after them.
+see strata/codegen/amx_kernel.c) before its blocks and releases the tiles after them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..expr import coefficient
-from ..kernel.ir import For
+from ..kernel_ir.ir import For
 from .c_pairs import PairLoop, _offset, match_pairs
 from .cuda import _strip, cname
 
@@ -78,7 +78,7 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
     def at(var: str) -> str:
         e = amx.pairs.loads[var]
         return f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
-    em.emit(f"{{   // AMX: {halves}x{g} tiles of 16x16 fp32, 32 K a step (target/c_amx.py)", depth)
+    em.emit(f"{{   // AMX: {halves}x{g} tiles of 16x16 fp32, 32 K a step (codegen/c_amx.py)", depth)
     em.emit(f"float st_c[{16 * halves * width}] __attribute__((aligned(64)));", d)
     if amx.lda is None:
         em.emit("uint16_t st_a[32][32] __attribute__((aligned(64)));", d)
@@ -137,11 +137,11 @@ def _prefetch(em, loop: For, amx: AmxLoop, b: str, depth: int) -> None:
 
 
 AMX_PRELUDE = r"""
-// AMX tiles (target/c_amx.py): where the compiler targets AMX, st_tile_* are the instructions,
+// AMX tiles (codegen/c_amx.py): where the compiler targets AMX, st_tile_* are the instructions,
 // unless the kernel's st_amx (from st_amx_mode) says to emulate them: Linux refused the tile
 // data, or STRATA_AMX_EMULATE=1. The emulation follows the SDM's tdpbf16ps (two fp32 partial
 // sums per pair of K, RNE, bf16 subnormal inputs as zero, subnormal results flushed), bit-exact
-// with the instructions on the probe's CPU (strata/target/amx_kernel.c's tests). Every tile is
+// with the instructions on the probe's CPU (strata/codegen/amx_kernel.c's tests). Every tile is
 // 16 rows x 64 bytes: fp32 C 16x16, bf16 A 16x32, B 16 pairs x 16 columns.
 #include <float.h>
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)

@@ -1,4 +1,4 @@
-"""The AMX bf16 micro-kernel (strata/target/amx_kernel.c): its emulation on every machine with a C
+"""The AMX bf16 micro-kernel (strata/codegen/amx_kernel.c): its emulation on every machine with a C
 compiler, the real tiles where the CPU has them, and the tile configuration it writes.
 
 Tolerance: the kernel's result is fp32 from fp32 accumulation of exact bf16 products, so it is
