@@ -36,7 +36,7 @@ from .ir import (
     Sync,
     ThreadIdx,
 )
-from .lower import bind_domain, Lowerer
+from .lowerer import bind_domain, Lowerer
 
 F32 = "f32"
 NEG_INF = Const(float("-inf"), F32)
@@ -154,14 +154,8 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> li
 
 
 def lower_attention_kernel(tk: TileKernel) -> Kernel:
-    from ..tile.attention import CombineTile
-    if isinstance(tk.attention, CombineTile):
-        from .lower_attention_combine import lower_combine_kernel
-        return lower_combine_kernel(tk)
+    """The CUDA-core flash attention (lower.py chooses it, the mma one or the split combine)."""
     at = tk.attention
-    if at.instr == "mma":
-        from .lower_attention_mma import lower_attention_mma_kernel
-        return lower_attention_mma_kernel(tk)
     op, g, bm, bn, S = at.op, at.row_threads, at.block_m, at.block_n, at.kv_splits
     low = Lowerer(tk)
     idx = low.idx

@@ -11,7 +11,7 @@ from math import prod
 from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, BlockIdx, For, If, Kernel, Let, Load, Param, Store, ThreadIdx
-from .lower import bind_domain
+from .lowerer import bind_domain
 
 F32 = "f32"
 NEG_INF = Const(float("-inf"), F32)

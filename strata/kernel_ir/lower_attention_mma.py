@@ -33,7 +33,7 @@ from ..tile.attention import MMA_PAD, ceil16
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
     ThreadIdx
-from .lower import Lowerer
+from .lowerer import Lowerer
 from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, fill_kv, key_range, operand,
                               rescale, unmasked_scores)
 from .lower_mma import regs

@@ -24,7 +24,7 @@ from ..tile.contraction import uses
 from ..tile.ir import (Guard, MicroTiles, Points, Registers, StageTile, Sync as TSync,
                        TileKernel, rename_stmt, subst_body, walk)
 from .ir import BlockIdx, For, If, Kernel, Let, Load, Param, Smem, Store, Sync, ThreadIdx
-from .lower import bind_domain, reduce_identity, Lowerer
+from .lowerer import bind_domain, reduce_identity, Lowerer
 
 
 class _MatmulLowerer(Lowerer):

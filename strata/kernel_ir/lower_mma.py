@@ -24,7 +24,7 @@ from ..tile.ir import Guard, MmaLoop, MmaOperand, TileKernel, flat_index, rename
 from ..tile.tensor_core import row_stride, stage_elems, tile_rows_cols
 from .ir import (BlockIdx, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel, LdMatrix, Let,
                  Mma, Param, Smem, Store, Sync, ThreadIdx)
-from .lower import bind_domain, Lowerer
+from .lowerer import bind_domain, Lowerer
 
 NAMES = ("tid", "lane", "warp_m", "warp_n", "m0", "n0", "lane_g", "lane_t", "kt", "ks", "q",
          "a_smem", "b_smem")

@@ -41,7 +41,7 @@ from .ir import (
     WgmmaFence,
     WgmmaWait,
 )
-from .lower import bind_domain
+from .lowerer import bind_domain
 from .lower_mma import MmaLowerer, regs
 
 EXTRA = ("wg", "stage", "da", "db", "bar")
