@@ -306,6 +306,13 @@ def children(e: Expr) -> tuple:
     return e.children()
 
 
+def nodes(e: Expr):
+    """e and every sub-expression, depth first (IR-specific nodes included)."""
+    yield e
+    for c in children(e):
+        yield from nodes(c)
+
+
 def free_vars(e: Expr) -> set[str]:
     if isinstance(e, Var):
         return {e.name}

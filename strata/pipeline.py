@@ -222,6 +222,7 @@ def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
 def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:
     """Lower a captured Torch IR program through every stage up to `until`."""
     from .kernel_ir.lower import lower as lower_kernels
+    from .kernel_ir.verify import verify_program
     from .loop.lower import lower as lower_loops
     from .codegen.cuda import emit_program
     from .tensor.decompose import to_tensor_ir
@@ -250,7 +251,7 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops
         from .kernel_ir.thread_loops import to_thread_loops
         out.kernel.kernels = [to_thread_loops(k) for k in out.kernel.kernels]
-    out.kernel.verify(ctx.arch)
+    verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out
     if not ctx.arch.is_gpu:

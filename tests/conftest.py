@@ -10,6 +10,7 @@ import torch
 import strata
 from strata import check
 from strata.context import Context
+from strata.kernel_ir.verify import verify_program
 
 # Persistent caches (captured snippets, kernels) go to a scratch directory, never the user's.
 os.environ["STRATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="strata-test-cache-")
@@ -21,7 +22,7 @@ def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
     with eager's shape and dtype; then again natively on the CPU target (native=False skips
     that; so does a machine without a C compiler). Returns the simulator's Program."""
     prog = strata.compile(fn, inputs, ctx=ctx or Context())
-    prog.lowered.kernel.verify()
+    verify_program(prog.lowered.kernel)
     compile_with_nvrtc(prog)
     _assert_matches(check.verify(prog, fn, inputs, contraction))   # what the caller gets, as eager
     if HAS_CC and native:                      # the same program natively on the CPU

@@ -227,6 +227,7 @@ def _compile_and_check(group: list[Case], contraction: bool, nvrtc: bool, evalua
     (status, cause) per case, or an exception."""
     import strata
     from .. import check
+    from ..kernel_ir.verify import verify_program
     flat = [t for c in group for t in c.inputs]     # as they are: strided ones stay strided
     module = group_module(group)
     module.input_names = [f"{c.name.replace('.', '_')}_{i}" for c in group
@@ -234,7 +235,7 @@ def _compile_and_check(group: list[Case], contraction: bool, nvrtc: bool, evalua
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = strata.compile(module, flat)
-        program.lowered.kernel.verify()
+        verify_program(program.lowered.kernel)
         if nvrtc and program.lowered.kernel.kernels:
             from ..runtime.nvrtc import compile_cuda
             compile_cuda(program.source("cuda"), "sm_90", want="ptx")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import CompileError
-from ..expr import Cast, Const, Expr, Op, Var, add, children
+from ..expr import Cast, Const, Expr, Op, Var, add, nodes
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
                          Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
                          WgmmaDesc, While, walk)
@@ -73,8 +73,8 @@ def check_kernel(k: Kernel) -> None:
         if not isinstance(s, _ALLOWED):
             name = type(s).__name__
             refuse(f"{_WHY.get(name, 'a statement')} ({name})")
-        for e in _stmt_exprs(s):
-            for x in _nodes(e):
+        for e in s.exprs():
+            for x in nodes(e):
                 if isinstance(x, (ShflXor, ShflIdx, WgmmaDesc)):
                     name = type(x).__name__
                     refuse(f"{_WHY[name]} ({name})")
@@ -214,7 +214,7 @@ class _CEmitter(_Emitter):
         pragma = plan.pragma(cname)
         if pragma:
             self.emit(pragma, depth)
-        trips = _trip_count(s)
+        trips = s.trip_count
         if s.unroll and not pragma and trips is not None and 1 < trips <= UNROLL_MAX:
             self.emit(f"#pragma GCC unroll {trips}", depth)   # (one pragma per loop: simd wins)
         v, t = cname(s.var), self.ctype(s.var, s.dtype)
@@ -232,7 +232,7 @@ class _CEmitter(_Emitter):
         """32 or 16 where `s` only sums floats over a short row of a multiple of 16, else 0.
         Why: gcc adds the vector lanes of `reduction(+:acc)` one after another after the loop
         (32 dependent adds for a row of 128), which a softmax or norm row of 128 then waits on."""
-        trips = _trip_count(s)
+        trips = s.trip_count
         if not (plan.simd and plan.reductions and s.step == 1 and trips and trips % 16 == 0
                 and LANED_SUM[0] <= trips <= LANED_SUM[1]
                 and all(op == "+" and self.types.get(v) == "f32" for op, v in plan.reductions)):
@@ -340,7 +340,7 @@ def _work(body) -> int:
     n = 0
     for s in body:
         if isinstance(s, For):
-            n += (_trip_count(s) or 16) * max(1, _work(s.body))
+            n += (s.trip_count or 16) * max(1, _work(s.body))
         elif isinstance(s, If):
             n += 1 + max(_work(s.then), _work(s.orelse))
         else:
@@ -348,29 +348,8 @@ def _work(body) -> int:
     return n
 
 
-def _trip_count(s: For) -> int | None:
-    if isinstance(s.start, Const) and isinstance(s.stop, Const) and s.step > 0:
-        return max(0, -(-(int(s.stop.value) - int(s.start.value)) // s.step))
-    return None
-
-
-def _stmt_exprs(s):
-    for f in ("value", "index", "start", "stop", "cond"):
-        e = getattr(s, f, None)
-        if isinstance(e, Expr):
-            yield e
-    yield from getattr(s, "values", None) or ()
-
-
-def _nodes(e: Expr):
-    yield e
-    for c in children(e):
-        yield from _nodes(c)
-
-
 def _uses_block_idx(k: Kernel) -> bool:
-    return any(isinstance(x, BlockIdx) for s in walk(k.body) for e in _stmt_exprs(s)
-               for x in _nodes(e))
+    return any(isinstance(x, BlockIdx) for s in walk(k.body) for e in s.exprs() for x in nodes(e))
 
 
 # ---------------------------------------------------------------- public entry points

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes
-from ..expr import Const, Expr, Op, Var, affine_terms, children, free_vars, substitute
+from ..expr import Const, Expr, Op, Var, affine_terms, free_vars, nodes, substitute
 from ..kernel_ir.ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
 
 _CLAUSE = {"add": "+", "multiply": "*", "maximum": "max", "minimum": "min"}
@@ -188,7 +188,4 @@ def _is_var(atom, name: str) -> bool:
 
 
 def _loads(e: Expr):
-    if isinstance(e, Load):
-        yield e
-    for c in children(e):
-        yield from _loads(c)
+    return (x for x in nodes(e) if isinstance(x, Load))

@@ -26,7 +26,7 @@ import numpy as np
 from .. import dtypes, scalar_ops
 from ..errors import CompileError
 from ..targets import Target, get_target
-from ..expr import Cast, Const, Expr, Op, Var, children
+from ..expr import Cast, Const, Expr, Op, Var, children, nodes
 from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Assign, Atomic, BlockIdx, Comment,
                          CpAsync, CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel,
                          KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
@@ -754,28 +754,12 @@ class _Emitter:
         self.lines.append(line)
 
 
-def _descs(e: Expr):
-    if isinstance(e, WgmmaDesc):
-        yield e
-    for c in children(e):
-        yield from _descs(c)
-
-
 def _async_proxy_bufs(kernel: Kernel) -> set[str]:
     """Shared arrays TMA writes or wgmma descriptors point into (the swizzle acts on address bits,
     so they start on a 1024-byte boundary, as the simulator assumes)."""
-    out = {s.dst for s in walk(kernel.body) if isinstance(s, TmaLoad)}
-
-    def ex(e):
-        if isinstance(e, WgmmaDesc):
-            out.add(e.buf)
-        for c in children(e):
-            ex(c)
-    for s in walk(kernel.body):
-        for f in ("value", "a", "b"):
-            if isinstance(getattr(s, f, None), Expr):
-                ex(getattr(s, f))
-    return out
+    return ({s.dst for s in walk(kernel.body) if isinstance(s, TmaLoad)}
+            | {x.buf for s in walk(kernel.body) for e in s.exprs() for x in nodes(e)
+               if isinstance(x, WgmmaDesc)})
 
 
 def _operands(first: int, n: int) -> str:
@@ -784,32 +768,10 @@ def _operands(first: int, n: int) -> str:
 
 
 def _buffers_used(s) -> set[str]:
-    out: set[str] = set()
-
-    def ex(e):
-        if isinstance(e, Load):
-            out.add(e.buf)
-        for c in children(e):
-            ex(c)
-    for st in walk([s]):
-        if isinstance(st, (Store, StoreVec, LoadVec, LdMatrix)):
-            out.add(st.buf)
-        elif isinstance(st, CpAsync):
-            out |= {st.src, st.dst}
-        elif isinstance(st, TmaLoad):
-            out |= {st.dst, st.bar}
-        elif isinstance(st, (MbarInit, MbarArrive, MbarTryWait, MbarWait)):
-            out.add(st.bar)
-        if isinstance(st, Wgmma):
-            for e in (st.a, st.b):
-                out |= {d.buf for d in _descs(e)}
-        for f in ("value", "index", "start", "stop", "cond", "row", "dst_index", "src_index",
-                  "src_bytes"):
-            if isinstance(getattr(st, f, None), Expr):
-                ex(getattr(st, f))
-        for v in getattr(st, "values", ()) or ():
-            ex(v)
-    return out
+    """Every array `s` and its bodies name: themselves, in a load or in a wgmma descriptor."""
+    return {name for st in walk([s]) for name in st.buffers()} | {
+        x.buf for st in walk([s]) for e in st.exprs() for x in nodes(e)
+        if isinstance(x, (Load, WgmmaDesc))}
 
 
 # ---------------------------------------------------------------- public entry points

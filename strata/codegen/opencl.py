@@ -10,10 +10,11 @@ requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `
 """
 from __future__ import annotations
 
+from ..expr import nodes
 from ..errors import CompileError
 from ..kernel_ir.ir import Atomic, BlockIdx, For, Kernel, Load, Smem, Sync, ThreadIdx, walk
 from ..kernel_ir.thread_loops import exchange_shuffles
-from .c import _TO_FLOAT, _WHY, _CEmitter, _nodes, _stmt_exprs
+from .c import _TO_FLOAT, _WHY, _CEmitter
 from .cuda import ATOM, UNARY, _Emitter, _strip, cname
 
 CL_TYPES = {"f32": "float", "f64": "double", "i64": "long", "i32": "int", "i16": "short",
@@ -72,7 +73,7 @@ def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> N
     for s in walk(k.body):
         name = type(s).__name__
         bad = name if name not in _ALLOWED else next(
-            (type(x).__name__ for e in _stmt_exprs(s) for x in _nodes(e)
+            (type(x).__name__ for e in s.exprs() for x in nodes(e)
              if type(x).__name__ in refused), None)
         if bad:
             raise CompileError(f"kernel {k.name} uses {_WHY.get(bad, bad)} ({bad}), which "

@@ -20,7 +20,7 @@ import torch
 
 from .. import dtypes
 from ..errors import InputMismatch, StrataError
-from ..kernel_ir.ir import verify_kernel
+from ..kernel_ir.verify import verify_kernel
 from ..tensor.ir import CUSTOM_OPS
 from .frontend import Spec, build
 from .kernel import KernelFunction, _dims

@@ -736,16 +736,5 @@ def _walk_same_loop_body(body):
 
 
 def _lets_to_assigns(stmts, names: set[str]) -> list:
-    from dataclasses import replace
-    out = []
-    for s in stmts:
-        if isinstance(s, Let) and s.var in names:
-            out.append(Assign(s.var, s.value))
-        elif isinstance(s, (For, While)):
-            out.append(replace(s, body=tuple(_lets_to_assigns(s.body, names))))
-        elif isinstance(s, If):
-            out.append(replace(s, then=tuple(_lets_to_assigns(s.then, names)),
-                               orelse=tuple(_lets_to_assigns(s.orelse, names))))
-        else:
-            out.append(s)
-    return out
+    return [Assign(s.var, s.value) if isinstance(s, Let) and s.var in names else
+            s.map_bodies(lambda b: tuple(_lets_to_assigns(b, names))) for s in stmts]

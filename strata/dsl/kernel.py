@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, StrataError
-from ..kernel_ir.ir import Kernel, KernelVerifyError, verify_kernel
+from ..kernel_ir.ir import Kernel
+from ..kernel_ir.verify import KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 

@@ -13,12 +13,12 @@ and its fence/commit/wait. Launches are 1-D:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from .. import dtypes
-from ..targets import DYNAMIC_SMEM_ALIGN, GPUS, STATIC_SMEM_BYTES
-from ..expr import Expr, Var, children, free_vars, to_str
+from ..targets import DYNAMIC_SMEM_ALIGN
+from ..expr import Const, Expr, to_str
 
 
 # ---------------------------------------------------------------- expressions
@@ -106,8 +106,57 @@ class ShflIdx(Expr):
 
 # ---------------------------------------------------------------- statements
 
+BufName = str       # a field naming an array: what the operand protocol's buffers() returns
+
+
 class Stmt:
-    pass
+    """A statement. Its operands follow from its fields' declared types (the operand protocol,
+    as `Expr` has children/map_children): `exprs()` are the expressions it holds itself, in field
+    order, `bodies()` its nested statement lists, `buffers()` the arrays it names; `map_exprs` and
+    `map_bodies` rebuild it. Every walk (verifier, thread loops, emitters, cost model) asks the
+    statement, so a new statement kind is written here once. `to_text(fmt)` is its printed line, as for an Expr."""
+    _operands: tuple[tuple[str, str], ...] = ()        # (field, "expr" | "exprs" | "body" | "buf")
+    _ROLES = {"Expr": "expr", "Expr | None": "expr", "tuple[Expr, ...]": "exprs",
+              "tuple[Stmt, ...]": "body", "BufName": "buf"}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__", {})
+        cls._operands = tuple((n, cls._ROLES[t]) for n, t in own.items() if t in cls._ROLES)
+
+    def exprs(self) -> tuple[Expr, ...]:
+        out = []
+        for name, role in self._operands:
+            value = getattr(self, name)
+            if role == "expr" and value is not None:
+                out.append(value)
+            elif role == "exprs":
+                out.extend(value)
+        return tuple(out)
+
+    def map_exprs(self, fn) -> "Stmt":
+        changes = {}
+        for name, role in self._operands:
+            value = getattr(self, name)
+            if role == "expr" and value is not None:
+                changes[name] = fn(value)
+            elif role == "exprs":
+                changes[name] = tuple(fn(e) for e in value)
+        return replace(self, **changes) if changes else self
+
+    def bodies(self) -> tuple[tuple["Stmt", ...], ...]:
+        return tuple(getattr(self, name) for name, role in self._operands if role == "body")
+
+    def map_bodies(self, fn) -> "Stmt":
+        changes = {name: fn(getattr(self, name)) for name, role in self._operands if role == "body"}
+        return replace(self, **changes) if changes else self
+
+    def buffers(self) -> tuple[str, ...]:
+        """The arrays (global, shared, mbarrier, tensor map) it names itself, not through a Load."""
+        return tuple(getattr(self, name) for name, role in self._operands if role == "buf")
+
+    def to_text(self, fmt) -> str:
+        return type(self).__name__
 
 
 @dataclass(frozen=True)
@@ -117,19 +166,28 @@ class Let(Stmt):
     dtype: str
     value: Expr
 
+    def to_text(self, fmt):
+        return f"{self.var} = {fmt(self.value)}  : {self.dtype}"
+
 
 @dataclass(frozen=True)
 class Assign(Stmt):
     var: str
     value: Expr
 
+    def to_text(self, fmt):
+        return f"{self.var} <- {fmt(self.value)}"
+
 
 @dataclass(frozen=True)
 class Store(Stmt):
     """buf[index] = value, converting value to the buffer's storage dtype."""
-    buf: str
+    buf: BufName
     index: Expr
     value: Expr
+
+    def to_text(self, fmt):
+        return f"{self.buf}[{fmt(self.index)}] = {fmt(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -139,17 +197,24 @@ class LoadVec(Stmt):
     `index` must be a multiple of len(vars) (the simulator checks it); len(vars) * itemsize is
     at most 16 bytes."""
     vars: tuple[str, ...]
-    buf: str
+    buf: BufName
     index: Expr
     dtype: str                    # compute dtype of the declared vars
+
+    def to_text(self, fmt):
+        return f"{', '.join(self.vars)} = load.v{len(self.vars)} {self.buf}[{fmt(self.index)}]"
 
 
 @dataclass(frozen=True)
 class StoreVec(Stmt):
     """buf[index + k] = values[k] as one aligned vector access (index % len(values) == 0)."""
-    buf: str
+    buf: BufName
     index: Expr
     values: tuple[Expr, ...]
+
+    def to_text(self, fmt):
+        return (f"{self.buf}[{fmt(self.index)}] = store.v{len(self.values)} "
+                f"({', '.join(fmt(v) for v in self.values)})")
 
 
 @dataclass(frozen=True)
@@ -163,6 +228,17 @@ class For(Stmt):
     unroll: bool = False
     dtype: str = "i32"
 
+    @property
+    def trip_count(self) -> int | None:
+        """Iterations when start and stop are constants (None otherwise)."""
+        if isinstance(self.start, Const) and isinstance(self.stop, Const) and self.step > 0:
+            return max(0, -(-(int(self.stop.value) - int(self.start.value)) // self.step))
+        return None
+
+    def to_text(self, fmt):
+        return (f"for {self.var} = {fmt(self.start)}; < {fmt(self.stop)}; += {self.step}:"
+                + ("  # unroll" if self.unroll else ""))
+
 
 @dataclass(frozen=True)
 class If(Stmt):
@@ -170,12 +246,18 @@ class If(Stmt):
     then: tuple[Stmt, ...]
     orelse: tuple[Stmt, ...] = ()
 
+    def to_text(self, fmt):
+        return f"if {fmt(self.cond)}:"
+
 
 @dataclass(frozen=True)
 class While(Stmt):
     """while (cond) body; the condition may differ per thread."""
     cond: Expr
     body: tuple[Stmt, ...]
+
+    def to_text(self, fmt):
+        return f"while {fmt(self.cond)}:"
 
 
 ATOMIC_OPS = ("add", "max", "min")
@@ -186,9 +268,12 @@ class Atomic(Stmt):
     """buf[index] = op(buf[index], value) as one indivisible update (atomicAdd/Max/Min): threads
     may update one element in one launch. f32 and i32/i64 buffers, global or shared."""
     op: str
-    buf: str
+    buf: BufName
     index: Expr
     value: Expr
+
+    def to_text(self, fmt):
+        return f"atomic.{self.op} {self.buf}[{fmt(self.index)}], {fmt(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -207,10 +292,16 @@ class Smem(Stmt):
     size: int
     dynamic: bool = False
 
+    def to_text(self, fmt):
+        return f"Smem {self.name}[{self.size}] {self.dtype}" + (" dynamic" if self.dynamic else "")
+
 
 @dataclass(frozen=True)
 class Comment(Stmt):
     text: str
+
+    def to_text(self, fmt):
+        return f"# {self.text}"
 
 
 # Tensor cores and asynchronous copies (sm_80+). The layouts are the PTX ISA's; the simulator's
@@ -227,9 +318,13 @@ class LdMatrix(Stmt):
     elements (L // 4, 2 * (L % 4) + {0, 1}) of matrix i, or with `trans` elements
     (2 * (L % 4) + {0, 1}, L // 4). All 32 lanes of the warp must execute it."""
     vars: tuple[str, ...]
-    buf: str
+    buf: BufName
     row: Expr
     trans: bool = False
+
+    def to_text(self, fmt):
+        return (f"{', '.join(self.vars)} = ldmatrix.x{len(self.vars)}{'.trans' if self.trans else ''} "
+                f"{self.buf}[{fmt(self.row)}]  : i32")
 
 
 @dataclass(frozen=True)
@@ -245,6 +340,10 @@ class Mma(Stmt):
     c: tuple[str, ...]
     dtype: str
 
+    def to_text(self, fmt):
+        return (f"{', '.join(self.d)} <- mma.m16n8k16.{self.dtype} a=({', '.join(self.a)}) "
+                f"b=({', '.join(self.b)}) c=({', '.join(self.c)})")
+
 
 @dataclass(frozen=True)
 class CpAsync(Stmt):
@@ -255,18 +354,26 @@ class CpAsync(Stmt):
     copy is `src_bytes = where(ok, nbytes, 0)`. The copy belongs to the group closed by the
     thread's next CpAsyncCommit and lands when a CpAsyncWait completes that group; other threads
     see it after a Sync that follows the wait. cache "cg" (L2 only) needs nbytes == 16."""
-    dst: str
+    dst: BufName
     dst_index: Expr
-    src: str
+    src: BufName
     src_index: Expr
     nbytes: int
     src_bytes: Expr | None = None
     cache: str = "ca"
 
+    def to_text(self, fmt):
+        return (f"{self.dst}[{fmt(self.dst_index)}] <- cp.async.{self.cache}.{self.nbytes} "
+                f"{self.src}[{fmt(self.src_index)}]"
+                + ("" if self.src_bytes is None else f", src_bytes={fmt(self.src_bytes)}"))
+
 
 @dataclass(frozen=True)
 class CpAsyncCommit(Stmt):
     """cp.async.commit_group: close this thread's uncommitted copies into one group."""
+
+    def to_text(self, fmt):
+        return "cp.async.commit_group"
 
 
 @dataclass(frozen=True)
@@ -274,6 +381,9 @@ class CpAsyncWait(Stmt):
     """cp.async.wait_group pending: wait until at most `pending` of this thread's most recent
     groups are still in flight (uncommitted copies are not waited for)."""
     pending: int = 0
+
+    def to_text(self, fmt):
+        return f"cp.async.wait_group {self.pending}"
 
 
 # Hopper (sm_90a): TMA, mbarrier and wgmma. The simulator's sim_tma.py and sim_wgmma.py spell out
@@ -346,16 +456,28 @@ class Wgmma(Stmt):
     trans_a: bool = False             # A is M-major (imm-trans-a = 1)
     trans_b: bool = False             # B is N-major (imm-trans-b = 1)
 
+    def to_text(self, fmt):
+        d = ", ".join(self.d) if len(self.d) <= 4 else f"{self.d[0]}..{self.d[-1]}"
+        scale = "" if self.scale_d is None else f" scale_d={fmt(self.scale_d)}"
+        trans = "".join(f" trans_{x}" for x in "ab" if getattr(self, f"trans_{x}"))
+        return f"{d} <- wgmma.m64n{self.n}k16.{self.dtype} a={fmt(self.a)} b={fmt(self.b)}{scale}{trans}"
+
 
 @dataclass(frozen=True)
 class WgmmaFence(Stmt):
     """wgmma.fence.sync.aligned: order earlier register (and shared) accesses before the wgmmas
     that follow."""
 
+    def to_text(self, fmt):
+        return "wgmma.fence"
+
 
 @dataclass(frozen=True)
 class WgmmaCommit(Stmt):
     """wgmma.commit_group.sync.aligned: close this warpgroup's uncommitted wgmmas into a group."""
+
+    def to_text(self, fmt):
+        return "wgmma.commit_group"
 
 
 @dataclass(frozen=True)
@@ -363,22 +485,32 @@ class WgmmaWait(Stmt):
     """wgmma.wait_group.sync.aligned pending: wait until at most `pending` groups are in flight."""
     pending: int = 0
 
+    def to_text(self, fmt):
+        return f"wgmma.wait_group {self.pending}"
+
 
 @dataclass(frozen=True)
 class MbarInit(Stmt):
     """mbarrier.init.shared::cta.b64 [bar[index]], count: phase 0 expecting `count` arrivals."""
-    bar: str
+    bar: BufName
     index: Expr
     count: int
+
+    def to_text(self, fmt):
+        return f"mbarrier.init {self.bar}[{fmt(self.index)}], count={self.count}"
 
 
 @dataclass(frozen=True)
 class MbarArrive(Stmt):
     """mbarrier.arrive(.expect_tx).shared::cta.b64: one arrival on bar[index]; with tx_bytes, the
     phase also waits for that many bytes of asynchronous copies (TmaLoad) to complete."""
-    bar: str
+    bar: BufName
     index: Expr
     tx_bytes: int | None = None
+
+    def to_text(self, fmt):
+        return (f"mbarrier.arrive{'' if self.tx_bytes is None else f'.expect_tx {self.tx_bytes}'} "
+                f"{self.bar}[{fmt(self.index)}]")
 
 
 @dataclass(frozen=True)
@@ -386,17 +518,23 @@ class MbarTryWait(Stmt):
     """var = mbarrier.try_wait.parity.shared::cta.b64 [bar[index]], parity (declares bool var):
     true once the phase with that parity has completed; then this thread sees what it brought."""
     var: str
-    bar: str
+    bar: BufName
     index: Expr
     parity: Expr
+
+    def to_text(self, fmt):
+        return f"{self.var} = mbarrier.try_wait.parity {self.bar}[{fmt(self.index)}], {fmt(self.parity)}  : bool"
 
 
 @dataclass(frozen=True)
 class MbarWait(Stmt):
     """Spin on mbarrier.try_wait.parity until the phase with `parity` of bar[index] completes."""
-    bar: str
+    bar: BufName
     index: Expr
     parity: Expr
+
+    def to_text(self, fmt):
+        return f"mbarrier.wait.parity {self.bar}[{fmt(self.index)}], {fmt(self.parity)}"
 
 
 @dataclass(frozen=True)
@@ -405,18 +543,25 @@ class TmaLoad(Stmt):
     box of tensor-map parameter `tmap` at element coordinates `coords` (innermost first, may be
     out of bounds: zero-filled) into shared dst[dst_index ...] (128-byte aligned) with the map's
     swizzle; completes box bytes of transactions on mbarrier bar[bar_index]. Issued by one thread."""
-    dst: str
+    dst: BufName
     dst_index: Expr
-    tmap: str
+    tmap: BufName
     coords: tuple[Expr, ...]
-    bar: str
+    bar: BufName
     bar_index: Expr
+
+    def to_text(self, fmt):
+        return (f"{self.dst}[{fmt(self.dst_index)}] <- tma.load {self.tmap}[{', '.join(fmt(c) for c in self.coords)}]"
+                f" mbar={self.bar}[{fmt(self.bar_index)}]")
 
 
 @dataclass(frozen=True)
 class FenceProxyAsync(Stmt):
     """fence.proxy.async.shared::cta: make this thread's ordinary shared-memory writes visible to
     the async proxy (wgmma, TMA) before a barrier."""
+
+    def to_text(self, fmt):
+        return "fence.proxy.async"
 
 
 HOPPER_STMTS = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, MbarInit, MbarArrive, MbarTryWait,
@@ -494,331 +639,19 @@ class KernelProgram:
     def buffer(self, name: str) -> Buffer:
         return {b.name: b for b in self.buffers}[name]
 
-    def verify(self, target=None) -> None:
-        """Check every kernel; on a CPU target (one thread per block, its "shared memory" a
-        scratch array in ordinary memory) the GPU's shared-memory limits do not apply."""
-        names = {b.name: b for b in self.buffers}
-        for k in self.kernels:
-            for p in k.params:
-                b = names.get(p.name)
-                if b is None or b.dtype != p.dtype or b.numel != p.numel:
-                    raise KernelVerifyError(f"{k.name}: parameter {p.name} does not match a buffer")
-            if k.name not in getattr(self, "twins", {}):        # a renamed copy of one checked
-                verify_kernel(k, gpu=getattr(target, "kind", "gpu") == "gpu")
-
     def __str__(self) -> str:
         return "\n\n".join(format_kernel(k) for k in self.kernels)
 
 
-class KernelVerifyError(Exception):
-    pass
-
-
-# Kernel IR is checked against the most any target allows (a Target says what one allows).
 WARP = 32                # lanes of a shuffle and of mma.sync: the warp of every GPU target
-MAX_SMEM_BYTES = STATIC_SMEM_BYTES                                    # static __shared__ per block
-MAX_DYNAMIC_SMEM_BYTES = max(t.smem_optin for t in GPUS)             # static + dynamic (opt-in)
 
 
 def walk(body):
     """Every statement in a body, depth first."""
     for s in body:
         yield s
-        if isinstance(s, (For, While)):
-            yield from walk(s.body)
-        elif isinstance(s, If):
-            yield from walk(s.then)
-            yield from walk(s.orelse)
-
-
-def _thread_dependent(e: Expr, tainted: set[str]) -> bool:
-    if isinstance(e, ThreadIdx):
-        return True
-    if isinstance(e, Var):
-        return e.name in tainted
-    return any(_thread_dependent(c, tainted) for c in children(e))
-
-
-def verify_kernel(k: Kernel, gpu: bool = True) -> None:
-    """Check scoping, buffer references, barriers in uniform control flow and resource limits
-    (shared-memory sizes only for a GPU)."""
-    if not 1 <= k.block <= 1024 or k.grid < 1 or k.grid >= 2 ** 31:
-        raise KernelVerifyError(f"{k.name}: launch grid={k.grid} block={k.block} out of range")
-    if gpu and k.static_smem_bytes > MAX_SMEM_BYTES:
-        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} bytes of shared memory > "
-                                f"{MAX_SMEM_BYTES}")
-    if gpu and k.static_smem_bytes + k.dynamic_smem_bytes > MAX_DYNAMIC_SMEM_BYTES:
-        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} + {k.dynamic_smem_bytes} bytes "
-                                f"of static + dynamic shared memory > {MAX_DYNAMIC_SMEM_BYTES}")
-    globals_ = {p.name: p for p in k.params}
-    smem = {s.name for s in walk(k.body) if isinstance(s, Smem)}
-    scalars = {name for name, _ in k.scalars}
-
-    def check_expr(e: Expr, scope: set[str], where: str):
-        missing = free_vars(e) - scope
-        if missing:
-            raise KernelVerifyError(f"{k.name}: {where} uses undefined {sorted(missing)}")
-        for sub in _all_loads(e):
-            if sub.buf not in globals_ and sub.buf not in smem:
-                raise KernelVerifyError(f"{k.name}: load from unknown buffer {sub.buf}")
-
-    def check(body, scope: set[str], tainted: set[str], divergent: bool):
-        scope = set(scope)
-        for s in body:
-            if isinstance(s, Let):
-                check_expr(s.value, scope, f"let {s.var}")
-                scope.add(s.var)
-                if _thread_dependent(s.value, tainted) or divergent:
-                    tainted.add(s.var)
-            elif isinstance(s, Assign):
-                if s.var not in scope:
-                    raise KernelVerifyError(f"{k.name}: assignment to undeclared {s.var}")
-                check_expr(s.value, scope, f"assign {s.var}")
-                if _thread_dependent(s.value, tainted) or divergent:
-                    tainted.add(s.var)
-            elif isinstance(s, (Store, StoreVec)):
-                vals = (s.value,) if isinstance(s, Store) else s.values
-                for e in (s.index, *vals):
-                    check_expr(e, scope, f"store to {s.buf}")
-                if s.buf in globals_ and not globals_[s.buf].output:
-                    raise KernelVerifyError(f"{k.name}: store to read-only parameter {s.buf}")
-                if s.buf not in globals_ and s.buf not in smem:
-                    raise KernelVerifyError(f"{k.name}: store to unknown buffer {s.buf}")
-            elif isinstance(s, LoadVec):
-                check_expr(s.index, scope, f"vector load from {s.buf}")
-                if len(s.vars) * dtypes.ITEMSIZE[_buf_dtype(s.buf, globals_, k)] > 16:
-                    raise KernelVerifyError(f"{k.name}: vector load wider than 16 bytes")
-                scope |= set(s.vars)
-                tainted |= set(s.vars)
-            elif isinstance(s, For):
-                check_expr(s.start, scope, f"loop {s.var}")
-                check_expr(s.stop, scope, f"loop {s.var}")
-                varying = _thread_dependent(s.start, tainted) or _thread_dependent(s.stop, tainted)
-                inner_t = tainted | ({s.var} if varying else set())
-                check(s.body, scope | {s.var}, inner_t, divergent or varying)
-                tainted |= inner_t - {s.var}
-            elif isinstance(s, If):
-                check_expr(s.cond, scope, "if")
-                div = divergent or _thread_dependent(s.cond, tainted)
-                check(s.then, scope, tainted, div)
-                check(s.orelse, scope, tainted, div)
-            elif isinstance(s, While):
-                check_expr(s.cond, scope, "while")
-                inner_t = set(tainted)
-                check(s.body, scope, inner_t, divergent)   # twice: a variable the body makes
-                check(s.body, scope, inner_t, divergent or _thread_dependent(s.cond, inner_t))
-                tainted |= inner_t                         # thread-dependent taints the condition
-            elif isinstance(s, Atomic):
-                for e in (s.index, s.value):
-                    check_expr(e, scope, f"atomic {s.op} on {s.buf}")
-                if s.op not in ATOMIC_OPS:
-                    raise KernelVerifyError(f"{k.name}: atomic {s.op} (not {'/'.join(ATOMIC_OPS)})")
-                if s.buf in globals_ and not globals_[s.buf].output:
-                    raise KernelVerifyError(f"{k.name}: atomic on read-only parameter {s.buf}")
-                if s.buf not in globals_ and s.buf not in smem:
-                    raise KernelVerifyError(f"{k.name}: atomic on unknown buffer {s.buf}")
-                if _buf_dtype(s.buf, globals_, k) not in ("f32", "i32", "i64"):
-                    raise KernelVerifyError(f"{k.name}: atomics take f32, i32 or i64 buffers, not "
-                                            f"{_buf_dtype(s.buf, globals_, k)} ({s.buf})")
-            elif isinstance(s, Sync):
-                if divergent:
-                    raise KernelVerifyError(f"{k.name}: __syncthreads() under thread-dependent control flow")
-            elif isinstance(s, LdMatrix):
-                check_expr(s.row, scope, f"ldmatrix from {s.buf}")
-                scope |= set(s.vars)
-                tainted |= set(s.vars)
-            elif isinstance(s, Mma):
-                missing = set(s.a + s.b + s.c + s.d) - scope
-                if missing:
-                    raise KernelVerifyError(f"{k.name}: mma uses undefined {sorted(missing)}")
-                tainted |= set(s.d)
-            elif isinstance(s, CpAsync):
-                for e in (s.dst_index, s.src_index, s.src_bytes):
-                    if e is not None:
-                        check_expr(e, scope, f"cp.async {s.src} -> {s.dst}")
-            elif isinstance(s, HOPPER_STMTS):
-                _check_hopper_scope(k, s, scope, tainted, check_expr)
-            elif isinstance(s, (Smem, Comment, CpAsyncCommit, CpAsyncWait)):
-                pass
-            else:
-                raise KernelVerifyError(f"{k.name}: unknown statement {s!r}")
-
-    check(k.body, scalars, set(), False)
-    _check_warp_ops(k)
-    _check_hopper_ops(k)
-
-
-def _check_hopper_scope(k: Kernel, s, scope: set[str], tainted: set[str], check_expr) -> None:
-    """Scoping of the sm_90 statements (their shapes are checked by _check_hopper_ops)."""
-    where = type(s).__name__
-    for e in (getattr(s, f, None) for f in ("a", "b", "scale_d", "index", "parity", "dst_index",
-                                             "bar_index")):
-        if isinstance(e, Expr):
-            check_expr(e, scope, where)
-    for e in getattr(s, "coords", ()):
-        check_expr(e, scope, where)
-    if isinstance(s, Wgmma):
-        missing = set(s.d) - scope
-        if missing:
-            raise KernelVerifyError(f"{k.name}: wgmma uses undefined {sorted(missing)}")
-        tainted |= set(s.d)
-    elif isinstance(s, MbarTryWait):
-        scope.add(s.var)
-        tainted.add(s.var)
-
-
-def _check_hopper_ops(k: Kernel) -> None:
-    """The shapes and operands wgmma, TMA and mbarrier accept, and that tensor maps and
-    mbarrier arrays are touched by nothing else (nothing to check, and no walk over a large
-    unrolled CPU kernel's every expression, where it has neither)."""
-    if not any(p.tensor_map for p in k.params) and \
-            not any(isinstance(s, HOPPER_STMTS) for s in walk(k.body)):
-        return
-    smem = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
-    params = {p.name: p for p in k.params}
-    declared = {s.var: s.dtype for s in walk(k.body) if isinstance(s, (Let, For))}
-    bars = {s.bar for s in walk(k.body) if isinstance(s, (MbarInit, MbarArrive, MbarTryWait,
-                                                          MbarWait, TmaLoad))}
-    tmaps = {n for n, p in params.items() if p.tensor_map is not None}
-
-    def fail(what: str):
-        raise KernelVerifyError(f"{k.name}: {what}")
-    for b in sorted(bars):
-        if b not in smem or smem[b].dtype != "i64":
-            fail(f"mbarrier {b} must be a shared array of i64")
-    for name in sorted(tmaps):
-        tm, p = params[name].tensor_map, params[name]
-        if not 1 <= len(tm.dims) <= 5 or len(tm.box) != len(tm.dims) or \
-                len(tm.strides) != len(tm.dims) - 1:
-            fail(f"tensor map {name}: dims, box and strides do not agree in rank")
-        if prod(tm.dims) > p.numel or any(b < 1 or b > 256 for b in tm.box):
-            fail(f"tensor map {name}: dims exceed the buffer or a box side is not in 1..256")
-        if tm.swizzle not in SWIZZLES:
-            fail(f"tensor map {name}: unknown swizzle {tm.swizzle!r}")
-    for s in walk(k.body):
-        touched = set()
-        if isinstance(s, (Store, StoreVec, LoadVec, LdMatrix)):
-            touched.add(s.buf)
-        elif isinstance(s, CpAsync):
-            touched |= {s.src, s.dst}
-        for e in _stmt_exprs(s):
-            touched |= {x.buf for x in _all_loads(e)}
-        bad = touched & (bars | tmaps)
-        if bad:
-            fail(f"{min(bad)} is an mbarrier or tensor map: only TMA and mbarrier "
-                 f"statements may use it")
-        for e in _stmt_exprs(s):
-            for dsc in _all_descs(e):
-                if dsc.buf not in smem or dtypes.ITEMSIZE[smem[dsc.buf].dtype] != 2:
-                    fail(f"wgmma descriptor of {dsc.buf}, which is not a shared array of 16-bit "
-                         f"elements")
-                if dsc.swizzle not in SWIZZLES:
-                    fail(f"wgmma descriptor with unknown swizzle {dsc.swizzle!r}")
-        if isinstance(s, Wgmma):
-            if s.dtype not in ("f16", "bf16"):
-                fail(f"wgmma takes f16 or bf16 inputs, not {s.dtype}")
-            if s.n % 8 or not 8 <= s.n <= 256:
-                fail(f"wgmma m64nNk16 needs N a multiple of 8 in 8..256, not {s.n}")
-            if len(s.d) != s.n // 2:
-                fail(f"wgmma m64n{s.n}k16 takes {s.n // 2} f32 accumulators, not {len(s.d)}")
-            for v in s.d:
-                if declared.get(v) != "f32":
-                    fail(f"wgmma accumulator {v} is not f32")
-            if k.block % 128:
-                fail(f"wgmma needs whole warpgroups, not a block of {k.block} threads")
-        elif isinstance(s, TmaLoad):
-            p = params.get(s.tmap)
-            if p is None or p.tensor_map is None:
-                fail(f"TMA load from {s.tmap}, which is not a tensor-map parameter")
-            if s.dst not in smem or smem[s.dst].dtype != p.dtype:
-                fail(f"TMA load {s.tmap} -> {s.dst}: needs a shared array of {p.dtype}")
-            if len(s.coords) != len(p.tensor_map.dims):
-                fail(f"TMA load from {s.tmap} takes {len(p.tensor_map.dims)} coordinates")
-        elif isinstance(s, MbarInit) and s.count < 1:
-            fail(f"mbarrier.init with count {s.count}")
-        elif isinstance(s, MbarArrive) and s.tx_bytes is not None and not 0 <= s.tx_bytes < 2 ** 20:
-            fail(f"mbarrier expect_tx of {s.tx_bytes} bytes")
-        elif isinstance(s, WgmmaWait) and not 0 <= s.pending <= 7:
-            fail(f"wgmma.wait_group {s.pending}")
-
-
-def _all_descs(e: Expr):
-    if isinstance(e, WgmmaDesc):
-        yield e
-    for c in children(e):
-        yield from _all_descs(c)
-
-
-def _stmt_exprs(s):
-    """The expressions directly in statement s (not in nested bodies)."""
-    for f in ("value", "index", "start", "stop", "cond", "row", "dst_index", "src_index",
-              "src_bytes", "a", "b", "scale_d", "parity", "bar_index"):
-        e = getattr(s, f, None)
-        if isinstance(e, Expr):
-            yield e
-    for f in ("values", "coords"):
-        yield from (getattr(s, f, None) or ())
-
-
-def _check_warp_ops(k: Kernel) -> None:
-    """The shapes and types mma, ldmatrix and cp.async accept."""
-    smem = {s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)}
-    params = {p.name: p.dtype for p in k.params}
-    declared: dict[str, str] = {}
-    for s in walk(k.body):
-        if isinstance(s, (Let, For)):
-            declared[s.var] = s.dtype
-        elif isinstance(s, LoadVec):
-            declared.update(dict.fromkeys(s.vars, s.dtype))
-        elif isinstance(s, LdMatrix):
-            declared.update(dict.fromkeys(s.vars, "i32"))
-
-    def fail(what: str):
-        raise KernelVerifyError(f"{k.name}: {what}")
-    for s in walk(k.body):
-        if isinstance(s, LdMatrix):
-            if len(s.vars) not in (1, 2, 4):
-                fail(f"ldmatrix loads 1, 2 or 4 matrices, not {len(s.vars)}")
-            if s.buf not in smem or dtypes.ITEMSIZE[smem[s.buf]] != 2:
-                fail(f"ldmatrix reads a shared array of 16-bit elements, not {s.buf}")
-        elif isinstance(s, Mma):
-            if s.dtype not in ("f16", "bf16"):
-                fail(f"mma m16n8k16 takes f16 or bf16 inputs, not {s.dtype}")
-            if (len(s.a), len(s.b), len(s.c), len(s.d)) != (4, 2, 4, 4):
-                fail("mma m16n8k16 takes 4 A registers, 2 B registers, 4 C and 4 D floats")
-            for v in s.a + s.b:
-                if declared.get(v) != "i32":
-                    fail(f"mma operand {v} is not an i32 fragment register")
-            for v in s.c + s.d:
-                if declared.get(v) != "f32":
-                    fail(f"mma accumulator {v} is not f32")
-        elif isinstance(s, CpAsync):
-            if s.dst not in smem or s.src not in params:
-                fail(f"cp.async copies a global parameter to a shared array, not {s.src} -> {s.dst}")
-            if smem[s.dst] != params[s.src]:
-                fail(f"cp.async {s.src} -> {s.dst} changes the dtype")
-            if s.nbytes not in (4, 8, 16) or s.nbytes % dtypes.ITEMSIZE[smem[s.dst]]:
-                fail(f"cp.async copies 4, 8 or 16 bytes of whole elements, not {s.nbytes}")
-            if s.cache not in ("ca", "cg") or (s.cache == "cg" and s.nbytes != 16):
-                fail(f"cp.async.{s.cache} of {s.nbytes} bytes (cg copies 16 bytes only)")
-        elif isinstance(s, CpAsyncWait) and s.pending < 0:
-            fail(f"cp.async.wait_group {s.pending}")
-
-
-def _buf_dtype(name, globals_, k: Kernel) -> str:
-    if name in globals_:
-        return globals_[name].dtype
-    for s in walk(k.body):
-        if isinstance(s, Smem) and s.name == name:
-            return s.dtype
-    raise KernelVerifyError(f"{k.name}: unknown buffer {name}")
-
-
-def _all_loads(e: Expr):
-    if isinstance(e, Load):
-        yield e
-    for c in children(e):
-        yield from _all_loads(c)
+        for inner in s.bodies():
+            yield from walk(inner)
 
 
 # ---------------------------------------------------------------- printing
@@ -828,87 +661,14 @@ def format_expr(e: Expr) -> str:
 
 
 def _format_body(body, depth: int, out: list[str]) -> None:
+    """Each statement's line, its bodies indented below it (a second one after `else:`)."""
     pad = "    " * depth
     for s in body:
-        if isinstance(s, Let):
-            out.append(f"{pad}{s.var} = {format_expr(s.value)}  : {s.dtype}")
-        elif isinstance(s, Assign):
-            out.append(f"{pad}{s.var} <- {format_expr(s.value)}")
-        elif isinstance(s, Store):
-            out.append(f"{pad}{s.buf}[{format_expr(s.index)}] = {format_expr(s.value)}")
-        elif isinstance(s, LoadVec):
-            out.append(f"{pad}{', '.join(s.vars)} = load.v{len(s.vars)} {s.buf}[{format_expr(s.index)}]")
-        elif isinstance(s, StoreVec):
-            out.append(f"{pad}{s.buf}[{format_expr(s.index)}] = store.v{len(s.values)} "
-                       f"({', '.join(format_expr(v) for v in s.values)})")
-        elif isinstance(s, For):
-            tag = "  # unroll" if s.unroll else ""
-            out.append(f"{pad}for {s.var} = {format_expr(s.start)}; < {format_expr(s.stop)}; += {s.step}:{tag}")
-            _format_body(s.body, depth + 1, out)
-        elif isinstance(s, If):
-            out.append(f"{pad}if {format_expr(s.cond)}:")
-            _format_body(s.then, depth + 1, out)
-            if s.orelse:
+        out.append(pad + s.to_text(format_expr))
+        for i, inner in enumerate(s.bodies()):
+            if i and inner:
                 out.append(f"{pad}else:")
-                _format_body(s.orelse, depth + 1, out)
-        elif isinstance(s, While):
-            out.append(f"{pad}while {format_expr(s.cond)}:")
-            _format_body(s.body, depth + 1, out)
-        elif isinstance(s, Atomic):
-            out.append(f"{pad}atomic.{s.op} {s.buf}[{format_expr(s.index)}], {format_expr(s.value)}")
-        elif isinstance(s, Sync):
-            out.append(f"{pad}Sync")
-        elif isinstance(s, Smem):
-            out.append(f"{pad}Smem {s.name}[{s.size}] {s.dtype}" + (" dynamic" if s.dynamic else ""))
-        elif isinstance(s, Comment):
-            out.append(f"{pad}# {s.text}")
-        elif isinstance(s, LdMatrix):
-            trans = ".trans" if s.trans else ""
-            out.append(f"{pad}{', '.join(s.vars)} = ldmatrix.x{len(s.vars)}{trans} "
-                       f"{s.buf}[{format_expr(s.row)}]  : i32")
-        elif isinstance(s, Mma):
-            out.append(f"{pad}{', '.join(s.d)} <- mma.m16n8k16.{s.dtype} a=({', '.join(s.a)}) "
-                       f"b=({', '.join(s.b)}) c=({', '.join(s.c)})")
-        elif isinstance(s, CpAsync):
-            part = "" if s.src_bytes is None else f", src_bytes={format_expr(s.src_bytes)}"
-            out.append(f"{pad}{s.dst}[{format_expr(s.dst_index)}] <- cp.async.{s.cache}.{s.nbytes} "
-                       f"{s.src}[{format_expr(s.src_index)}]{part}")
-        elif isinstance(s, CpAsyncCommit):
-            out.append(f"{pad}cp.async.commit_group")
-        elif isinstance(s, CpAsyncWait):
-            out.append(f"{pad}cp.async.wait_group {s.pending}")
-        elif isinstance(s, HOPPER_STMTS):
-            out.append(pad + _format_hopper(s))
-        else:
-            out.append(f"{pad}{s!r}")
-
-
-def _format_hopper(s) -> str:
-    f = format_expr
-    if isinstance(s, Wgmma):
-        d = ", ".join(s.d) if len(s.d) <= 4 else f"{s.d[0]}..{s.d[-1]}"
-        scale = "" if s.scale_d is None else f" scale_d={f(s.scale_d)}"
-        trans = "".join(f" trans_{x}" for x in "ab" if getattr(s, f"trans_{x}"))
-        return f"{d} <- wgmma.m64n{s.n}k16.{s.dtype} a={f(s.a)} b={f(s.b)}{scale}{trans}"
-    if isinstance(s, WgmmaFence):
-        return "wgmma.fence"
-    if isinstance(s, WgmmaCommit):
-        return "wgmma.commit_group"
-    if isinstance(s, WgmmaWait):
-        return f"wgmma.wait_group {s.pending}"
-    if isinstance(s, MbarInit):
-        return f"mbarrier.init {s.bar}[{f(s.index)}], count={s.count}"
-    if isinstance(s, MbarArrive):
-        tx = "" if s.tx_bytes is None else f".expect_tx {s.tx_bytes}"
-        return f"mbarrier.arrive{tx} {s.bar}[{f(s.index)}]"
-    if isinstance(s, MbarTryWait):
-        return f"{s.var} = mbarrier.try_wait.parity {s.bar}[{f(s.index)}], {f(s.parity)}  : bool"
-    if isinstance(s, MbarWait):
-        return f"mbarrier.wait.parity {s.bar}[{f(s.index)}], {f(s.parity)}"
-    if isinstance(s, TmaLoad):
-        return (f"{s.dst}[{f(s.dst_index)}] <- tma.load {s.tmap}[{', '.join(f(c) for c in s.coords)}]"
-                f" mbar={s.bar}[{f(s.bar_index)}]")
-    return "fence.proxy.async"
+            _format_body(inner, depth + 1, out)
 
 
 def _format_param(p: Param) -> str:

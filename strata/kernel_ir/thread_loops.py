@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..expr import Cast, Const, Expr, Op, Var, children, free_vars, map_expr
-from .ir import (Assign, Atomic, For, If, Kernel, Let, Load, ShflIdx, ShflXor, Smem, Stmt, Store,
-                 Sync, ThreadIdx, While, _stmt_exprs, walk)
+from .ir import (Assign, For, If, Kernel, Let, Load, ShflIdx, ShflXor, Smem, Stmt, Store, Sync,
+                 ThreadIdx, walk)
 
 T = "st_thread"              # the thread loop's variable
 
@@ -80,16 +80,7 @@ def _subst(e: Expr, inline: dict) -> Expr:
 
 
 def _rewrite_body(body, ex) -> tuple:
-    out = []
-    for s in body:
-        fields = {f: ex(getattr(s, f)) for f in ("value", "index", "start", "stop", "cond")
-                  if isinstance(getattr(s, f, None), Expr)}
-        if isinstance(s, (For, While)):
-            fields["body"] = _rewrite_body(s.body, ex)
-        elif isinstance(s, If):
-            fields.update(then=_rewrite_body(s.then, ex), orelse=_rewrite_body(s.orelse, ex))
-        out.append(replace(s, **fields) if fields else s)
-    return tuple(out)
+    return tuple(s.map_exprs(ex).map_bodies(lambda b: _rewrite_body(b, ex)) for s in body)
 
 
 # ---------------------------------------------------------------- shuffles
@@ -120,13 +111,8 @@ def _shuffles(body, exchange: dict) -> tuple:
                               Op("mod", (Cast(v.lane, "i32"), Const(32, "i32")), "i32")), "i32"))
             out += [Store(slot, ThreadIdx(), v.value), Sync(), Let(s.var, s.dtype,
                                                                  Load(slot, src, s.dtype)), Sync()]
-        elif isinstance(s, (For, While)):
-            out.append(replace(s, body=_shuffles(s.body, exchange)))
-        elif isinstance(s, If):
-            out.append(replace(s, then=_shuffles(s.then, exchange),
-                               orelse=_shuffles(s.orelse, exchange)))
         else:
-            out.append(s)
+            out.append(s.map_bodies(lambda b: _shuffles(b, exchange)))
     return tuple(out)
 
 
@@ -155,13 +141,9 @@ def _split(body, block: int, uniform: set[str]) -> tuple:
             run.append(s)
             continue
         flush()
-        if isinstance(s, For):
-            out.append(replace(s, body=_split(s.body, block, uniform | {s.var})))
-        elif isinstance(s, While):
-            out.append(replace(s, body=_split(s.body, block, uniform)))
-        elif isinstance(s, If):
-            out.append(replace(s, then=_split(s.then, block, uniform),
-                               orelse=_split(s.orelse, block, uniform)))
+        if s.bodies():                  # uniform control flow around thread loops (not a Sync)
+            inner = uniform | {s.var} if isinstance(s, For) else uniform
+            out.append(s.map_bodies(lambda b: _split(b, block, inner)))
     flush()
     return tuple(out)
 
@@ -220,23 +202,15 @@ def _promoted(body) -> set[str]:
                     note(_names(x), inner)
                 continue
             note(_names(s), place)
-            for sub in _bodies(s):
+            for sub in s.bodies():
                 visit(sub, place)
     visit(body, "uniform")
     return {n for n, places in where.items() if len(places) > 1}
 
 
-def _bodies(s):
-    if isinstance(s, (For, While)):
-        return (s.body,)
-    if isinstance(s, If):
-        return (s.then, s.orelse)
-    return ()
-
-
 def _names(s) -> set[str]:
     out = {s.var} if isinstance(s, (Let, Assign)) else set()
-    for e in _stmt_exprs(s):
+    for e in s.exprs():
         out |= free_vars(e)
     return out
 
@@ -263,17 +237,6 @@ def _rewrite(body, promoted: dict[str, str], in_thread: bool) -> tuple:
             out.append(replace(s, body=_rewrite(s.body, promoted, True)))
         elif isinstance(s, (Let, Assign)) and s.var in promoted:
             out.append(Store(f"{s.var}__t", me, ex(s.value)))
-        elif isinstance(s, (Let, Assign, Store, Atomic)):
-            out.append(replace(s, **{f: ex(getattr(s, f)) for f in ("value", "index")
-                                     if hasattr(s, f)}))
-        elif isinstance(s, For):
-            out.append(replace(s, start=ex(s.start), stop=ex(s.stop),
-                               body=_rewrite(s.body, promoted, in_thread)))
-        elif isinstance(s, While):
-            out.append(replace(s, cond=ex(s.cond), body=_rewrite(s.body, promoted, in_thread)))
-        elif isinstance(s, If):
-            out.append(replace(s, cond=ex(s.cond), then=_rewrite(s.then, promoted, in_thread),
-                               orelse=_rewrite(s.orelse, promoted, in_thread)))
         else:
-            out.append(s)
+            out.append(s.map_exprs(ex).map_bodies(lambda b: _rewrite(b, promoted, in_thread)))
     return tuple(out)

@@ -82,9 +82,7 @@ class Counts:
 
 
 def _trips(s: For) -> float:
-    from ..codegen.c import _trip_count
-    n = _trip_count(s)
-    return UNKNOWN_TRIPS if n is None else n
+    return UNKNOWN_TRIPS if s.trip_count is None else s.trip_count
 
 
 def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
@@ -129,16 +127,10 @@ def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, d
                 c.bytes += into.bytes
             c.flops += max(b.flops for b in branches)
         inner = Counts()
-        for f in ("value", "index", "cond"):
-            e = getattr(s, f, None)
-            if isinstance(e, Expr):
-                _expr(e, sizes, inner, vec)
-        for e in getattr(s, "values", None) or ():
+        for e in s.exprs():
             _expr(e, sizes, inner, vec)
-        if hasattr(s, "buf") and not isinstance(s, (LoadVec, Smem)):
-            inner.bytes += sizes.get(s.buf, 4)              # the store
-        if isinstance(s, LoadVec):
-            inner.bytes += sizes.get(s.buf, 4) * len(s.vars)
+        width = len(s.vars) if isinstance(s, LoadVec) else 1
+        inner.bytes += sum(sizes.get(b, 4) * width for b in s.buffers())   # its own store or load
         c.ops += inner.ops * scale
         c.vector_ops += inner.vector_ops * scale
         c.bytes += inner.bytes * scale

@@ -11,6 +11,7 @@ from strata.codegen.cuda import emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import wgmma_builders as W
+from strata.kernel_ir.verify import verify_program
 
 PROGRAMS = {
     "wgmma_64x64x16": lambda: W.wgmma_gemm(64, 64, 16),
@@ -65,7 +66,7 @@ def headers():
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_compiles_for_sm90a(name, headers):
     prog = PROGRAMS[name]()
-    prog.verify()
+    verify_program(prog)
     src = emit_program(prog, "sm_90a")
     assert nvrtc.compile_cuda(src, "sm_90a")[:4] == b"\x7fELF"
     ptx = nvrtc.compile_cuda(src, "sm_90a", want="ptx").decode()

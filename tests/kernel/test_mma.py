@@ -13,6 +13,7 @@ from strata.kernel_ir.sim import simulate
 
 import kernel_builders as B
 import mma_builders as MB
+from strata.kernel_ir.verify import verify_program
 
 RNG = np.random.default_rng(11)
 
@@ -125,7 +126,7 @@ def test_mma_tiled(dtype, shape):
     m, n, k = shape
     a, b = matrices(m, k, n, dtype)
     prog = MB.mma_tiled(m, n, k, dtype)
-    prog.verify()
+    verify_program(prog)
     c = simulate(prog, {"A": a, "B": b})["C"]
     assert rel_err(c, a.astype(np.float64) @ b.astype(np.float64)) < 1e-3
 
@@ -155,7 +156,7 @@ def test_wrong_lane_mapping_gives_wrong_numbers(bug):
     good = MB.mma_16x8("f16")
     assert rel_err(simulate(good, {"A": a, "B": b})["C"], ref) < 1e-3
     bad = MB.rewrite(good, bug)
-    bad.verify()
+    verify_program(bad)
     assert rel_err(simulate(bad, {"A": a, "B": b})["C"], ref) > 0.1
 
 

@@ -2,11 +2,12 @@
 import pytest
 
 from strata import expr as E
-from strata.kernel_ir.ir import (CpAsync, CpAsyncWait, Kernel, KernelVerifyError, LdMatrix, Let, Mma,
-                              Param, Smem, ThreadIdx, verify_kernel)
+from strata.kernel_ir.ir import (CpAsync, CpAsyncWait, Kernel, LdMatrix, Let, Mma,
+                              Param, Smem, ThreadIdx)
 
 import kernel_builders as B
 import mma_builders as MB
+from strata.kernel_ir.verify import KernelVerifyError, verify_program, verify_kernel
 
 t = B.V("t", "i32")
 
@@ -30,7 +31,7 @@ def test_good_statements_pass():
                          CpAsync("f", t, "y", t, 4, src_bytes=E.call("where", E.call("lt", t, B.I(3)),
                                                                         B.I(4), B.I(0)))))
     for prog in (MB.mma_16x8("bf16", 13), MB.mma_tiled()):
-        prog.verify()
+        verify_program(prog)
 
 
 @pytest.mark.parametrize("stmt,msg", [

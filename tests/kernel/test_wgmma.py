@@ -13,6 +13,7 @@ from strata import expr as E
 from strata.kernel_ir import sim_wgmma
 from strata.kernel_ir.ir import Wgmma
 from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.verify import verify_program
 
 RNG = np.random.default_rng(23)
 
@@ -113,7 +114,7 @@ def test_wgmma_gemm(shape):
     bn = min(n, 128)
     a, b = bf16((m, k)), bf16((n, k))
     prog = W.wgmma_gemm(m, n, k, bn)
-    prog.verify()
+    verify_program(prog)
     c = simulate(prog, {"A": a, "B": b})["C"]
     assert rel_err(c, a.astype(np.float64) @ b.astype(np.float64).T) < 1e-5
     np.testing.assert_array_equal(c, reference(a, b))

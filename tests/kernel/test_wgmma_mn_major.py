@@ -10,6 +10,7 @@ import wgmma_builders as W
 from strata import dtypes
 from strata.kernel_ir import sim_wgmma
 from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.verify import verify_program
 
 RNG = np.random.default_rng(31)
 
@@ -81,7 +82,7 @@ def reference_kn(a, b):
 def test_mn_major_b_gemm(m, n, k, bn, stages):
     a, b = bf16((m, k)), bf16((k, n))
     prog = W.wgmma_gemm(m, n, k, bn, stages, b_kn=True)
-    prog.verify()
+    verify_program(prog)
     c = simulate(prog, {"A": a, "B": b})["C"]
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-5
@@ -102,7 +103,7 @@ def test_wrong_mn_major_descriptor_gives_wrong_numbers(bug, k):
         kw = {"lbo_of_k_major": {"b_lbo": 16}, "sbo_half": {"b_sbo": 512},
               "no_transpose": {"trans_b": False}}[bug]
         prog = W.wgmma_gemm(m, n, k, bn, 1, b_kn=True, **kw)
-    prog.verify()
+    verify_program(prog)
     out = simulate(prog, {"A": a, "B": b})["C"]
     finite = np.nan_to_num(out.astype(np.float64), nan=0.0)
     assert np.linalg.norm(finite - ref) / np.linalg.norm(ref) > 0.1

@@ -15,7 +15,6 @@ from strata.errors import SimError
 from strata.kernel_ir.ir import (
     For,
     If,
-    KernelVerifyError,
     Load,
     MbarWait,
     Store,
@@ -27,6 +26,7 @@ from strata.kernel_ir.ir import (
     WgmmaWait,
 )
 from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.verify import KernelVerifyError, verify_program
 
 RNG = np.random.default_rng(5)
 
@@ -118,14 +118,14 @@ def test_verify_rejects_malformed_hopper_statements():
     k = prog.kernels[0]
     bad_n = rewrite(prog, lambda s: replace(s, n=60) if isinstance(s, Wgmma) else s)
     with pytest.raises(KernelVerifyError, match="N a multiple of 8"):
-        bad_n.verify()
+        verify_program(bad_n)
     few = rewrite(prog, lambda s: replace(s, d=s.d[:8]) if isinstance(s, Wgmma) else s)
     with pytest.raises(KernelVerifyError, match="takes 32 f32 accumulators"):
-        few.verify()
+        verify_program(few)
     load_map = rewrite(prog, lambda s: Store("C", I(0), Load("A", I(0), "f32"))
                        if isinstance(s, WgmmaFence) else s)
     with pytest.raises(KernelVerifyError, match="A is an mbarrier or tensor map"):
-        load_map.verify()
+        verify_program(load_map)
     wrong_block = type(prog)(prog.buffers, [replace(k, block=96)], prog.outputs)
     with pytest.raises(KernelVerifyError, match="whole warpgroups"):
-        wrong_block.verify()
+        verify_program(wrong_block)

@@ -13,6 +13,7 @@ import strata  # noqa: E402
 from strata import check  # noqa: E402
 from strata.api import compile_model  # noqa: E402
 from strata.models.wrappers import CausalLMLogits, DecoderLayer  # noqa: E402
+from strata.kernel_ir.verify import verify_program
 
 SEQ = 8
 
@@ -32,7 +33,7 @@ def test_prefill_logits_from_checkpoint(family, device, tmp_path):
     write_checkpoint(ref, tmp_path)
     prog, built = compile_model(str(tmp_path), seq_len=SEQ, dtype="fp32", device=device,
                                 materialise=True)
-    prog.lowered.kernel.verify()
+    verify_program(prog.lowered.kernel)
     weights = prog.torch_program.weights
     assert "p_model_embed_tokens_weight" in weights
     assert ("p_lm_head_weight" in weights) == (not ref.config.tie_word_embeddings)   # one buffer if tied

@@ -7,6 +7,7 @@ from strata import dtypes
 from strata.frontend.capture import capture
 from strata.tensor.decompose import to_tensor_ir
 from strata.tensor.eval import evaluate
+from strata.kernel_ir.verify import verify_program
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -108,7 +109,7 @@ def _through_pipeline(prog, feed: dict) -> dict:
     from strata.pipeline import lower_torch_program
     from strata.runtime.nvrtc import compile_cuda
     low = lower_torch_program(prog)
-    low.kernel.verify()
+    verify_program(low.kernel)
     compile_cuda(low.cuda, "sm_90", want="ptx")
     feed = {**feed, **{k: to_numpy(v) for k, v in prog.weights.items()}}
     got = simulate(low.kernel, feed)

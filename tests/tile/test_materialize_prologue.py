@@ -14,6 +14,7 @@ from strata import pipeline
 from strata.context import Context
 
 from test_wgmma_schedule import _check, nvrtc
+from strata.kernel_ir.verify import verify_program
 
 r = torch.randn
 BF16, SM90A = torch.bfloat16, "sm_90a"
@@ -67,7 +68,7 @@ def test_pinned_materialize_runs_on_wgmma(name, fn, shapes):
     assert "k_linear_reduce_operand" in mm.reads and dict(mm.knobs)["PROLOGUE"] == "materialize"
     assert prog.lowered.kernel.buffer("k_linear_reduce_operand").dtype == "bf16"
     assert any("computed once into k_linear_reduce_operand" in m for m in ctx.messages)
-    prog.lowered.kernel.verify()
+    verify_program(prog.lowered.kernel)
     ptx = nvrtc.compile_cuda(prog.source("cuda"), SM90A, want="ptx").decode()
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     _check(prog, fn, inputs)

@@ -18,6 +18,7 @@ from strata.context import Context
 from strata.errors import SimError
 from strata.kernel_ir.ir import CpAsyncWait, Mma
 from strata.kernel_ir.lower import lower
+from strata.kernel_ir.verify import verify_program
 
 r = torch.randn
 BF16, F16 = torch.bfloat16, torch.float16
@@ -182,7 +183,7 @@ def test_every_mma_pass_leaves_a_runnable_schedule(monkeypatch):
     for last in ("mma_tile", "mma_swizzle", "mma_async_copy"):
         monkeypatch.setattr(pipeline, "TILE_PASSES", pipeline.TILE_PASSES[:names.index(last) + 1])
         prog.lowered.kernel = lower(pipeline.run_tile_passes(prog.lowered.loop, Context()))
-        prog.lowered.kernel.verify()
+        verify_program(prog.lowered.kernel)
         assert "mma.m16n8k16" in str(prog.lowered.kernel)
         got = prog.run_numpy(inputs)[0]
         assert check.compare("mm", "bf16", got, want, check.tolerance("bf16", True)).passed

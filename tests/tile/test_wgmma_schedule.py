@@ -17,7 +17,6 @@ from strata import check, pipeline
 from strata.context import Context
 from strata.errors import SimError
 from strata.kernel_ir.ir import (
-    KernelVerifyError,
     MbarWait,
     Smem,
     Wgmma,
@@ -25,6 +24,7 @@ from strata.kernel_ir.ir import (
     verify_kernel,
     walk,
 )
+from strata.kernel_ir.verify import KernelVerifyError, verify_program, verify_kernel
 
 nvrtc = pytest.importorskip("strata.runtime.nvrtc")
 
@@ -53,7 +53,7 @@ def run_wgmma(fn, inputs, knobs=None):
     prog = _compile(fn, inputs, knobs)
     kinds = [k.mode for k in prog.lowered.tile.kernels]
     assert kinds == ["wgmma"], prog.ir("tile")
-    prog.lowered.kernel.verify()
+    verify_program(prog.lowered.kernel)
     ptx = nvrtc.compile_cuda(prog.source("cuda"), SM90A, want="ptx").decode()
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     _check(prog, fn, inputs)

@@ -1,0 +1,268 @@
+"""The Kernel IR verifier: scoping, buffers, barriers in uniform control flow, resource limits,
+and the shapes and operands of the warp (mma, ldmatrix, cp.async) and Hopper (wgmma, TMA,
+mbarrier) statements. Expressions and buffers are reached through the statements' operand
+protocol (ir.py), so a new statement kind is checked for scope and buffers without an edit here;
+what it means (what it declares, writes or requires) is written below when it needs checking."""
+from __future__ import annotations
+
+from math import prod
+
+from .. import dtypes
+from ..expr import Expr, Var, children, free_vars, nodes
+from ..targets import GPUS, STATIC_SMEM_BYTES
+from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, CpAsync, CpAsyncWait, For, If,
+                 Kernel, KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
+                 MbarTryWait, Mma, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
+                 WgmmaDesc, WgmmaWait, walk)
+
+
+class KernelVerifyError(Exception):
+    pass
+
+
+# Kernel IR is checked against the most any target allows (a Target says what one allows).
+MAX_SMEM_BYTES = STATIC_SMEM_BYTES                                    # static __shared__ per block
+MAX_DYNAMIC_SMEM_BYTES = max(t.smem_optin for t in GPUS)             # static + dynamic (opt-in)
+
+
+def verify_program(program: KernelProgram, target=None) -> None:
+    """Check every kernel; on a CPU target (one thread per block, its "shared memory" a
+    scratch array in ordinary memory) the GPU's shared-memory limits do not apply."""
+    names = {b.name: b for b in program.buffers}
+    for k in program.kernels:
+        for p in k.params:
+            b = names.get(p.name)
+            if b is None or b.dtype != p.dtype or b.numel != p.numel:
+                raise KernelVerifyError(f"{k.name}: parameter {p.name} does not match a buffer")
+        if k.name not in program.twins:                    # a renamed copy of one checked
+            verify_kernel(k, gpu=getattr(target, "kind", "gpu") == "gpu")
+
+
+def _thread_dependent(e: Expr, tainted: set[str]) -> bool:
+    if isinstance(e, ThreadIdx):
+        return True
+    if isinstance(e, Var):
+        return e.name in tainted
+    return any(_thread_dependent(c, tainted) for c in children(e))
+
+
+# how an error names the statement whose expression uses an undefined variable
+_WHERE = {Let: lambda s: f"let {s.var}", Assign: lambda s: f"assign {s.var}",
+          Store: lambda s: f"store to {s.buf}", StoreVec: lambda s: f"store to {s.buf}",
+          LoadVec: lambda s: f"vector load from {s.buf}", For: lambda s: f"loop {s.var}",
+          If: lambda s: "if", While: lambda s: "while",
+          Atomic: lambda s: f"atomic {s.op} on {s.buf}", LdMatrix: lambda s: f"ldmatrix from {s.buf}",
+          CpAsync: lambda s: f"cp.async {s.src} -> {s.dst}"}
+_WRITES = (Store, StoreVec, Atomic)          # statements that write global memory through `buf`
+
+
+def verify_kernel(k: Kernel, gpu: bool = True) -> None:
+    """Check scoping, buffer references, barriers in uniform control flow and resource limits
+    (shared-memory sizes only for a GPU)."""
+    if not 1 <= k.block <= 1024 or k.grid < 1 or k.grid >= 2 ** 31:
+        raise KernelVerifyError(f"{k.name}: launch grid={k.grid} block={k.block} out of range")
+    if gpu and k.static_smem_bytes > MAX_SMEM_BYTES:
+        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} bytes of shared memory > "
+                                f"{MAX_SMEM_BYTES}")
+    if gpu and k.static_smem_bytes + k.dynamic_smem_bytes > MAX_DYNAMIC_SMEM_BYTES:
+        raise KernelVerifyError(f"{k.name}: {k.static_smem_bytes} + {k.dynamic_smem_bytes} bytes "
+                                f"of static + dynamic shared memory > {MAX_DYNAMIC_SMEM_BYTES}")
+    globals_ = {p.name: p for p in k.params}
+    smem = {s.name for s in walk(k.body) if isinstance(s, Smem)}
+
+    def fail(what: str):
+        raise KernelVerifyError(f"{k.name}: {what}")
+
+    def check_operands(s, scope: set[str]):
+        where = _WHERE.get(type(s), lambda s: type(s).__name__)(s)
+        for e in s.exprs():
+            missing = free_vars(e) - scope
+            if missing:
+                fail(f"{where} uses undefined {sorted(missing)}")
+            for sub in _all_loads(e):
+                if sub.buf not in globals_ and sub.buf not in smem:
+                    fail(f"load from unknown buffer {sub.buf}")
+        for b in s.buffers():
+            if b not in globals_ and b not in smem:
+                fail(f"{where}: unknown buffer {b}")
+        if isinstance(s, _WRITES) and s.buf in globals_ and not globals_[s.buf].output:
+            fail(f"{where}: read-only parameter {s.buf}")
+
+    def check(body, scope: set[str], tainted: set[str], divergent: bool):
+        scope = set(scope)
+        for s in body:
+            check_operands(s, scope)
+            if isinstance(s, (Let, Assign)):
+                if isinstance(s, Assign) and s.var not in scope:
+                    fail(f"assignment to undeclared {s.var}")
+                scope.add(s.var)
+                if _thread_dependent(s.value, tainted) or divergent:
+                    tainted.add(s.var)
+            elif isinstance(s, (LoadVec, LdMatrix)):
+                if isinstance(s, LoadVec) and \
+                        len(s.vars) * dtypes.ITEMSIZE[_buf_dtype(s.buf, globals_, k)] > 16:
+                    fail("vector load wider than 16 bytes")
+                scope |= set(s.vars)
+                tainted |= set(s.vars)
+            elif isinstance(s, For):
+                varying = _thread_dependent(s.start, tainted) or _thread_dependent(s.stop, tainted)
+                inner_t = tainted | ({s.var} if varying else set())
+                check(s.body, scope | {s.var}, inner_t, divergent or varying)
+                tainted |= inner_t - {s.var}
+            elif isinstance(s, If):
+                div = divergent or _thread_dependent(s.cond, tainted)
+                check(s.then, scope, tainted, div)
+                check(s.orelse, scope, tainted, div)
+            elif isinstance(s, While):
+                inner_t = set(tainted)
+                check(s.body, scope, inner_t, divergent)   # twice: a variable the body makes
+                check(s.body, scope, inner_t, divergent or _thread_dependent(s.cond, inner_t))
+                tainted |= inner_t                         # thread-dependent taints the condition
+            elif isinstance(s, Atomic):
+                if s.op not in ATOMIC_OPS:
+                    fail(f"atomic {s.op} (not {'/'.join(ATOMIC_OPS)})")
+                if _buf_dtype(s.buf, globals_, k) not in ("f32", "i32", "i64"):
+                    fail(f"atomics take f32, i32 or i64 buffers, not "
+                         f"{_buf_dtype(s.buf, globals_, k)} ({s.buf})")
+            elif isinstance(s, Sync) and divergent:
+                fail("__syncthreads() under thread-dependent control flow")
+            elif isinstance(s, (Mma, Wgmma)):             # accumulators declared before, read
+                missing = set(s.a + s.b + s.c + s.d if isinstance(s, Mma) else s.d) - scope
+                if missing:
+                    fail(f"{type(s).__name__.lower()} uses undefined {sorted(missing)}")
+                tainted |= set(s.d)
+            elif isinstance(s, MbarTryWait):
+                scope.add(s.var)
+                tainted.add(s.var)
+
+    check(k.body, {name for name, _ in k.scalars}, set(), False)
+    _check_warp_ops(k)
+    _check_hopper_ops(k)
+
+
+def _check_hopper_ops(k: Kernel) -> None:
+    """The shapes and operands wgmma, TMA and mbarrier accept, and that tensor maps and
+    mbarrier arrays are touched by nothing else (nothing to check, and no walk over a large
+    unrolled CPU kernel's every expression, where it has neither)."""
+    if not any(p.tensor_map for p in k.params) and \
+            not any(isinstance(s, HOPPER_STMTS) for s in walk(k.body)):
+        return
+    smem = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
+    params = {p.name: p for p in k.params}
+    declared = {s.var: s.dtype for s in walk(k.body) if isinstance(s, (Let, For))}
+    bars = {s.bar for s in walk(k.body) if isinstance(s, HOPPER_STMTS) and hasattr(s, "bar")}
+    tmaps = {n for n, p in params.items() if p.tensor_map is not None}
+
+    def fail(what: str):
+        raise KernelVerifyError(f"{k.name}: {what}")
+    for b in sorted(bars):
+        if b not in smem or smem[b].dtype != "i64":
+            fail(f"mbarrier {b} must be a shared array of i64")
+    for name in sorted(tmaps):
+        tm, p = params[name].tensor_map, params[name]
+        if not 1 <= len(tm.dims) <= 5 or len(tm.box) != len(tm.dims) or \
+                len(tm.strides) != len(tm.dims) - 1:
+            fail(f"tensor map {name}: dims, box and strides do not agree in rank")
+        if prod(tm.dims) > p.numel or any(b < 1 or b > 256 for b in tm.box):
+            fail(f"tensor map {name}: dims exceed the buffer or a box side is not in 1..256")
+        if tm.swizzle not in SWIZZLES:
+            fail(f"tensor map {name}: unknown swizzle {tm.swizzle!r}")
+    for s in walk(k.body):
+        touched = set() if isinstance(s, HOPPER_STMTS) else set(s.buffers())
+        for e in s.exprs():
+            touched |= {x.buf for x in _all_loads(e)}
+        bad = touched & (bars | tmaps)
+        if bad:
+            fail(f"{min(bad)} is an mbarrier or tensor map: only TMA and mbarrier "
+                 f"statements may use it")
+        for e in s.exprs():
+            for dsc in (x for x in nodes(e) if isinstance(x, WgmmaDesc)):
+                if dsc.buf not in smem or dtypes.ITEMSIZE[smem[dsc.buf].dtype] != 2:
+                    fail(f"wgmma descriptor of {dsc.buf}, which is not a shared array of 16-bit "
+                         f"elements")
+                if dsc.swizzle not in SWIZZLES:
+                    fail(f"wgmma descriptor with unknown swizzle {dsc.swizzle!r}")
+        if isinstance(s, Wgmma):
+            if s.dtype not in ("f16", "bf16"):
+                fail(f"wgmma takes f16 or bf16 inputs, not {s.dtype}")
+            if s.n % 8 or not 8 <= s.n <= 256:
+                fail(f"wgmma m64nNk16 needs N a multiple of 8 in 8..256, not {s.n}")
+            if len(s.d) != s.n // 2:
+                fail(f"wgmma m64n{s.n}k16 takes {s.n // 2} f32 accumulators, not {len(s.d)}")
+            for v in s.d:
+                if declared.get(v) != "f32":
+                    fail(f"wgmma accumulator {v} is not f32")
+            if k.block % 128:
+                fail(f"wgmma needs whole warpgroups, not a block of {k.block} threads")
+        elif isinstance(s, TmaLoad):
+            p = params.get(s.tmap)
+            if p is None or p.tensor_map is None:
+                fail(f"TMA load from {s.tmap}, which is not a tensor-map parameter")
+            if s.dst not in smem or smem[s.dst].dtype != p.dtype:
+                fail(f"TMA load {s.tmap} -> {s.dst}: needs a shared array of {p.dtype}")
+            if len(s.coords) != len(p.tensor_map.dims):
+                fail(f"TMA load from {s.tmap} takes {len(p.tensor_map.dims)} coordinates")
+        elif isinstance(s, MbarInit) and s.count < 1:
+            fail(f"mbarrier.init with count {s.count}")
+        elif isinstance(s, MbarArrive) and s.tx_bytes is not None and not 0 <= s.tx_bytes < 2 ** 20:
+            fail(f"mbarrier expect_tx of {s.tx_bytes} bytes")
+        elif isinstance(s, WgmmaWait) and not 0 <= s.pending <= 7:
+            fail(f"wgmma.wait_group {s.pending}")
+
+
+def _check_warp_ops(k: Kernel) -> None:
+    """The shapes and types mma, ldmatrix and cp.async accept."""
+    smem = {s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)}
+    params = {p.name: p.dtype for p in k.params}
+    declared: dict[str, str] = {}
+    for s in walk(k.body):
+        if isinstance(s, (Let, For)):
+            declared[s.var] = s.dtype
+        elif isinstance(s, LoadVec):
+            declared.update(dict.fromkeys(s.vars, s.dtype))
+        elif isinstance(s, LdMatrix):
+            declared.update(dict.fromkeys(s.vars, "i32"))
+
+    def fail(what: str):
+        raise KernelVerifyError(f"{k.name}: {what}")
+    for s in walk(k.body):
+        if isinstance(s, LdMatrix):
+            if len(s.vars) not in (1, 2, 4):
+                fail(f"ldmatrix loads 1, 2 or 4 matrices, not {len(s.vars)}")
+            if s.buf not in smem or dtypes.ITEMSIZE[smem[s.buf]] != 2:
+                fail(f"ldmatrix reads a shared array of 16-bit elements, not {s.buf}")
+        elif isinstance(s, Mma):
+            if s.dtype not in ("f16", "bf16"):
+                fail(f"mma m16n8k16 takes f16 or bf16 inputs, not {s.dtype}")
+            if (len(s.a), len(s.b), len(s.c), len(s.d)) != (4, 2, 4, 4):
+                fail("mma m16n8k16 takes 4 A registers, 2 B registers, 4 C and 4 D floats")
+            for v in s.a + s.b:
+                if declared.get(v) != "i32":
+                    fail(f"mma operand {v} is not an i32 fragment register")
+            for v in s.c + s.d:
+                if declared.get(v) != "f32":
+                    fail(f"mma accumulator {v} is not f32")
+        elif isinstance(s, CpAsync):
+            if s.dst not in smem or s.src not in params:
+                fail(f"cp.async copies a global parameter to a shared array, not {s.src} -> {s.dst}")
+            if smem[s.dst] != params[s.src]:
+                fail(f"cp.async {s.src} -> {s.dst} changes the dtype")
+            if s.nbytes not in (4, 8, 16) or s.nbytes % dtypes.ITEMSIZE[smem[s.dst]]:
+                fail(f"cp.async copies 4, 8 or 16 bytes of whole elements, not {s.nbytes}")
+            if s.cache not in ("ca", "cg") or (s.cache == "cg" and s.nbytes != 16):
+                fail(f"cp.async.{s.cache} of {s.nbytes} bytes (cg copies 16 bytes only)")
+        elif isinstance(s, CpAsyncWait) and s.pending < 0:
+            fail(f"cp.async.wait_group {s.pending}")
+
+
+def _buf_dtype(name, globals_, k: Kernel) -> str:
+    if name in globals_:
+        return globals_[name].dtype
+    for s in walk(k.body):
+        if isinstance(s, Smem) and s.name == name:
+            return s.dtype
+    raise KernelVerifyError(f"{k.name}: unknown buffer {name}")
+
+
+def _all_loads(e: Expr):
+    return (x for x in nodes(e) if isinstance(x, Load))
