@@ -10,10 +10,11 @@ whose scores are all -inf gives: 0 (SDPA's safe softmax) or NaN (a plain softmax
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..expr import Const, Expr, Var, rename, simplify, substitute, to_str
+from ..expr import Cast, Const, Expr, Op, Var, affine_terms, rename, simplify, substitute, to_str
 from .attention_match import AttentionMatch
+from .builder import LoopBuilder, Scope
 from .ir import Let, Load, Loop, LoopKernel, Stmt, format_stmt
 
 
@@ -42,20 +43,19 @@ class Attention(Stmt):
     out: str
     out_index: tuple[Expr, ...]
 
-
-def format_attention(s: Attention, depth: int, out: list[str]) -> None:
-    pad = "    " * depth
-    batch = ", ".join(f"{v}:{n}" for v, n in s.batch)
-    axes = ", ".join(f"{name}={v}:{n}" for name, (v, n) in zip("ijde", (s.i, s.j, s.d, s.e)))
-    rows = "0" if s.safe else "NaN"
-    out.append(f"{pad}attention(batch=({batch}), {axes}):  # fully masked rows -> {rows}")
-    for name, op in (("q", s.q), ("k", s.k)):
-        _operand(name, op, depth + 1, out)
-    out.append(f"{pad}    {s.score} = sum over {s.d[0]} of q * k")
-    _operand("x", s.x, depth + 1, out)
-    _operand("v", s.v, depth + 1, out)
-    out.append(f"{pad}    {s.out}[{', '.join(to_str(e) for e in s.out_index)}] = "
-               f"sum over {s.j[0]} of softmax_{s.j[0]}(x) * v  # online")
+    def format(self, depth: int, out: list[str]) -> None:      # as loop/ir.py's format_stmt asks
+        pad = "    " * depth
+        batch = ", ".join(f"{v}:{n}" for v, n in self.batch)
+        axes = ", ".join(f"{name}={v}:{n}" for name, (v, n) in zip("ijde", (self.i, self.j, self.d, self.e)))
+        rows = "0" if self.safe else "NaN"
+        out.append(f"{pad}attention(batch=({batch}), {axes}):  # fully masked rows -> {rows}")
+        for name, op in (("q", self.q), ("k", self.k)):
+            _operand(name, op, depth + 1, out)
+        out.append(f"{pad}    {self.score} = sum over {self.d[0]} of q * k")
+        _operand("x", self.x, depth + 1, out)
+        _operand("v", self.v, depth + 1, out)
+        out.append(f"{pad}    {self.out}[{', '.join(to_str(e) for e in self.out_index)}] = "
+                   f"sum over {self.j[0]} of softmax_{self.j[0]}(x) * v  # online")
 
 
 def _operand(name: str, op: Operand, depth: int, out: list[str]) -> None:
@@ -80,7 +80,6 @@ def _flatten(body) -> list:
 def _build_operand(prog, materialized, counts, node: str, index, axes) -> tuple[list, Expr]:
     """Statements computing `node` at `index` (over the free variables `axes`), inlining what is
     not materialized. A reduction is never inlined here (fuse.py materializes it first)."""
-    from .lower import LoopBuilder, Scope
     b = LoopBuilder(prog, materialized, set())
     b.counts = counts
     for var, extent in axes:
@@ -180,7 +179,6 @@ class AttentionPlan:
 
 
 def _aliased(k: LoopKernel, alias: dict) -> LoopKernel:
-    from dataclasses import replace
     att = attention_of(k)
 
     def ops(o: Operand) -> Operand:
@@ -243,7 +241,6 @@ class CausalLimit:
 
 def causal_limit(att: Attention) -> CausalLimit | None:
     """The causal bound of x, if x = where(j <= i + c, ..., -inf) (through casts), else None."""
-    from ..expr import Cast, Op, affine_terms
     lets = {s.var: s.value for s in att.x.body if isinstance(s, Let)}
 
     def follow(e):

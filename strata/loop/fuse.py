@@ -28,6 +28,8 @@ from ..context import Context
 from ..expr import Const, Expr, Var, add, free_vars, substitute
 from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
+from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
+from .attention_match import find_attention
 from .custom import CustomPlan
 
 
@@ -264,8 +266,6 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     pos = {n.name: k for k, n in enumerate(prog.nodes)}
     materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
     # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
-    from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
-    from .attention_match import find_attention
     attn = find_attention(prog, materialized, ctx.log) if ctx.arch.is_gpu else {}
     if not attn and not ctx.arch.is_gpu:
         ctx.log(f"fuse: {ctx.arch} has no fused-attention schedule: softmax(q @ k^T) @ v, if any, "

@@ -13,10 +13,13 @@ that write the output. Buffers are named after Tensor IR nodes.
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from ..expr import Expr, to_str
+from ..expr import Expr, free_vars, rename, to_str
+from ..scalar_ops import REDUCE_COMBINE
 
 
 class Stmt:
@@ -160,7 +163,6 @@ def walk(body):
 
 
 def _verify_scopes(k: LoopKernel) -> None:
-    from ..expr import free_vars
 
     def check(body, scope: set[str], accs: set[str]):
         scope = set(scope)
@@ -192,8 +194,6 @@ def _verify_scopes(k: LoopKernel) -> None:
 def canonical_names(k: LoopKernel, reserved: set[str] = frozenset()) -> LoopKernel:
     """Rename loop variables and SSA values in order of appearance (a0, a1, in0, v0, acc0...),
     so that two equal kernels print identically whatever order they were built in."""
-    import re
-    from ..expr import rename
     names: dict[str, str] = {}
     counts: dict[str, int] = {}
 
@@ -258,7 +258,6 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
         if s.op in ("argmax", "argmin"):
             out.append(f"{pad}{s.acc} <- {s.op}({s.acc}, {_value(s.value)}) at {to_str(s.index)}")
         else:
-            from ..scalar_ops import REDUCE_COMBINE
             held = f"  # {s.operands} operands" if s.operands else ""
             out.append(f"{pad}{s.acc} <- {REDUCE_COMBINE[s.op]}({s.acc}, {_value(s.value)}){held}")
     elif isinstance(s, Store):
@@ -270,9 +269,8 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, CustomCall):
         args = ", ".join(a if isinstance(a, str) else repr(a) for a in s.args)
         out.append(f"{pad}{s.out} = custom {s.op}({args})")
-    elif hasattr(s, "batch") and hasattr(s, "safe"):      # loop/attention.py
-        from .attention import format_attention
-        format_attention(s, depth, out)
+    else:                       # a statement of its own module prints itself (loop/attention.py)
+        s.format(depth, out)
 
 
 def format_kernel(k: LoopKernel) -> str:
@@ -285,7 +283,6 @@ def format_kernel(k: LoopKernel) -> str:
 def signature(k: LoopKernel, buffers: dict) -> str:
     """A kernel's identity across programs and processes (the tuning database's key): its
     canonical Loop IR with buffers renamed in order of use, and their shapes and dtypes."""
-    import hashlib
     names = {n: f"buf{i}" for i, n in enumerate(dict.fromkeys(k.reads + k.writes))}
 
     def go(body):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..expr import Const, Var, call
 from ..tensor.ir import Input, Scatter, TensorProgram
+from .builder import LoopBuilder
 from .ir import Load, Loop, LoopKernel, Store, canonical_names
 
 
@@ -83,7 +84,6 @@ def rename_buffers(kernels: list[LoopKernel], alias: dict[str, str]) -> list[Loo
 def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
                     alias: dict[str, str]) -> list[LoopKernel]:
     """The copy kernel (unless in place) and the kernel that stores the rows."""
-    from .lower import LoopBuilder       # lower.py imports this module
     n = prog.node(kp.target)
     out = []
     if n.name not in alias:
@@ -112,7 +112,6 @@ def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
 def _copy_kernel(prog: TensorProgram, src, dest: str, materialized: set[str], name: str
                  ) -> LoopKernel:
     """dest[...] = src[...] (src a node with a buffer)."""
-    from .lower import LoopBuilder
     b = LoopBuilder(prog, materialized, set())
     index = [Var(b.open_loop(s, "free")) if s > 1 else Const(0) for s in src.type.shape]
     for v in index:

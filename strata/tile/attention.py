@@ -40,8 +40,9 @@ from .. import dtypes
 from ..context import Context
 from ..errors import KnobError
 from ..loop.attention import Attention, CausalLimit, attention_of, causal_limit
-from ..loop.ir import BufferInfo
-from .ir import TileKernel
+from ..expr import Var, add, free_vars, mul, substitute
+from ..loop.ir import BufferInfo, Let, Load, format_stmt
+from .ir import TileKernel, subst_body
 from .split import choose_pieces
 
 KV_MIN = 64                 # the fewest keys worth a split of their own
@@ -67,6 +68,9 @@ class AttentionTile:
     group: int = 1                  # query heads per block sharing one K/V tile (GQA)
     head: str | None = None         # the batch axis of those heads when group > 1
     instr: str = "fma"              # "mma": tensor cores, one warp per 16 rows (lower_attention_mma.py)
+
+    def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
+        format_attention_tile(k, out)
 
     @property
     def q_per_block(self) -> int:
@@ -123,9 +127,6 @@ class AttentionTile:
 def kv_head_group(op: Attention) -> tuple[str, int] | None:
     """(head axis h, rep): query heads rep * g .. rep * g + rep - 1 read the same K and V (GQA),
     proved by substituting h = rep * g + r into the K and V operands: r must drop out."""
-    from ..expr import Var, add, free_vars, mul, substitute
-    from ..loop.ir import Let, Load
-    from .ir import subst_body
 
     def names(o, mapping, bounds) -> set:
         out = free_vars(substitute(o.value, mapping, bounds))
@@ -191,6 +192,9 @@ class CombineTile:
     @property
     def grid(self) -> int:
         return -(-self.rows * self.op.e[1] // self.block)
+
+    def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
+        _format_combine(k, out)
 
 
 def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) -> int:
@@ -371,11 +375,7 @@ def _with_knobs(tk: TileKernel, knobs) -> TileKernel:
 
 
 def format_attention_tile(k: TileKernel, out: list[str]) -> None:
-    from ..loop.ir import format_stmt
     at = k.attention
-    if isinstance(at, CombineTile):
-        _format_combine(k, out)
-        return
     op, g = at.op, at.row_threads
     axes = ", ".join(f"{v}:{n}" for v, n in op.batch) + f", {op.i[0]}:{op.i[1]}=M"
     split = f" x {at.kv_splits}=KV_SPLIT" if at.kv_splits > 1 else ""

@@ -31,8 +31,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from math import prod
 
-from ..expr import Expr, Var, add, mul, rename, to_str
-from ..loop.ir import Accum, AccInit, CustomCall, Let, Load, Loop, Store, format_stmt
+from ..expr import Const, Expr, Var, add, mul, rename, substitute, to_str
+from ..knobs import KNOBS
+from ..loop.ir import (Accum, AccInit, CustomCall, Let, Load, Loop, Store, format_stmt,
+                       format_kernel as format_loop_kernel)
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,6 @@ class TileProgram:
     origin: dict = field(default_factory=dict)      # kernel name -> the loop kernel it came from
 
     def __str__(self) -> str:       # kernels no pass has scheduled yet print as Loop IR
-        from ..loop.ir import format_kernel as format_loop_kernel
         return "\n\n".join(format_kernel(k) if isinstance(k, TileKernel) else format_loop_kernel(k)
                            for k in self.kernels)
 
@@ -371,7 +372,6 @@ def verify_kernel(k: TileKernel, target) -> None:
     """What every pass must leave true of a kernel (run after each one): known statements only,
     loads and stores of buffers the kernel declares or stages, registered knobs, and a schedule
     the target can launch (block size, group, tile shapes)."""
-    from ..knobs import KNOBS
 
     def fail(why: str):
         raise TileVerifyError(f"{k.name} ({k.mode.value}): {why}")
@@ -489,9 +489,8 @@ def format_kernel(k: TileKernel) -> str:
     knobs = ", ".join(f"{n}={v}" for n, v in k.knobs)
     out = [f"kernel {k.name}" + (f"  # {knobs}" if knobs else "")]
     _format(k.prelude, 0, out)
-    if k.mode == "attention":
-        from .attention import format_attention_tile
-        format_attention_tile(k, out)
+    if k.mode == "attention":       # its schedule, tile/attention.py's, prints itself
+        k.attention.format(k, out)
         return "\n".join(out)
     if k.mode in ("mma", "wgmma"):
         _format_mma(k, out)
@@ -549,7 +548,6 @@ def _format_mma(k: TileKernel, out: list[str]) -> None:
 
 def subst_body(body, mapping: dict, bounds: dict | None = None):
     """Substitute variables (name -> Expr) in every statement of a body."""
-    from ..expr import substitute
 
     def sub(e):
         return None if e is None else substitute(e, mapping, bounds)
@@ -590,7 +588,6 @@ def rename_stmt(s, names: dict):
 
 def flat_index(index: tuple, shape: tuple) -> Expr:
     """Row-major flat offset of a multi-dimensional index into a contiguous buffer."""
-    from ..expr import Const, add, mul
     out: Expr = Const(0)
     stride = 1
     for e, n in reversed(list(zip(index, shape))):
