@@ -133,7 +133,7 @@ def _term_key(item):
     return (coeff < 0, -abs(coeff), to_str(atom))
 
 
-def _from_linear(terms: dict, c: int) -> Expr:
+def from_linear(terms: dict, c: int) -> Expr:
     out: Expr | None = None
     items = sorted(terms.items(), key=_term_key)
     if items and all(v < 0 for _, v in items) and c > 0:   # print `9 - i0`, not `i0 * -1 + 9`
@@ -271,17 +271,17 @@ def _simplify(e: Expr, bounds: Mapping[str, int] | None) -> Expr:
         q_terms = {a: v // c for a, v in terms.items() if v % c == 0}
         r_terms = {a: v for a, v in terms.items() if v % c != 0}
         kq, kr = divmod(k, c)
-        rest = _from_linear(r_terms, kr)
+        rest = from_linear(r_terms, kr)
         rng = value_range(rest, bounds)
         fits = rng is not None and rng[0] >= 0 and rng[1] < c
         if e.op == "floordiv":
-            q = _from_linear(q_terms, kq)
+            q = from_linear(q_terms, kq)
             if fits:
                 return q
             if not r_terms and kr == 0:
                 return q
             inner = Op("floordiv", (rest, Const(c)), "i64")
-            return _from_linear({**{a: v for a, v in q_terms.items()}, inner: 1}, kq) if q_terms or kq else inner
+            return from_linear({**{a: v for a, v in q_terms.items()}, inner: 1}, kq) if q_terms or kq else inner
         if fits:
             return rest
         if not r_terms:
@@ -290,7 +290,7 @@ def _simplify(e: Expr, bounds: Mapping[str, int] | None) -> Expr:
     lin = _linear(Op(e.op, args, e.dtype))
     if lin is None:
         return Op(e.op, args, e.dtype)
-    return _from_linear(*lin)
+    return from_linear(*lin)
 
 
 # ---------------------------------------------------------------- traversal

@@ -23,32 +23,23 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import CompileError
-from ..expr import Cast, Const, Expr, Op, Var, add, nodes
-from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
-                         Load, LoadVec, ShflIdx, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx,
-                         WgmmaDesc, While, walk)
+from ..expr import Const, Expr, Op, Var, nodes
+from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
+                            LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, While,
+                            walk)
 from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
 from .c_dot import emit_dot, match_dot
 from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
-from .cuda import (ATOM, EQ, INDENT, REL, UNARY, _Emitter, _strip, cname, distinct_kernels,
-                   numbered)
+from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
+                      numbered, strip_parens)
 
 # Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
 C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
-_TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}
-_TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
-_ALLOWED = (Let, Assign, Store, LoadVec, StoreVec, For, If, While, Atomic, Comment, Smem, Sync)
-_WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
-        "LdMatrix": "ldmatrix", "CpAsync": "an asynchronous copy (cp.async)",
-        "CpAsyncCommit": "cp.async.commit_group", "CpAsyncWait": "cp.async.wait_group",
-        "Wgmma": "a wgmma", "WgmmaDesc": "a wgmma descriptor", "WgmmaFence": "wgmma.fence",
-        "WgmmaCommit": "wgmma.commit_group", "WgmmaWait": "wgmma.wait_group",
-        "TmaLoad": "a TMA load", "MbarInit": "an mbarrier", "MbarArrive": "an mbarrier",
-        "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
-        "FenceProxyAsync": "fence.proxy.async"}
+TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}      # the prelude's
+TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
 LANED_SUM = (32, 512)   # a float sum over a row this short adds into lanes, then a tree (loop())
 SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays on one thread:
@@ -70,20 +61,20 @@ def check_kernel(k: Kernel) -> None:
         if p.tensor_map is not None:
             refuse(f"a TMA tensor map (parameter {p.name})")
     for s in walk(k.body):
-        if not isinstance(s, _ALLOWED):
+        if type(s).__name__ not in PORTABLE:
             name = type(s).__name__
-            refuse(f"{_WHY.get(name, 'a statement')} ({name})")
+            refuse(f"{WHY.get(name, 'a statement')} ({name})")
         for e in s.exprs():
             for x in nodes(e):
                 if isinstance(x, (ShflXor, ShflIdx, WgmmaDesc)):
                     name = type(x).__name__
-                    refuse(f"{_WHY[name]} ({name})")
+                    refuse(f"{WHY[name]} ({name})")
 
 
-class _CEmitter(_Emitter):
-    """The CUDA emitter's walk, with C's kernel frame, 16-bit storage, loops and pragmas."""
-    inline_exp = True           # float exp is the prelude's st_expf (not OpenCL's, Metal's)
-    dot_bf16 = True             # bf16 dot-product loops as vdpbf16ps where compiled for it
+class CEmitter(CFamilyEmitter):
+    """The family's walk with C's kernel frame, 16-bit storage, loops, pragmas and vector code."""
+    to_float = TO_FLOAT
+    to_storage = TO_STORAGE
 
     def __init__(self, kernel: Kernel):
         super().__init__(kernel)
@@ -111,16 +102,8 @@ class _CEmitter(_Emitter):
 
     # ------------------------------------------------------------ expressions
 
-    def ex(self, e: Expr) -> tuple[str, int]:
-        if isinstance(e, ThreadIdx):
-            return "0", ATOM
-        if isinstance(e, BlockIdx):
-            return "blockIdx", ATOM
-        if isinstance(e, Load):
-            text = f"{cname(e.buf)}[{self.expr(e.index)}]"
-            conv = _TO_FLOAT.get(self.bufs.get(e.buf, ""))
-            return (f"{conv}({text})" if conv else text), ATOM
-        return super().ex(e)
+    def ids(self, e):
+        return ("0" if isinstance(e, ThreadIdx) else "blockIdx"), ATOM
 
     def op(self, e: Op) -> tuple[str, int]:
         a = e.args
@@ -128,58 +111,38 @@ class _CEmitter(_Emitter):
             return self.ex(a[0])                    # threadIdx.x is 0
         if e.op == "add" and isinstance(a[0], ThreadIdx):
             return self.ex(a[1])
-        if e.op == "exp" and e.dtype == "f32" and self.inline_exp:    # the prelude's (masked rows)
-            return f"st_expf({_strip(self.expr(a[0]))})", ATOM
-        if e.op == "logical_xor":                   # the template's bool(x) is C++
-            return (f"(bool){self.expr(a[0], UNARY)} != (bool){self.expr(a[1], UNARY)}", EQ)
-        if e.op in ("maximum", "minimum") and (dtypes.is_int(a[0].dtype) or a[0].dtype == "bool"):
-            return self.template(e)                 # the prelude's _Generic max/min: no decltype
+        if e.op == "exp" and e.dtype == "f32":      # the prelude's (masked rows)
+            return f"st_expf({strip_parens(self.expr(a[0]))})", ATOM
         return super().op(e)
-
-    def cast(self, e: Cast) -> tuple[str, int]:
-        if e.dtype in _TO_STORAGE:                  # rounded to 16 bits, kept in float
-            inner = f"{_TO_STORAGE[e.dtype]}({_strip(self.expr(e.arg))})"
-            return f"{_TO_FLOAT[e.dtype]}({inner})", ATOM
-        return super().cast(e)
 
     def stored(self, buf: str, value: Expr) -> str:
         if isinstance(value, Var) and self.raw.get(value.name) == self.bufs.get(buf):
             return f"st_raw_{cname(value.name)}"    # a 16-bit value stored as it was loaded
-        conv = _TO_STORAGE.get(self.bufs.get(buf, ""))
-        return f"{conv}({_strip(self.expr(value))})" if conv else _strip(self.expr(value))
+        return super().stored(buf, value)
 
     # ------------------------------------------------------------ statements
 
-    def load_vec(self, s: LoadVec, depth: int) -> None:
-        t = self.ctype(s.vars[0], s.dtype)
-        for k, v in enumerate(s.vars):
-            load = Load(s.buf, add(s.index, k) if k else s.index, s.dtype)
-            self.emit(f"{t} {cname(v)} = {_strip(self.expr(load))};", depth)
-
-    def store_vec(self, s: StoreVec, depth: int) -> None:
-        for k, v in enumerate(s.values):
-            self.stmt(Store(s.buf, add(s.index, k) if k else s.index, v), depth)
+    def barrier(self, depth: int) -> None:
+        pass                                        # the block is one thread
 
     def atomic(self, s: Atomic, depth: int) -> None:
         t = {"f32": "float", "i32": "int32", "i64": "int64"}[self.bufs[s.buf]]
-        self.emit(f"st_atomic_{s.op}_{t}(&{cname(s.buf)}[{_strip(self.expr(s.index))}], "
-                  f"{_strip(self.expr(s.value))});", depth)
+        self.emit(f"st_atomic_{s.op}_{t}(&{cname(s.buf)}[{strip_parens(self.expr(s.index))}], "
+                  f"{strip_parens(self.expr(s.value))});", depth)
 
     def stmt(self, s, depth: int) -> None:
-        if isinstance(s, Sync):
-            return                                  # the block is one thread
         if isinstance(s, (Let, Assign)):
             self.raw.pop(s.var, None)
         if isinstance(s, Let) and isinstance(s.value, Load) and s.var in self.copied \
-                and self.bufs.get(s.value.buf) in _TO_FLOAT:
+                and self.bufs.get(s.value.buf) in TO_FLOAT:
             self.raw[s.var] = self.bufs[s.value.buf]    # its bits too: a copy is a move, not a
             self.emit(f"uint16_t st_raw_{cname(s.var)} = "  # widening and a rounding (c.py)
-                      f"{cname(s.value.buf)}[{_strip(self.expr(s.value.index))}];", depth)
-            return self.emit(f"float {cname(s.var)} = {_TO_FLOAT[self.raw[s.var]]}"
+                      f"{cname(s.value.buf)}[{strip_parens(self.expr(s.value.index))}];", depth)
+            return self.emit(f"float {cname(s.var)} = {TO_FLOAT[self.raw[s.var]]}"
                              f"(st_raw_{cname(s.var)});", depth)
         if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (c_simd.py)
             acc, (a, b) = cname(s.var), s.value.args
-            x = _strip(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
+            x = strip_parens(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
             cmp = ">" if s.value.op == "maximum" else "<"
             t = self.ctype(s.var, self.types[s.var])
             return self.emit(f"{{ {t} st_x = {x}; {self.flags[s.var]} |= st_x != st_x; "
@@ -187,18 +150,18 @@ class _CEmitter(_Emitter):
         if isinstance(s, Assign) and s.var in self.lanes:    # a laned sum (loop())
             a, b = s.value.args
             x = b if isinstance(a, Var) and a.name == s.var else a
-            return self.emit(f"{self.lanes[s.var]} += {_strip(self.expr(x))};", depth)
+            return self.emit(f"{self.lanes[s.var]} += {strip_parens(self.expr(x))};", depth)
         if not isinstance(s, For):
             return super().stmt(s, depth)
         if id(s) in self.amx:
             return emit_amx(self, s, self.amx[id(s)], depth)
-        qb = self.quant.get(id(s)) if self.dot_bf16 else None
+        qb = self.quant.get(id(s))
         if qb:
             return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth), id(s) in self.vnni)
-        dot = match_dot(s, self.bufs, self.types) if self.dot_bf16 else None
+        dot = match_dot(s, self.bufs, self.types)
         if dot:
             return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
-        pairs = match_pairs(s, self.bufs, self.types) if self.dot_bf16 else None
+        pairs = match_pairs(s, self.bufs, self.types)
         if pairs:
             return emit_pairs(self, s, pairs, depth, lambda: self.loop(s, depth))
         self.loop(s, depth)
@@ -219,7 +182,7 @@ class _CEmitter(_Emitter):
             self.emit(f"#pragma GCC unroll {trips}", depth)   # (one pragma per loop: simd wins)
         v, t = cname(s.var), self.ctype(s.var, s.dtype)
         inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
-        self.emit(f"for ({t} {v} = {_strip(self.expr(s.start))}; {v} < "
+        self.emit(f"for ({t} {v} = {strip_parens(self.expr(s.start))}; {v} < "
                   f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
         self.flags, outer = {**self.flags, **flags}, self.flags
         self.body(s.body, depth + 1)
@@ -246,7 +209,7 @@ class _CEmitter(_Emitter):
         self.lanes = {a: f"{cname(a)}_l[{v}_l]" for _, a in plan.reductions}
         for acc in self.lanes:
             self.emit(f"float {cname(acc)}_l[{lanes}] = {{0}};", depth)
-        self.emit(f"for ({t} {v}_o = {_strip(self.expr(s.start))}; {v}_o < "
+        self.emit(f"for ({t} {v}_o = {strip_parens(self.expr(s.start))}; {v}_o < "
                   f"{self.expr(s.stop, REL + 1)}; {v}_o += {lanes}) {{", depth)
         self.emit("#pragma omp simd", depth + 1)
         self.emit(f"for ({t} {v}_l = 0; {v}_l < {lanes}; {v}_l++) {{", depth + 1)
@@ -281,7 +244,7 @@ class _CEmitter(_Emitter):
             self.lines.append(f"static void {sig}")
         else:
             self.lines.append("static void")
-            self._wrap_signature(cname(k.name), params)
+            self.wrap_signature(cname(k.name), params)
         scratch = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
         self.hoisted = set(scratch)
         depth = 2 if parallel and (scratch or self.amx) else 1
@@ -357,7 +320,7 @@ def _uses_block_idx(k: Kernel) -> bool:
 def emit_kernel(kernel: Kernel) -> str:
     """C for one kernel (needs the prelude of `emit_program` to compile)."""
     check_kernel(kernel)
-    return _CEmitter(kernel).kernel()
+    return CEmitter(kernel).kernel()
 
 
 def _loops(body, outer: For | None = None):

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ..expr import coefficient
 from ..kernel_ir.ir import For
-from .c_pairs import PairLoop, _offset, match_pairs
-from .cuda import _strip, cname
+from .c_pairs import PairLoop, load_offset, match_pairs
+from .cfamily import cname, strip_parens
 
 PANEL = "_amx"                  # the suffix of an amx-form panel's name (tile/passes/cpu_matmul.py)
 
@@ -53,14 +53,14 @@ def match_amx(loop: For, bufs: dict, types: dict, tiles: For | None = None,
     us, cols = tuple(rows), tuple(tuple(r) for r in rows.values())
     g = len(cols[0])
     if len(us) not in (16, 32) or g not in (1, 2) or any(len(c) != g for c in cols) \
-            or any(_offset(pl.loads, cols[0][j][0], c[j][0]) != 0 for c in cols for j in range(g)) \
-            or (g == 2 and _offset(pl.loads, cols[0][0][0], cols[0][1][0]) != 32):
+            or any(load_offset(pl.loads, cols[0][j][0], c[j][0]) != 0 for c in cols for j in range(g)) \
+            or (g == 2 and load_offset(pl.loads, cols[0][0][0], cols[0][1][0]) != 32):
         return None
     w0, step = pl.loads[cols[0][0][0]], [coefficient(pl.loads[u].index, loop.var) for u in us]
     ldb = coefficient(w0.index, loop.var)
     if any(s != 2 for s in step) or ldb is None or ldb < 2 * 16 * g:
         return None
-    gaps = [_offset(pl.loads, us[0], u) for u in us]
+    gaps = [load_offset(pl.loads, us[0], u) for u in us]
     lda = gaps[1] if None not in gaps and all(x == i * gaps[1] for i, x in enumerate(gaps)) else None
     prefetch = ()
     if packed and None not in trips:        # the block's panel is ldb x the loop's pairs
@@ -77,7 +77,7 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
 
     def at(var: str) -> str:
         e = amx.pairs.loads[var]
-        return f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
+        return f"&{cname(e.buf)}[{strip_parens(em.expr(e.index))}]"
     em.emit(f"{{   // AMX: {halves}x{g} tiles of 16x16 fp32, 32 K a step (codegen/c_amx.py)", depth)
     em.emit(f"float st_c[{16 * halves * width}] __attribute__((aligned(64)));", d)
     if amx.lda is None:
@@ -86,8 +86,8 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
     for h in range(halves):
         for j in range(g):
             em.emit(f"st_tile_zero(st_amx, {2 * h + j});", d)
-    em.emit(f"{t} {v} = {_strip(em.expr(loop.start))};", d)
-    em.emit(f"for (; {v} + 16 <= {_strip(em.expr(loop.stop))}; {v} += 16) {{", d)
+    em.emit(f"{t} {v} = {strip_parens(em.expr(loop.start))};", d)
+    em.emit(f"for (; {v} + 16 <= {strip_parens(em.expr(loop.stop))}; {v} += 16) {{", d)
     if amx.lda is None:                 # clamped rows: copied to st_a (an M edge's tile)
         for r, u in enumerate(amx.rows):
             em.emit(f"memcpy(st_a[{r}], {at(u)}, 64);", d + 1)
@@ -113,7 +113,7 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
                          for j, (_, accs) in enumerate(amx.cols[r]) for i, a in enumerate(accs)), d)
     trips = [getattr(x, "value", None) for x in (loop.start, loop.stop)]
     if None in trips or (trips[1] - trips[0]) % 16:
-        em.emit(f"for (; {v} < {_strip(em.expr(loop.stop))}; {v}++) {{", d)
+        em.emit(f"for (; {v} < {strip_parens(em.expr(loop.stop))}; {v}++) {{", d)
         em.body(loop.body, d + 1)
         em.emit("}", d)
     em.emit("}", depth)

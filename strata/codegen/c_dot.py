@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..expr import Op, Var, free_vars
 from ..kernel_ir.ir import Assign, For, Let, Load
-from .cuda import REL, _strip, cname
+from .cfamily import REL, cname, strip_parens
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
 
     def step(d: int, load: str, way: int = 0) -> None:
         for var, e in dot.loads.items():
-            at = f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]" + (f" + {32 * way}" if way else "")
+            at = f"&{cname(e.buf)}[{strip_parens(em.expr(e.index))}]" + (f" + {32 * way}" if way else "")
             em.emit(f"__m512bh {cname(var)}_{way} = {load.format(at)};", d)
         for acc, p in dot.accs:
             a, b = dot.products[p]
@@ -97,7 +97,7 @@ def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
     for acc, _ in dot.accs:
         for w in range(ways):
             em.emit(f"__m512 {cname(acc)}_v{w} = _mm512_setzero_ps();", depth + 1)
-    em.emit(f"{t} {v} = {_strip(em.expr(loop.start))};", depth + 1)
+    em.emit(f"{t} {v} = {strip_parens(em.expr(loop.start))};", depth + 1)
     if ways > 1:
         em.emit(f"for (; {v} + {32 * ways} <= {stop}; {v} += {32 * ways}) {{", depth + 1)
         for w in range(ways):

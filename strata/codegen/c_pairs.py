@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..expr import affine_terms, sub
 from ..kernel_ir.ir import For
 from .c_dot import products_and_sums
-from .cuda import REL, _strip, cname
+from .cfamily import REL, cname, strip_parens
 
 LANES = 16
 
@@ -43,7 +43,7 @@ def match_pairs(loop: For, bufs: dict, types: dict) -> PairLoop | None:
         accs.setdefault(acc, []).append(products[p])
     rows: dict[str, list] = {}
     for acc, pair in accs.items():
-        if len(pair) != 2 or any(_offset(loads, x, y) != 1 for x, y in zip(*pair)):
+        if len(pair) != 2 or any(load_offset(loads, x, y) != 1 for x, y in zip(*pair)):
             return None                 # (u0, v0), (u1, v1): both operands at K and K + 1
         rows.setdefault(pair[0][0], []).append((acc, pair[0][1]))
     vectors = []
@@ -52,13 +52,13 @@ def match_pairs(loop: For, bufs: dict, types: dict) -> PairLoop | None:
             return None
         for at in range(0, len(points), LANES):
             group = points[at:at + LANES]
-            if any(_offset(loads, group[0][1], v) != 2 * t for t, (_, v) in enumerate(group)):
+            if any(load_offset(loads, group[0][1], v) != 2 * t for t, (_, v) in enumerate(group)):
                 return None
             vectors.append((u, group[0][1], tuple(a for a, _ in group)))
     return PairLoop(loads, tuple(vectors)) if vectors else None
 
 
-def _offset(loads: dict, a: str, b: str) -> int | None:
+def load_offset(loads: dict, a: str, b: str) -> int | None:
     """Elements from load a to load b of one buffer, when constant."""
     la, lb = loads[a], loads[b]
     lin = affine_terms(sub(lb.index, la.index)) if la.buf == lb.buf else None
@@ -71,13 +71,13 @@ def emit_pairs(em, loop: For, pl: PairLoop, depth: int, as_written) -> None:
 
     def at(var: str) -> str:
         e = pl.loads[var]
-        return f"&{cname(e.buf)}[{_strip(em.expr(e.index))}]"
+        return f"&{cname(e.buf)}[{strip_parens(em.expr(e.index))}]"
     em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps on pairs of K (codegen/c_pairs.py)", 0)
     em.emit("{", depth)
     names = [f"{cname(accs[0])}_pv" for _, _, accs in pl.vectors]
     for name in names:
         em.emit(f"__m512 {name} = _mm512_setzero_ps();", depth + 1)
-    em.emit(f"for ({t} {v} = {_strip(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
+    em.emit(f"for ({t} {v} = {strip_parens(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
             f"{v}++) {{", depth + 1)
     for u in dict.fromkeys(u for u, _, _ in pl.vectors):
         em.emit(f"__m512bh {cname(u)}_pb = st_bf16x2({at(u)});", depth + 2)

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..expr import (Const, Expr, Op, Var, _from_linear, affine_terms, cast_values, children,
+from ..expr import (Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children,
                     coefficient, evaluate, free_vars, substitute)
 from ..kernel_ir.ir import Assign, For, If, Let, Load, Store
-from .cuda import REL, _strip, cname
+from .cfamily import REL, cname, strip_parens
 
 LANES = 32                                  # weights per block (strata/quant/formats.py)
 BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16)}
@@ -356,7 +356,7 @@ def _format_of(w: Expr, lane: str, bufs: dict):
     for fmt, (dtype, nbytes) in BLOCK_BYTES.items():
         for c in sorted(consts | {c + nbytes for c in consts}):     # where the block starts
             if bufs[qs] == dtype and _dequantizes(w, fmt, nbytes, qs, scales[0], lane, c):
-                return fmt, scales[0], qs, _from_linear(start, c)
+                return fmt, scales[0], qs, from_linear(start, c)
     return None
 
 
@@ -430,7 +430,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
         if step:
             e = substitute(e, {loop.var: Op("add", (Var(loop.var, loop.dtype), Const(step, loop.dtype)),
                                             loop.dtype)})
-        return _strip(em.expr(e))
+        return strip_parens(em.expr(e))
 
     def scale(step: int) -> str:
         s = qb.scale
@@ -443,7 +443,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
     if qb.x is None:                        # a weight dequantized and stored (AVX-512 only)
         em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks stored as vector code "
                 f"(codegen/c_qdot.py)", 0)
-        em.emit(f"for ({t} {o} = {_strip(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
+        em.emit(f"for ({t} {o} = {strip_parens(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
         em.emit(f"{fn.replace('_f32', '_to_f32').replace('_bf16', '_to_bf16')}"
                 f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)});", depth + 1)
         em.emit("}", depth)
@@ -456,8 +456,8 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
                 f"{scale(step)});", d)
     if vnni:
         em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by VNNI, activations in int8 (codegen/c_qdot.py)", 0)
-        em.emit(f"{{ {t} {o} = {_strip(em.expr(loop.start))};", depth)
-        em.emit(f"st_qlanes(&{cname(qb.dest)}[{_strip(em.expr(qb.dest_at))}], "
+        em.emit(f"{{ {t} {o} = {strip_parens(em.expr(loop.start))};", depth)
+        em.emit(f"st_qlanes(&{cname(qb.dest)}[{strip_parens(em.expr(qb.dest_at))}], "
                 f"st_{qb.fmt}_vnni_{em.bufs[qb.scale.buf]}({q(0)}, &{cname(qb.scale.buf)}[{at(qb.scale.index, 0)}], "
                 f"&st_xq_{cname(qb.x)}, ({at(qb.x_at, 0)}) / {LANES}, {stop} - {o}), st_qzero()); }}",
                 depth)
@@ -468,7 +468,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
                 f"// {qb.fmt} blocks as vector code (codegen/c_qdot.py)", 0)
     em.emit("{", depth)
     em.emit("st_qv st_qacc0 = st_qzero(), st_qacc1 = st_qzero();", depth + 1)
-    em.emit(f"{t} {o} = {_strip(em.expr(loop.start))};", depth + 1)
+    em.emit(f"{t} {o} = {strip_parens(em.expr(loop.start))};", depth + 1)
     em.emit(f"for (; {o} + 2 <= {stop}; {o} += 2) {{", depth + 1)
     block("st_qacc0", 0, depth + 2)
     block("st_qacc1", 1, depth + 2)
@@ -476,7 +476,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
     em.emit(f"if ({o} < {stop}) {{", depth + 1)
     block("st_qacc0", 0, depth + 2)
     em.emit("}", depth + 1)
-    em.emit(f"st_qlanes(&{cname(qb.dest)}[{_strip(em.expr(qb.dest_at))}], st_qacc0, st_qacc1);",
+    em.emit(f"st_qlanes(&{cname(qb.dest)}[{strip_parens(em.expr(qb.dest_at))}], st_qacc0, st_qacc1);",
             depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from ..kernel_ir.ir import Atomic, Kernel, walk
-from .cuda import ATOMIC_PRELUDE, PRELUDE, _Emitter
-from .opencl import _ALLOWED
+from .cfamily import PORTABLE
+from .cuda import ATOMIC_PRELUDE, PRELUDE, CudaEmitter
 
 HEADER = "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n#include <hip/hip_bf16.h>"
 
 
-class _HipEmitter(_Emitter):
+class HipEmitter(CudaEmitter):
+    """CUDA's walk with HIP's shuffles (the names and bf16 type are replaced after)."""
     def shfl(self, fn: str, value, arg: str, dtype: str) -> str:
         fn = {"__shfl_xor_sync": "__shfl_xor", "__shfl_sync": "__shfl"}[fn]
         if dtype == "bool":
@@ -27,10 +28,10 @@ class _HipEmitter(_Emitter):
 
 def emit_kernel(kernel: Kernel) -> str:
     for s in walk(kernel.body):
-        if type(s).__name__ not in _ALLOWED:
+        if type(s).__name__ not in PORTABLE:
             raise CompileError(f"kernel {kernel.name} uses {type(s).__name__}, which is "
                                f"NVIDIA-only (tensor cores, cp.async, TMA): HIP cannot run it")
-    return _HipEmitter(kernel).kernel().replace("__nv_bfloat16", "__hip_bfloat16")
+    return HipEmitter(kernel).kernel().replace("__nv_bfloat16", "__hip_bfloat16")
 
 
 def emit_source(kernels: list[Kernel]) -> str:

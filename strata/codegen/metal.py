@@ -10,9 +10,9 @@ SIMD-group shuffles (`simd_shuffle_xor`: Apple's SIMD groups are 32 wide) and at
 """
 from __future__ import annotations
 
-from ..kernel_ir.ir import Atomic, BlockIdx, Kernel, ShflIdx, ShflXor, Smem, Sync, ThreadIdx
-from .cuda import ATOM, UNARY, _strip, cname
-from .opencl import CL_TYPES, _CLEmitter, check_kernel
+from ..kernel_ir.ir import Atomic, BlockIdx, Kernel, ShflIdx, ShflXor, Smem, ThreadIdx
+from .cfamily import ATOM, UNARY, cname, strip_parens
+from .opencl import CL_TYPES, OpenCLEmitter, check_kernel
 
 PRELUDE = r"""#include <metal_stdlib>
 using namespace metal;
@@ -50,24 +50,25 @@ template <typename P> inline void st_atomic_cas(P p, float v, bool is_max) {
 _ATOMIC_T = {"f32": "atomic_float", "i32": "atomic_int", "i64": "atomic_long"}
 
 
-class _MetalEmitter(_CLEmitter):
+class MetalEmitter(OpenCLEmitter):
+    """OpenCL's walk with Metal's frame, ids, SIMD-group shuffles, barriers and atomics."""
     def ex(self, e):
         if isinstance(e, ThreadIdx):
             return "(int)st_tid", UNARY
         if isinstance(e, BlockIdx):
             return f"({self.index_t})st_bid", UNARY
         if isinstance(e, ShflXor):
-            return f"simd_shuffle_xor({_strip(self.expr(e.value))}, (ushort){e.mask})", ATOM
+            return f"simd_shuffle_xor({strip_parens(self.expr(e.value))}, (ushort){e.mask})", ATOM
         if isinstance(e, ShflIdx):
-            return (f"simd_shuffle({_strip(self.expr(e.value))}, "
-                    f"(ushort)({_strip(self.expr(e.lane))}))"), ATOM
+            return (f"simd_shuffle({strip_parens(self.expr(e.value))}, "
+                    f"(ushort)({strip_parens(self.expr(e.lane))}))"), ATOM
         return super().ex(e)
 
     def atomic(self, s: Atomic, depth: int) -> None:
         space = "threadgroup" if s.buf in self.smem else "device"
         t = self.bufs[s.buf]
-        ptr = f"&{cname(s.buf)}[{_strip(self.expr(s.index))}]"
-        v = _strip(self.expr(s.value))
+        ptr = f"&{cname(s.buf)}[{strip_parens(self.expr(s.index))}]"
+        v = strip_parens(self.expr(s.value))
         if t == "f32" and s.op != "add":
             self.emit(f"st_atomic_cas(({space} atomic_uint*){ptr}, {v}, "
                       f"{'true' if s.op == 'max' else 'false'});", depth)
@@ -76,14 +77,11 @@ class _MetalEmitter(_CLEmitter):
         self.emit(f"{fn}(({space} {_ATOMIC_T[t]}*){ptr}, ({CL_TYPES[t]})({v}), "
                   f"memory_order_relaxed);", depth)
 
-    def stmt(self, s, depth: int) -> None:
-        if isinstance(s, Sync):
-            self.emit("threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);",
-                      depth)
-        elif isinstance(s, Smem):
-            self.emit(f"threadgroup {CL_TYPES[s.dtype]} {cname(s.name)}[{s.size}];", depth)
-        else:
-            super().stmt(s, depth)
+    def barrier(self, depth: int) -> None:
+        self.emit("threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);", depth)
+
+    def shared_array(self, s: Smem, depth: int) -> None:
+        self.emit(f"threadgroup {CL_TYPES[s.dtype]} {cname(s.name)}[{s.size}];", depth)
 
     def frame(self) -> tuple[str, str, list[str]]:
         k = self.k
@@ -98,7 +96,7 @@ class _MetalEmitter(_CLEmitter):
 
 def emit_kernel(kernel: Kernel) -> str:
     check_kernel(kernel, "Metal", shuffles=True)
-    return _MetalEmitter(kernel).kernel().replace("long long", "long")
+    return MetalEmitter(kernel).kernel().replace("long long", "long")
 
 
 def emit_source(kernels: list[Kernel]) -> str:

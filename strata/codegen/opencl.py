@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from ..expr import nodes
 from ..errors import CompileError
-from ..kernel_ir.ir import Atomic, BlockIdx, For, Kernel, Load, Smem, Sync, ThreadIdx, walk
+from ..kernel_ir.ir import Atomic, Kernel, Smem, ThreadIdx, walk
 from ..kernel_ir.thread_loops import exchange_shuffles
-from .c import _TO_FLOAT, _WHY, _CEmitter
-from .cuda import ATOM, UNARY, _Emitter, _strip, cname
+from .c import TO_FLOAT, TO_STORAGE
+from .cfamily import PORTABLE, UNARY, WHY, CFamilyEmitter, cname, strip_parens
 
 CL_TYPES = {"f32": "float", "f64": "double", "i64": "long", "i32": "int", "i16": "short",
             "i8": "char", "u8": "uchar", "bool": "uchar", "f16": "ushort", "bf16": "ushort"}
-_ALLOWED = ("Let", "Assign", "Store", "LoadVec", "StoreVec", "For", "If", "While", "Atomic",
-            "Comment", "Smem", "Sync")
 
 PRELUDE = r"""// strata's OpenCL prelude: torch's NaN-propagating max/min, sign and mod; 16-bit floats
 // stored as ushort and converted in registers (as the C target does); atomics on floats.
@@ -72,11 +70,11 @@ def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> N
     refused = ("WgmmaDesc",) + (() if shuffles else ("ShflXor", "ShflIdx"))
     for s in walk(k.body):
         name = type(s).__name__
-        bad = name if name not in _ALLOWED else next(
+        bad = name if name not in PORTABLE else next(
             (type(x).__name__ for e in s.exprs() for x in nodes(e)
              if type(x).__name__ in refused), None)
         if bad:
-            raise CompileError(f"kernel {k.name} uses {_WHY.get(bad, bad)} ({bad}), which "
+            raise CompileError(f"kernel {k.name} uses {WHY.get(bad, bad)} ({bad}), which "
                                f"{target} cannot run: tensor cores, asynchronous copies and TMA "
                                f"are CUDA-only")
     for p in k.params:
@@ -84,28 +82,20 @@ def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> N
             raise CompileError(f"kernel {k.name} takes a TMA tensor map ({p.name}): CUDA-only")
 
 
-class _CLEmitter(_CEmitter):
-    inline_exp = False
-    dot_bf16 = False
+class OpenCLEmitter(CFamilyEmitter):
+    """The family's walk with work-groups, `__local` arrays, barriers and OpenCL's atomics."""
     float_suffix = ""
+    to_float = TO_FLOAT                 # 16-bit storage as ushort, converted as the C target does
+    to_storage = TO_STORAGE
 
-    def ex(self, e):
+    def ids(self, e):
         if isinstance(e, ThreadIdx):
             return "(int)get_local_id(0)", UNARY
-        if isinstance(e, BlockIdx):
-            return f"({self.index_t})get_group_id(0)", UNARY
-        if isinstance(e, Load):
-            text = f"{cname(e.buf)}[{self.expr(e.index)}]"
-            conv = _TO_FLOAT.get(self.bufs.get(e.buf, ""))
-            return (f"{conv}({text})" if conv else text), ATOM
-        return super().ex(e)
-
-    def op(self, e):
-        return _Emitter.op(self, e) if e.op in ("add", "subtract") else super().op(e)
+        return f"({self.index_t})get_group_id(0)", UNARY
 
     def atomic(self, s: Atomic, depth: int) -> None:
-        ptr = f"&{cname(s.buf)}[{_strip(self.expr(s.index))}]"
-        v = _strip(self.expr(s.value))
+        ptr = f"&{cname(s.buf)}[{strip_parens(self.expr(s.index))}]"
+        v = strip_parens(self.expr(s.value))
         t = self.bufs[s.buf]
         if t == "f32":
             space = "l" if s.buf in self.smem else "g"
@@ -115,17 +105,11 @@ class _CLEmitter(_CEmitter):
             fn = fn.replace("atomic_", "atom_") if t == "i64" else fn
             self.emit(f"{fn}({ptr}, ({CL_TYPES[t]})({v}));", depth)
 
-    def stmt(self, s, depth: int) -> None:
-        if isinstance(s, Sync):
-            self.emit("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", depth)
-        elif isinstance(s, Smem):
-            self.emit(f"__local {CL_TYPES[s.dtype]} {cname(s.name)}[{s.size}];", depth)
-        elif isinstance(s, For):
-            _Emitter.stmt(self, s, depth)       # no OpenMP pragmas
-        elif isinstance(s, Atomic):
-            self.atomic(s, depth)
-        else:
-            super().stmt(s, depth)
+    def barrier(self, depth: int) -> None:
+        self.emit("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", depth)
+
+    def shared_array(self, s: Smem, depth: int) -> None:
+        self.emit(f"__local {CL_TYPES[s.dtype]} {cname(s.name)}[{s.size}];", depth)
 
     def frame(self) -> tuple[str, str, list[str]]:
         """(the line before the signature, the return type and name, the parameters)."""
@@ -142,7 +126,7 @@ class _CLEmitter(_CEmitter):
             self.lines.append(f"// {line}")
         head, name, params = self.frame()
         self.lines.append(head)
-        self._wrap_signature(name, params)
+        self.wrap_signature(name, params)
         self.hoisted = set(self.smem)
         for s in self.smem.values():
             self.stmt(s, 1)
@@ -158,7 +142,7 @@ def emit_kernel(kernel: Kernel) -> str:
     """OpenCL C for one kernel (after emit_program's prelude)."""
     kernel = exchange_shuffles(kernel)
     check_kernel(kernel)
-    text = _CLEmitter(kernel).kernel()
+    text = OpenCLEmitter(kernel).kernel()
     return text.replace("unsigned long long", "ulong").replace("long long", "long")
 
 

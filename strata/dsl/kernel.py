@@ -256,7 +256,7 @@ def _c_source(k: Kernel) -> str:
     from ..kernel_ir.thread_loops import to_thread_loops
     from ..codegen.c import C_TYPES, emit_kernel
     from ..codegen.c_prelude import PRELUDE
-    from ..codegen.cuda import cname
+    from ..codegen.cfamily import cname
     one = to_thread_loops(k)
     args = [f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{i}]"
             for i, p in enumerate(one.params)]
@@ -357,7 +357,7 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
 
 
 def cname_of(name: str) -> str:
-    from ..codegen.cuda import cname
+    from ..codegen.cfamily import cname
     return cname(name)
 
 
@@ -374,7 +374,7 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
 
     from ..runtime.launch import PackedArgs
     from ..runtime.program import compile_cubin
-    from ..codegen.cuda import cname
+    from ..codegen.cfamily import cname
     fake = driver is not None
     if driver is None:
         if not torch.cuda.is_available():

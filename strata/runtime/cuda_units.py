@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ..kernel_ir.ir import KernelProgram
-from ..codegen.cuda import cname, distinct_kernels, emit_kernel, emit_program, numbered
+from ..codegen.cfamily import cname, distinct_kernels, numbered
+from ..codegen.cuda import emit_kernel, emit_program
 
 UNIT_KERNELS = 16
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernel_ir.ir import Kernel
-from ..codegen.cuda import cname
+from ..codegen.cfamily import cname
+from .tensor_map import encode
 
 
 class PackedArgs:
@@ -52,7 +53,6 @@ class Launch:
         missing = [p.name for p in self.kernel.params if p.name not in pointers]
         if missing:
             raise KeyError(f"{self.name}: no device pointer for parameter(s) {', '.join(missing)}")
-        from .tensor_map import encode
         return PackedArgs(encode(p, pointers[p.name], driver) if p.tensor_map is not None
                           else pointers[p.name] for p in self.kernel.params)
 

@@ -25,9 +25,12 @@ from collections.abc import Mapping
 import torch
 
 from .. import dtypes
-from ..kernel_ir.ir import KernelProgram
+from ..codegen.cfamily import cname
+from ..kernel_ir.ir import KernelProgram, Wgmma, walk
 from ..errors import InputMismatch
+from . import driver
 from .args import prepare_args, prepare_weights
+from .cache import compile_cached
 from .cuda_units import compile_units, plan_units
 from .launch import Launch, allow_dynamic_smem, bind, launch_all
 from .slab import plan_slab
@@ -35,7 +38,6 @@ from .slab import plan_slab
 
 def compile_cubin(source: str, arch: str, kernel_names: list[str]) -> bytes:
     """The cubin of `source` for `arch`, from the persistent compile cache."""
-    from .cache import compile_cached
     return compile_cached(source, arch, kernel_names, want="cubin")
 
 
@@ -48,7 +50,6 @@ def mutated_inputs(program: KernelProgram) -> list[str]:
 def _arch_for(program: KernelProgram, device_arch: str) -> str:
     """The device's architecture, sm_90a on an sm_90 device when a kernel uses wgmma (the
     architecture-specific features exist only in code built for sm_90a)."""
-    from ..kernel_ir.ir import Wgmma, walk
     if device_arch == "sm_90" and any(isinstance(s, Wgmma) for k in program.kernels
                                       for s in walk(k.body)):
         return "sm_90a"
@@ -56,7 +57,6 @@ def _arch_for(program: KernelProgram, device_arch: str) -> str:
 
 
 def _default_driver():
-    from . import driver
     return driver
 
 
@@ -81,7 +81,6 @@ class CudaProgram:
     def __init__(self, program: KernelProgram, arch: str | None = None, *,
                  inputs: Mapping | None = None, weights: Mapping[str, torch.Tensor] | None = None,
                  device=None, use_graph: bool = True, poison: bool = False, driver=None):
-        from ..codegen.cuda import cname
         self.program = program
         self.driver = driver or _default_driver()
         self.device = _resolve_device(device)

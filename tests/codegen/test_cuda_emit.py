@@ -7,7 +7,8 @@ import pytest
 from strata import expr as E
 from strata.kernel_ir.ir import (Assign, BlockIdx, Comment, For, If, Kernel, Let, Load, Param, Smem,
                               Store, Sync, ThreadIdx)
-from strata.codegen.cuda import emit_kernel, emit_program, float_literal, int_literal
+from strata.codegen.cfamily import float_literal, int_literal
+from strata.codegen.cuda import emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 import kernel_builders as B  # noqa: E402

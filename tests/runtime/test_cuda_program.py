@@ -24,7 +24,7 @@ from strata.kernel_ir.sim import run_kernel
 from strata.kernel_ir.sim_memory import storage_numpy
 from strata.runtime import program as runtime_program
 from strata.runtime.program import CudaProgram
-from strata.codegen.cuda import cname
+from strata.codegen.cfamily import cname
 
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
