@@ -33,6 +33,7 @@ from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
+from ..kernel_ir.thread_loops import to_thread_loops
 from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
                       numbered, strip_parens)
 
@@ -362,6 +363,24 @@ def emit_program(program: KernelProgram, target=None) -> str:
     if any("(codegen/c_qdot.py)" in p for p in parts[2:]):
         parts[1] += QDOT_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
+    return "\n\n".join(parts) + "\n"
+
+
+def emit_source(kernels: list[Kernel]) -> str:
+    """Hand-written kernels (@strata.kernel, any block size: their threads become loops) with an
+    entry `strata_launch(void** args)` per kernel (suffixed by its name when there are several):
+    args holds the parameters' data pointers, then pointers to the scalar arguments."""
+    ones = [to_thread_loops(k) for k in kernels]
+    parts = [f"// strata: @strata.kernel {', '.join(k.name for k in kernels)} for the CPU (C11, "
+             f"OpenMP)", PRELUDE.rstrip()]
+    for one in ones:
+        args = [f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{i}]"
+                for i, p in enumerate(one.params)]
+        args += [f"*(const {C_TYPES[t]}*)args[{len(one.params) + j}]"
+                 for j, (_, t) in enumerate(one.scalars)]
+        entry = "strata_launch" + (f"_{cname(one.name)}" if len(ones) > 1 else "")
+        parts += [emit_kernel(one),
+                  f"void {entry}(void** args) {{\n    {cname(one.name)}({', '.join(args)});\n}}"]
     return "\n\n".join(parts) + "\n"
 
 

@@ -476,6 +476,11 @@ def emit_kernel(kernel: Kernel) -> str:
     return CudaEmitter(kernel).kernel()
 
 
+def emit_source(kernels: list[Kernel], arch: Target | str = "sm_90") -> str:
+    """Hand-written kernels as one translation unit (codegen's registry)."""
+    return emit_program(KernelProgram([], list(kernels), []), arch)
+
+
 def emit_program(program: KernelProgram, arch: Target | str = "sm_90") -> str:
     """One translation unit: headers, the st_* helpers, then every kernel in launch order."""
     target = get_target(arch)

@@ -22,7 +22,16 @@ from math import prod
 import numpy as np
 
 from .. import dtypes
-from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, StrataError
+from ..codegen.cfamily import cname
+from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, SimError, StrataError
+from ..kernel_ir.bounds_check import FAULT, add_bounds_checks, fault_sentence
+from ..kernel_ir.sim import run_kernel
+from ..kernel_ir.sim_memory import storage_numpy
+from ..runtime.launch import PackedArgs
+from ..runtime.native_build import build_library, load_library
+from ..codegen import emit_source
+from ..codegen.c import emit_source as emit_c_source
+from ..codegen.cuda import emit_source as emit_cuda_source
 from ..kernel_ir.ir import Kernel
 from ..kernel_ir.verify import KernelVerifyError, verify_kernel
 from .frontend import Spec, build
@@ -106,7 +115,6 @@ class KernelFunction:
 
     def checked(self, k: Kernel) -> tuple[Kernel, list]:
         """k with its accesses bounds-checked, and the access sites (built once per k)."""
-        from ..kernel_ir.bounds_check import add_bounds_checks
         key = ("checked", id(k))
         if key not in self.cache:
             self.cache[key] = (k,) + add_bounds_checks(k)
@@ -164,10 +172,8 @@ class _Launcher:
 # ---------------------------------------------------------------- running
 
 def _run_checked(run, checked: tuple, tensors: dict, values: dict) -> None:
-    import torch
+    import torch                   # lazy: the simulator needs NumPy only
 
-    from ..kernel_ir.bounds_check import FAULT, fault_sentence
-    from ..errors import SimError
     k, sites = checked
     device = next((t.device for t in tensors.values() if isinstance(t, torch.Tensor)), "cpu")
     fault = torch.zeros(2, dtype=torch.int64, device=device)
@@ -214,10 +220,8 @@ def _contiguous(name: str, t) -> None:
 
 def run_sim(k: Kernel, tensors: dict, scalars: dict) -> None:
     """Simulate one launch; tensors the kernel writes are updated in place."""
-    import torch
+    import torch                   # lazy: the simulator needs NumPy only
 
-    from ..kernel_ir.sim import run_kernel
-    from ..kernel_ir.sim_memory import storage_numpy
     memory, written = {}, {p.name for p in k.params if p.output}
     for p in k.params:
         t = tensors[p.name]
@@ -241,30 +245,7 @@ _LIBS: dict = {}            # id(kernel) -> (kernel, entry, argument array type)
 
 
 def source_of(k: Kernel, target: str) -> str:
-    if target == "cuda":
-        return source_of_arch(k, "sm_90")
-    if target == "c":
-        return _c_source(k)
-    if target in ("opencl", "hip", "metal"):
-        import importlib
-        return importlib.import_module(f"..codegen.{target}", __package__).emit_source([k])
-    raise StrataError(f"target {target!r}: a kernel's source is 'cuda', 'c', 'opencl', 'hip' "
-                      f"or 'metal'")
-
-
-def _c_source(k: Kernel) -> str:
-    from ..kernel_ir.thread_loops import to_thread_loops
-    from ..codegen.c import C_TYPES, emit_kernel
-    from ..codegen.c_prelude import PRELUDE
-    from ..codegen.cfamily import cname
-    one = to_thread_loops(k)
-    args = [f"({'' if p.output else 'const '}{C_TYPES[p.dtype]}*)args[{i}]"
-            for i, p in enumerate(one.params)]
-    args += [f"*(const {C_TYPES[t]}*)args[{len(one.params) + j}]"
-             for j, (_, t) in enumerate(one.scalars)]
-    entry = (f"void strata_launch(void** args) {{\n    {cname(one.name)}({', '.join(args)});\n}}")
-    return "\n\n".join([f"// strata: @strata.kernel {k.name} for the CPU (C11, OpenMP)",
-                        PRELUDE.rstrip(), emit_kernel(one), entry]) + "\n"
+    return emit_source([k], target)
 
 
 _SCALAR_C = {"bool": ctypes.c_bool, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
@@ -273,12 +254,11 @@ _SCALAR_C = {"bool": ctypes.c_bool, "i32": ctypes.c_int32, "i64": ctypes.c_int64
 
 def run_cpu(k: Kernel, tensors: dict, scalars: dict) -> None:
     """One launch as native code on the CPU tensors (NumPy arrays are shared, not copied)."""
-    import torch
+    import torch                   # lazy: the simulator needs NumPy only
 
-    from ..runtime.native_build import build_library, load_library
     entry = _LIBS.get(id(k))
     if entry is None:                     # once per specialisation (k lives in its cache)
-        lib = load_library(build_library(_c_source(k)))
+        lib = load_library(build_library(emit_c_source([k])))
         fn = lib.strata_launch
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         fn.restype = None
@@ -307,9 +287,9 @@ _CL: dict = {}              # OpenCL: the context and queue; id(kernel) -> (kern
 def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
     """One launch through pyopencl on its first device (PoCL's CPU driver here): tensors are
     copied to device buffers and the ones the kernel writes copied back."""
-    import torch
+    import torch                   # lazy: the simulator needs NumPy only
     try:
-        import pyopencl as cl
+        import pyopencl as cl      # optional: only for device="opencl"
     except ImportError:
         raise DeviceUnavailable("device='opencl' needs pyopencl and an OpenCL driver: pip install "
                                 "pyopencl pocl-binary-distribution") from None
@@ -325,7 +305,7 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
     if launch is None:
         source = source_of(k, "opencl")
         try:
-            launch = cl.Kernel(cl.Program(ctx, source).build(), cname_of(k.name))
+            launch = cl.Kernel(cl.Program(ctx, source).build(), cname(k.name))
             _CL[id(k)] = (k, launch)
         except cl.RuntimeError as e:
             errors = [line for line in str(e).splitlines() if "error" in line][-3:]
@@ -356,11 +336,6 @@ def run_opencl(k: Kernel, tensors: dict, scalars: dict) -> None:
     queue.finish()
 
 
-def cname_of(name: str) -> str:
-    from ..codegen.cfamily import cname
-    return cname(name)
-
-
 _CUDA: dict = {}            # id(kernel) -> (kernel, context, module, function)
 _NUMPY = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
 
@@ -370,16 +345,14 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
     cache, loaded once per specialisation, launched on torch's current stream with no
     synchronisation (a kernel's outputs are ready when torch's next op on that stream runs).
     `driver`: runtime/driver.py, or a stand-in (the tests run one over the simulator)."""
-    import torch
+    import torch                   # lazy: the simulator needs NumPy only
 
-    from ..runtime.launch import PackedArgs
-    from ..runtime.program import compile_cubin
-    from ..codegen.cfamily import cname
+    from ..runtime.program import compile_cubin     # imports torch: lazy, as torch is here
     fake = driver is not None
     if driver is None:
         if not torch.cuda.is_available():
             raise DeviceUnavailable("device='cuda' needs a CUDA GPU; run on 'sim' or 'cpu' here")
-        from ..runtime import driver
+        from ..runtime import driver               # cuda-bindings: only with a GPU
     ts = [torch.as_tensor(tensors[p.name]) for p in k.params]
     for p, t in zip(k.params, ts):
         if not (fake or t.is_cuda):
@@ -403,9 +376,7 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
 
 
 def source_of_arch(k: Kernel, arch: str) -> str:
-    from ..kernel_ir.ir import KernelProgram
-    from ..codegen.cuda import emit_program
-    return emit_program(KernelProgram([], [k], []), arch)
+    return emit_cuda_source([k], arch)
 
 
 _RUNNERS = {"sim": run_sim, "cpu": run_cpu, "opencl": run_opencl, "cuda": run_cuda}
