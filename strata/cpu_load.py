@@ -6,6 +6,8 @@ total time, hypervisor steal included) and /proc/<pid>/stat (our processes' own 
 start and end of a measurement: what was busy and not ours is the others' share of the machine.
 `--bench` warns in its table, and `strata tune` stores no result timed under a share above
 BUSY. Where /proc cannot be read (not Linux) the share is None: nothing is claimed either way.
+Also the memory available (`available_bytes`): whether a snippet's large inputs, or a program's
+packed weights, fit now.
 """
 from __future__ import annotations
 
@@ -64,3 +66,15 @@ def busy_sentence(share: float | None) -> str | None:
         return None
     return (f"other processes took {100 * share:.0f}% of the CPU while this was timed: the "
             f"timings are not to be trusted; measure on a quiet machine")
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import UnsupportedDtype
+
 FLOATS = ("f32", "f16", "bf16", "f64")
 INTS = ("i64", "i32", "i16", "i8", "u8")
 ALL = FLOATS + INTS + ("bool",)
@@ -49,7 +51,6 @@ def from_torch(torch_dtype) -> str:
     for short, long in _TORCH_NAMES.items():
         if long == name:
             return short
-    from .errors import UnsupportedDtype
     raise UnsupportedDtype(torch_dtype)
 
 

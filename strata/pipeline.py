@@ -9,15 +9,27 @@ prints its time and what it declined; at -vv each tile pass prints a unified dif
 """
 from __future__ import annotations
 
-import sys
-
 import difflib
+import hashlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
+from .codegen.c import emit_program as emit_c
+from .codegen.cuda import emit_program
 from .context import Context
+from .errors import StrataError
+from .kernel_ir.lower import lower as lower_kernels
+from .kernel_ir.thread_loops import to_thread_loops
+from .kernel_ir.verify import verify_program
 from .knobs import KNOBS, show
+from .loop.ir import LoopKernel, signature
+from .loop.lower import lower as lower_loops
+from .runtime.disasm import disassemble
+from .targets import SOURCE, STAGES
 from .tile.attention import tile_attention
+from .tile.ir import TileProgram, verify_kernels
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.cpu_block_loops import cpu_block_loops
@@ -93,12 +105,8 @@ TILE_PASSES = GPU_PASSES
 def schedule_passes(target) -> list:
     """The pass list that schedules Loop IR for `target` (a targets.Target)."""
     if target.kind not in PIPELINES:
-        from .errors import StrataError
         raise StrataError(f"no schedule exists for {target.kind} targets such as {target} yet")
     return PIPELINES[target.kind]
-
-STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c", "asm")
-SOURCE = {"gpu": "cuda", "cpu": "c"}      # the last stage: the source each kind of target gets
 
 
 @dataclass
@@ -118,15 +126,12 @@ class Lowered:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
         if stage in SOURCE.values() and self.target is not None and SOURCE[self.target.kind] != stage:
-            from .errors import StrataError
             raise StrataError(f"this program was compiled for {self.target}, whose source is "
                               f"--ir {SOURCE[self.target.kind]}, not {stage}")
         if stage == "asm":                    # the C built for the target's -march, disassembled
-            from .errors import StrataError
             if self.target is None or self.target.is_gpu:
                 raise StrataError("--ir asm disassembles the C of a CPU target (--target host, "
                                   "cpu-spr, cpu-rvv ...); for a GPU print --ir cuda")
-            from .runtime.disasm import disassemble
             return disassemble(self.c, self.target)
         value = getattr(self, stage)
         return value if isinstance(value, str) else str(value)
@@ -145,8 +150,6 @@ def _as_tuple(x) -> tuple:
 
 
 def run_tile_passes(loop_program, ctx: Context):
-    from .loop.ir import LoopKernel
-    from .tile.ir import TileProgram, verify_kernels
     buffers = {b.name: b for b in loop_program.buffers}
     passes = schedule_passes(ctx.arch)
     diffs = ctx.verbosity >= 2          # printing every stage costs time on a whole model
@@ -193,7 +196,6 @@ def _kernel_contexts(kernels, buffers: dict, ctx: Context) -> dict[str, Context]
     candidate, or a tuned schedule from the database), logged at -v."""
     if not ctx.kernel_knobs and not ctx.tuned:
         return {}
-    from .loop.ir import signature
     out = {}
     for k in kernels:
         kctx, source = ctx.for_kernel(signature(k, buffers))
@@ -221,10 +223,6 @@ def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
 
 def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:
     """Lower a captured Torch IR program through every stage up to `until`."""
-    from .kernel_ir.lower import lower as lower_kernels
-    from .kernel_ir.verify import verify_program
-    from .loop.lower import lower as lower_loops
-    from .codegen.cuda import emit_program
     from .tensor.decompose import to_tensor_ir
 
     ctx = ctx or Context()
@@ -249,13 +247,11 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
         return out
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
     if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops
-        from .kernel_ir.thread_loops import to_thread_loops
         out.kernel.kernels = [to_thread_loops(k) for k in out.kernel.kernels]
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out
     if not ctx.arch.is_gpu:
-        from .codegen.c import emit_program as emit_c
         out.c, out.timings["c"] = _timed(ctx, "emit -> c", emit_c, out.kernel, ctx.arch)
         return out
     out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)
@@ -267,11 +263,9 @@ def _record_replay(out: Lowered, ctx: Context) -> None:
     """Process replay: with STRATA_REPLAY_LOG=FILE, append "program key <tab> emitted code hash"
     for every program lowered, so two runs of the test suite (before and after a refactor that
     must not change the output) can be compared (`python tests/replay/compare.py BEFORE AFTER`)."""
-    import os
     path = os.environ.get("STRATA_REPLAY_LOG")
     if not path:
         return
-    import hashlib
     key = "\0".join([str(out.torch), str(ctx.arch), repr(sorted(ctx.knobs.items()))])
     digest = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in (key, out.cuda)]
     with open(path, "a") as f:

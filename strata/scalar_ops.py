@@ -19,6 +19,8 @@ from typing import Callable
 
 import numpy as np
 
+from . import dtypes
+
 
 def _torch_unary(name: str) -> Callable:
     def fn(x):
@@ -131,7 +133,6 @@ REDUCE_COMBINE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "mi
 
 def reduce_identity(op: str, dtype: str):
     """The identity of reduction `op` for values of `dtype` (as a Python number)."""
-    from . import dtypes
     if op == "sum":
         return 0
     if op == "prod":

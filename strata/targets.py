@@ -128,6 +128,9 @@ CPUS = [
 ]
 TARGETS = {t.name: t for t in GPUS + CPUS}
 DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothing says otherwise
+# the stages a program prints (pipeline.py), the last ones the source each kind of target gets
+STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c", "asm")
+SOURCE = {"gpu": "cuda", "cpu": "c"}
 NAMES = tuple(TARGETS) + ("host",)
 
 

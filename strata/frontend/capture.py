@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import types
 import warnings
 
 import torch
@@ -59,7 +60,6 @@ def decomposition_table() -> dict:
 def as_forward(fn):
     """`fn` with its code renamed to "forward": torch.export records stack-trace frames only for
     functions of that name, and this frame is the user's line we want as provenance."""
-    import types
     code = getattr(fn, "__code__", None)
     if not isinstance(fn, types.FunctionType) or code is None:
         return fn

@@ -16,14 +16,16 @@ import contextlib
 import linecache
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ..cpu_load import available_bytes
 from ..errors import DataDependentShape, SnippetError, StrataError
-from ..runtime.native import available_bytes
+from .static_experts import static_experts
 
 FILENAME = "<snippet>"
 RANDOM_CALLS = {"torch.randn", "torch.rand", "torch.randint", "torch.randn_like",
@@ -223,7 +225,6 @@ def quiet_torch():
 def user_line(exc: BaseException) -> str:
     """"file:line" of the innermost frame of `exc` in the user's code (not torch's, not
     strata's), "" when there is none."""
-    import os
     skip = tuple(os.path.dirname(m.__file__) for m in (torch, sys.modules["strata"]))
     tb, where = exc.__traceback__, ""
     while tb is not None:
@@ -240,7 +241,6 @@ def dry_run(module, inputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
     A data-dependent shape (x[x > 0], nonzero, .item()) is one sentence."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                DynamicOutputShapeException, FakeTensorMode)
-    from .static_experts import static_experts
     with quiet_torch(), FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad(), \
             static_experts(module):
         fakes = [_refake(mode, t) if isinstance(t, torch.Tensor) else t for t in inputs]

@@ -117,14 +117,14 @@ def shape_only(t) -> bool:
 
 # ---------------------------------------------------------------- provenance
 
+STRATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # strata's own files
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
 
 def _is_library(file: str) -> bool:
     """torch, strata itself and the standard library are never "the user's code"."""
     import torch
-    import strata
-    if file.startswith((os.path.dirname(torch.__file__), os.path.dirname(strata.__file__))):
+    if file.startswith((os.path.dirname(torch.__file__), STRATA)):
         return True
     stdlib = os.path.dirname(os.__file__)
     return file.startswith(stdlib) and "-packages" not in file

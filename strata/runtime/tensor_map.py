@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import CudaError
 from ..kernel_ir.ir import SWIZZLE_BYTES, Param
+from . import driver as default_driver
 
 DATA_TYPES = {"bf16": "BFLOAT16", "f16": "FLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
               "i32": "INT32", "i64": "INT64", "u8": "UINT8"}
@@ -78,7 +79,6 @@ def encode_args(param: Param, address: int) -> EncodeArgs:
 
 def encode(param: Param, address: int, driver=None) -> np.ndarray:
     """The CUtensorMap of `param` at `address`: 16 uint64 (128 bytes) for the kernel parameter."""
-    from . import driver as default_driver
     drv = driver or default_driver
     a = encode_args(param, address)
     cu = drv._cu()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from .. import dtypes
 from .builder import T, rule
 
 UNARY = {
@@ -35,7 +36,6 @@ SHIFT = {"aten.__lshift__": "left_shift", "aten.bitwise_left_shift": "left_shift
 def promote(*xs) -> str:
     """torch's result dtype for operands that are `T`s or Python scalars."""
     import torch
-    from .. import dtypes
 
     def dummy(x):
         if isinstance(x, T):
@@ -83,7 +83,6 @@ def isnan(b, a):
 
 @rule("aten.isinf", "aten.isfinite")
 def isinf(b, a):
-    from .. import dtypes
     x = a.self
     if not dtypes.is_float(x.dtype):
         return b.full(x.shape, b.op == "aten.isfinite", "bool")
@@ -96,7 +95,6 @@ def isinf(b, a):
 @rule("aten.isposinf", "aten.isneginf")
 def isposinf(b, a):
     """What nan_to_num decomposes into."""
-    from .. import dtypes
     x = a.self
     if not dtypes.is_float(x.dtype):
         return b.full(x.shape, False, "bool")
@@ -112,7 +110,6 @@ def binary(b, a):
     mode = a.get("rounding_mode")
     if mode is None:
         return b.arith(op, x, y, dtype=dt, hint=op)
-    from .. import dtypes
     if not dtypes.is_float(dt):
         return int_divide(b, x, y, dt, floor=mode == "floor")[0]
     q = b.arith("divide", x, y, dtype=dt, hint="quot")
@@ -143,7 +140,6 @@ def int_divide(b, x, y, dt: str, floor: bool):
 
 @rule("aten.remainder", "aten.fmod", "aten.floor_divide")
 def remainder(b, a):
-    from .. import dtypes
     dt = b.out.dtype
     if not dtypes.is_float(dt):
         q, r = int_divide(b, a.self, a.other, dt, floor=b.op != "aten.fmod")
@@ -158,7 +154,6 @@ def remainder(b, a):
 
 @rule("aten.pow")
 def pow_(b, a):
-    from .. import dtypes
     x, e, dt = a.self, other_of(a), b.out.dtype
     if isinstance(x, T) and not isinstance(e, T):
         if e == 2:

@@ -7,6 +7,7 @@ index non-negative with (i + n - shift) % n; embedding/index_select/gather are G
 """
 from __future__ import annotations
 
+from ..errors import UnsupportedOp
 from ..expr import Const, Var, call
 from ..tensor.ir import IDX
 from .builder import T, broadcast_shapes, norm_axis, rule
@@ -310,7 +311,6 @@ def index(b, a):
     x = a.self
     pos = [k for k, t in enumerate(a.indices) if t is not None]
     if not pos or any(a.indices[k].dtype not in ("i64", "i32") for k in pos):
-        from ..errors import UnsupportedOp
         raise UnsupportedOp("aten.index (only integer index tensors are supported)")
     if len(pos) == 1:
         return _index_one(b, x, pos[0], a.indices[pos[0]])

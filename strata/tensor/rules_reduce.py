@@ -13,6 +13,8 @@ import torch
 from .. import dtypes
 from ..expr import Const, Var, call
 from .builder import T, norm_axis, rule
+from .rules_elementwise import binary
+from .rules_layout import cat_along, gather_along
 
 
 def axes_of(x: T, dim) -> tuple[int, ...]:
@@ -78,7 +80,6 @@ def amax(b, a):
 def max_(b, a):
     op = "max" if b.op == "aten.max" else "min"
     if a.get("other") is not None:                    # max(a, b) is maximum
-        from .rules_elementwise import binary
         b.op = "aten.maximum" if op == "max" else "aten.minimum"
         return binary(b, a)
     if a.get("dim") is None:
@@ -325,7 +326,6 @@ def topk(b, a):
     round's winner (value, then index): every round reads the row and two scalars, so k rounds
     cost k passes and the program grows linearly in k (sampling's top-50 over a vocabulary).
     torch's order: descending with NaN first, or ascending with NaN last; ties by lower index."""
-    from .rules_layout import cat_along
     x = a.self
     vals_t, idx_t = b.out
     k = int(a.k)
@@ -425,7 +425,6 @@ def sort(b, a):
                     (x.rank,), hint="order")
     if b.op == "aten.argsort":
         return idx
-    from .rules_layout import gather_along
     return gather_along(b, x, idx, d, x.shape), idx
 
 

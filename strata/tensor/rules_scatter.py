@@ -13,6 +13,7 @@ from ..errors import UnsupportedOp
 from ..expr import Var
 from .builder import T, broadcast_shapes, norm_axis, rule
 from .ir import Scatter
+from .rules_accumulate import index_put_accumulate
 
 
 def _positions(b, index: T) -> T:
@@ -65,6 +66,5 @@ def index_put(b, a):
     if values.rank < dest.rank:             # torch broadcasts values against the indexed shape
         values = b.reshape(values, (1,) * (dest.rank - values.rank) + values.shape, hint="vals")
     if a.accumulate:
-        from .rules_accumulate import index_put_accumulate
         return index_put_accumulate(b, dest, axis, wrapped, values)
     return scatter(b, dest, axis, wrapped, values)
