@@ -18,6 +18,8 @@ loops that call them vectorise through glibc's libmvec.
 """
 from __future__ import annotations
 
+from .cfamily import torch_math
+
 PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,21 +77,7 @@ static inline __m512bh st_bf16x2(const uint16_t* p) {     // a pair in every lan
 
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.
 // max/min are one compare and a select (they vectorise); a tie (-0.0, 0.0) gives b, as NumPy does.
-static inline float st_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
-static inline float st_minf(float a, float b) { return (a < b || a != a) ? a : b; }
-static inline float st_signf(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-static inline float st_fmodf(float a, float b) {
-    float r = fmodf(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-static inline double st_maxd(double a, double b) { return (a > b || a != a) ? a : b; }
-static inline double st_mind(double a, double b) { return (a < b || a != a) ? a : b; }
-static inline double st_signd(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-static inline double st_fmodd(double a, double b) {
-    double r = fmod(a, b);
-    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-// CUDA's rsqrt, correctly rounded twice (as the simulator computes it).
+""" + torch_math("static inline", suffixed=True) + "\n" + r"""// CUDA's rsqrt, correctly rounded twice (as the simulator computes it).
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // Integers (the operands' usual arithmetic conversions pick the type).

@@ -178,6 +178,27 @@ def numbered(text: str, k: Kernel) -> str:
     return re.sub(r"\b(" + "|".join(map(re.escape, index)) + r")\b", lambda m: index[m[0]], code)
 
 
+def torch_math(qualifier: str, types=("float", "double"), suffixed: bool = False,
+               fmodf: str = "fmodf") -> str:
+    """st_max, st_min, st_sign and st_fmod with torch's semantics for each of `types`, written
+    once for every language: NaN propagates through max/min and sign (one compare and a select,
+    so loops vectorise them; a tie (-0.0, 0.0) gives b, as NumPy does) and mod takes the divisor's
+    sign. suffixed: C's names (st_maxf, st_maxd) for a language without overloading."""
+    out = []
+    for t in types:
+        f, z = ("f", "0.0f") if t == "float" else ("d", "0.0")
+        name = (lambda n: f"st_{n}{f}") if suffixed else (lambda n: f"st_{n}")
+        fmod = fmodf if t == "float" else "fmod"
+        out += [f"{qualifier} {t} {name('max')}({t} a, {t} b) {{ return (a > b || a != a) ? a : b; }}",
+                f"{qualifier} {t} {name('min')}({t} a, {t} b) {{ return (a < b || a != a) ? a : b; }}",
+                f"{qualifier} {t} {name('sign')}({t} x) {{ return x != x ? x : ({t})((x > {z}) - "
+                f"(x < {z})); }}",
+                f"{qualifier} {t} {name('fmod')}({t} a, {t} b) {{",
+                f"    {t} r = {fmod}(a, b);",
+                f"    return (r != {z} && ((r < {z}) != (b < {z}))) ? r + b : r;", "}"]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- the walk
 
 class CFamilyEmitter:

@@ -29,7 +29,7 @@ from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, 
                             WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from ..targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
-                      strip_parens)
+                      strip_parens, torch_math)
 
 PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (device code only).
 #ifndef INFINITY
@@ -39,22 +39,9 @@ PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (devi
 #define NAN __int_as_float(0x7fffffff)
 #endif
 
-// torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign.
-__device__ __forceinline__ float st_max(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
-__device__ __forceinline__ float st_min(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
-__device__ __forceinline__ float st_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-__device__ __forceinline__ float st_fmod(float a, float b) {
-    float r = fmodf(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-__device__ __forceinline__ double st_max(double a, double b) { return a != a ? a : (b != b ? b : fmax(a, b)); }
-__device__ __forceinline__ double st_min(double a, double b) { return a != a ? a : (b != b ? b : fmin(a, b)); }
-__device__ __forceinline__ double st_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-__device__ __forceinline__ double st_fmod(double a, double b) {
-    double r = fmod(a, b);
-    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-"""
+// torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign;
+// a tie (-0.0, 0.0) gives b, as NumPy (the simulator) does.
+""" + torch_math("__device__ __forceinline__") + "\n"
 # atomicMax/Min on floats: a compare-and-swap loop on the bits (NaN never replaces a value).
 ATOMIC_PRELUDE = r"""__device__ __forceinline__ void st_atomic_max(float* p, float v) {
     int* q = (int*)p; int old = *q, seen;

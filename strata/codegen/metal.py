@@ -11,21 +11,14 @@ SIMD-group shuffles (`simd_shuffle_xor`: Apple's SIMD groups are 32 wide) and at
 from __future__ import annotations
 
 from ..kernel_ir.ir import Atomic, BlockIdx, Kernel, ShflIdx, ShflXor, Smem, ThreadIdx
-from .cfamily import ATOM, UNARY, cname, strip_parens
+from .cfamily import ATOM, UNARY, cname, strip_parens, torch_math
 from .opencl import CL_TYPES, OpenCLEmitter, check_kernel
 
 PRELUDE = r"""#include <metal_stdlib>
 using namespace metal;
 // strata's Metal prelude: torch's NaN-propagating max/min, sign and mod; erf; 16-bit floats
 // stored as ushort and converted in registers; float atomics.
-inline float st_max(float a, float b) { return (a > b || a != a) ? a : b; }
-inline float st_min(float a, float b) { return (a < b || a != a) ? a : b; }
-inline float st_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-inline float st_fmod(float a, float b) {
-    float r = fmod(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-inline float erf(float x) {
+""" + torch_math("inline", types=("float",), fmodf="fmod") + "\n" + r"""inline float erf(float x) {
     float t = 1.0f / (1.0f + 0.3275911f * fabs(x));
     float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t
                       - 0.284496736f) * t + 0.254829592f) * t * exp(-x * x);

@@ -15,7 +15,7 @@ from ..errors import CompileError
 from ..kernel_ir.ir import Atomic, Kernel, Smem, ThreadIdx, walk
 from ..kernel_ir.thread_loops import exchange_shuffles
 from .c import TO_FLOAT, TO_STORAGE
-from .cfamily import PORTABLE, UNARY, WHY, CFamilyEmitter, cname, strip_parens
+from .cfamily import PORTABLE, UNARY, WHY, CFamilyEmitter, cname, strip_parens, torch_math
 
 CL_TYPES = {"f32": "float", "f64": "double", "i64": "long", "i32": "int", "i16": "short",
             "i8": "char", "u8": "uchar", "bool": "uchar", "f16": "ushort", "bf16": "ushort"}
@@ -28,22 +28,8 @@ PRELUDE = r"""// strata's OpenCL prelude: torch's NaN-propagating max/min, sign 
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable
 #define OVL __attribute__((overloadable))
-OVL float st_max(float a, float b) { return (a > b || a != a) ? a : b; }
-OVL float st_min(float a, float b) { return (a < b || a != a) ? a : b; }
-OVL float st_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-OVL float st_fmod(float a, float b) {
-    float r = fmod(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-#ifdef cl_khr_fp64
-OVL double st_max(double a, double b) { return (a > b || a != a) ? a : b; }
-OVL double st_min(double a, double b) { return (a < b || a != a) ? a : b; }
-OVL double st_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-OVL double st_fmod(double a, double b) {
-    double r = fmod(a, b);
-    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-#endif
+""" + torch_math("OVL", types=("float",), fmodf="fmod") + "\n" + r"""#ifdef cl_khr_fp64
+""" + torch_math("OVL", types=("double",)) + "\n" + r"""#endif
 float st_bf16_to_float(ushort h) { return as_float((uint)h << 16); }
 ushort st_float_to_bf16(float f) {
     uint u = as_uint(f);
