@@ -1,8 +1,8 @@
 """Accuracy verdicts: generated kernels against PyTorch eager in float64.
 
-Tolerances follow ../shared/DESIGN.md: relative error ||out - ref|| / ||ref|| below 1e-5 for
-float32 elementwise and reductions, 1e-4 when the program contains a contraction, 1e-2 for
-fp16/bf16 outputs; integer and bool outputs must match exactly; NaN never passes unless the
+Tolerances follow docs/design.md ("Tolerances"): relative error ||out - ref|| / ||ref|| below
+1e-5 for float32 elementwise and reductions, 1e-4 when the program contains a contraction, 1e-2
+for fp16/bf16 outputs; integer and bool outputs must match exactly; NaN never passes unless the
 reference has NaN in the same place.
 """
 from __future__ import annotations

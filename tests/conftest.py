@@ -18,7 +18,7 @@ os.environ["STRATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="strata-test-cache-")
 
 def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
     """Compile fn through the whole pipeline, run the kernels in the simulator and assert every
-    output (and input updated in place) matches eager float64 within the DESIGN.md tolerance,
+    output (and input updated in place) matches eager float64 within the docs/design.md tolerance,
     with eager's shape and dtype; then again natively on the CPU target (native=False skips
     that; so does a machine without a C compiler). Returns the simulator's Program."""
     prog = strata.compile(fn, inputs, ctx=ctx or Context())

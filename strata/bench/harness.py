@@ -1,7 +1,7 @@
-"""Timing on a CUDA device, the way DESIGN.md "Benchmarks" asks: warm-up, CUDA events around each
-call, the L2 cache flushed before every timed call, the median (with min, p20, p80) of many runs,
-inputs rotated between copies when they fit in cache; and the device ceilings measured in the
-same run (a large device-to-device copy, torch.mm at 4096^3).
+"""Timing on a CUDA device, the way docs/design.md "Benchmarks" asks: warm-up, CUDA events around
+each call, the L2 cache flushed before every timed call, the median (with min, p20, p80) of many
+runs, inputs rotated between copies when they fit in cache; and the device ceilings measured in
+the same run (a large device-to-device copy, torch.mm at 4096^3).
 
 Every callable is timed the same way, whatever it is (eager, torch.compile, a strata Program).
 The flush runs before the start event, so it is never counted; a call's host overhead is hidden

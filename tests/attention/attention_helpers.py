@@ -8,7 +8,7 @@ from strata.context import Context
 
 
 def check_fused(fn, inputs, knobs=None, kernels=1):
-    """fn through the simulator vs eager float64 (DESIGN.md tolerances); returns the Program."""
+    """fn through the simulator vs eager float64 (docs/design.md tolerances); returns the Program."""
     prog = run_and_compare(fn, inputs, contraction=True, ctx=Context(knobs=dict(knobs or {})))
     got = prog.lowered.kernel.kernels
     assert len(got) == kernels, [k.name for k in got]

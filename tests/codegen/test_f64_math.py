@@ -3,8 +3,8 @@
 The emitter once printed the float functions for double values (`expf(x)`, `floorf(x)`): NVRTC
 then rounds x to f32 (cvt.rn.f32.f64), computes in single precision (ex2.approx.f32, fma.rn.f32)
 and widens the result (cvt.f64.f32), while the simulator computes in f64 and reports agreement
-to 1e-16. Two checks, neither needing a GPU, over every op of the scalar table and the README's
-elementwise ops and reductions written in torch:
+to 1e-16. Two checks, neither needing a GPU, over every op of the scalar table and the
+elementwise ops and reductions of docs/supported-ops.md written in torch:
   source: each math call and floating literal is of the kernel's compute type (`exp`, `1.0` in
           double; `expf`, `1.0f` in float, where `exp` would resolve to the float overload anyway
           but `1.0` would promote the expression to double);
@@ -30,7 +30,7 @@ import kernel_builders as B  # noqa: E402
 F = torch.nn.functional
 DTYPES = ("f64", "f32", "f16", "bf16")
 
-# x any sign, y in [0.5, 1.5), both (4, 64): each program is one op of the README's list.
+# x any sign, y in [0.5, 1.5), both (4, 64): each program is one op of docs/supported-ops.md.
 TORCH_OPS = {
     "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
     "div": lambda x, y: x / y, "neg": lambda x, y: -x, "abs": lambda x, y: x.abs(),

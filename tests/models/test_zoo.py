@@ -1,7 +1,7 @@
 """The model zoo (tests/models/zoo.py): tiny random models of every listed transformers
 architecture and a few plain PyTorch modules compile and match eager (float64 reference, the
-DESIGN.md tolerances) on the simulator, and the MoE, GPT-J, Cohere, ViT, CLIP, Whisper and CNN
-entries natively on the CPU too. The README's list of architectures comes from
+docs/design.md tolerances) on the simulator, and the MoE, GPT-J, Cohere, ViT, CLIP, Whisper and CNN
+entries natively on the CPU too. The list of architectures in docs/models.md comes from
 `python -m tests.models.zoo`."""
 import pytest
 

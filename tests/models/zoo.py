@@ -1,7 +1,7 @@
 """The model zoo: tiny random models of many transformers architectures (built from their config
 classes, no download) and plain PyTorch modules, each a module returning one tensor plus its
 example inputs. tests/models/test_zoo.py checks every one against eager;
-`python -m tests.models.zoo` prints which compile and match (the README's list)."""
+`python -m tests.models.zoo` prints which compile and match (the list in docs/models.md)."""
 from __future__ import annotations
 
 import sys
@@ -204,7 +204,7 @@ def build_any(name: str):
 
 
 def main(argv) -> int:
-    """Try every entry on the simulator; print one line each (what the README lists)."""
+    """Try every entry on the simulator; print one line each (what docs/models.md lists)."""
     sys.path.insert(0, "tests")
     from conftest import run_and_compare
     names = argv or [*ARCHS, *PLAIN]

@@ -38,7 +38,7 @@ def _compile(fn, inputs, knobs=None, target=SM90A, until="cuda"):
 
 
 def _check(prog, fn, inputs):
-    """Every output of the simulated kernels matches eager float64 (DESIGN.md tolerances)."""
+    """Every output of the simulated kernels matches eager float64 (docs/design.md tolerances)."""
     got = prog.run_numpy(inputs)
     ref = check.eager_reference(fn, inputs)
     for name, g, want in zip(prog.lowered.kernel.outputs, got, ref):
