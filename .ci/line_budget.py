@@ -20,7 +20,7 @@ STAGES = {
     "dsl (@strata.kernel front end)": ["dsl/*.py"],
     "shared (pipeline, expr, scalar ops, targets, knobs)": [
         "pipeline.py", "expr.py", "scalar_ops.py", "dtypes.py", "targets.py", "knobs.py",
-        "context.py", "errors.py"],
+        "context.py", "errors.py", "operands.py"],
 }
 
 

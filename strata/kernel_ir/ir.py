@@ -13,12 +13,13 @@ and its fence/commit/wait. Launches are 1-D:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from math import prod
 
 from .. import dtypes
 from ..targets import DYNAMIC_SMEM_ALIGN
 from ..expr import Const, Expr, to_str
+from ..operands import BufName, Operands
 
 
 # ---------------------------------------------------------------- expressions
@@ -106,54 +107,9 @@ class ShflIdx(Expr):
 
 # ---------------------------------------------------------------- statements
 
-BufName = str       # a field naming an array: what the operand protocol's buffers() returns
-
-
-class Stmt:
-    """A statement. Its operands follow from its fields' declared types (the operand protocol,
-    as `Expr` has children/map_children): `exprs()` are the expressions it holds itself, in field
-    order, `bodies()` its nested statement lists, `buffers()` the arrays it names; `map_exprs` and
-    `map_bodies` rebuild it. Every walk (verifier, thread loops, emitters, cost model) asks the
-    statement, so a new statement kind is written here once. `to_text(fmt)` is its printed line, as for an Expr."""
-    _operands: tuple[tuple[str, str], ...] = ()        # (field, "expr" | "exprs" | "body" | "buf")
-    _ROLES = {"Expr": "expr", "Expr | None": "expr", "tuple[Expr, ...]": "exprs",
-              "tuple[Stmt, ...]": "body", "BufName": "buf"}
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("__annotations__", {})
-        cls._operands = tuple((n, cls._ROLES[t]) for n, t in own.items() if t in cls._ROLES)
-
-    def exprs(self) -> tuple[Expr, ...]:
-        out = []
-        for name, role in self._operands:
-            value = getattr(self, name)
-            if role == "expr" and value is not None:
-                out.append(value)
-            elif role == "exprs":
-                out.extend(value)
-        return tuple(out)
-
-    def map_exprs(self, fn) -> "Stmt":
-        changes = {}
-        for name, role in self._operands:
-            value = getattr(self, name)
-            if role == "expr" and value is not None:
-                changes[name] = fn(value)
-            elif role == "exprs":
-                changes[name] = tuple(fn(e) for e in value)
-        return replace(self, **changes) if changes else self
-
-    def bodies(self) -> tuple[tuple["Stmt", ...], ...]:
-        return tuple(getattr(self, name) for name, role in self._operands if role == "body")
-
-    def map_bodies(self, fn) -> "Stmt":
-        changes = {name: fn(getattr(self, name)) for name, role in self._operands if role == "body"}
-        return replace(self, **changes) if changes else self
-
-    def buffers(self) -> tuple[str, ...]:
-        """The arrays (global, shared, mbarrier, tensor map) it names itself, not through a Load."""
-        return tuple(getattr(self, name) for name, role in self._operands if role == "buf")
+class Stmt(Operands):
+    """A statement: its operands (exprs(), bodies(), buffers() and their map_*) follow from its
+    fields' declared types (operands.py); `to_text(fmt)` is its printed line, as for an Expr."""
 
     def to_text(self, fmt) -> str:
         return type(self).__name__

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from ..expr import Expr, free_vars, rename, to_str
+from ..operands import Operands
 from ..scalar_ops import REDUCE_COMBINE
 
 
-class Stmt:
-    pass
+class Stmt(Operands):
+    """A statement; its operands follow from its fields' types (operands.py)."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,8 @@ class LoopVerifyError(Exception):
 def walk(body):
     for s in body:
         yield s
-        if isinstance(s, Loop):
-            yield from walk(s.body)
+        for inner in s.bodies():
+            yield from walk(inner)
 
 
 def _verify_scopes(k: LoopKernel) -> None:

@@ -33,12 +33,13 @@ from math import prod
 
 from ..expr import Const, Expr, Var, add, mul, rename, substitute, to_str
 from ..knobs import KNOBS
+from ..operands import Body, Operands
 from ..loop.ir import (Accum, AccInit, CustomCall, Let, Load, Loop, Store, format_stmt,
                        format_kernel as format_loop_kernel)
 
 
 @dataclass(frozen=True)
-class StridedLoop:
+class StridedLoop(Operands):
     """Iterations var = t, t + step, ... < extent, dealt to the `step` threads of a group.
 
     With vec > 1 a thread takes vec consecutive iterations at once (t*vec .. t*vec + vec-1, then
@@ -47,21 +48,21 @@ class StridedLoop:
     extent: int
     step: int
     kind: str                           # "free" | "reduce"
-    body: tuple
+    body: Body
     accs: tuple[AccInit, ...] = ()
     unroll: bool = False
     vec: int = 1                        # each thread takes `vec` consecutive iterations at a time
 
 
 @dataclass(frozen=True)
-class Combine:
+class Combine(Operands):
     """Merge the group's partial accumulators; afterwards every thread holds the total."""
     accs: tuple[AccInit, ...]
     threads: int
 
 
 @dataclass(frozen=True)
-class Stage:
+class Stage(Operands):
     """name[f] = buf[base + f] for f < size, filled cooperatively, then a barrier."""
     name: str
     buf: str
@@ -72,7 +73,7 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class Scratch:
+class Scratch(Operands):
     """An array of a one-thread block (a CPU row) that keeps values one loop computes for a
     later loop, stored and loaded with Loop IR Store/Load at a one-dimensional index."""
     name: str
@@ -118,30 +119,30 @@ class MatmulTile:
 
 
 @dataclass(frozen=True)
-class Points:
+class Points(Operands):
     """Run `body` for each of the thread's THREAD_M x THREAD_N points (MatmulTile), with the M
     and N axes bound to the point's coordinates. With `registers` the points run all at once:
     a value that depends on M only is computed once per row of points, on N only once per
     column, and every name is one register per point."""
-    body: tuple
+    body: Body
     registers: bool = False
 
 
 @dataclass(frozen=True)
-class Registers:
+class Registers(Operands):
     """Accumulators declared once per point and kept in registers across the K loops."""
     accs: tuple[AccInit, ...]
 
 
 @dataclass(frozen=True)
-class Guard:
+class Guard(Operands):
     """Run `body` only where `cond` holds."""
     cond: Expr
-    body: tuple
+    body: Body
 
 
 @dataclass(frozen=True)
-class StageTile:
+class StageTile(Operands):
     """name[k][x] = value for k < k_extent, x < x_extent (row stride `stride`), computed by `body`
     with `k_var` = k and the axis `x_var` = origin + x, cooperatively by the whole block, 0 where
     `bounds` fails; then a barrier. `fast` is the coordinate that moves fastest across threads
@@ -156,7 +157,7 @@ class StageTile:
     x_var: str | None                   # the M or N axis; None for a vector operand
     x_extent: int
     origin: str                         # "m0" | "n0"
-    body: tuple
+    body: Body
     bounds: Expr | None
     fast: str
     stride: int
@@ -164,20 +165,20 @@ class StageTile:
 
 
 @dataclass(frozen=True)
-class Sync:
+class Sync(Operands):
     """A block barrier: every thread is done with the staged tiles before they are refilled."""
 
 
 @dataclass(frozen=True)
-class MicroTiles:
+class MicroTiles(Operands):
     """Run `body` for each register tile of the block along M in turn (a serial MatmulTile):
     `tiles` of them, m0 rebound to each one's first row. Statements before it (the packed
     N-side panel) run once per block. `tail`, when M is no multiple of the register tile, is
     the body guarded at the edge of M, run instead by the tile that overhangs it (so full
     tiles test nothing)."""
     tiles: int
-    body: tuple
-    tail: tuple = ()
+    body: Body
+    tail: Body = ()
     k_chunk: int = 0        # > 0: the K loops run k_chunk at a time over all the block's tiles,
                             # their sums kept in a block scratch (a dot-form tile's N-side rows
                             # stay in L1 across its tiles), the epilogues after the last chunk
@@ -227,7 +228,7 @@ class MmaOperand:
 
 
 @dataclass(frozen=True)
-class MmaLoop:
+class MmaLoop(Operands):
     """acc = sum over k_var < extent of a * b on tensor cores, tile_k at a time, with `stages`
     shared buffers in flight (a software pipeline when stages > 1)."""
     acc: AccInit
@@ -254,6 +255,13 @@ CONTRACTION_MODES = (Mode.MATMUL, Mode.MMA, Mode.WGMMA)
 
 class TileVerifyError(Exception):
     pass
+
+    def bodies(self) -> tuple:
+        return (self.a.body, self.b.body)
+
+    def map_bodies(self, fn) -> "MmaLoop":
+        return replace(self, a=replace(self.a, body=fn(self.a.body)),
+                       b=replace(self.b, body=fn(self.b.body)))
 
 
 @dataclass(frozen=True)
@@ -339,26 +347,15 @@ def walk(body):
     """Every statement, nested ones included (an MmaLoop's operand bodies too)."""
     for s in body:
         yield s
-        if isinstance(s, NESTED):
-            yield from walk(s.body)
-            yield from walk(getattr(s, "tail", ()))
-        elif isinstance(s, MmaLoop):
-            yield from walk(s.a.body)
-            yield from walk(s.b.body)
+        for inner in s.bodies():
+            yield from walk(inner)
 
 
 def map_body(body, fn):
     """Rebuild a body bottom-up, replacing each statement s by fn(s) (a statement or a tuple)."""
     out = []
     for s in body:
-        if isinstance(s, MicroTiles):
-            s = replace(s, body=map_body(s.body, fn), tail=map_body(s.tail, fn))
-        elif isinstance(s, NESTED):
-            s = replace(s, body=map_body(s.body, fn))
-        elif isinstance(s, MmaLoop):
-            s = replace(s, a=replace(s.a, body=map_body(s.a.body, fn)),
-                        b=replace(s.b, body=map_body(s.b.body, fn)))
-        r = fn(s)
+        r = fn(s.map_bodies(lambda inner: map_body(inner, fn)))
         out.extend(r if isinstance(r, tuple) else (r,))
     return tuple(out)
 
@@ -548,27 +545,7 @@ def _format_mma(k: TileKernel, out: list[str]) -> None:
 
 def subst_body(body, mapping: dict, bounds: dict | None = None):
     """Substitute variables (name -> Expr) in every statement of a body."""
-
-    def sub(e):
-        return None if e is None else substitute(e, mapping, bounds)
-
-    def fn(s):
-        if isinstance(s, Load):
-            return Load(s.var, s.buf, tuple(sub(e) for e in s.index), s.dtype, sub(s.pred))
-        if isinstance(s, Let):
-            return Let(s.var, sub(s.value))
-        if isinstance(s, Accum):
-            return replace(s, value=sub(s.value), index=sub(s.index))
-        if isinstance(s, Store):
-            return Store(s.buf, tuple(sub(e) for e in s.index), sub(s.value))
-        if isinstance(s, Stage):
-            return replace(s, base=sub(s.base))
-        if isinstance(s, Guard):
-            return replace(s, cond=sub(s.cond))
-        if isinstance(s, StageTile):
-            return replace(s, bounds=sub(s.bounds))
-        return s
-    return map_body(body, fn)
+    return map_body(body, lambda s: s.map_exprs(lambda e: substitute(e, mapping, bounds)))
 
 
 def rename_stmt(s, names: dict):

@@ -21,7 +21,6 @@ from strata.kernel_ir.ir import (
     Smem,
     Wgmma,
     WgmmaWait,
-    verify_kernel,
     walk,
 )
 from strata.kernel_ir.verify import KernelVerifyError, verify_program, verify_kernel
