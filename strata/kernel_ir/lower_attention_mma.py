@@ -49,111 +49,191 @@ def p_fragment_pack(j: int, r: int, g: Expr, t: Expr) -> tuple[Expr, Expr]:
 
 
 def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
-    at = tk.attention
-    op, bm, bn, S = at.op, at.block_m, at.block_n, at.kv_splits
-    dt = op.q.dtype
-    low = Lowerer(tk)
-    idx = low.idx
-    I = lambda name: Var(name, idx)
-    (iv, lq), (jv, lk), (dv_, d), (ev, dv) = op.i, op.j, op.d, op.e
-    dp, ep = ceil16(d), ceil16(dv)
-    QS, KS, VS, PS = dp + MMA_PAD, dp + MMA_PAD, ep + MMA_PAD, bn + MMA_PAD
-    qb = at.q_per_block
-    nt, et = bn // 8, ep // 8           # score tiles, output tiles per warp row block
+    return _MmaAttention(tk).kernel()
 
-    body: list = [Let("fa_tid", idx, ThreadIdx()), Let("fa_lane", idx, mod(I("fa_tid"), 32)),
-                  Let("fa_warp", idx, floordiv(I("fa_tid"), 32)),
-                  Let("fa_g", idx, floordiv(I("fa_lane"), 4)), Let("fa_t", idx, mod(I("fa_lane"), 4)),
-                  Let("fa_mi", idx, floordiv(I("fa_lane"), 8)), Let("fa_r8", idx, mod(I("fa_lane"), 8))]
-    lane_g, lane_t, mi, r8 = I("fa_g"), I("fa_t"), I("fa_mi"), I("fa_r8")
-    wrow = mul(I("fa_warp"), 16)
-    origin, kv_ops = block_origin(at, idx)
-    body += origin
 
-    def row_coords(row: Expr) -> list:
+class _MmaAttention:
+    """One kernel's lowering, step by step (the module docstring says what each step computes);
+    the lane's registers are named fa_* and live across the steps."""
+
+    def __init__(self, tk: TileKernel):
+        self.tk, self.at = tk, tk.attention
+        at = self.at
+        self.op, self.bm, self.bn, self.splits = at.op, at.block_m, at.block_n, at.kv_splits
+        self.dt = self.op.q.dtype
+        self.low = Lowerer(tk)
+        self.idx = self.low.idx
+        (self.iv, self.lq), (self.jv, self.lk), (self.dv_, d), (self.ev, dv) = \
+            self.op.i, self.op.j, self.op.d, self.op.e
+        self.d, self.dv = d, dv
+        self.dp, self.ep = ceil16(d), ceil16(dv)
+        self.QS, self.KS = self.dp + MMA_PAD, self.dp + MMA_PAD
+        self.VS, self.PS = self.ep + MMA_PAD, self.bn + MMA_PAD
+        self.qb = at.q_per_block
+        self.nt, self.et = self.bn // 8, self.ep // 8    # score tiles, output tiles per warp row block
+        self.lane_g, self.lane_t = self.I("fa_g"), self.I("fa_t")
+        self.mi, self.r8 = self.I("fa_mi"), self.I("fa_r8")
+        self.wrow = mul(self.I("fa_warp"), 16)
+
+    def I(self, name: str) -> Var:
+        return Var(name, self.idx)
+
+    def kernel(self) -> Kernel:
+        tk = self.tk
+        body = self.lanes()
+        body += self.q_tile()
+        body += self.state()
+        self.unmasked = unmasked_scores(self.at)
+        body += key_range(self.at, self.I, self.idx)
+        body.append(For("j0", self.I("kv_lo"), self.I("kv_mid"), self.bn, tuple(self.key_step(False)),
+                        dtype=self.idx))
+        body.append(For("j0", self.I("kv_mid"), self.I("kv_hi"), self.bn, tuple(self.key_step(True)),
+                        dtype=self.idx))
+        body += self.outputs()
+        params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
+        return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
+
+    # ------------------------------------------------------------ rows and lanes
+
+    def row_coords(self, row: Expr) -> list:
         """Lets of the query (and head) of block row `row`."""
+        at, I, idx = self.at, self.I, self.idx
         if at.group > 1:
             hg = f"{at.head}_grp"
-            return [Let(at.head, idx, add(mul(I(hg), at.group), floordiv(row, qb))),
-                    Let(iv, idx, add(mul(I("q_blk"), qb), mod(row, qb)))]
-        return [Let(iv, idx, add(mul(I("q_blk"), bm), row))]
+            return [Let(at.head, idx, add(mul(I(hg), at.group), floordiv(row, self.qb))),
+                    Let(self.iv, idx, add(mul(I("q_blk"), self.qb), mod(row, self.qb)))]
+        return [Let(self.iv, idx, add(mul(I("q_blk"), self.bm), row))]
 
-    def row_ok(query: Expr):
-        return call("lt", query, Const(lq)) if lq % qb or qb > lq else None
+    def row_ok(self, query: Expr):
+        return call("lt", query, Const(self.lq)) if self.lq % self.qb or self.qb > self.lq else None
 
-    # this lane's two rows: (query, head) coordinates as plain registers
-    for h in (0, 1):
-        row = add(add(wrow, lane_g), 8 * h)
-        if at.group > 1:
-            body.append(Let(f"fa_h{h}", idx, add(mul(I(f"{at.head}_grp"), at.group), floordiv(row, qb))))
-            body.append(Let(f"fa_i{h}", idx, add(mul(I("q_blk"), qb), mod(row, qb))))
-        else:
-            body.append(Let(f"fa_i{h}", idx, add(mul(I("q_blk"), bm), row)))
-
-    def lane_row(h: int) -> list:
-        out = [Let(iv, idx, I(f"fa_i{h}"))]
-        if at.group > 1:
-            out.insert(0, Let(at.head, idx, I(f"fa_h{h}")))
+    def lane_row(self, h: int) -> list:
+        out = [Let(self.iv, self.idx, self.I(f"fa_i{h}"))]
+        if self.at.group > 1:
+            out.insert(0, Let(self.at.head, self.idx, self.I(f"fa_h{h}")))
         return out
 
-    body += [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, bn * KS), Smem("v_tile", dt, bn * VS),
-             Smem("p_tile", dt, bm * PS)]
-    # Q: the whole block's rows, once
-    f = I("fa_qf")
-    qrow, qx = I("fa_qrow"), I("fa_qx")
-    fill = [Let("fa_qrow", idx, floordiv(f, dp)), Let("fa_qx", idx, mod(f, dp))]
-    inner = row_coords(qrow)
-    ok = _and(row_ok(I(iv)), call("lt", qx, Const(d)) if dp > d else None)
-    compute = operand(low, op.q, [Let(dv_, idx, qx)], "fa_qval", True)
-    compute.append(Store("q_tile", add(mul(qrow, QS), qx), _f("fa_qval")))
-    inner += _guarded(ok, compute, [Store("q_tile", add(mul(qrow, QS), qx), Const(0.0, F32))]) \
-        if ok is not None else compute
-    fill += _guarded(None, inner)
-    body.append(For("fa_qf", ThreadIdx(), Const(bm * dp), tk.block, tuple(fill), dtype=idx))
-    body.append(Sync())
+    def lanes(self) -> list:
+        """The lane's ids, the block's origin and this lane's two rows as plain registers."""
+        at, I, idx = self.at, self.I, self.idx
+        body: list = [Let("fa_tid", idx, ThreadIdx()), Let("fa_lane", idx, mod(I("fa_tid"), 32)),
+                      Let("fa_warp", idx, floordiv(I("fa_tid"), 32)),
+                      Let("fa_g", idx, floordiv(I("fa_lane"), 4)), Let("fa_t", idx, mod(I("fa_lane"), 4)),
+                      Let("fa_mi", idx, floordiv(I("fa_lane"), 8)), Let("fa_r8", idx, mod(I("fa_lane"), 8))]
+        origin, self.kv_ops = block_origin(at, idx)
+        body += origin
+        for h in (0, 1):
+            row = add(add(self.wrow, self.lane_g), 8 * h)
+            if at.group > 1:
+                body.append(Let(f"fa_h{h}", idx, add(mul(I(f"{at.head}_grp"), at.group),
+                                                     floordiv(row, self.qb))))
+                body.append(Let(f"fa_i{h}", idx, add(mul(I("q_blk"), self.qb), mod(row, self.qb))))
+            else:
+                body.append(Let(f"fa_i{h}", idx, add(mul(I("q_blk"), self.bm), row)))
+        return body
 
-    def a_row(tile_stride: int, col0: int) -> Expr:
+    def a_row(self, tile_stride: int, col0: int) -> Expr:
         """ldmatrix.x4 row address of an A fragment (rows of the warp, columns col0..col0+15):
         matrix mi covers rows 8 * (mi % 2) and columns 8 * (mi // 2)."""
-        r = add(add(wrow, mul(mod(mi, 2), 8)), r8)
+        mi = self.mi
+        r = add(add(self.wrow, mul(mod(mi, 2), 8)), self.r8)
         return add(mul(r, tile_stride), add(col0, mul(floordiv(mi, 2), 8)))
 
-    for kk in range(dp // 16):
-        body.append(LdMatrix(regs(f"fa_qa{kk}_", 4), "q_tile", a_row(QS, 16 * kk)))
-    for h in (0, 1):
-        body += [Let(f"m_run{h}", F32, NEG_INF), Let(f"l_run{h}", F32, Const(0.0, F32))]
-    o = lambda e: regs(f"fa_o{e}_", 4)
-    body += [Let(v, F32, Const(0.0, F32)) for e in range(et) for v in o(e)]
-    unmasked = unmasked_scores(at)
+    # ------------------------------------------------------------ Q, once
 
-    def key_step(edge: bool) -> list:
-        step = fill_kv(low, at, kv_ops, (("k_tile", "k", dp, d, dv_, KS), ("v_tile", "v", ep, dv, ev, VS)),
-                       edge, tk.block)
-        step.append(Sync())
-        s = lambda j: regs(f"fa_s{j}_", 4)
-        step += [Let(v, F32, Const(0.0, F32)) for j in range(nt) for v in s(j)]
+    def q_tile(self) -> list:
+        """The shared tiles, Q filled for the block's rows and read into A fragments."""
+        bm, bn, dt, dp, d, QS, I, idx = (self.bm, self.bn, self.dt, self.dp, self.d, self.QS, self.I,
+                                         self.idx)
+        body = [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, bn * self.KS),
+                Smem("v_tile", dt, bn * self.VS), Smem("p_tile", dt, bm * self.PS)]
+        f = I("fa_qf")
+        qrow, qx = I("fa_qrow"), I("fa_qx")
+        fill = [Let("fa_qrow", idx, floordiv(f, dp)), Let("fa_qx", idx, mod(f, dp))]
+        inner = self.row_coords(qrow)
+        ok = _and(self.row_ok(I(self.iv)), call("lt", qx, Const(d)) if dp > d else None)
+        compute = operand(self.low, self.op.q, [Let(self.dv_, idx, qx)], "fa_qval", True)
+        compute.append(Store("q_tile", add(mul(qrow, QS), qx), _f("fa_qval")))
+        inner += _guarded(ok, compute, [Store("q_tile", add(mul(qrow, QS), qx), Const(0.0, F32))]) \
+            if ok is not None else compute
+        fill += _guarded(None, inner)
+        body.append(For("fa_qf", ThreadIdx(), Const(bm * dp), self.tk.block, tuple(fill), dtype=idx))
+        body.append(Sync())
         for kk in range(dp // 16):
-            for jp in range(nt // 2):
+            body.append(LdMatrix(regs(f"fa_qa{kk}_", 4), "q_tile", self.a_row(QS, 16 * kk)))
+        return body
+
+    def o(self, e: int) -> tuple:
+        return regs(f"fa_o{e}_", 4)
+
+    def state(self) -> list:
+        """The running max and sum of each row, and O, all zero (max: -inf)."""
+        body = []
+        for h in (0, 1):
+            body += [Let(f"m_run{h}", F32, NEG_INF), Let(f"l_run{h}", F32, Const(0.0, F32))]
+        return body + [Let(v, F32, Const(0.0, F32)) for e in range(self.et) for v in self.o(e)]
+
+    # ------------------------------------------------------------ one key block
+
+    def key_step(self, edge: bool) -> list:
+        step = fill_kv(self.low, self.at, self.kv_ops,
+                       (("k_tile", "k", self.dp, self.d, self.dv_, self.KS),
+                        ("v_tile", "v", self.ep, self.dv, self.ev, self.VS)), edge, self.tk.block)
+        step.append(Sync())
+        step += self.scores()
+        step += self.masked(edge)
+        step += self.softmax()
+        step.append(Sync())
+        step += self.pv()
+        step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
+        step.append(Sync())
+        return step
+
+    def s(self, j: int) -> tuple:
+        return regs(f"fa_s{j}_", 4)
+
+    @staticmethod
+    def xs(j: int, r: int) -> str:
+        return f"fa_x{j}_{r}"
+
+    def scores(self) -> list:
+        """S = Q K^T: ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d."""
+        mi, r8, KS = self.mi, self.r8, self.KS
+        step = [Let(v, F32, Const(0.0, F32)) for j in range(self.nt) for v in self.s(j)]
+        for kk in range(self.dp // 16):
+            for jp in range(self.nt // 2):
                 # B = K^T, K stored [key][d] (K-major): matrix mi covers keys 8 * (mi // 2), d 8 * (mi % 2)
                 r = add(add(16 * jp, mul(floordiv(mi, 2), 8)), r8)
                 addr = add(mul(r, KS), add(16 * kk, mul(mod(mi, 2), 8)))
                 kb = regs(f"fa_kb{kk}_{jp}_", 4)
                 step.append(LdMatrix(kb, "k_tile", addr))
-                step.append(Mma(s(2 * jp), regs(f"fa_qa{kk}_", 4), kb[:2], s(2 * jp), dt))
-                step.append(Mma(s(2 * jp + 1), regs(f"fa_qa{kk}_", 4), kb[2:], s(2 * jp + 1), dt))
-        xs = lambda j, r: f"fa_x{j}_{r}"
-        for j in range(nt):
+                step.append(Mma(self.s(2 * jp), regs(f"fa_qa{kk}_", 4), kb[:2], self.s(2 * jp), self.dt))
+                step.append(Mma(self.s(2 * jp + 1), regs(f"fa_qa{kk}_", 4), kb[2:], self.s(2 * jp + 1),
+                                self.dt))
+        return step
+
+    def masked(self, edge: bool) -> list:
+        """x = the score expression per S element (-inf past Lk or Lq on an edge block)."""
+        op, I, idx = self.op, self.I, self.idx
+        step = []
+        for j in range(self.nt):
             for r in range(4):
                 h = r // 2
-                step.append(Let(xs(j, r), F32, NEG_INF))
-                key = add(add(I("j0"), 8 * j), add(mul(lane_t, 2), r % 2))
-                ok = _and(row_ok(I(f"fa_i{h}")), call("lt", key, Const(lk)) if edge else None)
-                binds = lane_row(h) + [Let(jv, idx, key), Let(op.score, F32, _f(s(j)[r]))]
-                step += _guarded(ok, operand(low, op.x, binds, xs(j, r), False, op.x.body if edge else unmasked))
+                step.append(Let(self.xs(j, r), F32, NEG_INF))
+                key = add(add(I("j0"), 8 * j), add(mul(self.lane_t, 2), r % 2))
+                ok = _and(self.row_ok(I(f"fa_i{h}")), call("lt", key, Const(self.lk)) if edge else None)
+                binds = self.lane_row(h) + [Let(self.jv, idx, key), Let(op.score, F32, _f(self.s(j)[r]))]
+                step += _guarded(ok, operand(self.low, op.x, binds, self.xs(j, r), False,
+                                             op.x.body if edge else self.unmasked))
+        return step
+
+    def softmax(self) -> list:
+        """The online softmax on the fragments; P at its C-fragment place in shared memory."""
+        xs, step = self.xs, []
         for h in (0, 1):
             mx = f"fa_mx{h}"
             step.append(Let(mx, F32, _f(f"m_run{h}")))
-            step += [Assign(mx, call("maximum", _f(mx), _f(xs(j, r)))) for j in range(nt)
+            step += [Assign(mx, call("maximum", _f(mx), _f(xs(j, r)))) for j in range(self.nt)
                      for r in (2 * h, 2 * h + 1)]
             for m in (1, 2):
                 step.append(Assign(mx, call("maximum", _f(mx), ShflXor(_f(mx), m, F32))))
@@ -162,65 +242,71 @@ def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
                                                    Const(0.0, F32), _f(mx))))
             step.append(Let(f"fa_corr{h}", F32, rescale(_f(f"m_run{h}"), _f(f"fa_mu{h}"))))
             step.append(Assign(f"l_run{h}", call("multiply", _f(f"l_run{h}"), _f(f"fa_corr{h}"))))
-        for j in range(nt):
+        for j in range(self.nt):
             for r in range(4):
                 h = r // 2
                 p = f"fa_p{j}_{r}"
                 step.append(Let(p, F32, call("exp", call("subtract", _f(xs(j, r)), _f(f"fa_mu{h}")))))
                 step.append(Assign(f"l_run{h}", call("add", _f(f"l_run{h}"), _f(p))))
-                prow, pcol = p_fragment_pack(j, r, lane_g, lane_t)
-                step.append(Store("p_tile", add(mul(add(wrow, prow), PS), pcol), _f(p)))
-        step.append(Sync())
-        for e in range(et):
-            for r in range(4):
-                step.append(Assign(o(e)[r], call("multiply", _f(o(e)[r]), _f(f"fa_corr{r // 2}"))))
-        for kk in range(bn // 16):
-            pa = regs(f"fa_pa{kk}_", 4)
-            step.append(LdMatrix(pa, "p_tile", a_row(PS, 16 * kk)))
-            for ej in range(0, et, 2):
-                # B = V, stored [key][e] (N-major): .trans; matrix mi covers keys 8 * (mi % 2), e 8 * (mi // 2)
-                r = add(add(16 * kk, mul(mod(mi, 2), 8)), r8)
-                addr = add(mul(r, VS), add(8 * ej, mul(floordiv(mi, 2), 8)))
-                vb = regs(f"fa_vb{kk}_{ej}_", 4)
-                step.append(LdMatrix(vb, "v_tile", addr, trans=True))
-                step.append(Mma(o(ej), pa, vb[:2], o(ej), dt))
-                step.append(Mma(o(ej + 1), pa, vb[2:], o(ej + 1), dt))
-        step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
-        step.append(Sync())
+                prow, pcol = p_fragment_pack(j, r, self.lane_g, self.lane_t)
+                step.append(Store("p_tile", add(mul(add(self.wrow, prow), self.PS), pcol), _f(p)))
         return step
 
-    body += key_range(at, I, idx)
-    body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
-    body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
-    for h in (0, 1):                # the row sums: the 4 lanes' partial sums
-        for m in (1, 2):
-            body.append(Assign(f"l_run{h}", call("add", _f(f"l_run{h}"), ShflXor(_f(f"l_run{h}"), m, F32))))
-    shape = tk.shape_of(op.out) if S == 1 else None
-    for h in (0, 1):
-        out: list = lane_row(h)
-        if S > 1:
-            ml, acc = at.partials
-            flat = flat_index(tuple(I(v) for v, _ in (*op.batch, op.i)),
-                              tuple(n for _, n in (*op.batch, op.i)))
-            out.append(Let("part_row", idx, add(mul(I("kv_split"), at.rows), flat)))
-            out += _guarded(call("eq", lane_t, Const(0)), [
-                Store(ml, mul(I("part_row"), 2), _f(f"m_run{h}")),
-                Store(ml, add(mul(I("part_row"), 2), 1), _f(f"l_run{h}"))])
-        for e in range(et):
-            for r in (2 * h, 2 * h + 1):
-                ecoord = add(add(mul(lane_t, 2), 8 * e), r % 2)
-                ok = call("lt", ecoord, Const(dv)) if ep > dv else None
-                if S > 1:
-                    st = [Store(at.partials[1], add(mul(I("part_row"), dv), ecoord), _f(o(e)[r]))]
-                else:
-                    value = call("divide", _f(o(e)[r]), _f(f"l_run{h}"))
-                    if op.safe:
-                        value = call("where", call("eq", _f(f"m_run{h}"), NEG_INF), Const(0.0, F32), value)
-                    st = [Let(ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)]
-                out += _guarded(ok, st) if ok is not None else _guarded(None, st)
-        body += _guarded(row_ok(I(f"fa_i{h}")), out)
-    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
-    return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
+    def pv(self) -> list:
+        """O = O * corr + P V, P read back as A fragments, V by ldmatrix.trans."""
+        mi, r8, o, step = self.mi, self.r8, self.o, []
+        for e in range(self.et):
+            for r in range(4):
+                step.append(Assign(o(e)[r], call("multiply", _f(o(e)[r]), _f(f"fa_corr{r // 2}"))))
+        for kk in range(self.bn // 16):
+            pa = regs(f"fa_pa{kk}_", 4)
+            step.append(LdMatrix(pa, "p_tile", self.a_row(self.PS, 16 * kk)))
+            for ej in range(0, self.et, 2):
+                # B = V, stored [key][e] (N-major): .trans; matrix mi covers keys 8 * (mi % 2), e 8 * (mi // 2)
+                r = add(add(16 * kk, mul(mod(mi, 2), 8)), r8)
+                addr = add(mul(r, self.VS), add(8 * ej, mul(floordiv(mi, 2), 8)))
+                vb = regs(f"fa_vb{kk}_{ej}_", 4)
+                step.append(LdMatrix(vb, "v_tile", addr, trans=True))
+                step.append(Mma(o(ej), pa, vb[:2], o(ej), self.dt))
+                step.append(Mma(o(ej + 1), pa, vb[2:], o(ej + 1), self.dt))
+        return step
+
+    # ------------------------------------------------------------ the end
+
+    def outputs(self) -> list:
+        """The row sums over the 4 lanes, then out = O / l, or the split's (m, l, O) partials."""
+        at, op, I, idx, o, lane_t = self.at, self.op, self.I, self.idx, self.o, self.lane_t
+        body = []
+        for h in (0, 1):
+            for m in (1, 2):
+                body.append(Assign(f"l_run{h}", call("add", _f(f"l_run{h}"),
+                                                     ShflXor(_f(f"l_run{h}"), m, F32))))
+        shape = self.tk.shape_of(op.out) if self.splits == 1 else None
+        for h in (0, 1):
+            out: list = self.lane_row(h)
+            if self.splits > 1:
+                ml, acc = at.partials
+                flat = flat_index(tuple(I(v) for v, _ in (*op.batch, op.i)),
+                                  tuple(n for _, n in (*op.batch, op.i)))
+                out.append(Let("part_row", idx, add(mul(I("kv_split"), at.rows), flat)))
+                out += _guarded(call("eq", lane_t, Const(0)), [
+                    Store(ml, mul(I("part_row"), 2), _f(f"m_run{h}")),
+                    Store(ml, add(mul(I("part_row"), 2), 1), _f(f"l_run{h}"))])
+            for e in range(self.et):
+                for r in (2 * h, 2 * h + 1):
+                    ecoord = add(add(mul(lane_t, 2), 8 * e), r % 2)
+                    ok = call("lt", ecoord, Const(self.dv)) if self.ep > self.dv else None
+                    if self.splits > 1:
+                        st = [Store(at.partials[1], add(mul(I("part_row"), self.dv), ecoord), _f(o(e)[r]))]
+                    else:
+                        value = call("divide", _f(o(e)[r]), _f(f"l_run{h}"))
+                        if op.safe:
+                            value = call("where", call("eq", _f(f"m_run{h}"), NEG_INF), Const(0.0, F32),
+                                         value)
+                        st = [Let(self.ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)]
+                    out += _guarded(ok, st) if ok is not None else _guarded(None, st)
+            body += _guarded(self.row_ok(I(f"fa_i{h}")), out)
+        return body
 
 
 __all__ = ["lower_attention_mma_kernel", "p_fragment_pack"]
