@@ -1,5 +1,5 @@
 """`python -m strata.gpu_check --out DIR`: the whole GPU acceptance run in one command, for the
-few minutes a GPU is lent (see the README's GPU section). `--dry-run` takes the same steps on a
+few minutes a GPU is lent (see docs/gpu.md). `--dry-run` takes the same steps on a
 CPU machine (the simulator stands in for the GPU) and marks what would need one.
 
     environment.py  what the machine has: GPU, driver, CUDA, torch, NVRTC, ncu, compute-sanitizer
