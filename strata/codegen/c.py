@@ -1,12 +1,11 @@
 """Kernel IR -> C11 for the CPU (gcc/clang with OpenMP): the first native CPU target.
 
-Why C and one walk reused: the kernels of a CPU schedule use one thread per block (block == 1),
-so a kernel is a loop over its blocks, which are independent: `#pragma omp parallel for
-schedule(static)` runs them on every core (unless the whole kernel is less work than waking the
-threads costs), threadIdx.x is 0 and blockIdx.x is the loop variable.
-Everything else is what the CUDA emitter prints, so this module subclasses its tree walk
-(codegen/cuda.py: expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts,
-index types, provenance comments) and overrides only what differs in C:
+Why C: the kernels of a CPU schedule use one thread per block (block == 1), so a kernel is a loop
+over its blocks, which are independent: `#pragma omp parallel for schedule(static)` runs them on
+every core (unless the whole kernel is less work than waking the threads costs), threadIdx.x is
+0 and blockIdx.x is the loop variable. The walk is the C family's (codegen/cfamily.py:
+expressions, the scalar templates of scalar_ops.py with `{f}`, literals, casts, index types,
+provenance comments); CEmitter adds what is C's:
   - a kernel is `static void k_name(const T* restrict in, ..., T* restrict out)`, and
     `void strata_run(void** args)` calls every kernel in launch order with args[k] the data
     pointer of KernelProgram.buffers[k] (one ctypes call per program run);

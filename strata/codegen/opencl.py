@@ -1,12 +1,12 @@
 """Kernel IR -> OpenCL C 1.2: SIMT kernels for any OpenCL device (PoCL runs them on a CPU).
 
-Why a subclass of the C emitter: OpenCL C is C99 with address spaces, so the expressions, the
-16-bit storage (ushort, converted by the same integer arithmetic) and the statements are C's;
-only the SIMT frame differs: blocks are work-groups (`get_group_id(0)`), threads are work-items
+Why the C family's walk (codegen/cfamily.py): OpenCL C is C99 with address spaces, so the
+expressions, the 16-bit storage (ushort, converted by the C target's integer arithmetic) and the
+statements are C's; only the SIMT frame differs: blocks are work-groups (`get_group_id(0)`), threads are work-items
 (`get_local_id(0)`), shared arrays are `__local` (declared at the kernel's top, as OpenCL
 requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `expf`), and
 `long` is 64 bits. Warp shuffles are done through local memory first
-(kernel/thread_loops.exchange_shuffles); tensor cores and asynchronous copies are refused.
+(kernel_ir/thread_loops.exchange_shuffles); tensor cores and asynchronous copies are refused.
 """
 from __future__ import annotations
 
