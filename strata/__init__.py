@@ -5,20 +5,18 @@
     ids = strata.generate(hf_model, input_ids, max_new_tokens=16)  # KV-cache decoding
     strata.quantize(hf_model, "q8_0")               # linear weights as GGUF's Q8_0 blocks
     print(prog.ir("loop")); print(prog.source("cuda"))
-    fast = torch.compile(model, backend="strata")   # frontend/dynamo_backend.py
+    fast = torch.compile(model, backend="strata")   # dynamo_backend.py
 
 The names below are imported on first use (PEP 562), so that `strata --help` and `--version`
 never import torch.
 """
-from importlib.metadata import PackageNotFoundError, entry_points, version
+import importlib
+from importlib.metadata import entry_points
 
-try:
-    __version__ = version("strata")
-except PackageNotFoundError:        # a source checkout on sys.path, not installed
-    __version__ = "0+unknown"
+from .version import __version__
 
-_LAZY = {"compile": "api", "generate": "api", "Program": "api", "Context": "context", "StrataError": "errors",
-         "quantize": "quant.formats"}
+_LAZY = {"compile": "api", "Program": "api", "generate": "models.decode", "Context": "context",
+         "StrataError": "errors", "quantize": "quant.formats"}
 # what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
 _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
         "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
@@ -35,12 +33,12 @@ _LAZY["check_example"] = "dsl.examples"
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'strata' has no attribute {name!r}")
-    import importlib
     return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
 
 
-if not any(ep.name == "strata" for ep in entry_points(group="torch_dynamo_backends")):
-    from .frontend.dynamo_backend import register as _register   # no entry point: register now
+if not any(ep.value == "strata.dynamo_backend:strata_backend"
+           for ep in entry_points(group="torch_dynamo_backends")):
+    from .dynamo_backend import register as _register   # no entry point (or a stale one): register now
     _register()
 
 __all__ = ["compile", "generate", "quantize", "Program", "Context", "StrataError", "__version__"]

@@ -4,6 +4,8 @@ through strata/runtime) and exposes the text of every stage."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 
 import numpy as np
 import torch
@@ -11,9 +13,23 @@ import torch
 from . import dtypes
 from .context import Context
 from .errors import DeviceUnavailable, InputMismatch, StrataError
-from .pipeline import STAGES, Lowered, lower_torch_program
+from .pipeline import Lowered, SOURCE, STAGES, lower_torch_program
 from .targets import get_target, gpu_target
 from .runtime.args import check_args
+from .frontend import capture_cache
+from .frontend.capture import FunctionModule, _param_names, as_forward, capture, capture_snippet
+from .frontend.snippet import parse_snippet
+from .frontend.torch_ir import shape_only
+from .kernel_ir.sim import simulate
+from .models.build import build
+from .models.hf import is_causal_lm
+from .models.wrappers import CausalLMLogits
+from .runtime import driver
+from .runtime.native import NativeProgram
+from .runtime.program import CudaProgram, mutated_inputs
+from .runtime.qemu import QemuProgram
+from .tune.db import default_db
+from .view import write_page
 
 DEVICES = ("sim", "cuda", "cpu")
 
@@ -31,11 +47,9 @@ def on_device(ctx: Context, device: str) -> Context:
     will run on this GPU is compiled for the GPU's own architecture, sm_90a on H100/H200 (so
     wgmma and TMA are used), sm_80 on A100. Compiling without running keeps targets.DEFAULT."""
     if device in ("cuda", "cpu") and ctx.tuned is None:     # runs natively: tuned schedules apply
-        from .tune.db import default_db
         ctx.tuned = default_db()
     if device == "cuda" and ctx.target is None:
-        from .runtime.driver import arch
-        ctx.target = get_target(gpu_target(arch(torch.cuda.current_device())))
+        ctx.target = get_target(gpu_target(driver.arch(torch.cuda.current_device())))
     if device == "cpu":
         if ctx.target is None:
             ctx.target = get_target("host")      # this machine's cores and vector features
@@ -81,13 +95,11 @@ class Program:
     def view(self, path: str = "strata-view.html", verdict=None) -> str:
         """Write the whole compilation as one offline HTML page (strata/view; `strata view` on
         the command line); `verdict` is a check.Report to show. Returns the path."""
-        from .view import write_page
         write_page(self, path, verdict=verdict)
         return path
 
     def source(self, language: str | None = None) -> str:
         """The emitted source: CUDA for a GPU target, C for a CPU one (`language` checks it)."""
-        from .pipeline import SOURCE
         return self.lowered.text(language or SOURCE[self.lowered.target.kind])
 
     @property
@@ -110,25 +122,21 @@ class Program:
             raise StrataError("this program was not lowered to Kernel IR; compile it whole to run it")
         self._check_runnable()
         if self.device == "cpu" and _emulated(self.lowered.target):
-            from .runtime.qemu import QemuProgram
             self._runtime = QemuProgram(self.lowered.kernel, self.torch_program.weights,
                                         inputs=self.torch_program.inputs, target=self.lowered.target,
                                         source=self.lowered.c)
             return self._runtime
         if self.device == "cpu":
-            from .runtime.native import NativeProgram
             _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
                                           source=self.lowered.c or None)
             return self._runtime
-        from .runtime.program import CudaProgram
         self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
                                     weights=self.torch_program.weights, use_graph=self.use_graph)
         return self._runtime
 
     def _check_runnable(self) -> None:
-        from .frontend.torch_ir import shape_only
         empty = [k for k, v in self.torch_program.weights.items() if shape_only(v)]
         if empty:
             raise StrataError(f"this program was compiled from shapes only (weight {empty[0]} has "
@@ -154,8 +162,6 @@ class Program:
         """Outputs as NumPy arrays (bf16 as float32 values), in program output order."""
         if self.device in ("cuda", "cpu"):
             return [to_numpy(t) for t in self.runtime.run(inputs)]
-        from .kernel_ir.sim import simulate
-        from .runtime.program import mutated_inputs
         self._check_runnable()
         feed = self._check_inputs(inputs)
         feed.update({k: to_numpy(v) for k, v in self.torch_program.weights.items()})
@@ -227,13 +233,11 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     then take and return CUDA tensors; "cpu" builds them natively (C + OpenMP); "sim" runs them
     in the simulator (the default, unless ctx pins a CPU target: then "cpu"). use_graph: replay
     repeated CUDA calls as one CUDA graph."""
-    from .frontend.capture import capture
     ctx = ctx or Context()
     device = device or default_device(ctx)
     check_device(device)
     ctx = on_device(ctx, device)
     if _is_causal_lm(fn):
-        from .models.wrappers import CausalLMLogits
         fn = CausalLMLogits(fn)
     fn, tensors, constants = specialise(fn, tuple(example_inputs))
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
@@ -265,7 +269,6 @@ def specialise(fn, example_inputs: tuple):
                               f"and Python numbers, bools or None (compiled as constants)")
     if not constants:
         return fn, example_inputs, {}
-    from .frontend.capture import FunctionModule, as_forward, _param_names
     names = _param_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
     call = fn if isinstance(fn, torch.nn.Module) else as_forward(fn)
 
@@ -282,10 +285,8 @@ def specialise(fn, example_inputs: tuple):
 
 
 def _is_causal_lm(fn) -> bool:
-    import sys
     if "transformers" not in sys.modules:      # never import transformers for a plain module
         return False
-    from .models.hf import is_causal_lm
     return is_causal_lm(fn)
 
 
@@ -300,10 +301,6 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     True allocates and loads (or draws) the weights so that the Program can run. progress(text)
     is told what is happening. device None: the simulator, or the CPU for a pinned CPU target
     (built natively only when materialised). Returns (Program, BuiltModel)."""
-    import time
-
-    from .frontend.capture import capture
-    from .models.build import build
     device = device or default_device(ctx or Context())
     check_device(device)
     ctx = on_device(ctx or Context(), device)
@@ -325,41 +322,10 @@ def compile_model(model: str, layer: int | None = None, seq_len: int = 128,
     return program, built
 
 
-def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: str = "sim",
-             max_len: int | None = None, ctx: Context | None = None, sampling=None) -> torch.Tensor:
-    """Greedy decoding of a Hugging Face causal LM by strata's compiled prefill and KV-cache decode
-    programs; returns (1, prompt + new) ids, as `model.generate(input_ids, do_sample=False)`.
-    With `sampling` (strata.models.sampling.Sampling) the programs sample the next id instead.
-
-    The path to generation with strata: `torch.compile(model, backend="strata").generate(...)`
-    runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
-    from .models.decode import compile_decoder, eos_ids, greedy, model_dtype, new_caches, sample
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
-    prompt = input_ids[0].tolist()
-    max_len = max_len or len(prompt) + max_new_tokens
-    if sampling is not None:
-        sampling.check(model.config.vocab_size)
-    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling)
-    where = "cuda" if device == "cuda" else "cpu"
-    caches = new_caches(model.config, max_len, model_dtype(model), where)
-    eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    if sampling is None:
-        new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
-    else:
-        new, *_ = sample(prefill, step, caches, prompt, max_new_tokens, sampling, eos, where)
-    return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
-
-
 def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
                     device: str | None = None):
     """Parse and lower a `-c` snippet; returns (Program, snippet). device None: compile only
     (for the pinned target, nothing is loaded); "sim", "cuda" or "cpu": to run there."""
-    import time
-
-    from .frontend import capture_cache
-    from .frontend.capture import capture_snippet
-    from .frontend.snippet import parse_snippet
     ctx = ctx or Context()
     load = device in ("cuda", "cpu")
     device = device or default_device(ctx)
@@ -379,4 +345,4 @@ def compile_snippet(code: str, ctx: Context | None = None, until: str = "cuda",
     return program, snippet
 
 
-__all__ = ["STAGES", "Program", "compile", "compile_model", "generate", "on_device"]
+__all__ = ["STAGES", "Program", "compile", "compile_model", "on_device"]

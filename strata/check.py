@@ -16,6 +16,9 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import dtypes
+from .api import to_numpy
+from .errors import StrataError
+from .frontend.snippet import dry_run
 
 CONTRACTIONS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.linear", "aten.addmm", "aten.baddbmm",
                 "aten.scaled_dot_product_attention", "aten.einsum")
@@ -86,7 +89,6 @@ def eager_run(module, inputs) -> tuple[list, list]:
         with torch.no_grad(), _Float64():
             out = ref_module(*inputs64)
     except Exception as e:       # eager itself refuses these inputs: the program's error, not ours
-        from .errors import StrataError
         text = str(e).strip().splitlines()
         raise StrataError(f"eager PyTorch fails on these inputs ({type(e).__name__}: "
                           f"{text[0] if text else ''}), so there is no reference to check "
@@ -134,7 +136,6 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray, tol: float)
 def check_tensor(name: str, got: torch.Tensor, ref, want, tol_for) -> OutputCheck:
     """One output the user receives (`got`, any device) against eager's float64 value `ref` and
     eager's own (shape, dtype) `want`."""
-    from .api import to_numpy
     dt = dtypes.from_torch(got.dtype)
     out = compare(name, dt, to_numpy(got), as_numpy64(ref), tol_for(dt))
     if not out.passed and not out.problem and got.is_floating_point() and \
@@ -153,7 +154,6 @@ def expect(module, inputs) -> tuple:
     """What eager gives on `inputs` (left untouched): (output shapes and dtypes, float64
     outputs, float64 inputs after the run, a copy of the inputs before it), as `verify` compares
     with; the tuner computes it once for all of a program's candidates."""
-    from .frontend.snippet import dry_run
     pristine = [x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     return (dry_run(module, pristine), *eager_run(module, pristine), pristine)
 

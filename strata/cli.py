@@ -4,13 +4,22 @@ as one HTML page. Errors print one sentence and exit non-zero; --debug shows the
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 
+from . import machine, progress
+from .cli_generate import add_parser as add_generate, generate_command
+from .cli_model import compile_model_command, write_stage
+from .cli_tune import add_parser as add_tune, tune_command
+from .cli_view import add_parser as add_view, view_command
+from .command import guarded
 from .context import Context
-from .targets import get_target
 from .errors import DeviceUnavailable, StrataError
-from .pipeline import STAGES
+from .knobs import describe_knobs
+from .targets import STAGES, get_target
+from .version import __version__
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -42,7 +51,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
     parser = argparse.ArgumentParser(prog="strata", description=__doc__)
     parser.add_argument("--version", action="version", version=f"strata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,11 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --device sim: the simulator's access counters per kernel (coalescing, "
                         "bank conflicts, bytes against the minimum); with --device cuda: --bench "
                         "plus an ncu profile of every kernel, when ncu is installed")
-    from .cli_generate import add_parser as add_generate
     add_generate(sub)
-    from .cli_tune import add_parser as add_tune
     add_tune(sub)
-    from .cli_view import add_parser as add_view
     add_view(sub, _common, _model_options)
     m = sub.add_parser("machine", help="what strata knows about this CPU: model, features, caches "
                                        "and measured ceilings (cached per machine)")
@@ -101,7 +106,6 @@ def cmd_compile(args) -> int:
         raise StrataError("--layer, --dtype and --quant apply to a MODEL; -c snippets take their "
                           "own dtypes")
     if args.model:
-        from .cli_model import compile_model_command
         return compile_model_command(args, _context(args))
     if not args.code:
         raise StrataError("nothing to compile: give MODEL or -c CODE")
@@ -113,19 +117,6 @@ def cmd_compile(args) -> int:
     ctx.log(f"{'total':<28} {(time.perf_counter() - t0) * 1e3:8.2f} ms")
     write_stage(program.ir(args.ir), args)
     return 0
-
-
-def write_stage(text: str, args) -> None:
-    """The printed stage to `-o FILE` (saying so on stderr) or to stdout."""
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text + "\n")
-        except OSError as e:
-            raise StrataError(f"cannot write {args.output}: {e.strerror}") from None
-        print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
-    else:
-        print(text)
 
 
 def cmd_run(args) -> int:
@@ -145,7 +136,7 @@ def cmd_run(args) -> int:
         from .bench.cpu_bench import bench_snippet_cpu
         return bench_snippet_cpu(args.code, ctx)
     if args.profile and args.device == "sim":
-        from .cli_sim_profile import profile_snippet_sim
+        from .bench.cli_sim_profile import profile_snippet_sim
         return profile_snippet_sim(args.code, ctx)
     if args.bench or args.profile:
         from .bench.cli_bench import bench_snippet
@@ -159,7 +150,6 @@ def cmd_run(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if "help" in getattr(args, "knob", []):        # `--knob help`: the knob table, nothing else
-        from .knobs import describe_knobs
         print(describe_knobs())
         return 0
     return guarded(lambda: {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
@@ -169,56 +159,26 @@ def main(argv=None) -> int:
 
 def cmd_machine(args) -> int:
     """The cached profile, measured first if there is none or --measure says so."""
-    import dataclasses
-    import json
-
-    from . import machine, progress
     profile = None if args.measure else machine.cached()
     if profile is None:
+        from .bench import machine_probes      # it compiles and times with torch: only here
         with progress.status("measuring this CPU's ceilings") as status:
-            profile = machine.measure(status.update)
+            profile = machine_probes.measure(status.update)
         print(f"strata: profile cached in {machine.cache_path(profile)}", file=sys.stderr)
     print(json.dumps(dataclasses.asdict(profile), indent=1) if args.json else machine.describe(profile))
     return 0
 
 
 def cmd_tune(args) -> int:
-    from .cli_tune import tune_command
     return tune_command(args)
 
 
 def cmd_view(args) -> int:
-    from .cli_view import view_command
     return view_command(args, _context(args))
 
 
 def cmd_generate(args) -> int:
-    from .cli_generate import generate_command
     return generate_command(args)
-
-
-def guarded(command, debug: bool) -> int:
-    """Run `command()` and return its exit code; a user error prints its one sentence (a bug, one
-    line), the traceback only with --debug. Shared by every strata entry point."""
-    try:
-        return command()
-    except StrataError as e:
-        if debug:
-            raise
-        print(f"strata: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:          # `strata compile ... | head`: the reader left, not an error
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as e:   # a bug in strata: say so in one line, the traceback with --debug
-        if debug:
-            raise
-        print(f"strata: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
-              file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

@@ -11,15 +11,19 @@ model's eager forward runs its QuantLinear modules. The simulator is for tiny co
 """
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from .bench.decode_report import agree
+from .cli_model import ProgressContext
 from .errors import ModelError, StrataError
 
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
 from .models.sampling import DEFAULT_TOP_K, Sampling
+from .models.source import resolve
 
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -138,7 +142,6 @@ def _torch_compile(lm, prompt_ids, n, eos):
 
 
 def _agree(a, b) -> str:
-    from .bench.decode_report import agree
     return agree(a, b)
 
 
@@ -157,10 +160,8 @@ def generate_command(args) -> int:
     from rich.console import Console
 
     from .api import check_device
-    from .cli_model import ProgressContext
     from .models.build import build
     from .models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
-    from .models.source import resolve
     check_device(args.device)
     if args.quant is not None:
         from .quant.formats import check_format
@@ -238,8 +239,6 @@ def _verdict(ids, eager, lm, prompt, total, eos) -> tuple[str, bool]:
     """Whether strata's greedy ids are right, told against eager. Where a bf16/fp16 model's ids
     differ, eager itself is rounding: the same model in float32 decides, and the line says who
     it sides with and by what logit margin it picks its token at the first difference."""
-    import copy
-
     import torch
     text = _agree(ids, eager)
     low = next(lm.parameters()).dtype

@@ -13,6 +13,7 @@ import time
 from contextlib import nullcontext
 
 from .context import Context
+from .errors import StrataError
 
 # What runs after each stage the pipeline logs (its timing line starts with the stage's name).
 NEXT_STEP = {
@@ -42,7 +43,6 @@ def compile_model_command(args, base: Context) -> int:
     from rich.console import Console
 
     from .api import compile_model
-    from .cli import write_stage
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if base.verbosity == 0 else nullcontext()
     t0 = time.perf_counter()
@@ -64,3 +64,16 @@ def compile_model_command(args, base: Context) -> int:
           f"-> {made} in {seconds:.1f} s", file=sys.stderr)
     print(f"strata: weights: {built.weights}", file=sys.stderr)
     return 0
+
+
+def write_stage(text: str, args) -> None:
+    """The printed stage to `-o FILE` (saying so on stderr) or to stdout."""
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            raise StrataError(f"cannot write {args.output}: {e.strerror}") from None
+        print(f"wrote {args.ir} IR to {args.output}", file=sys.stderr)
+    else:
+        print(text)

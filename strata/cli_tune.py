@@ -8,11 +8,18 @@ fastest correct ones in the tuning database (strata/tune/), which later compiles
 """
 from __future__ import annotations
 
+import json
+from math import exp, log
 import os
+from statistics import median
 import sys
 import time
 
+from .context import Context
 from .errors import DeviceUnavailable, StrataError
+from .models.source import resolve
+from .tune.db import TuningDB, db_path
+from .user_cache import caching_enabled
 
 DEFAULT_BUDGET_S = 60
 
@@ -44,8 +51,6 @@ def add_parser(sub) -> None:
 
 
 def tune_command(args) -> int:
-    from .tune.db import TuningDB, db_path
-    from .user_cache import caching_enabled
     db = TuningDB()
     if args.show:
         return _show(db.rows())
@@ -60,7 +65,6 @@ def tune_command(args) -> int:
     if args.device == "cuda":
         raise DeviceUnavailable("strata tune measures on the CPU target so far: use --device cpu")
     pins = dict(item.partition("=")[::2] for item in args.knob)
-    from .context import Context
     Context(knobs=pins)                            # a bad pin is one sentence here
     requests = _requests(args, pins)
     warning = busy_warning(os.getloadavg()[0], os.cpu_count() or 1)
@@ -87,14 +91,12 @@ def tune_command(args) -> int:
         total += results
     measured = [r for r in total if not r.note and r.default_ms]
     if len(requests) > 1 and speedups:
-        from math import exp, log
         better = [x for x in speedups if x != 1.0]
         print(f"programs measured: {len(speedups)}, {len(better)} with a tuned schedule; geomean "
               f"of default / tuned program time {exp(sum(map(log, speedups)) / len(speedups)):.2f}x"
               f" (those {len(better)}: {min(better, default=1):.2f}x to {max(better, default=1):.2f}x)")
     judged = [r for r in measured if r.model_rank is not None]
     if judged:
-        from statistics import median
         hits = sum(bool(r.model_top_ok) for r in judged)
         wide = [r for r in judged if r.spread > 1.2]
         print(f"cost model (tune/cost.py) on {len(judged)} kernels with 3+ measured schedules: "
@@ -123,7 +125,6 @@ def busy_warning(load: float, cores: int) -> str | None:
 def _requests(args, pins: dict) -> list[tuple[str, dict]]:
     base = {"op": "prepare", "device": args.device, "knobs": pins}
     if args.model:
-        from .models.source import resolve
         resolve(args.model)                      # an unknown MODEL is one sentence here
         what = args.model + (f" layer {args.layer}" if args.layer is not None else "")
         return [(what, {**base, "model": args.model, "layer": args.layer,
@@ -169,7 +170,6 @@ def _print_results(label: str, results, times) -> None:
 
 
 def _show(rows: list[dict]) -> int:
-    import json
     if not rows:
         print("the tuning database is empty: run `strata tune -c CODE` or `strata tune --suite`")
         return 0

@@ -6,6 +6,8 @@ goes to stdout (logs to stderr, as for every command), so `xdg-open $(strata vie
 `--serve` also serves it on localhost until interrupted."""
 from __future__ import annotations
 
+import http.server
+from pathlib import Path
 import sys
 import time
 
@@ -52,7 +54,6 @@ def view_command(args, ctx) -> int:
         raise StrataError("--bench times a -c snippet; a MODEL's page has no timings yet")
     if args.device:
         check_device(args.device)
-    from pathlib import Path
     if not Path(args.output).resolve().parent.is_dir():
         raise StrataError(f"cannot write {args.output}: its directory does not exist")
     rec = recording(ctx)
@@ -72,8 +73,8 @@ def view_command(args, ctx) -> int:
             with profiling() as profiles:            # the simulator's counters, when it runs
                 verdict = compare_with_eager(program, snippet)
         if args.bench and verdict.passed:
-            from .view.measured import cpu_bench
-            bench = cpu_bench(program, snippet)
+            from .bench.cpu_bench import view_bench
+            bench = view_bench(program, snippet)
     size = write_page(program, args.output, verdict=verdict, title=title, profiles=profiles,
                       bench=bench)
     print(f"strata: {len(program.kernels)} kernels, {size / 1e6:.2f} MB page in "
@@ -88,8 +89,6 @@ def view_command(args, ctx) -> int:
 
 def serve(path: str, port: int) -> None:
     """Serve the one page on 127.0.0.1 (every path answers with it) until interrupted."""
-    import http.server
-    from pathlib import Path
     body = Path(path).read_bytes()
 
     class Page(http.server.BaseHTTPRequestHandler):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import check, dtypes
+from ..api import to_numpy
 
 
 def has_contraction(program) -> bool:
@@ -21,7 +22,6 @@ def output_names(program, n: int) -> list[str]:
 
 def check_program(program, fn, inputs, outputs=None) -> check.Report:
     """Run `program(*inputs)` (unless its `outputs` are given) and compare with eager float64."""
-    from ..api import to_numpy
     if outputs is None:
         with torch.no_grad():
             outputs = program(*inputs)

@@ -24,20 +24,21 @@ from pathlib import Path
 
 import torch
 
+from ..runtime import native_build
+from ..runtime.cc import cpu_features
+
 KERNEL = Path(__file__).resolve().parent.parent / "codegen" / "amx_kernel.c"
 SHAPES = ((512, 5632, 2048), (128, 5632, 2048), (16, 5632, 2048))
 TILE_FLOP = 16 * 16 * 32 * 2                 # one tdpbf16ps: a 16x16 fp32 tile += 16x32 @ 32x16
 
 
 def has_amx() -> bool:
-    from ..runtime.cc import cpu_features
     flags = set(cpu_features().split())
     return {"amx_tile", "amx_bf16"} <= flags
 
 
 def load_kernel(emulate: bool) -> ctypes.CDLL:
     """The kernel as a loaded library (built, or taken from strata's native cache)."""
-    from ..runtime import native_build
     source = ("#define STRATA_AMX_EMULATE 1\n" if emulate else "") + KERNEL.read_text()
     lib = native_build.load_library(native_build.build_library(source))
     p, i = ctypes.c_void_p, ctypes.c_int

@@ -17,6 +17,11 @@ import time
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ..api import compile as strata_compile
+from ..context import Context
+from ..loop.ir import Load
+from ..tile.ir import walk
+
 TARGET = "sm_90"
 
 
@@ -71,8 +76,6 @@ def expert_tiles(prog) -> tuple[int, int] | None:
     """(tiles, rows per tile) of the expert matmuls, from their block tiles: each tile is one
     block row reading one expert's weights (predicated off for a tile the routing leaves empty),
     so an expert's weights are read ceil(its rows / rows per tile) times. None without experts."""
-    from strata.loop.ir import Load
-    from strata.tile.ir import walk
     found = set()
     for k in prog.lowered.tile.kernels:
         loads = [s for s in walk(k.body) if isinstance(s, Load) and "experts" in s.buf]
@@ -91,8 +94,6 @@ def expert_tiles(prog) -> tuple[int, int] | None:
 
 
 def run_case(name, make, tokens) -> dict:
-    import strata
-    from strata.context import Context
     t0 = time.perf_counter()
     with FakeTensorMode():
         torch.set_default_dtype(torch.bfloat16)
@@ -101,7 +102,7 @@ def run_case(name, make, tokens) -> dict:
         finally:
             torch.set_default_dtype(torch.float32)
         x = torch.randn(shape or (1, tokens, 4096), dtype=torch.bfloat16)
-    prog = strata.compile(module.eval(), (x,), until="cuda", ctx=Context(target=TARGET))
+    prog = strata_compile(module.eval(), (x,), until="cuda", ctx=Context(target=TARGET))
     seconds = time.perf_counter() - t0
     row = dict(layer=name, tokens=tokens, ops=len(prog.torch_program.nodes),
                kernels=len(prog.lowered.kernel.kernels), seconds=seconds)

@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import dtypes
+from ..errors import StrataError
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -248,7 +251,6 @@ class Case:
 
     def build(self, device="cpu", seed: int = 0):
         """(module, inputs) on `device`: parameters filled from `seed`, no autograd."""
-        from .. import dtypes
         torch.manual_seed(seed)
         dt = dtypes.to_torch(self.dtype)
         with torch.device("meta"):
@@ -272,7 +274,6 @@ def init_parameters(module: nn.Module) -> None:
 
 def parse_list(text: str | None, allowed, what: str, aliases=None) -> list:
     """"a,b" -> ["a", "b"], each checked against `allowed` (after `aliases`)."""
-    from ..errors import StrataError
     if not text:
         return list(allowed)
     out = []

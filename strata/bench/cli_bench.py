@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import shutil
 
+from .. import dtypes
+from .ncu import ncu_table, profile_snippet
+from .report import comparison_table, kernel_table
 from .results import STRATA, VARIANTS, CaseResult
+from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
+from .variants import measure_variants
 
 
 def _dtype_of(outputs) -> str:
     import torch
 
-    from .. import dtypes
     flat, _ = torch.utils._pytree.tree_flatten(outputs)
     floats = [t for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()]
     return dtypes.from_torch(floats[0].dtype) if floats else "f32"
@@ -56,9 +60,6 @@ def bench_module(module, inputs, title: str, ctx, console, ncu_code: str | None 
         tensor_bytes,
         time_cuda,
     )
-    from .report import comparison_table, kernel_table
-    from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
-    from .variants import measure_variants
     from .work import estimate_work
 
     with console.status("compiling with strata"):
@@ -102,7 +103,6 @@ def bench_module(module, inputs, title: str, ctx, console, ncu_code: str | None 
 
 
 def _print_ncu(code: str, names: list[str], console) -> None:
-    from .ncu import ncu_table, profile_snippet
     if shutil.which("ncu") is None:
         console.print("--profile: ncu (Nsight Compute) is not installed, so there are no per-kernel "
                       "hardware metrics")

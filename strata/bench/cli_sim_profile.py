@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import sys
 
+from ..kernel_ir.sim_profile import profiling
+from ..runtime.nvrtc import resource_usage
+from ..tune.cost import gpu_roofline_us
+
 
 def profile_snippet_sim(code: str, ctx) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .api import compile_snippet
-    from .check import compare_with_eager, print_report
-    from .kernel_ir.sim_profile import profiling
+    from ..api import compile_snippet
+    from ..check import compare_with_eager, print_report
     program, snippet = compile_snippet(code, ctx, device="sim")
     with profiling() as kernels:
         report = compare_with_eager(program, snippet)
@@ -55,10 +58,8 @@ def gpu_columns(program, profiles: dict) -> tuple[dict, str]:
     and the block's shared memory allow on the program's Target (active warps per SM of the
     most, and the limit), and the roofline estimate (tune/cost.py); plus why ptxas's columns
     are empty, if they are."""
-    from .tune.cost import gpu_roofline_us
     target, why = program.lowered.target, ""
     try:
-        from .runtime.nvrtc import resource_usage
         ptxas = resource_usage(program.lowered.cuda, target.isa)
     except ImportError as e:
         ptxas, why = {}, f"NVRTC is not installed ({e.name})"

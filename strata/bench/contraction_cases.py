@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import dtypes
+from ..models.source import resolve
+
 # (bundled model name, short label): the layers whose decode shapes the goal names
 DECODE_MODELS = (("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "TinyLlama-1.1B"),
                  ("meta-llama/Llama-3.2-1B", "Llama-3.2-1B"),
@@ -69,7 +72,6 @@ def decode_projections(configs: dict[str, dict] | None = None) -> list[Projectio
 
 
 def _bundled(names) -> dict[str, dict]:
-    from ..models.source import resolve
     return {n: resolve(n).config for n in names}
 
 
@@ -184,7 +186,6 @@ class FlashSDPA(nn.Module):
 
 
 def _torch_dtype(dtype: str) -> torch.dtype:
-    from .. import dtypes
     return dtypes.to_torch(dtype)
 
 

@@ -16,9 +16,21 @@ import argparse
 import sys
 
 from .. import progress
+from ..command import guarded
+from ..context import Context
+from ..kernel_ir.ir import Mma, Wgmma, walk
 from . import contraction_cases as C
-from .contraction_report import ContractionRow
+from .accuracy import check_program, verdict_line
+from .contraction_report import (ContractionRow, goal_summary, rich_table, stem_for, table_rows,
+                                 write)
+from .env import collect_env, strata_target
+from .harness import (L2Flush, input_copies, l2_bytes, measure_ceilings, require_cuda,
+                      rotating_arg_sets, tensor_bytes, time_cuda)
+from .report import fmt_flops
 from .results import EAGER, STRATA, CaseResult, VariantRow
+from .runtime_adapter import compile_cuda
+from .variants import measure_variants, reason, strata_status
+from .work import estimate_work
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 def kernel_summary(program) -> str:
     """"2 (wgmma)": how many kernels the program launches and which tensor-core instruction
     they use (wgmma, mma.sync, or none: CUDA cores)."""
-    from ..kernel_ir.ir import Mma, Wgmma, walk
     kernels = list(program.kernels)
     stmts = [s for k in kernels for s in walk(k.body)]
     instr = ("wgmma" if any(isinstance(s, Wgmma) for s in stmts)
@@ -49,11 +60,6 @@ def run_case(case, flush=None, l2=None, ctx=None, device: str = "cuda", timer=No
     the simulator as `compiler` and a fake `timer`.)"""
     import torch
 
-    from .accuracy import check_program, verdict_line
-    from .harness import input_copies, rotating_arg_sets, tensor_bytes, time_cuda
-    from .runtime_adapter import compile_cuda
-    from .variants import measure_variants, reason, strata_status
-    from .work import estimate_work
     timer = timer or (lambda f, s: time_cuda(f, s, flush))
     compiler = compiler or (lambda fn, inputs: compile_cuda(fn, inputs, ctx))
     module, inputs, timed = case.build(device)
@@ -88,7 +94,6 @@ def failed_row(case, status: str) -> ContractionRow:
 def print_list(cs, console) -> None:
     from rich.table import Table
 
-    from .report import fmt_flops
     table = Table(title=f"contractions: {len(cs)} cases (bf16)", title_justify="left")
     for col in ("#", "case", "layers", "FLOPs", "goal"):
         table.add_column(col, justify="right" if col in ("#", "FLOPs") else "left")
@@ -100,11 +105,6 @@ def print_list(cs, console) -> None:
 def run(cs, out_dir: str, console) -> int:
     import torch
 
-    from ..context import Context
-    from .contraction_report import goal_summary, rich_table, stem_for, write
-    from .env import collect_env, strata_target
-    from .harness import L2Flush, l2_bytes, measure_ceilings
-    from .variants import reason
     env = collect_env()
     target = strata_target()
     env.extra["strata target"] = target
@@ -135,7 +135,6 @@ def run(cs, out_dir: str, console) -> int:
 
 
 def rich_cells(row: ContractionRow) -> list[str]:
-    from .contraction_report import table_rows
     cells = table_rows([row])[0]
     return [f"{h} {c}" for h, c in zip(("accuracy", "kernels", "torch ms", "strata ms", "torch TFLOP/s",
                                         "strata TFLOP/s", "ratio", "goal", ""), cells[2:])]
@@ -144,7 +143,6 @@ def rich_cells(row: ContractionRow) -> list[str]:
 def main(argv=None) -> int:
     from rich.console import Console
 
-    from ..cli import guarded
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -153,7 +151,6 @@ def main(argv=None) -> int:
         if args.list:
             print_list(cs, console)
             return 0
-        from .harness import require_cuda
         require_cuda("the contractions benchmark")
         return run(cs, args.out, console)
     return guarded(command, args.debug)

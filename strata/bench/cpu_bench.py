@@ -13,9 +13,15 @@ import time
 
 import torch
 
+from .. import dtypes
+from ..api import compile_snippet
+from ..check import compare_with_eager, print_report
+from ..cpu_load import OtherLoad, busy_sentence
+from .results import Ceilings
 from .work import estimate_work
 
 ROUNDS, MIN_ROUND_S = 31, 0.02
+VIEW_ROUNDS = 11            # `strata view --bench`: fewer, the page is a first look
 
 
 def time_once(fn, args, min_s: float = MIN_ROUND_S) -> float:
@@ -67,14 +73,12 @@ def read_gbps(nbytes: int = 512 << 20) -> float:
 
 def mm_tflops(dtype: str, n: int = 2048) -> float:
     """torch.mm at n^3 in TFLOP/s: the compute ceiling of this run for `dtype`."""
-    from .. import dtypes
     a, b = (torch.randn(n, n).to(dtypes.to_torch(dtype)) for _ in range(2))
     ms = interleaved({"mm": lambda: torch.mm(a, b)}, (), rounds=5)["mm"]
     return 2 * n ** 3 / ms / 1e9
 
 
 def cpu_ceilings(mm_dtypes=("f32",)):
-    from .results import Ceilings
     return Ceilings(copy_gbps=copy_gbps(), read_gbps=read_gbps(),
                     mm_tflops={d: mm_tflops(d) for d in dict.fromkeys(mm_dtypes)}, mm_n=2048)
 
@@ -83,8 +87,6 @@ def bench_snippet_cpu(code: str, ctx) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..api import compile_snippet
-    from ..check import compare_with_eager, print_report
     console = Console(highlight=False)
     program, snippet = compile_snippet(code, ctx, device="cpu")
     report = compare_with_eager(program, snippet)
@@ -95,7 +97,6 @@ def bench_snippet_cpu(code: str, ctx) -> int:
     torch._dynamo.reset()
     variants = {"eager": module, "torch.compile": torch.compile(module, dynamic=False),
                 "strata": program}
-    from ..cpu_load import OtherLoad, busy_sentence
     load = OtherLoad()
     ms = interleaved(variants, inputs)
     busy = busy_sentence(load.share())
@@ -115,3 +116,22 @@ def bench_snippet_cpu(code: str, ctx) -> int:
                       f"{work.flops / t / 1e6:.1f}" if work.flops else "-", f"{best / t:.2f}x")
     console.print(table)
     return 0
+
+
+def view_bench(program, snippet) -> dict:
+    """`strata view --device cpu --bench`: medians of interleaved rounds (this module's
+    method) of eager, torch.compile and strata's whole program, and of each strata kernel run
+    alone on the buffers a whole run filled (the tuner's way, runtime/native.py); plus the
+    sentence saying when other processes took the CPU meanwhile."""
+    module, inputs = snippet.module, snippet.example_inputs
+    torch._dynamo.reset()
+    load = OtherLoad()
+    whole = interleaved({"eager": module, "torch.compile": torch.compile(module, dynamic=False),
+                         "strata": program}, inputs, rounds=VIEW_ROUNDS)
+    run = program.runtime.kernel_runner([x.clone() for x in inputs])
+    kernels = {}
+    for k, kernel in enumerate(program.kernels):
+        samples = interleaved_samples({"k": lambda: run(k)}, (), rounds=5)["k"]
+        kernels[kernel.name] = statistics.median(samples)
+    return {"whole": whole, "kernels": kernels, "rounds": VIEW_ROUNDS,
+            "busy": busy_sentence(load.share()) or ""}

@@ -15,6 +15,8 @@ import pathlib
 import torch
 import torch.nn.functional as F
 
+from .. import check
+from ..api import compile as strata_compile
 from .cpu_bench import copy_gbps, interleaved
 from .env import cpu_name
 from .work import estimate_work
@@ -45,8 +47,6 @@ def _cases():
 
 
 def run(names=None) -> str:
-    from .. import check
-    from ..api import compile as strata_compile
     torch.manual_seed(0)
     lines = [f"# strata on the CPU: LLM-shaped ops against eager and torch.compile",
              "", f"Measured {datetime.date.today()} on {cpu_name()}; torch {torch.__version__}, "

@@ -9,6 +9,8 @@ against eager float64 comes first, as on the GPU; a case that fails is timed but
 from __future__ import annotations
 
 from .results import STRATA, CaseResult, Timing, VariantRow
+from .runtime_adapter import kernel_rows
+from .variants import prepare, reason, strata_status
 
 SEQS = (1, 128)                 # the CPU suite's default token counts (2048 is minutes per case)
 MODELS = ("tinyllama",)
@@ -26,8 +28,6 @@ def run_cpu_case(case, which, step, rounds: int = ROUNDS, compiler=None) -> Case
 
     from .accuracy import check_program, verdict_line
     from .cpu_bench import interleaved_samples
-    from .runtime_adapter import kernel_rows
-    from .variants import prepare, reason, strata_status
     from .work import estimate_work
     step("building")
     module, inputs = case.build("cpu")

@@ -25,14 +25,20 @@ strata and HF eager run as above and llama.cpp (llama-cpp-python, bench/llama_cp
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from pathlib import Path
 
-from ..errors import StrataError
-from .decode_report import HF_EAGER, STRATA, TORCH_COMPILE, DecodeBench, DecodeVariant
+from .. import progress
+from ..command import guarded
+from ..context import Context
+from ..errors import ModelError, StrataError
+from ..models.source import resolve
+from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,
+                            kv_bytes_per_token, measure, rich_table, weight_bytes, write)
+from .llama_cpp import measure_llama_cpp
+from .variants import reason, strata_status, torch_compile
 
 DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
-SHORT_WARMUP = 4        # a second, short warm-up run: strata's prefill captures its graph on call 2
 
 
 class UsageError(StrataError):
@@ -89,10 +95,6 @@ def check_args(args) -> None:
 def check_gguf(args) -> None:
     """--gguf FILE: an existing, readable llama GGUF file, on the CPU, without MODEL or --quant;
     it becomes the MODEL."""
-    from pathlib import Path
-
-    from ..errors import ModelError
-    from ..models.source import resolve
     path = Path(args.gguf).expanduser()
     if args.model != DEFAULT_MODEL:
         raise UsageError(f"--gguf {args.gguf} is the model: give MODEL or --gguf, not both")
@@ -119,23 +121,6 @@ def prompt_ids(vocab: int, n: int, seed: int = 0) -> list[int]:
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def measure(name: str, run, n: int, repeats: int, warmups=None) -> DecodeVariant:
-    """Warm up, then `repeats` timed runs of run(n) -> (ids, prefill s, decode s, steps);
-    medians of prefill ms and tokens/s. A failure is the variant's status."""
-    from .variants import reason
-    try:
-        for w in warmups if warmups is not None else (n, min(n, SHORT_WARMUP)):
-            run(w)
-        runs = [run(n) for _ in range(repeats)]
-    except Exception as e:  # noqa: BLE001 - a failing variant is a row, the others still run
-        return DecodeVariant(name, f"failed: {reason(e)}")
-    steps = runs[-1][3]
-    rates = [r[3] / r[2] for r in runs if r[3] and r[2] > 0]
-    return DecodeVariant(name, "ok", statistics.median(r[1] * 1e3 for r in runs),
-                         statistics.median(rates) if rates else None, steps, len(runs),
-                         list(runs[-1][0]))
-
-
 def use_sdpa(lm) -> str:
     """Run the HF variants with transformers' default attention (SDPA) where it can switch;
     strata's programs were captured from the eager-attention model before. Returns the name."""
@@ -154,7 +139,6 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
 
     from ..models.build import DTYPES, build
     from .decode_loops import StaticCompiled, hf_eager_greedy
-    from .decode_report import kv_bytes_per_token, weight_bytes
     quant = getattr(args, "quant", None)
     say(f"building {args.model} ({args.dtype or 'its dtype'}{', ' + quant if quant else ''})")
     built = build(args.model, dtype=args.dtype, materialise=True, quant=quant)
@@ -186,7 +170,6 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
                                       n, args.repeats))
     if getattr(args, "gguf", None) is not None:
-        from .llama_cpp import measure_llama_cpp
         threads = args.threads or torch.get_num_threads()
         rows, notes = measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
         bench.variants += rows
@@ -194,13 +177,11 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         return bench
     say("decoding with torch.compile (compiling the step first)")
     if compile_fn is None and device == "cpu":          # CUDA graphs do not exist there
-        from .variants import torch_compile
         compile_fn = lambda fn: torch_compile(fn, None)   # noqa: E731
     try:
         compiled = StaticCompiled(lm, max_len, device, compile_fn)
         bench.variants.append(measure(TORCH_COMPILE, lambda k: compiled(prompt, k), n, args.repeats))
     except Exception as e:  # noqa: BLE001 - likewise
-        from .variants import reason
         bench.variants.append(DecodeVariant(TORCH_COMPILE, f"failed: {reason(e)}"))
     return bench
 
@@ -212,7 +193,6 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
     from ..models.build import DTYPES
     from ..models.decode import compile_decoder, new_caches
     from .decode_loops import strata_greedy
-    from .variants import strata_status
     max_len = args.prompt_len + args.new_tokens
     try:
         prefill, step = compile_decoder(lm, args.prompt_len, max_len,
@@ -237,17 +217,12 @@ def stem(model: str, env, dtype: str = "") -> str:
 def main(argv=None) -> int:
     from rich.console import Console
 
-    from ..cli import guarded
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
     def command() -> int:
         check_args(args)
-        from ..models.source import resolve
         resolve(args.model)                  # an unknown MODEL fails before the GPU check
-        from ..context import Context
-        from .. import progress
-        from .decode_report import goals, rich_table, write
         if args.device == "cpu":
             import torch
 

@@ -18,6 +18,10 @@ import time
 
 import torch
 
+from ..models.decode import greedy
+from ..models.hf import transformers
+from .variants import torch_compile
+
 
 def _sync(device) -> None:
     if str(device).startswith("cuda"):
@@ -62,7 +66,6 @@ def hf_eager_greedy(lm, prompt_ids, n: int, eos=(), device="cuda"):
 
 def new_static_cache(lm, max_len: int, device, dtype):
     """transformers' StaticCache for batch 1 and max_len positions (4.x and 5.x spellings)."""
-    from ..models.hf import transformers
     cls = transformers().StaticCache
     params = inspect.signature(cls.__init__).parameters
     kw = {"config": lm.config, "max_cache_len": max_len}
@@ -79,7 +82,6 @@ class StaticCompiled:
     the step compiles on the first run."""
 
     def __init__(self, lm, max_len: int, device="cuda", compile_fn=None):
-        from .variants import torch_compile
         self.lm, self.device = lm, device
         self.cache = new_static_cache(lm, max_len, device, next(lm.parameters()).dtype)
         self.kw = _last_logits_kw(lm)
@@ -119,7 +121,6 @@ class StaticCompiled:
 def strata_greedy(prefill, step, caches, prompt_ids, n: int, eos=(), device="cuda"):
     """strata's prefill and step programs over `caches` (zeroed first, in place, so a CUDA graph
     captured over them stays valid)."""
-    from ..models.decode import greedy
     for c in caches:
         c.zero_()
     with torch.no_grad():

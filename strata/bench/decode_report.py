@@ -10,11 +10,13 @@ steps. Pure functions of measured numbers: tested on the CPU.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .report import _atomic_write, _md_table, fmt_pct, fmt_ratio
-from .results import Env
+from .report import _atomic_write, _env_lines, _md_table, fmt_pct, fmt_ratio
+from .results import Ceilings, Env
+from .variants import reason
 
 STRATA = "strata"
 HF_EAGER = "HF eager"
@@ -26,6 +28,7 @@ GOAL_BANDWIDTH = 0.70       # and >= 70% of the bandwidth limit
 GOAL_CPU_VS_BEST = {"fp32": 1.0, "bf16": 1.5}   # issue 12: vs the faster of HF eager and compile
 GOAL_VS_LLAMA_CPP = 1.1         # issue 27: decode tokens/s against llama.cpp on the same GGUF file
 GOAL_PREFILL_VS_LLAMA_CPP = 1.5   # and the prompt's prefill
+SHORT_WARMUP = 4        # a second, short warm-up run: strata's prefill captures its graph on call 2
 
 
 def weight_bytes(model) -> int:
@@ -95,6 +98,22 @@ class DecodeBench:
         if not self.copy_gbps or self.bytes_per_token <= 0:
             return None
         return self.copy_gbps * 1e9 / self.bytes_per_token
+
+
+def measure(name: str, run, n: int, repeats: int, warmups=None) -> DecodeVariant:
+    """Warm up, then `repeats` timed runs of run(n) -> (ids, prefill s, decode s, steps);
+    medians of prefill ms and tokens/s. A failure is the variant's status."""
+    try:
+        for w in warmups if warmups is not None else (n, min(n, SHORT_WARMUP)):
+            run(w)
+        runs = [run(n) for _ in range(repeats)]
+    except Exception as e:  # noqa: BLE001 - a failing variant is a row, the others still run
+        return DecodeVariant(name, f"failed: {reason(e)}")
+    steps = runs[-1][3]
+    rates = [r[3] / r[2] for r in runs if r[3] and r[2] > 0]
+    return DecodeVariant(name, "ok", statistics.median(r[1] * 1e3 for r in runs),
+                         statistics.median(rates) if rates else None, steps, len(runs),
+                         list(runs[-1][0]))
 
 
 def fraction_of_limit(b: DecodeBench, name: str) -> float | None:
@@ -215,8 +234,6 @@ def _facts(b: DecodeBench) -> list[str]:
 
 
 def markdown(b: DecodeBench, env: Env) -> str:
-    from .report import _env_lines
-    from .results import Ceilings
     lines = [f"# strata decode: {b.model}", ""]
     lines += _env_lines(env, Ceilings(copy_gbps=b.copy_gbps))[:3] + _facts(b)
     lines += [f"- goal: {g}: **{v}**" for g, v in goals(b)] + [""]

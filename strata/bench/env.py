@@ -2,6 +2,8 @@
 with every report so results from different machines or commits are never confused."""
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+import os
 import platform
 import re
 import subprocess
@@ -10,11 +12,13 @@ from pathlib import Path
 
 import torch
 
+from ..runtime.cc import find_compiler
+from ..runtime.nvrtc import nvrtc_version
+from ..targets import get_target, gpu_target
 from .results import Env
 
 
 def strata_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         v = version("strata")
     except PackageNotFoundError:
@@ -39,7 +43,6 @@ def _optional_versions() -> dict[str, str]:
     except ImportError:
         out["triton"] = "not installed"
     try:
-        from ..runtime.nvrtc import nvrtc_version
         out["NVRTC"] = ".".join(map(str, nvrtc_version()))
     except Exception as e:  # noqa: BLE001 - a missing NVRTC is worth a note, not a failed report
         out["NVRTC"] = f"unavailable ({type(e).__name__})"
@@ -63,7 +66,6 @@ def collect_env() -> Env:
 
 def cpu_name() -> str:
     """The CPU's model name and core count, e.g. "AMD EPYC, 2 cores"."""
-    import os
     model = platform.processor() or "CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -76,8 +78,6 @@ def cpu_name() -> str:
 def collect_cpu_env(threads: int) -> Env:
     """The environment of a native CPU run: the CPU, the threads used, the C compiler and the
     target strata compiled for (its ISA and vector width)."""
-    from ..runtime.cc import find_compiler
-    from ..targets import get_target
     host = get_target("host")
     try:
         cc = find_compiler()
@@ -99,7 +99,6 @@ def slug(text: str) -> str:
 def strata_target(capability: tuple[int, int] | None = None) -> str:
     """The architecture strata compiles for on this device (targets.gpu_target: sm_90a on compute
     capability 9.0, else sm_XY). capability: (major, minor), default the GPU's."""
-    from ..targets import gpu_target
     if capability is None:
         capability = torch.cuda.get_device_capability(torch.cuda.current_device())
     major, minor = capability

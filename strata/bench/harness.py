@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from .. import dtypes
 from ..errors import DeviceUnavailable
 from .results import Ceilings, Timing
 
@@ -120,7 +121,6 @@ def measure_copy_gbps(nbytes: int | None = None) -> float:
 
 def measure_mm_tflops(dtype: str = "bf16", n: int = MM_N) -> float:
     """torch.mm throughput at n^3 in TFLOP/s (f32 as torch runs it by default: no TF32)."""
-    from .. import dtypes
     tdt = dtypes.to_torch(dtype)
     a = torch.randn(n, n, device="cuda", dtype=tdt)
     b = torch.randn(n, n, device="cuda", dtype=tdt)

@@ -17,6 +17,7 @@ llama.cpp with its load log on (its stderr, captured here) to tell which weight 
 from __future__ import annotations
 
 import argparse
+from importlib.metadata import PackageNotFoundError, version as v
 import importlib.util
 import json
 import re
@@ -27,7 +28,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .decode_report import LLAMA_CPP, DecodeVariant
+import numpy as np
+
+from .decode_report import LLAMA_CPP, DecodeVariant, measure
 
 NO_REPACK = f"{LLAMA_CPP} (no_repack)"
 NOT_INSTALLED = ("not run, llama-cpp-python is not installed (pip install llama-cpp-python adds "
@@ -41,8 +44,6 @@ def installed() -> bool:
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as v
     try:
         return v("llama-cpp-python")
     except PackageNotFoundError:
@@ -100,7 +101,6 @@ def _child(path, prompt, n, threads, repeats, no_repack, command) -> tuple[Decod
 def argmax_last(llm) -> int:
     """The argmax of the last evaluated position's logits. (With logits_all=False, 0.3.36's
     eval no longer copies them into llm.scores, which stays zero: read llama.cpp's own.)"""
-    import numpy as np
     logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
     return int(np.argmax(logits))
 
@@ -136,7 +136,6 @@ def run(path, prompt: list[int], n: int, threads: int, repeats: int, no_repack: 
     """In this process: load the file with llama.cpp, measure as strata.bench.decode does."""
     import llama_cpp.llama as llama_module
 
-    from .decode import measure
     if no_repack:
         _no_extra_buffers(llama_module)
     batch = max(512, len(prompt))

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from .runtime_adapter import compile_cuda
+
 METRICS = {
     "duration": "gpu__time_duration.sum",
     "dram": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -165,7 +167,6 @@ def target(code: str, case_name: str | None = None) -> int:
     program once."""
     import torch
 
-    from .runtime_adapter import compile_cuda
     if case_name is not None:
         from . import cases as C
         case = next((c for c in C.cases() if c.name == case_name), None)

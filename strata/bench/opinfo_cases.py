@@ -26,6 +26,14 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .. import dtypes
+from ..errors import CompileError, InputMismatch, SimError, StrataError
+from ..kernel_ir.verify import verify_program
+from ..runtime.nvrtc import compile_cuda
+from ..tensor.eval import evaluate
+
 # The first scope (issue 11): these ops, in these variants.
 IN_SCOPE = """abs add addmm amax amin argmax argmin bmm cat ceil clamp clamp_max clamp_min clone
 contiguous cos div eq erf exp exp2 expand expm1 flip floor floor_divide fmod full_like gather ge gt
@@ -210,7 +218,6 @@ def _where(e: BaseException) -> str:
 
 def classify(e: BaseException) -> tuple[str, str]:
     """(status, cause) of an exception a case raised."""
-    from ..errors import CompileError, InputMismatch, SimError, StrataError
     if isinstance(e, CompileError):
         return FAILED, "NVRTC rejected the CUDA: " + first_line(e)
     if isinstance(e, SimError):
@@ -225,19 +232,17 @@ def classify(e: BaseException) -> tuple[str, str]:
 def _compile_and_check(group: list[Case], contraction: bool, nvrtc: bool, evaluator: bool):
     """Compile the group as one program, run it on the simulator and check it: a list with one
     (status, cause) per case, or an exception."""
-    import strata
     from .. import check
-    from ..kernel_ir.verify import verify_program
+    from ..api import compile as strata_compile
     flat = [t for c in group for t in c.inputs]     # as they are: strided ones stay strided
     module = group_module(group)
     module.input_names = [f"{c.name.replace('.', '_')}_{i}" for c in group
                           for i in range(len(c.inputs))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = strata.compile(module, flat)
+        program = strata_compile(module, flat)
         verify_program(program.lowered.kernel)
         if nvrtc and program.lowered.kernel.kernels:
-            from ..runtime.nvrtc import compile_cuda
             compile_cuda(program.source("cuda"), "sm_90", want="ptx")
         checks = check.verify(program, module, flat, contraction).outputs
     n_out = sum(c.n_out for c in group)
@@ -271,7 +276,6 @@ def _cause(o) -> str:
 
 def _reference(module, flat) -> list:
     """Eager's outputs in float64 (strata.check's reference), as NumPy arrays."""
-    import numpy as np
     import torch
     from .. import check
     flat_out, _ = check.eager_run(module, [x.detach().clone() for x in flat])
@@ -283,9 +287,7 @@ def _in_dtype(ref, dtype: str):
     """The float64 reference as an output of `dtype` holds it: a float32 output cannot hold a
     value below float32's range (a product of 125 numbers, 1e-57: eager float32 gives 0 as strata
     does) or above it (inf), which strata.check counts as errors of relative size 1."""
-    import numpy as np
     import torch
-    from .. import dtypes
     if not dtypes.is_float(dtype):
         return ref
     with np.errstate(over="ignore", under="ignore"):
@@ -312,7 +314,6 @@ def _evaluated(program, flat, checks, ref, causes) -> list:
     """`causes` with the Tensor IR evaluator's (float64) outputs checked too."""
     from .. import check
     from ..api import to_numpy
-    from ..tensor.eval import evaluate
     tprog = program.lowered.tensor
     feed = {name: to_numpy(x) for name, x in zip(program.torch_program.inputs, flat)}
     values = evaluate(tprog, feed, "f64")

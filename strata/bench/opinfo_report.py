@@ -10,6 +10,7 @@ rate. docs/opinfo.md is its output.
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ProcessPoolExecutor
 import os
 import platform
 import sys
@@ -17,7 +18,8 @@ import time
 from collections import defaultdict
 from datetime import date
 
-from .opinfo_cases import FAILED, PASSED, UNSUPPORTED, OpResult, cause_key
+from .opinfo_cases import (FAILED, OpResult, PASSED, UNSUPPORTED, cause_key, in_scope_ops, op_id,
+                           run_op)
 
 COLUMNS = ("op", "samples", "passed", "unsupported", "failed",
            "why (unsupported: reason; failed: cause)")
@@ -129,7 +131,6 @@ def machine() -> str:
 def _run_one(args) -> OpResult:
     op_name, dtype_name, nvrtc = args
     import torch
-    from .opinfo_cases import in_scope_ops, op_id, run_op
     op = next(o for o in in_scope_ops() if op_id(o) == op_name)
     return run_op(op, nvrtc=nvrtc, dtype=getattr(torch, dtype_name))
 
@@ -145,7 +146,6 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--out", help="also write the markdown to this file")
     args = p.parse_args(argv)
     import torch
-    from .opinfo_cases import in_scope_ops, op_id
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype):
         p.error(f"unknown dtype {args.dtype!r}")
@@ -159,7 +159,6 @@ def main(argv=None) -> int:
     work = [(op_id(o), args.dtype, not args.no_nvrtc) for o in chosen]
     t0 = time.perf_counter()
     if args.jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(args.jobs) as pool:
             results = list(pool.map(_run_one, work))
     else:

@@ -24,8 +24,8 @@ TIMES_METHOD = "time_kernels"
 
 def compile_cuda(fn, inputs, ctx=None):
     """strata.compile for the GPU (the inputs are CUDA tensors)."""
-    import strata
-    return strata.compile(fn, tuple(inputs), device="cuda", ctx=ctx)
+    from ..api import compile as strata_compile
+    return strata_compile(fn, tuple(inputs), device="cuda", ctx=ctx)
 
 
 def _get(row, key, default=None):

@@ -5,19 +5,20 @@ ptxas's registers and spills, the occupancy they allow and the H100 roofline est
 GPU evidence without a GPU (docs/sim-profile-*.md)."""
 from __future__ import annotations
 
+from ..api import compile as strata_compile
+from ..kernel_ir.sim_profile import profiling
+from .cases import cases
+from .cli_sim_profile import gpu_columns
+
 OPS = ("rmsnorm", "layernorm", "softmax", "rope", "silu_mul", "gelu", "add_rmsnorm")
 
 
 def main() -> None:
-    import strata
-    from strata.bench.cases import cases
-    from strata.kernel_ir.sim_profile import profiling
-    from strata.cli_sim_profile import gpu_columns
     print(f"{'case':<36} {'kernel':<24} {'ld':>5} {'st':>5} {'smem ld':>7} {'smem st':>7} "
           f"{'read':>6} {'written':>7} {'regs':>4} {'spills':>6} {'occupancy':>16} {'est us':>6}")
     for c in cases(models=("tinyllama",), seqs=(1, 128), dtypes=("f32", "bf16"), ops=OPS):
         module, inputs = c.build("cpu")
-        program = strata.compile(module, inputs, device="sim")
+        program = strata_compile(module, inputs, device="sim")
         with profiling() as kernels:
             program(*inputs)
         gpu, why = gpu_columns(program, kernels)

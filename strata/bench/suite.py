@@ -14,12 +14,24 @@ after every case, so a run cut short still leaves what it measured.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+from ..command import guarded
 from ..errors import StrataError
-from . import cases as C
+from . import cases as C, cpu_suite
+from .accuracy import check_program, verdict_line
+from .cpu_bench import cpu_ceilings
+from .env import collect_cpu_env, collect_env, slug
+from .harness import (L2Flush, input_copies, l2_bytes, measure_ceilings, require_cuda,
+                      rotating_arg_sets, tensor_bytes, time_cuda)
+from .report import (_env_lines, fmt_flops, fmt_ms, fmt_ratio, geomeans, speedup, summary_table,
+                     write_reports)
 from .results import MAX_AUTOTUNE, VARIANTS, CaseResult, VariantRow
+from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
+from .variants import measure_variants, reason, strata_status
+from .work import estimate_work
 
 VARIANT_ALIASES = {"max-autotune": MAX_AUTOTUNE, "compile": "torch.compile",
                    **{v: v for v in VARIANTS}}
@@ -49,7 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def select(args) -> tuple[list[C.Case], list[str]]:
-    from . import cpu_suite
     cpu = getattr(args, "device", "cuda") == "cpu"
     try:
         seqs = [int(s) for s in args.seq.split(",") if s.strip()] if args.seq else \
@@ -73,7 +84,6 @@ def print_list(cases: list[C.Case], console) -> None:
     import torch
     from rich.table import Table
 
-    from .report import fmt_flops
     table = Table(title=f"LLM op suite: {len(cases)} cases", title_justify="left")
     for col in ("#", "case", "inputs", "ideal FLOPs"):
         table.add_column(col, justify="right" if col in ("#", "ideal FLOPs") else "left")
@@ -92,11 +102,6 @@ def run_case(case: C.Case, which, step, flush=None, l2=None, device: str = "cuda
     device="cpu", the simulator as `compiler` and a fake `timer`.)"""
     import torch
 
-    from .accuracy import check_program, verdict_line
-    from .harness import input_copies, rotating_arg_sets, tensor_bytes, time_cuda
-    from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
-    from .variants import measure_variants, reason, strata_status
-    from .work import estimate_work
     timer = timer or (lambda f, s: time_cuda(f, s, flush))
     compiler = compiler or compile_cuda
     step("building")
@@ -138,7 +143,6 @@ def _failed_case(case: C.Case, which, status: str) -> CaseResult:
 
 
 def _case_line(r: CaseResult) -> str:
-    from .report import fmt_ms, fmt_ratio, speedup
     cells = []
     for v in r.variants:
         cells.append(f"{v.name} {fmt_ms(v.ms)} ms" if v.ok else f"{v.name} {v.status.split(':')[0]}")
@@ -160,18 +164,13 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
         TimeElapsedColumn,
     )
 
-    from . import cpu_suite
-    from .env import collect_cpu_env, collect_env, slug
-    from .report import _env_lines, fmt_ratio, geomeans, summary_table, write_reports
     cpu = device == "cpu"
     env = collect_cpu_env(torch.get_num_threads()) if cpu else collect_env()
     console.print(f"[bold]{env.device}[/]  torch {env.torch}  CUDA {env.cuda}  strata {env.strata}")
     with console.status("measuring the ceilings (memory bandwidth, torch.mm)"):
         if cpu:
-            from .cpu_bench import cpu_ceilings
             ceilings = cpu_ceilings(sorted({c.dtype for c in cases}))
         else:
-            from .harness import L2Flush, l2_bytes, measure_ceilings
             ceilings = measure_ceilings(sorted({c.dtype for c in cases}))
             flush, l2 = L2Flush(), l2_bytes()
     console.print(_env_lines(env, ceilings)[-1][2:])
@@ -192,7 +191,6 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
                     results.append(cpu_suite.run_cpu_case(case, which, step, rounds or cpu_suite.ROUNDS)
                                    if cpu else run_case(case, which, step, flush, l2))
                 except Exception as e:  # noqa: BLE001 - e.g. out of memory building the case
-                    from .variants import reason
                     results.append(_failed_case(case, which, f"failed: {reason(e)}"))
                     torch.cuda.empty_cache()
                 progress.console.print(_case_line(results[-1]))
@@ -222,17 +220,13 @@ def main(argv=None) -> int:
         if args.device == "cpu":
             _use_threads(args.threads)
         else:
-            from .harness import require_cuda
             require_cuda("the benchmark suite")
         return run_suite(cases, which, args.out, args.budget_s, console, args.device, args.rounds)
-    from ..cli import guarded
     return guarded(command, args.debug)
 
 
 def _use_threads(threads: int | None) -> None:
     """torch's threads and strata's OpenMP threads (read when its first library loads)."""
-    import os
-
     import torch
     if threads is not None:
         if threads < 1:

@@ -8,6 +8,7 @@ with dynamic shapes or hit its recompile limit (which silently falls back to eag
 """
 from __future__ import annotations
 
+from ..errors import StrataError, UnsupportedOp
 from .results import EAGER, MAX_AUTOTUNE, STRATA, TORCH_COMPILE, VARIANTS, VariantRow
 
 COMPILE_MODES = {TORCH_COMPILE: None, MAX_AUTOTUNE: "max-autotune-no-cudagraphs"}
@@ -28,7 +29,6 @@ def reason(e: BaseException) -> str:
 
 def strata_status(e: BaseException) -> str:
     """The strata row's status for a compile that raised."""
-    from ..errors import StrataError, UnsupportedOp
     if isinstance(e, UnsupportedOp):
         return f"unsupported: {e}"
     if isinstance(e, StrataError):

@@ -24,6 +24,7 @@ import time
 import torch
 
 from ..errors import InputMismatch, StrataError
+from ..tune.db import default_db
 from .kernel import KernelFunction, _device_of
 
 log = logging.getLogger("strata.autotune")
@@ -73,7 +74,6 @@ class AutotunedKernel:
         sig = self.signature(args, kwargs, device)
         config = self.chosen.get(sig)
         if config is None:
-            from ..tune.db import default_db
             db = default_db()
             config = db.get(sig, device) if db is not None else None
             if config is None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sys
 
+from ..errors import StrataError
+
 
 def check_example(run, tol: float, devices=("sim", "cpu")) -> int:
     import torch
 
-    from ..errors import StrataError
     failed = 0
     for device in devices:
         torch.manual_seed(0)

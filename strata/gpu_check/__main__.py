@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import steps as S
+from .environment import facts
 from .report import Report, Step
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +80,6 @@ def main(argv=None) -> int:
         step.seconds = step.seconds or time.monotonic() - t0
         record(step)
 
-    from .environment import facts
     if "install" in chosen:
         timed("install", S.install)
     report.facts = facts()

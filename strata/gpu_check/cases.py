@@ -22,6 +22,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+import strata
+
+from .. import check
+from ..context import Context
+from ..quant.formats import QuantLinear
+from .dsl_case import block_rmsnorm_check
+
 
 @dataclass(frozen=True)
 class GpuCase:
@@ -74,7 +81,6 @@ def _decode():
 
 
 def _gemv_q4_0():
-    from ..quant.formats import QuantLinear
     layer = QuantLinear.from_linear(torch.nn.Linear(2048, 512, bias=False), "q4_0").eval()
     return layer, (torch.randn(1, 1, 2048).bfloat16(),)
 
@@ -101,8 +107,6 @@ NAMES = (*CASES, DSL_CASE)
 
 def build(name: str, device: str):
     """(program, module, cpu inputs) of a compiled case."""
-    import strata
-    from strata.context import Context
     case = CASES[name]
     torch.manual_seed(0)
     module, inputs = case.make()
@@ -115,7 +119,6 @@ def run_case(name: str, device: str) -> str:
     one sentence saying what was wrong."""
     if name == DSL_CASE:
         return _run_dsl(device)
-    from strata import check
     case = CASES[name]
     prog, module, inputs = build(name, device)
     source = prog.source("cuda")
@@ -133,7 +136,6 @@ def run_case(name: str, device: str) -> str:
 
 
 def _run_dsl(device: str) -> str:
-    from .dsl_case import block_rmsnorm_check
     return block_rmsnorm_check(device)
 
 

@@ -8,6 +8,8 @@ import platform
 import shutil
 import subprocess
 
+from ..runtime.nvrtc import include_dirs, nvrtc_version
+
 
 def _first_line(cmd: list[str], pick=lambda lines: lines[0]) -> str:
     exe = shutil.which(cmd[0])
@@ -40,7 +42,6 @@ def _torch() -> tuple[str, str]:
 
 def _nvrtc() -> str:
     try:
-        from ..runtime.nvrtc import include_dirs, nvrtc_version
         major, minor = nvrtc_version()
         return f"{major}.{minor}; headers: {', '.join(include_dirs()) or 'none found'}"
     except Exception as e:      # a probe: whatever broke is the fact to report

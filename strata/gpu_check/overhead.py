@@ -12,6 +12,8 @@ import time
 
 import torch
 
+import strata
+
 CALLS = 2000
 
 
@@ -30,7 +32,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    import strata
     norm = torch.nn.RMSNorm(2048).to(torch.bfloat16).requires_grad_(False)
     x = torch.randn(1, 2048).bfloat16()
     graph = strata.compile(norm, (x,), device="cuda", use_graph=True)

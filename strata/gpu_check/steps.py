@@ -4,9 +4,11 @@ a `Step` for the report. With `dry_run` (a CPU machine) each step takes the same
 simulator standing in for the GPU, or says what it would run, and is marked "dry-run"."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from .environment import _version
+from .ncu_slowest import profile_case, slowest
 from .report import Step
 
 SANITIZER_TOOLS = ("memcheck", "racecheck")
@@ -84,7 +88,6 @@ def install(run: Run) -> Step:
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
            "--no-index", "-e", "."]
     step = Step("install", command=shlex.join(cmd))
-    from .environment import _version
     if run.dry_run or _version("strata") != "not installed":
         step.status = "dry-run" if run.dry_run else "pass"
         step.summary = f"strata {_version('strata')} is already installed; not reinstalled"
@@ -133,7 +136,6 @@ def gpu_tests(run: Run, workers: int) -> Step:
 
 
 def _importable(module: str) -> bool:
-    import importlib.util
     return importlib.util.find_spec(module) is not None
 
 
@@ -172,7 +174,6 @@ def sanitizer(run: Run) -> Step:
     dry run the cases run on the simulator, which checks bounds and races itself."""
     cases = [sys.executable, "-m", "strata.gpu_check.cases"]
     step = Step("compute-sanitizer")
-    import shutil
     exe = shutil.which("compute-sanitizer")
     if run.dry_run or exe is None:
         proc = run.call(cases + ["--device", "sim"], 120, "cases_sim.log")
@@ -274,7 +275,6 @@ def ncu_slowest(run: Run, count: int = 3) -> Step:
     """The `count` op-suite cases where strata is furthest behind the faster of eager and
     torch.compile, each profiled by ncu (only strata's kernels): duration, DRAM and SM
     throughput, occupancy, registers, and the achieved GB/s and TFLOP/s of the whole case."""
-    from .ncu_slowest import profile_case, slowest
     step = Step("ncu on the slowest kernels")
     suite = sorted((run.logs / "op_suite").glob("*.json")) if (run.logs / "op_suite").exists() else []
     if run.dry_run or not suite:

@@ -30,6 +30,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import ModelError
+from ..quant.formats import check_format, quantize
 from . import checkpoint as ckpt_mod
 from . import hf
 from .source import ModelSource, hf_config, resolve
@@ -71,7 +72,6 @@ def build(model: str, layer: int | None = None, seq_len: int = 128, dtype: str |
     """The capture-ready module for MODEL (a bundled name, a directory or a GGUF file); `quant`
     quantizes its float linear weights (q8_0 or q4_0)."""
     if quant is not None:
-        from ..quant.formats import check_format
         check_format(quant)
     source = resolve(model)
     config = hf_config(source)
@@ -137,7 +137,6 @@ def _state(lm: nn.Module) -> dict:
 
 def _quantize(lm: nn.Module, fmt: str, tied: bool) -> str:
     """Quantize lm's float linear layers to `fmt`; the phrase saying so (and about lm_head)."""
-    from ..quant.formats import quantize
     if not any(isinstance(m, nn.Linear) for m in lm.modules()):
         raise ModelError(f"--quant {fmt}: the linear weights are quantized already (a GGUF "
                          f"file's Q8_0/Q4_0); --quant quantizes float weights")

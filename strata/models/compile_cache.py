@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from ..frontend.capture_cache import _from_plain, _to_plain
+from ..pipeline import Lowered
 from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
@@ -105,7 +107,6 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
     parameter is too big, or the directory is not writable."""
     if not caching_enabled():
         return False
-    from ..frontend.capture_cache import _to_plain
     refs = owner_names(module, lowered.torch.weights)
     values = {name: t for name, t in lowered.torch.weights.items() if name not in refs}
     if sum(t.numel() * t.element_size() for t in values.values()
@@ -128,8 +129,6 @@ def load(key: str, module: torch.nn.Module):
     unreadable, or a weight the model no longer has)."""
     if not caching_enabled():
         return None
-    from ..frontend.capture_cache import _from_plain
-    from ..pipeline import Lowered
     path = _path(key)
     try:
         with open(path, "rb") as f:

@@ -22,11 +22,19 @@ S new keys only (causal) and writes positions 0..S-1. The logits are the last po
 """
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
+from ..api import Program, check_device, on_device
+from ..context import Context
 from ..errors import StrataError
-from . import hf
+from ..frontend.capture import capture
+from ..pipeline import lower_torch_program
+from ..runtime import native_build
+from . import compile_cache, hf, layer_replica
+from .sampling import sample_next
 
 
 class StaticKV:
@@ -93,7 +101,6 @@ class _Decode(nn.Module):
         """(logits, caches), or with sampling (the sampled id, caches): u is rest's first."""
         if self.sampling is None:
             return logits, rest
-        from .sampling import sample_next
         return sample_next(logits, rest[0], self.sampling), rest[1:]
 
 
@@ -140,11 +147,6 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache;
     with `sampling` they sample the next id in the program (see the module docstring).
     progress(text) is told what is happening."""
-    from ..api import Program, check_device, on_device
-    from ..context import Context
-    from ..pipeline import lower_torch_program
-    from ..runtime import native_build
-    from . import compile_cache
     check_device(device)
     if prompt_len < 1:
         raise StrataError("the prompt is empty: give at least one token")
@@ -187,8 +189,6 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
 def _capture(kind, module, sampling, inputs, in_names, say):
     """The Torch IR of `module`: with more than two identical layers, exported with two and the
     rest repeated (layer_replica.py); else, or where that does not hold, exported whole."""
-    from ..frontend.capture import capture
-    from . import layer_replica
     layers, n = module.layers, len(module.layers)
     if n > 2 and layer_replica.same_layers(layers, getattr(module.lm, "config", None)):
         cut = len(inputs) - 2 * (n - 2)                 # the caches of layers 2.. are the last
@@ -201,6 +201,32 @@ def _capture(kind, module, sampling, inputs, in_names, say):
             return program
         say("the layers are not one template: exporting all of them")
     return capture(module.eval(), inputs, input_names=in_names)
+
+
+def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: str = "sim",
+             max_len: int | None = None, ctx: Context | None = None, sampling=None) -> torch.Tensor:
+    """Greedy decoding of a Hugging Face causal LM by strata's compiled prefill and KV-cache decode
+    programs; returns (1, prompt + new) ids, as `model.generate(input_ids, do_sample=False)`.
+    With `sampling` (strata.models.sampling.Sampling) the programs sample the next id instead.
+
+    (strata.generate; here, not in api.py, because it drives the compiled Programs.) The path to
+    generation with strata: `torch.compile(model, backend="strata").generate(...)`
+    runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
+    prompt = input_ids[0].tolist()
+    max_len = max_len or len(prompt) + max_new_tokens
+    if sampling is not None:
+        sampling.check(model.config.vocab_size)
+    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling)
+    where = "cuda" if device == "cuda" else "cpu"
+    caches = new_caches(model.config, max_len, model_dtype(model), where)
+    eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    if sampling is None:
+        new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
+    else:
+        new, *_ = sample(prefill, step, caches, prompt, max_new_tokens, sampling, eos, where)
+    return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
 
 
 def eos_ids(raw) -> set[int]:
@@ -226,7 +252,6 @@ def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
 
 
 def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device, on_token):
-    import time
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     us = sampling.uniforms(max_new_tokens).to(device) if sampling is not None else None
 

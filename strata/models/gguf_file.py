@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointMismatch, ModelError
+from ..quant.formats import BLOCK, BYTES_PER_BLOCK, QuantLinear, dequantize
 from .gguf_names import gguf_name, hf_name, rope_rows
+from .hf import transformers
 
 MAGIC = b"GGUF"
 FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -161,7 +163,6 @@ class GGUFFile:
     def quantized_layout(self, model: nn.Module) -> list[str]:
         """Make every linear layer whose weight is Q8_0/Q4_0 a QuantLinear with empty (qs, d) on
         the weight's device (meta or fake: load() fills them); the names of those layers."""
-        from ..quant.formats import BLOCK, QuantLinear
         packed = {"q8_0": (torch.int8, BLOCK), "q4_0": (torch.uint8, BLOCK // 2)}
         done = []
         for name, t in self.tensors.items():
@@ -218,7 +219,6 @@ class GGUFFile:
         if kind is None:
             self.tokenizer_problem = "this GGUF file has no tokenizer (no tokenizer.ggml.model)"
             return None
-        from .hf import transformers
         try:
             return transformers().AutoTokenizer.from_pretrained(
                 str(self.path.parent), gguf_file=self.name, local_files_only=True)
@@ -242,7 +242,6 @@ def _types(tensors) -> str:
 def _dequantize_into(out: torch.Tensor, qs, d, fmt: str, rows: int = 4096) -> None:
     """out[:] = the dequantized weight, a few thousand rows at a time (a 128k-token embedding
     would otherwise pass through two float32 temporaries of its full size)."""
-    from ..quant.formats import dequantize
     for r in range(0, out.shape[0], rows):
         out[r:r + rows].copy_(dequantize(qs[r:r + rows], d[r:r + rows], fmt)[:, :out.shape[1]])
 
@@ -250,7 +249,6 @@ def _dequantize_into(out: torch.Tensor, qs, d, fmt: str, rows: int = 4096) -> No
 def split_blocks(rows: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(qs, d) views of GGUF block rows [N, K/32 * bytes per block]: each block is d (fp16, 2
     bytes) then the packed weights."""
-    from ..quant.formats import BYTES_PER_BLOCK
     blocks = rows.view(torch.uint8).reshape(rows.shape[0], -1, BYTES_PER_BLOCK[fmt])
     d = blocks[..., :2].contiguous().view(torch.float16)
     qs = blocks[..., 2:]

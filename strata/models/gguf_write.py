@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
+from ..quant.formats import BLOCK, quantize_weight
 from .gguf_names import gguf_name, rope_rows
 
 FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0")
@@ -102,7 +103,6 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
 
 def _encode(t: torch.Tensor, fmt: str, gguf):
     """(numpy data, GGML type or None) of one tensor: 1-d, f32, or K not whole blocks -> F32."""
-    from ..quant.formats import BLOCK, quantize_weight
     if t.dim() == 1 or fmt == "f32" or (fmt.startswith("q") and t.shape[1] % BLOCK):
         return t.numpy(), None
     if fmt == "f16":

@@ -6,6 +6,7 @@ does can reach the Hugging Face hub.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -80,6 +81,5 @@ def layer_output(out):
 def cache_argument(layer: nn.Module, cache) -> dict:
     """The keyword a decoder layer takes its KV cache by: past_key_values (transformers >= 4.56),
     past_key_value before."""
-    import inspect
     params = inspect.signature(layer.forward).parameters
     return {"past_key_values" if "past_key_values" in params else "past_key_value": cache}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..user_cache import caching_enabled, user_cache_dir
+from ..version import __version__
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     signature TEXT NOT NULL, target TEXT NOT NULL, version TEXT NOT NULL,
@@ -40,7 +41,6 @@ def db_path() -> Path:
 @functools.cache
 def _version() -> str:
     """strata's version and a digest of its sources: an edited checkout is a new compiler too."""
-    from .. import __version__
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):

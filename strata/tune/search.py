@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..cpu_load import OtherLoad, busy_sentence
 from ..knobs import KNOBS
+from .cost import spearman
 from .db import TuningDB
 
 # the values tried for each knob (filtered by the knob's own rule)
@@ -189,7 +190,6 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
 
 def _judge_model(r: KernelResult, estimates: dict, measured: dict) -> None:
     """How well the cost model ordered what was measured (the default counts, at ratio 1)."""
-    from .cost import spearman
     points = [(estimates[key], ratio) for key, ratio in measured.items() if key in estimates]
     if "{}" in estimates and points:
         points.append((estimates["{}"], 1.0))

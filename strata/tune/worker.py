@@ -24,7 +24,17 @@ import json
 import statistics
 import sys
 
+from ..api import Program, compile as strata_compile, on_device
+from ..bench.cases import cases
 from ..bench.cpu_bench import interleaved_samples
+from ..check import expect, verify
+from ..context import Context
+from ..errors import StrataError
+from ..frontend.snippet import parse_snippet
+from ..loop.ir import signature
+from ..models.build import build
+from ..pipeline import SOURCE, lower_torch_program
+from .cost import program_ms
 
 
 def _label(kernel, loop_program) -> str:
@@ -42,25 +52,19 @@ class Worker:
         """The program to tune: a -c snippet, a MODEL (one decoder layer with `layer`, weights
         loaded or drawn as `strata compile MODEL` does), or a case of the op suite."""
         if req.get("code"):
-            from ..frontend.snippet import parse_snippet
             snippet = parse_snippet(req["code"])
             self.module, self.inputs = snippet.module, tuple(snippet.example_inputs)
         elif req.get("model"):
-            from ..models.build import build
             built = build(req["model"], layer=req.get("layer"), seq_len=req.get("seq_len", 128),
                           dtype=req.get("dtype"), materialise=True)
             self.module, self.inputs = built.module, tuple(built.example_inputs)
         else:
-            from ..bench.cases import cases
             case = next(c for c in cases() if c.name == req["case"])
             self.module, self.inputs = case.build("cpu")
 
     def compile(self, kernel_knobs: dict):
         """The program with these per-kernel knobs; the first call captures, later ones reuse
         the captured Torch IR (only the schedule changes between candidates)."""
-        from ..api import Program, compile as strata_compile, on_device
-        from ..context import Context
-        from ..pipeline import SOURCE, lower_torch_program
         ctx = Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs)
         if self.default is None:
             return strata_compile(self.module, self.inputs, device=self.device, ctx=ctx)
@@ -74,7 +78,6 @@ class Worker:
     def check(self, program) -> str | None:
         """None when the program matches eager (outputs poisoned first, so an element no kernel
         writes shows), else the first mismatch."""
-        from ..check import verify
         runtime = program.runtime
         runtime.poison = True
         try:
@@ -88,8 +91,6 @@ class Worker:
         return bad.problem or f"{bad.name}: rel err {bad.rel:.3g} (tolerance {bad.tol})"
 
     def prepare(self, req: dict) -> dict:
-        from ..check import expect
-        from ..loop.ir import signature
         self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
         self.build(req)
         self.expected = expect(self.module, self.inputs)        # eager's, once per program
@@ -122,17 +123,12 @@ class Worker:
 
     def estimate(self, kernel_knobs: dict) -> float:
         """The cost model's time of the program with these knobs (lowered, not compiled)."""
-        from ..api import on_device
-        from ..context import Context
-        from ..pipeline import lower_torch_program
-        from .cost import program_ms
         ctx = on_device(Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs),
                         self.device)
         lowered = lower_torch_program(self.default.torch_program, ctx, "kernel")
         return program_ms(lowered.kernel.kernels, lowered.target)
 
     def try_(self, req: dict) -> dict:
-        from ..errors import StrataError
         try:
             program = self.compile(req["kernel_knobs"])
         except StrataError as e:
@@ -188,7 +184,6 @@ def main() -> None:
             else:
                 reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
         except Exception as e:          # noqa: BLE001 - every failure is the candidate's verdict
-            from ..errors import StrataError
             reply = {"error": "bug", "why": str(e) if isinstance(e, StrataError)
                      else f"{type(e).__name__}: {e}"}
         print(json.dumps(reply), flush=True)

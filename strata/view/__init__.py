@@ -11,14 +11,15 @@ without a browser and the browser tests check only the page.
 """
 from __future__ import annotations
 
+from ..errors import StrataError
 from .collect import collect
 from .page import render
 
 
 def write_page(program, path, verdict=None, title: str = "", profiles=None, bench=None) -> int:
     """Write `program`'s page to `path`; returns its size in bytes. `verdict`: a check.Report;
-    `profiles`: the simulator's {kernel: KernelProfile} from that run; `bench`: measured.cpu_bench."""
-    from ..errors import StrataError
+    `profiles`: the simulator's {kernel: KernelProfile} from that run; `bench`: the CPU timings
+    of bench/cpu_bench.py's view_bench."""
     html = render(collect(program, verdict=verdict, title=title, profiles=profiles, bench=bench))
     try:
         with open(path, "w", encoding="utf-8") as f:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import datetime
 import re
 
-from .. import __version__
+from .. import machine
+from ..version import __version__
 from ..pipeline import SOURCE, schedule_passes
 from .knob_sources import kernel_sources, knob_rows, tuning_record, tuning_rows
 from .measured import sim_counters
@@ -40,7 +41,7 @@ class Texts:
 def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -> dict:
     """The page's data for a compiled `program` (api.Program); `verdict` a check.Report,
     `profiles` the simulator's counters of that run (kernel_ir/sim_profile.py), `bench` the CPU
-    timings (measured.cpu_bench)."""
+    timings (bench/cpu_bench.py's view_bench)."""
     lowered, ctx = recorded_lowering(program)
     texts = Texts()
     target = lowered.target or ctx.arch
@@ -144,7 +145,6 @@ def _roofline(kernels, bench):
     """Only with --bench's times, against the cached profile (never measured here)."""
     if not bench:
         return None
-    from .. import machine
     return roofline(kernels, bench, machine.cached())
 
 

@@ -7,12 +7,14 @@ the tuning database's record (default and tuned time, each candidate measured wi
 when there is one."""
 from __future__ import annotations
 
+import json
+
 from ..knobs import KNOBS, show
+from ..loop.ir import signature
 
 
 def kernel_sources(loop_program, ctx) -> dict[str, tuple[dict, str, str]]:
     """{loop kernel: (its extra knobs, "tuned"/"candidate"/"", signature)}."""
-    from ..loop.ir import signature
     buffers = {b.name: b for b in loop_program.buffers}
     out = {}
     for k in loop_program.kernels:
@@ -58,7 +60,6 @@ def tuning_record(rows: list[dict], signature: str, target_key: str) -> dict | N
 def _measured(text: str | None, winner: str, default_ms: float) -> list[dict] | None:
     """Each candidate the search timed, fastest first, with the default's own row (its time as
     recorded) and the winner marked; None for a row written before candidates were kept."""
-    import json
     if text is None:
         return None
     won = json.loads(winner)

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from ..context import Context
+from ..pipeline import SOURCE, lower_torch_program
 
 
 @dataclass
@@ -36,7 +37,6 @@ def recorded_lowering(program):
     context (strata view), else its Torch IR lowered again with a recording copy of its context
     (the same knobs and target give the same kernels: tests/view checks that a viewed
     Program's stages are its own)."""
-    from ..pipeline import SOURCE, lower_torch_program
     ctx = getattr(program, "ctx", None)
     if isinstance(ctx, RecordingContext) and program.lowered.kernel is not None:
         return program.lowered, ctx

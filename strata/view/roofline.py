@@ -10,6 +10,9 @@ from __future__ import annotations
 import html
 import math
 
+from ..machine import CEILINGS
+from ..tune.cost import kernel_work
+
 NO_PROFILE = "no machine profile: run `strata machine --measure`"
 W, H, LEFT, BOTTOM, TOP, RIGHT = 600, 270, 52, 34, 10, 225
 
@@ -17,8 +20,6 @@ W, H, LEFT, BOTTOM, TOP, RIGHT = 600, 270, 52, 34, 10, 225
 def roofline(kernels, bench: dict | None, profile) -> dict | None:
     """{"points": [...], "ceilings": {...}, "svg": text} for the kernels `bench` timed, or
     {"note": NO_PROFILE} when no profile is cached; None without timings."""
-    from ..machine import CEILINGS
-    from ..tune.cost import kernel_work
     if not bench or not bench.get("kernels"):
         return None
     if profile is None or not profile.ceilings:

@@ -38,7 +38,7 @@ def test_timings_on_a_busy_machine_say_so_in_the_table(share, warned, monkeypatc
 
         def share(self):
             return share
-    monkeypatch.setattr("strata.cpu_load.OtherLoad", Load)
+    monkeypatch.setattr(cpu_bench, "OtherLoad", Load)
     monkeypatch.setattr(cpu_bench, "ROUNDS", 3)
     monkeypatch.setattr(cpu_bench, "MIN_ROUND_S", 0.001)
     monkeypatch.setattr(cpu_bench, "copy_gbps", lambda: 10.0)

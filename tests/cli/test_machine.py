@@ -1,5 +1,5 @@
 """strata/machine.py and `strata machine`: the CPU's facts, ceilings measured by strata's own
-kernels, the cache per machine, and the cost model reading it."""
+kernels (bench/machine_probes.py), the cache per machine, and the cost model reading it."""
 import json
 import os
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from strata import machine
+from strata.bench import machine_probes as probes
 from strata.cli import main
 from strata.targets import TARGETS, host
 from strata.tune import cost
@@ -47,14 +48,14 @@ def test_the_closest_named_target(target, machine_name, closest):
 
 
 def test_measure_caches_and_the_command_reads_the_cache(cache_dir, monkeypatch, capsys):
-    monkeypatch.setattr(machine, "_probes", lambda p: [
-        ("L2 read", lambda: machine._read_gbps(1 << 20)),
-        ("fp32 matmul (FMA)", lambda: machine._matmul_gflops("float32", 32, 64, 64, {"FORM": "outer"}))])
+    monkeypatch.setattr(probes, "_probes", lambda p: [
+        ("L2 read", lambda: probes._read_gbps(1 << 20)),
+        ("fp32 matmul (FMA)", lambda: probes._matmul_gflops("float32", 32, 64, 64, {"FORM": "outer"}))])
     assert machine.cached() is None
-    p = machine.measure()
+    p = probes.measure()
     assert set(p.ceilings) == {"L2 read", "fp32 matmul (FMA)"} and all(v > 0 for v in p.ceilings.values())
     assert machine.cached() == p and machine.cache_path().is_file()
-    monkeypatch.setattr(machine, "measure", lambda say=None: pytest.fail("measured again"))
+    monkeypatch.setattr(probes, "measure", lambda say=None: pytest.fail("measured again"))
     assert main(["machine"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("cpu       ") and "L2 read" in out and "not measured here: DRAM read" in out
@@ -82,8 +83,8 @@ def test_the_cost_model_takes_the_profiles_bandwidths(cache_dir, monkeypatch):
 
 @pytest.mark.skipif("avx512f" not in host().features, reason="the register peaks are AVX-512 code")
 def test_the_register_peak_bounds_the_matmul(cache_dir):
-    peak = machine._peak_gflops(False)
-    matmul = machine._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})
+    peak = probes._peak_gflops(False)
+    matmul = probes._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})
     assert 0 < matmul < 1.1 * peak             # no kernel beats the FMAs it is made of
 
 
@@ -108,6 +109,6 @@ def test_the_profile_of_each_cpu_class_from_its_cpuinfo(sample, part, machine_na
 
 @pytest.mark.skipif(not {"amx_tile", "amx_bf16"} <= host().features, reason="this CPU has no AMX")
 def test_the_amx_peak_bounds_the_amx_matmul(cache_dir):
-    peak = machine._amx_peak_gflops()
-    matmul = machine._matmul_gflops("bfloat16", 64, 256, 256, {"FORM": "amx"})
+    peak = probes._amx_peak_gflops()
+    matmul = probes._matmul_gflops("bfloat16", 64, 256, 256, {"FORM": "amx"})
     assert 0 < matmul < 1.1 * peak

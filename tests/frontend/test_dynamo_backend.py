@@ -12,8 +12,8 @@ from torch import nn
 import strata  # noqa: F401  (registers the backend when no entry point is installed)
 from strata import check
 from strata.errors import StrataError, UnsupportedOp
-from strata.frontend import dynamo_backend
-from strata.frontend.dynamo_backend import (
+from strata import dynamo_backend
+from strata.dynamo_backend import (
     StrataFallbackWarning,
     StrataNoGradWarning,
     UnsupportedGraph,

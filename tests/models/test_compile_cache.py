@@ -32,7 +32,7 @@ def no_capture(monkeypatch):
     """After it is used, a capture is an error: the programs must come from the cache."""
     def refuse(*a, **k):
         raise AssertionError("captured again: the compile cache was not used")
-    return lambda: monkeypatch.setattr("strata.frontend.capture.capture", refuse)
+    return lambda: monkeypatch.setattr("strata.models.decode.capture", refuse)
 
 
 def test_second_compile_captures_nothing_and_binds_the_models_weights(cache_dir, no_capture):
@@ -56,12 +56,12 @@ def test_new_weights_of_the_same_architecture_reuse_the_entry(cache_dir, no_capt
 
 
 def test_a_changed_config_compiles_again(cache_dir, monkeypatch):
-    from strata.frontend import capture
+    from strata.models import decode
     model = hf_model("llama", seed=3)
     _ids(model)
     calls = []
-    real = capture.capture
-    monkeypatch.setattr(capture, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = decode.capture
+    monkeypatch.setattr(decode, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
     _ids(model)
     assert calls == []                          # the same model: from the cache
     model.config.rms_norm_eps = 1e-3            # changes the program: a new key

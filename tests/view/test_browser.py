@@ -64,10 +64,10 @@ def pages(tmp_path_factory):
     bench, profile = {}, None
     if HAS_CC:          # each kernel timed (--bench) against a profile's ceilings: the roofline
         from strata.machine import Profile
-        from strata.view.measured import cpu_bench
+        from strata.bench.cpu_bench import view_bench
         program, snippet = compile_snippet(ROOFLINE, recording(None), device="cpu")
         built["roofline"] = (program, compare_with_eager(program, snippet), "")
-        bench["roofline"] = cpu_bench(program, snippet)
+        bench["roofline"] = view_bench(program, snippet)
         profile = Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr", CEILINGS, "2026-01-01")
     result = {}
     for name, (program, verdict, title) in built.items():

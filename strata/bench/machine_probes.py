@@ -1,0 +1,145 @@
+"""The ceilings of this CPU's profile (machine.py), measured by programs strata itself compiles and
+runs natively: `strata machine --measure`.
+
+What: sums of rows over DRAM-, LLC- and L2-sized tensors (read GB/s), the peaks of fp32 FMAs,
+vdpbf16ps and AMX tiles in registers, and in-cache matmuls on each (FORM=outer, pairs, amx),
+where the CPU has the instructions (GFLOP/s: what strata's own micro-kernels reach against what
+the units can do). Why here and not in machine.py: measuring compiles with strata.compile and
+times with bench/cpu_bench.py, while the cached profile is read below them (the cost model).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+import torch
+
+from ..api import compile as strata_compile
+from ..context import Context
+from ..machine import Profile, cache_path, facts
+from ..runtime.native_build import build_library, load_library
+from .amx_probe import TILE_FLOP, load_kernel
+from .cpu_bench import time_once
+
+# The peaks: 12 independent accumulators in registers on every core, nothing loaded (C, built
+# by runtime/cc.py's path); st_peak returns the seconds `n` steps took.
+PEAK_C = r"""
+#include <omp.h>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+typedef float v16 __attribute__((vector_size(64)));
+double st_peak(int bf16, long n) {
+    double t0 = omp_get_wtime();
+    float sink = 0.0f;
+    #pragma omp parallel reduction(+:sink)
+    {
+        v16 x = (v16){0} + 1.0001f, y = (v16){0} + 0.9999f;
+        // twelve different starts: equal ones made gcc compute one chain and count it 12 times
+        v16 a0 = x * 0, a1 = x * 1, a2 = x * 2, a3 = x * 3, a4 = x * 4, a5 = x * 5,
+            a6 = x * 6, a7 = x * 7, a8 = x * 8, a9 = x * 9, a10 = x * 10, a11 = x * 11;
+#define ST_STEP(OP) OP(a0) OP(a1) OP(a2) OP(a3) OP(a4) OP(a5) OP(a6) OP(a7) OP(a8) OP(a9) OP(a10) OP(a11)
+#define ST_FMA(a) a = __builtin_ia32_vfmaddps512_mask(x, y, a, -1, 4);
+#if defined(__AVX512BF16__)
+#define ST_DOT(a) a = (v16)_mm512_dpbf16_ps((__m512)a, (__m512bh)x, (__m512bh)y);
+#else
+#define ST_DOT(a) ST_FMA(a)
+#endif
+        for (long i = 0; i < n; i++) {
+            if (bf16) { ST_STEP(ST_DOT) } else { ST_STEP(ST_FMA) }
+            __asm__ volatile("" : "+v"(x));
+        }
+        v16 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+        for (int j = 0; j < 16; j++) sink += s[j];
+    }
+    return omp_get_wtime() - t0 + (sink == 1.0f ? 1e-9 : 0.0);
+}
+"""
+
+
+def measure(say=lambda text: None) -> Profile:
+    """Measure the ceilings (about a minute) and cache the profile."""
+    p = facts()
+    for name, fn in _probes(p):
+        say(f"measuring {name}")
+        value = fn()
+        if value is not None:
+            p.ceilings[name] = round(value, 1)
+    p.measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path = cache_path(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(p), indent=1))
+    tmp.replace(path)
+    return p
+
+
+def _probes(p: Profile):
+    """(ceiling, function returning its value or None) for what this CPU has."""
+    l2, l3 = p.caches.get("L2", 1 << 20), p.caches.get("L3", 0)
+    yield "DRAM read", lambda: _read_gbps(256 << 20)
+    if l3 >= 8 * l2 * p.cores:                       # an LLC well past the L2s
+        yield "LLC read", lambda: _read_gbps(min(l3 // 4, 32 << 20))
+    yield "L2 read", lambda: _read_gbps(l2 * p.cores // 2)
+    if p.machine == "x86_64" and "avx512f" in p.features:
+        yield "fp32 FMA peak", lambda: _peak_gflops(False)
+        if "avx512_bf16" in p.features:
+            yield "bf16 vdpbf16ps peak", lambda: _peak_gflops(True)
+    if {"amx_tile", "amx_bf16"} <= set(p.features):
+        yield "bf16 AMX peak", _amx_peak_gflops
+    yield "fp32 matmul (FMA)", lambda: _matmul_gflops("float32", 192, 512, 512, {"FORM": "outer"})
+    if "avx512_bf16" in p.features:
+        yield "bf16 matmul (vdpbf16ps)", lambda: _matmul_gflops("bfloat16", 192, 512, 512,
+                                                                {"FORM": "pairs"})
+    if "amx_bf16" in p.features:
+        yield "bf16 matmul (AMX)", lambda: _matmul_gflops("bfloat16", 512, 1024, 1024, {"FORM": "amx"})
+
+
+def _best_seconds(fn, rounds: int = 7) -> float:
+    fn()
+    return min(time_once(fn, ()) for _ in range(rounds))
+
+
+def _peak_gflops(bf16: bool) -> float:
+    """GFLOP/s of PEAK_C on every core: 12 zmm FMAs (32 flops each) or vdpbf16ps (64) a step."""
+    peak = load_library(build_library(PEAK_C)).st_peak
+    peak.argtypes, peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
+    n, threads = 2_000_000, os.cpu_count() or 1
+    peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
+    return 12 * (64 if bf16 else 32) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
+
+
+def _amx_peak_gflops() -> float:
+    """GFLOP/s of tdpbf16ps on four accumulator tiles, nothing loaded in the loop, one thread per
+    core (bench/amx_probe.py's kernel, which asks Linux for the tiles)."""
+    lib, src = load_kernel(emulate=False), torch.full((16, 32), 1 / 64, dtype=torch.bfloat16)
+    iters, threads, tiles = 200_000, os.cpu_count() or 1, 4
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:         # ctypes drops the GIL: one core each
+            list(pool.map(lambda _: lib.strata_amx_peak(iters, tiles, src.data_ptr()), range(threads)))
+        return time.perf_counter() - t0
+    run()
+    return threads * iters * tiles * TILE_FLOP / min(run() for _ in range(5)) / 1e9
+
+
+def _read_gbps(nbytes: int) -> float:
+    """GB/s read by strata's sums of 256 rows over `nbytes` of fp32, the best of several rounds
+    (rows: its fastest reading kernel; one call, so an L2-sized read includes a call's cost)."""
+    x = torch.ones(256, max(1, nbytes // 1024))
+    program = strata_compile(lambda t: t.sum(1), (x,), device="cpu")
+    return nbytes / _best_seconds(lambda: program(x)) / 1e9
+
+
+def _matmul_gflops(dtype: str, m: int, n: int, k: int, knobs: dict) -> float:
+    """GFLOP/s of strata's matmul of an (m, k) input by a (k, n) weight, with `knobs` pinned."""
+    lin = torch.nn.Linear(k, n, bias=False).to(getattr(torch, dtype))
+    x = torch.randn(m, k, dtype=getattr(torch, dtype))
+    program = strata_compile(lin, (x,), device="cpu", ctx=Context(target="host", knobs=knobs))
+    with torch.no_grad():
+        return 2 * m * n * k / _best_seconds(lambda: program(x)) / 1e9
