@@ -64,17 +64,6 @@ HEAVY = {
     "llama_cpp": "optional (the bench-llamacpp extra): llama.cpp's rows of the decode benchmark",
 }
 
-# Imports in files another change of issue 30 was rewriting when this test was written (items 1
-# and 2: the operand protocol, the emitter family): (file, imported module) -> why it waits. The
-# list only shrinks: an entry that no longer matches an import fails the test.
-_EMITTERS = "the emitter registry (item 2) gives the runtime and the cost model their emitter"
-WAITING: dict[tuple[str, str], str] = {
-    ("strata/dsl/kernel.py", "strata.runtime.driver"): "driver.py imports cuda-bindings lazily itself",
-    ("strata/runtime/native.py", "strata.codegen.c"): _EMITTERS,
-    ("strata/tune/cost.py", "strata.codegen.c"): _EMITTERS,
-    ("strata/tune/cost.py", "strata.codegen.c_simd"): _EMITTERS,
-}
-
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
@@ -203,7 +192,7 @@ def test_imports_point_down_the_layers():
 def test_an_import_inside_a_function_keeps_something_heavy_lazy():
     heavy = _heavy_at_import()
     at_top = {(i.module, e) for i in IMPORTS if not i.lazy for e in i.external}
-    bad, waiting = [], set()
+    bad = []
     for imp in (i for i in IMPORTS if i.lazy):
         have = heavy[imp.module]
         keeps = {e.split(".")[0] for e in imp.external if (imp.module, e) not in at_top} & set(HEAVY)
@@ -211,16 +200,9 @@ def test_an_import_inside_a_function_keeps_something_heavy_lazy():
             keeps |= heavy[t] - have
         if keeps:
             continue
-        key = next(((str(MODULES[imp.module].relative_to(ROOT.parent)), t) for t in
-                    sorted(imp.internal | imp.external) if (str(MODULES[imp.module].relative_to(
-                        ROOT.parent)), t) in WAITING), None)
-        if key:
-            waiting.add(key)
-            continue
         bad.append(f"{imp.where()}: {', '.join(sorted(imp.internal | imp.external))}")
     assert bad == [], ("imports inside functions that keep nothing heavy lazy (import them at the "
                        "top of the module):\n" + "\n".join(bad))
-    assert set(WAITING) <= waiting, f"WAITING entries that match no import: {set(WAITING) - waiting}"
 
 
 @pytest.mark.parametrize("code", ["import strata", "import strata.cli; strata.cli.build_parser()"])

@@ -27,6 +27,7 @@ from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, SimErr
 from ..kernel_ir.bounds_check import FAULT, add_bounds_checks, fault_sentence
 from ..kernel_ir.sim import run_kernel
 from ..kernel_ir.sim_memory import storage_numpy
+from ..runtime import driver as cuda_driver
 from ..runtime.launch import PackedArgs
 from ..runtime.native_build import build_library, load_library
 from ..codegen import emit_source
@@ -352,7 +353,7 @@ def run_cuda(k: Kernel, tensors: dict, scalars: dict, driver=None) -> None:
     if driver is None:
         if not torch.cuda.is_available():
             raise DeviceUnavailable("device='cuda' needs a CUDA GPU; run on 'sim' or 'cpu' here")
-        from ..runtime import driver               # cuda-bindings: only with a GPU
+        driver = cuda_driver
     ts = [torch.as_tensor(tensors[p.name]) for p in k.params]
     for p, t in zip(k.params, ts):
         if not (fake or t.is_cuda):

@@ -24,6 +24,7 @@ from math import prod
 import torch
 
 from .. import dtypes
+from ..codegen.c import emit_program
 from ..errors import InputMismatch
 from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
@@ -43,7 +44,6 @@ class NativeProgram:
 
     def __init__(self, program: KernelProgram, weights: Mapping[str, torch.Tensor] | None = None,
                  *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None):
-        from ..codegen.c import emit_program
         self.program, self.poison = program, poison
         # emit_program refuses kernels a CPU cannot run; `source`: the program's C, emitted already
         self.source = source or emit_program(program)

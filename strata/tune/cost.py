@@ -26,7 +26,9 @@ from .. import machine as profile
 from ..expr import Expr, Op, children
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
+from ..codegen.c import runs_in_parallel
 from ..codegen.c_dot import match_dot
+from ..codegen.c_simd import plan_loop
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
 CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
@@ -101,7 +103,6 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
 
 
 def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, dots=()) -> None:
-    from ..codegen.c_simd import plan_loop
     for s in body:
         if isinstance(s, For):
             inner = Counts()
@@ -161,7 +162,6 @@ def kernel_work(k: Kernel) -> tuple[float, int]:
 
 def estimate_ms(k: Kernel, m: Machine) -> float:
     """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
-    from ..codegen.c import runs_in_parallel
     sizes, types = _sizes_types(k)
     bufs = {p.name: p.dtype for p in k.params}
     dots = {id(s) for s in walk(k.body) if isinstance(s, For) and m.dot_bf16 and match_dot(s, bufs, types)}
