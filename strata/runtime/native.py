@@ -25,6 +25,7 @@ import torch
 
 from .. import dtypes
 from ..codegen.c import emit_program
+from ..cpu_load import available_bytes
 from ..errors import InputMismatch
 from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
@@ -207,15 +208,3 @@ class NativeProgram:
             ptrs[i] = args[k].data_ptr() or None
         for i, k in self._out_slots:
             ptrs[i] = outs[k].data_ptr() or None
-
-
-def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo; None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
