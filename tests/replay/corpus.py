@@ -144,9 +144,11 @@ def _dsl_sources(path, language: str) -> str:
     """Every @strata.kernel of a DSL example, specialised by one run on the simulator, in one
     of the five languages a hand-written kernel is emitted in."""
     import importlib.util
+    import pathlib
     spec = importlib.util.spec_from_file_location(f"replay_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.run("sim")
     kernels = [v for v in vars(module).values() if type(v).__name__ == "KernelFunction" and v.last]
-    return "\n".join(k.source(language) for k in kernels)
+    root = str(pathlib.Path(__file__).resolve().parents[2])      # provenance names the file:
+    return "\n".join(k.source(language) for k in kernels).replace(root, "<repo>")   # any checkout
