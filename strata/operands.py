@@ -22,11 +22,13 @@ _ROLES = {"Expr": "expr", "Expr | None": "expr", "tuple[Expr, ...]": "exprs",
 
 class Operands:
     _operands: tuple[tuple[str, str], ...] = ()        # (field, role), in field order
+    _bodies: tuple[str, ...] = ()                      # the "body" fields: walks ask most often
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__annotations__", {})
         cls._operands = tuple((n, _ROLES[t]) for n, t in own.items() if t in _ROLES)
+        cls._bodies = tuple(n for n, role in cls._operands if role == "body")
 
     def exprs(self) -> tuple:
         out = []
@@ -49,11 +51,14 @@ class Operands:
         return replace(self, **changes) if changes else self
 
     def bodies(self) -> tuple:
-        return tuple(getattr(self, name) for name, role in self._operands if role == "body")
+        if not self._bodies:
+            return ()
+        return tuple(getattr(self, name) for name in self._bodies)
 
     def map_bodies(self, fn):
-        changes = {name: fn(getattr(self, name)) for name, role in self._operands if role == "body"}
-        return replace(self, **changes) if changes else self
+        if not self._bodies:
+            return self
+        return replace(self, **{name: fn(getattr(self, name)) for name in self._bodies})
 
     def buffers(self) -> tuple[str, ...]:
         return tuple(getattr(self, name) for name, role in self._operands if role == "buf")

@@ -16,8 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .codegen.c import emit_program as emit_c
-from .codegen.cuda import emit_program
+from .codegen import emit_program
 from .context import Context
 from .errors import StrataError
 from .kernel_ir.lower import lower as lower_kernels
@@ -251,11 +250,12 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out
-    if not ctx.arch.is_gpu:
-        out.c, out.timings["c"] = _timed(ctx, "emit -> c", emit_c, out.kernel, ctx.arch)
-        return out
-    out.cuda, out.timings["cuda"] = _timed(ctx, "emit -> cuda", emit_program, out.kernel, ctx.arch)
-    _record_replay(out, ctx)
+    language = SOURCE[ctx.arch.kind]            # the field of Lowered that holds it
+    source, out.timings[language] = _timed(ctx, f"emit -> {language}", emit_program, out.kernel,
+                                           ctx.arch)
+    setattr(out, language, source)
+    if ctx.arch.is_gpu:
+        _record_replay(out, ctx)
     return out
 
 

@@ -3,15 +3,15 @@ shared walk) and the registry every caller picks one from. A compiled program's 
 its Target (CUDA C for a GPU, C for a CPU); hand-written kernels (@strata.kernel) print in any of
 the five. Adding a language is a module here and a line in LANGUAGES."""
 from ..errors import StrataError
+from ..targets import SOURCE
 from . import c, cuda, hip, metal, opencl
 
 LANGUAGES = {"cuda": cuda, "c": c, "opencl": opencl, "hip": hip, "metal": metal}
-PROGRAM_LANGUAGE = {"gpu": "cuda", "cpu": "c"}      # a Target's kind -> its programs' language
 
 
 def emit_program(program, target) -> str:
     """A compiled program's source in its target's language (one translation unit)."""
-    return LANGUAGES[PROGRAM_LANGUAGE[target.kind]].emit_program(program, target)
+    return LANGUAGES[SOURCE[target.kind]].emit_program(program, target)
 
 
 def emit_source(kernels: list, language: str) -> str:

@@ -313,14 +313,8 @@ class CudaEmitter(CFamilyEmitter):
             self.emit(f"{t} {names[0]} = {self.ex(Load(s.buf, s.index, s.dtype))[0]};", depth)
             return
         raw = f"{names[0]}_v{w}"
-        if sd == "f32" and w in _F32_VEC:
-            vt = _F32_VEC[w]
-            self.emit(f"const {vt} {raw} = *reinterpret_cast<const {vt}*>({at});", depth)
-            for n, f in zip(names, "xyzw"):
-                self.emit(f"{t} {n} = {raw}.{f};", depth)
-            return
-        if (sd, w) in _INT_VEC:
-            vt = _INT_VEC[sd, w]
+        vt = _F32_VEC.get(w) if sd == "f32" else _INT_VEC.get((sd, w))
+        if vt:                          # float2/float4, int2/int4, longlong2: by field
             self.emit(f"const {vt} {raw} = *reinterpret_cast<const {vt}*>({at});", depth)
             for n, f in zip(names, "xyzw"):
                 self.emit(f"{t} {n} = {raw}.{f};", depth)

@@ -31,7 +31,6 @@ from ..runtime import driver as cuda_driver
 from ..runtime.launch import PackedArgs
 from ..runtime.native_build import build_library, load_library
 from ..codegen import emit_source
-from ..codegen.c import emit_source as emit_c_source
 from ..codegen.cuda import emit_source as emit_cuda_source
 from ..kernel_ir.ir import Kernel
 from ..kernel_ir.verify import KernelVerifyError, verify_kernel
@@ -259,7 +258,7 @@ def run_cpu(k: Kernel, tensors: dict, scalars: dict) -> None:
 
     entry = _LIBS.get(id(k))
     if entry is None:                     # once per specialisation (k lives in its cache)
-        lib = load_library(build_library(emit_c_source([k])))
+        lib = load_library(build_library(emit_source([k], "c")))
         fn = lib.strata_launch
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         fn.restype = None
