@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .runtime.cc import cpu_features
-from .targets import TARGETS, host
+from .targets import TARGETS, host, sysfs_caches
 from .user_cache import user_cache_dir
 
 FORMAT = 1
@@ -68,22 +68,6 @@ def _cpuinfo(text: str) -> dict[str, str]:
     return facts
 
 
-def _sysfs_caches() -> dict[str, int]:
-    """One core's caches from /sys/devices/system/cpu/cpu0/cache (L1d, L2, L3)."""
-    out: dict[str, int] = {}
-    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level, kind = (d / "level").read_text().strip(), (d / "type").read_text().strip()
-            size = (d / "size").read_text().strip()
-        except OSError:
-            continue
-        if kind == "Instruction":
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-        out[f"L{level}{'d' if level == '1' else ''}"] = int(size.rstrip("KMG")) * scale
-    return out
-
-
 _ARM = {"0xd0c": "Neoverse N1", "0xd40": "Neoverse V1", "0xd49": "Neoverse N2",
         "0xd4f": "Neoverse V2"}      # Arm's CPU part numbers (implementer 0x41)
 
@@ -117,7 +101,7 @@ def facts(cpuinfo: str | None = None) -> Profile:
     model = info.get("model name") or info.get("uarch") or \
         (f"ARM implementer {info['CPU implementer']}" if "CPU implementer" in info else "unknown")
     return Profile(model, _part(info), here.machine, cores, sorted(here.features),
-                   _sysfs_caches() if cpuinfo is None else {}, _closest(here.features, here.machine))
+                   sysfs_caches() if cpuinfo is None else {}, _closest(here.features, here.machine))
 
 
 def cache_path(p: Profile | None = None) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from .errors import StrataError
 
@@ -47,6 +48,12 @@ class Target:
 
     def has(self, feature: str) -> bool:
         return feature in self.features
+
+    @property
+    def vector_registers(self) -> int:
+        """A CPU's SIMD registers, which a register tile's accumulators must fit in: 32 with
+        AVX-512 and on AArch64, 16 otherwise."""
+        return 32 if self.has("avx512f") or self.machine == "aarch64" else 16
 
     @property
     def is_gpu(self) -> bool:
@@ -134,10 +141,31 @@ SOURCE = {"gpu": "cuda", "cpu": "c"}
 NAMES = tuple(TARGETS) + ("host",)
 
 
+def sysfs_caches() -> dict[str, int]:
+    """One core's caches from /sys/devices/system/cpu/cpu0/cache (L1d, L2, L3) in bytes."""
+    out: dict[str, int] = {}
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (d / "level").read_text().strip(), (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        out[f"L{level}{'d' if level == '1' else ''}"] = int(size.rstrip("KMG")) * scale
+    return out
+
+
 def host(cpuinfo: str | None = None) -> Target:
-    """This machine's CPU: its cores and the vector and AMX features /proc/cpuinfo lists (or the
-    text `cpuinfo`: tests read the samples of each CPU class)."""
+    """This machine's CPU: its cores, the vector and AMX features /proc/cpuinfo lists and its
+    L1d and L2 sizes from sysfs (or the text `cpuinfo`, caches as the generic "cpu" target's:
+    tests read the samples of each CPU class)."""
+    caches = TARGETS["cpu"].caches
     if cpuinfo is None:
+        found = sysfs_caches()
+        if "L1d" in found and "L2" in found:
+            caches = (("L1", found["L1d"]), ("L2", found["L2"]))
         try:
             with open("/proc/cpuinfo") as f:
                 cpuinfo = f.read()
@@ -156,7 +184,7 @@ def host(cpuinfo: str | None = None) -> Target:
         "x86_64" if flags else platform.machine()
     width = 64 if "avx512f" in features else 32 if "avx2" in features else 16
     return replace(TARGETS["cpu"], name="host", isa="native", vector_bytes=width, features=features,
-                   machine=machine)
+                   machine=machine, caches=caches)
 
 
 def get_target(name: str | Target) -> Target:

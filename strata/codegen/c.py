@@ -28,6 +28,7 @@ from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelPro
                             walk)
 from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
 from .c_dot import emit_dot, match_dot
+from .c_outer import emit_outer, match_outer
 from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
@@ -164,6 +165,9 @@ class CEmitter(CFamilyEmitter):
         pairs = match_pairs(s, self.bufs, self.types)
         if pairs:
             return emit_pairs(self, s, pairs, depth, lambda: self.loop(s, depth))
+        outer = match_outer(s, self.bufs, self.types)
+        if outer:
+            return emit_outer(self, s, outer, depth, lambda: self.loop(s, depth))
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:

@@ -62,10 +62,14 @@ float powf(float, float);
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>      // explicit vectors: codegen/c_outer.py, c_dot.py, c_pairs.py, c_amx.py
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
 #if defined(__AVX512BF16__)
 // 32 bf16 values as one vdpbf16ps operand (codegen/c_dot.py); the masked one reads zeros past
 // the end of a row.
-#include <immintrin.h>
 #define st_bf16x32(p) ((__m512bh)_mm512_loadu_si512(p))
 #define st_bf16x32_masked(mask, p) ((__m512bh)_mm512_maskz_loadu_epi16(mask, p))
 static inline __m512bh st_bf16x2(const uint16_t* p) {     // a pair in every lane (c_pairs.py)

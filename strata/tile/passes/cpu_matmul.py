@@ -56,22 +56,35 @@ from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageT
                   rename_stmt)
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
-TALL_M = 8                  # ... when the packed panel does not fit in L2: each tile streams it
-                            # from L3, taller tiles fewer times (K=5632, M=128: 1.6x faster)
+WIDE_N = 4                  # ... 6 x 4 in the outer form where 32 vector registers hold them
+                            # and its K x 4-vector panel takes at most half of L2
+                            # (codegen/c_outer.py prints it; 2-core EMR, fp32, M=128: K=2048,
+                            # N=5632 1.25x faster than 6 x 2; K=5632 with its 1.4 MiB panel
+                            # 0.69x)
+TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quarter of L2: each
+                            # tile streams it from further out, taller tiles fewer times
+                            # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
+                            # in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
 DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
 
-def _tiles(k: TileKernel, c, ctx: Context, dot: bool, amx: bool = False) -> MatmulTile:
+def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
     m, n, loops = c.m, c.n, len(c.loops)
+    dot, amx = form == "dot", form == "amx"
     lanes = 16 if amx else max(1, ctx.arch.vector_bytes // 4)     # amx: 2 B tiles of 16 columns
-    tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else CPU_VECTORS_N * lanes,
+    half_l2 = dict(ctx.arch.caches).get("L2", 1 << 19) // 2    # the panel's share of L2
+    k_total = sum(l.extent for l in c.loops)
+    wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
+    vectors = WIDE_N if form == "outer" and wide_registers and \
+        k_total * WIDE_N * lanes * 4 <= half_l2 else CPU_VECTORS_N
+    tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else vectors * lanes,
                                     max(16 if amx else 1, pow2_ceil(k.extent(n)))))
-    panel = sum(l.extent for l in c.loops) * tile_n * 4
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
-        THREAD_M if panel <= dict(ctx.arch.caches).get("L2", 1 << 19) else TALL_M
+        TALL_M if wide_registers and vectors == CPU_VECTORS_N and k_total * tile_n * 4 > half_l2 // 2 \
+        else THREAD_M
     thread_m = ctx.knob("THREAD_M", rows if amx else min(rows, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
@@ -192,7 +205,7 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
             or form == "amx" and not all(_pairable(k, c, l) for l in c.loops):
         form = "outer"                  # (no vdpbf16ps, f32, odd K, or PROLOGUE=fuse pinned)
     dot, amx = form == "dot", form == "amx"
-    mt = _tiles(k, c, ctx, dot, amx)
+    mt = _tiles(k, c, ctx, form)
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
     reductions = [] if dot else [_pair_reduction(k, c, loop, mt, amx) if form in ("pairs", "amx") else
                                  _reduction(k, c, loop, mt, n_edge) for loop in c.loops]

@@ -1,0 +1,133 @@
+"""A register tile's K loop of f32 multiply-adds (cpu_matmul FORM=outer) as explicit vectors.
+
+Why: each K step of an outer-form register tile loads THREAD_M values of the M-side operand and
+TILE_N consecutive values of the packed panel, then does THREAD_M x TILE_N `acc = fma(a, b, acc)`
+on scalars. gcc's SLP vectoriser turns those into vector FMAs only up to a point: a 6 x 64 tile
+(24 zmm accumulators, what AVX-512's 32 registers hold) it spilled, and the kernel ran 1.25x
+slower than 6 x 32. Printed with intrinsics the tile is what the schedule chose on every CPU: one
+broadcast per row and K step, one vector load per LANES columns of the panel, one vector FMA per
+row and vector.
+
+Each lane runs the scalar code's fmaf calls in the same order, so the results are the same bits.
+The loop is printed once per vector ISA the tile fits (AVX-512: 16 lanes, 32 registers; AVX2 with
+FMA: 8 lanes, 16 registers; AArch64 NEON: 4 lanes, 32 registers), under `#if`, and as written
+for any other compiler target: the C stays one source for every CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..expr import Op, Var, free_vars
+from ..kernel_ir.ir import Assign, For, Let, Load
+from .c_pairs import load_offset
+from .cfamily import REL, cname, strip_parens
+
+
+@dataclass(frozen=True)
+class Isa:
+    guard: str                  # the preprocessor test for it
+    lanes: int
+    registers: int              # vector registers: accumulators + panel vectors + a broadcast
+    vec: str                    # the vector type
+    set_lanes: str              # a vector of `lanes` scalars, {} their list
+    load: str                   # {} an address
+    bcast: str                  # {} a scalar
+    fma: str                    # {a} * {b} + {c}
+    store: str                  # {p} an address, {v} a vector
+
+
+ISAS = (
+    Isa("defined(__AVX512F__)", 16, 32, "__m512", "_mm512_setr_ps({})", "_mm512_loadu_ps({})",
+        "_mm512_set1_ps({})", "_mm512_fmadd_ps({a}, {b}, {c})", "_mm512_storeu_ps({p}, {v})"),
+    Isa("defined(__AVX2__) && defined(__FMA__)", 8, 16, "__m256", "_mm256_setr_ps({})",
+        "_mm256_loadu_ps({})", "_mm256_set1_ps({})", "_mm256_fmadd_ps({a}, {b}, {c})",
+        "_mm256_storeu_ps({p}, {v})"),
+    Isa("defined(__aarch64__) && defined(__ARM_NEON)", 4, 32, "float32x4_t", "(float32x4_t){{{}}}",
+        "vld1q_f32({})", "vdupq_n_f32({})", "vfmaq_f32({c}, {a}, {b})", "vst1q_f32({p}, {v})"),
+)
+
+
+@dataclass(frozen=True)
+class OuterLoop:
+    loads: dict                 # variable -> its f32 Load
+    rows: tuple                 # (row value's variable, ((accumulator, panel variable), ...)):
+                                # the panel variables are consecutive elements of one buffer
+
+
+def match_outer(loop: For, bufs: dict, types: dict) -> OuterLoop | None:
+    """The loop as f32 loads followed by `acc = fma(u, w, acc)` where each row value u meets a
+    run of consecutive panel values w (see the module docstring); None for anything else."""
+    if loop.step != 1:
+        return None
+    loads, fmas = {}, []
+    for s in loop.body:
+        v = getattr(s, "value", None)
+        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "f32" and not fmas \
+                and not free_vars(v.index) & loads.keys():
+            loads[s.var] = v
+        elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "fma" and types.get(s.var) == "f32" \
+                and v.args[2] == Var(s.var, "f32") \
+                and all(isinstance(x, Var) and x.name in loads for x in v.args[:2]):
+            fmas.append((s.var, v.args[0].name, v.args[1].name))
+        else:
+            return None
+    if len({acc for acc, _, _ in fmas}) != len(fmas) or len(fmas) < 2:
+        return None
+    for row_first in (True, False):
+        rows: dict[str, list] = {}
+        for acc, a, b in fmas:
+            u, w = (a, b) if row_first else (b, a)
+            rows.setdefault(u, []).append((acc, w))
+        if all(load_offset(loads, points[0][1], w) == t
+               for points in rows.values() for t, (_, w) in enumerate(points)) and len(rows) < len(fmas):
+            return OuterLoop(loads, tuple((u, tuple(p)) for u, p in rows.items()))
+    return None
+
+
+def fits(outer: OuterLoop, isa: Isa) -> bool:
+    """Whether every row is whole vectors of the ISA and the tile fits its registers."""
+    widths = {len(points) for _, points in outer.rows}
+    if len(widths) != 1 or widths.pop() % isa.lanes:
+        return False
+    vectors = len(outer.rows[0][1]) // isa.lanes
+    return len(outer.rows) * vectors + vectors + 1 <= isa.registers
+
+
+def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written) -> None:
+    """Print `loop` as vector FMAs for each ISA of ISAS the tile fits, else `as_written()`."""
+    isas = [isa for isa in ISAS if fits(outer, isa)]
+    if not isas:
+        return as_written()
+    v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
+
+    def at(var: str) -> str:
+        e = outer.loads[var]
+        return f"{cname(e.buf)}[{strip_parens(em.expr(e.index))}]"
+    for i, isa in enumerate(isas):
+        em.emit(f"#{'el' if i else ''}if {isa.guard}    // {isa.lanes}-lane FMAs (codegen/c_outer.py)", 0)
+        em.emit("{", depth)
+        vectors = []            # (vector name, its accumulators, panel variable, row variable)
+        for u, points in outer.rows:
+            for first in range(0, len(points), isa.lanes):
+                group = points[first:first + isa.lanes]
+                vectors.append((f"{cname(group[0][0])}_v", [a for a, _ in group], group[0][1], u))
+                em.emit(f"{isa.vec} {vectors[-1][0]} = "
+                        f"{isa.set_lanes.format(', '.join(cname(a) for a in vectors[-1][1]))};", depth + 1)
+        em.emit(f"for ({t} {v} = {strip_parens(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
+                f"{v}++) {{", depth + 1)
+        for w in dict.fromkeys(x[2] for x in vectors):
+            em.emit(f"{isa.vec} {cname(w)}_v = {isa.load.format('&' + at(w))};", depth + 2)
+        for u, _ in outer.rows:
+            em.emit(f"{isa.vec} {cname(u)}_b = {isa.bcast.format(at(u))};", depth + 2)
+            for name, _, w, row in vectors:
+                if row == u:
+                    em.emit(f"{name} = {isa.fma.format(a=cname(u) + '_b', b=cname(w) + '_v', c=name)};",
+                            depth + 2)
+        em.emit("}", depth + 1)
+        for name, accs, _, _ in vectors:
+            em.emit(f"{{ float st_l[{isa.lanes}]; {isa.store.format(p='st_l', v=name)}; "
+                    + " ".join(f"{cname(a)} = st_l[{k}];" for k, a in enumerate(accs)) + " }", depth + 1)
+        em.emit("}", depth)
+    em.emit("#else", 0)
+    as_written()
+    em.emit("#endif", 0)

@@ -1,0 +1,94 @@
+"""An f32 register tile printed as explicit vector FMAs (codegen/c_outer.py), and the tile shape
+cpu_matmul picks per target: the vectors are the target's width, the tile fits its registers, and
+every vector ISA computes the same bits as the scalar loop it replaces."""
+import re
+import shutil
+
+import pytest
+import torch
+
+import strata
+from strata.api import compile_snippet
+from strata.context import Context
+from strata.targets import TARGETS, host, sysfs_caches
+
+F32_LINEAR = "torch.nn.Linear(512, 256, bias=False)(torch.randn(128, 512))"
+
+
+def c_source(code: str, target: str, **knobs) -> str:
+    program, _ = compile_snippet(code, Context(target=target, knobs=knobs), until="c")
+    return program.ir("c")
+
+
+def tile_knobs(code: str, target: str) -> dict:
+    program, _ = compile_snippet(code, Context(target=target), until="tile")
+    return next(dict(k.knobs) for k in program.lowered.tile.kernels if dict(k.knobs).get("FORM"))
+
+
+@pytest.mark.parametrize("target, lanes, fma, per_step", [
+    ("cpu-spr", 16, "_mm512_fmadd_ps", 24),     # 6 rows x 4 vectors of 16: 24 of 32 registers
+    ("cpu-avx2", 8, "_mm256_fmadd_ps", 12),     # 6 x 2 vectors of 8: 12 of 16
+    ("cpu-neoverse", 4, "vfmaq_f32", 24),       # 6 x 4 vectors of 4: 24 of 32
+])
+def test_the_register_tile_is_vector_fmas_of_the_targets_width(target, lanes, fma, per_step):
+    c = c_source(F32_LINEAR, target)       # (one source: each ISA's branch the tile fits, #if'd)
+    loop = re.search(rf"// {lanes}-lane FMAs \(codegen/c_outer.py\)\n(.*?)\n#(?:elif|else)", c, re.S)
+    assert loop, c[:3000]
+    assert loop.group(1).count(fma) == per_step
+    assert "fmaf(" in c                         # the loop as written, for other compilers
+
+
+def test_tile_shapes_follow_the_registers_and_l2():
+    spr, avx2 = (tile_knobs(F32_LINEAR, t) for t in ("cpu-spr", "cpu-avx2"))
+    assert (spr["TILE_N"], spr["THREAD_M"]) == (64, 6)
+    assert (avx2["TILE_N"], avx2["THREAD_M"]) == (16, 6)
+    # a 5632-long K: four vectors' panel (1.4 MiB) takes over half of cpu-spr's 2 MiB L2, so two
+    # vectors and taller tiles; AVX2's 16 registers never hold taller ones
+    long_k = "torch.nn.Linear(5632, 256, bias=False)(torch.randn(128, 5632))"
+    spr, avx2 = (tile_knobs(long_k, t) for t in ("cpu-spr", "cpu-avx2"))
+    assert (spr["TILE_N"], spr["THREAD_M"]) == (32, 8)
+    assert (avx2["TILE_N"], avx2["THREAD_M"]) == (16, 6)
+
+
+def test_a_tile_too_big_for_the_registers_stays_scalar():
+    c = c_source(F32_LINEAR, "cpu-spr", TILE_N=64, THREAD_M=8)   # 32 accumulators + 5
+    assert "_mm512_fmadd_ps" not in c and "_mm256_fmadd_ps" not in c
+    assert "fmaf(" in c
+
+
+def _bits(target: str, args):
+    fn = lambda a, b: a @ b                                        # noqa: E731
+    program = strata.compile(fn, args, device="cpu", ctx=Context(target=target))
+    out = program(*args)
+    return (out[0] if isinstance(out, (list, tuple)) else out).view(torch.int32)
+
+
+@pytest.mark.skipif("avx2" not in host().features, reason="this CPU has no AVX2 to run cpu-avx2 code")
+def test_every_vector_width_gives_the_scalar_loops_bits():
+    """The same matmul (odd sizes, edge tiles) built for this CPU, for AVX2 and for baseline
+    x86-64 (no vectors: the loop as written, fmaf) agrees bit for bit, and with eager."""
+    torch.manual_seed(0)
+    args = (torch.randn(37, 131), torch.randn(131, 70))
+    scalar = _bits("cpu", args)
+    torch.testing.assert_close(scalar.view(torch.float32), args[0] @ args[1], rtol=1e-5, atol=1e-5)
+    for target in ("cpu-avx2", "host"):
+        assert torch.equal(_bits(target, args), scalar), target
+
+
+@pytest.mark.skipif(shutil.which("qemu-aarch64") is None or shutil.which("aarch64-linux-gnu-gcc") is None,
+                    reason="needs qemu-user and gcc-aarch64-linux-gnu (apt-get install qemu-user "
+                           "gcc-aarch64-linux-gnu)")
+def test_neon_tiles_give_the_scalar_loops_bits():
+    torch.manual_seed(1)
+    args = (torch.randn(13, 64), torch.randn(64, 48))
+    assert torch.equal(_bits("cpu-neoverse", args), _bits("cpu", args))
+
+
+def test_the_host_target_has_this_cpus_caches():
+    found = sysfs_caches()
+    caches = dict(host().caches)
+    if "L1d" in found and "L2" in found:
+        assert caches == {"L1": found["L1d"], "L2": found["L2"]}
+    else:
+        assert host().caches == TARGETS["cpu"].caches
+    assert host("flags : sse2 avx2\n").caches == TARGETS["cpu"].caches     # another machine's text
