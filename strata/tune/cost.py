@@ -10,7 +10,8 @@ the measured best), which `strata tune` prints. A roofline of three terms, per k
     row read twice), at the per-core cache bandwidth, over the cores that run it;
   - compute: every arithmetic operation (an exp, a tanh ... as ten), at the per-core scalar
     rate, divided by the vector width inside loops the C target vectorises (`#pragma omp
-    simd`, codegen/c_simd.py), and by two more in its vdpbf16ps loops (codegen/c_dot.py);
+    simd`, codegen/c_simd.py; a register tile's explicit vectors, codegen/c_outer.py), and by
+    two more in its vdpbf16ps loops (codegen/c_dot.py);
 plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
 codegen/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
 copy with torch); the per-core rates are constants (SCALAR_GOPS, CACHE_GBS), the vector width
@@ -28,6 +29,7 @@ from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 from ..codegen.c import runs_in_parallel
 from ..codegen.c_dot import match_dot
+from ..codegen.c_outer import ISAS, fits, match_outer
 from ..codegen.c_simd import plan_loop
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
@@ -102,12 +104,13 @@ def _expr(e: Expr, sizes: dict, c: Counts, vec: bool) -> None:
         _expr(x, sizes, c, vec)
 
 
-def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, dots=()) -> None:
+def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, dots=(),
+           explicit=()) -> None:
     for s in body:
         if isinstance(s, For):
             inner = Counts()
-            simd = vec or bool(plan_loop(s, types).pragma(str))
-            _count(s.body, sizes, types, inner, 1.0, simd, dots)
+            simd = vec or id(s) in explicit or bool(plan_loop(s, types).pragma(str))
+            _count(s.body, sizes, types, inner, 1.0, simd, dots, explicit)
             if id(s) in dots:               # vdpbf16ps: two products and sums per lane
                 inner.vector_ops /= 2
             n = _trips(s) * scale
@@ -117,12 +120,12 @@ def _count(body, sizes: dict, types: dict, c: Counts, scale: float, vec: bool, d
             c.flops += inner.flops * n
             continue
         if isinstance(s, While):
-            _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec, dots)
+            _count(s.body, sizes, types, c, scale * UNKNOWN_TRIPS, vec, dots, explicit)
             continue
         if isinstance(s, If):               # both branches' time, one branch's FLOPs
             branches = Counts(), Counts()
             for part, into in zip((s.then, s.orelse), branches):
-                _count(part, sizes, types, into, scale, vec, dots)
+                _count(part, sizes, types, into, scale, vec, dots, explicit)
             for into in branches:
                 c.ops, c.vector_ops = c.ops + into.ops, c.vector_ops + into.vector_ops
                 c.bytes += into.bytes
@@ -164,9 +167,12 @@ def estimate_ms(k: Kernel, m: Machine) -> float:
     """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
     sizes, types = _sizes_types(k)
     bufs = {p.name: p.dtype for p in k.params}
-    dots = {id(s) for s in walk(k.body) if isinstance(s, For) and m.dot_bf16 and match_dot(s, bufs, types)}
+    loops = [s for s in walk(k.body) if isinstance(s, For)]
+    dots = {id(s) for s in loops if m.dot_bf16 and match_dot(s, bufs, types)}
+    explicit = {id(s) for s in loops for o in [match_outer(s, bufs, types)]     # codegen/c_outer.py
+                if o and any(isa.lanes == m.vector and fits(o, isa) for isa in ISAS)}
     c = Counts()
-    _count(k.body, sizes, types, c, 1.0, False, dots)
+    _count(k.body, sizes, types, c, 1.0, False, dots, explicit)
     parallel = runs_in_parallel(k)
     cores = min(k.grid, k.threads or m.cores, m.cores) if parallel else 1
     unique = _unique_bytes(k)
