@@ -83,6 +83,8 @@ _TABLE = [
      "program is loaded, or by each block on every call", _one_of("once", "call"), "CPU contractions"),
     ("QDOT", "a quantized matrix-vector row's blocks as int8 dot products (activations quantized "
      "per block, vpdpbusd) or as float lanes", _one_of("vnni", "float"), "CPU quantized rows"),
+    ("PREFETCH", "each register tile of a CPU block prefetches part of the next block's packed "
+     "panel into L2 under its FMAs (1), or not (0)", _FLAG, "CPU contractions (FORM=outer)"),
     ("K_CHUNK", "K elements a CPU dot-form block runs over all its register tiles before the next "
      "(its N-side rows stay in L1; 0: all of K at once)", _between(0), "CPU contractions (FORM=dot)"),
     ("THREAD_N", "output columns per thread (must divide TILE_N)", _between(1, 16), CUDA_CORE),

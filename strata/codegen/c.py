@@ -95,6 +95,7 @@ class CEmitter(CFamilyEmitter):
         panels = packed or any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
         self.amx = {id(s): m for s, tiles in _loops(kernel.body) if panels
                     for m in [match_amx(s, self.bufs, self.types, tiles, packed)] if m}  # c_amx.py
+        self.around = {id(s): outer for s, outer in _loops(kernel.body)}      # c_outer.py
         self.quant = {id(s): q for s in walk(kernel.body) if isinstance(s, For)      # c_qdot.py
                       for q in [match_quant_blocks(s, self.bufs)] if q}
         vnni = dict(kernel.knobs).get("QDOT") == "vnni"
@@ -167,7 +168,7 @@ class CEmitter(CFamilyEmitter):
             return emit_pairs(self, s, pairs, depth, lambda: self.loop(s, depth))
         outer = match_outer(s, self.bufs, self.types)
         if outer:
-            return emit_outer(self, s, outer, depth, lambda: self.loop(s, depth))
+            return emit_outer(self, s, outer, depth, lambda: self.loop(s, depth), self.around.get(id(s)))
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:

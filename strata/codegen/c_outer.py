@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..expr import Op, Var, free_vars
+from ..expr import Op, Var, add, call, coefficient, free_vars, substitute
 from ..kernel_ir.ir import Assign, For, Let, Load
 from .c_pairs import load_offset
 from .cfamily import REL, cname, strip_parens
@@ -93,12 +93,39 @@ def fits(outer: OuterLoop, isa: Isa) -> bool:
     return len(outer.rows) * vectors + vectors + 1 <= isa.registers
 
 
-def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written) -> None:
-    """Print `loop` as vector FMAs for each ISA of ISAS the tile fits, else `as_written()`."""
+LINE = 16                       # floats in a 64-byte cache line
+
+
+def next_panel(em, loop: For, outer: OuterLoop, tiles: For | None):
+    """The element each K step of the vector loop prefetches, or None. Why: a block's first
+    register tile reads its packed panel from DRAM while the others find it in L2; the block after
+    it (the same thread's, in a static schedule) reads the panel `row` elements per K step further
+    on. Each tile `mi` of the block prefetches line `mi % lines` of that panel's row k at step k,
+    so the first `lines` tiles bring the whole next panel into L2 one line a step, under their
+    FMAs. Where the schedule asks for it (PREFETCH, tile/passes/cpu_matmul.py), for a panel that
+    is a kernel parameter (packed once, cpu_pack_weights) indexed by the block's first column, at
+    least a cache line a row."""
+    e = outer.loads[outer.rows[0][1][0][1]]
+    if tiles is None or e.buf in em.smem or not dict(em.k.knobs).get("PREFETCH"):
+        return None
+    row = coefficient(e.index, loop.var)
+    others = free_vars(e.index) - {loop.var}
+    if not row or row % LINE or len(others) != 1:
+        return None
+    (n0,) = others
+    at = add(substitute(e.index, {n0: add(Var(n0, "i32"), row)}),
+             call("multiply", call("mod", Var(tiles.var, tiles.dtype), row // LINE), LINE))
+    return f"{cname(e.buf)}[{strip_parens(em.expr(at))}]"
+
+
+def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written, tiles: For | None = None) -> None:
+    """Print `loop` as vector FMAs for each ISA of ISAS the tile fits, else `as_written()`;
+    `tiles`: the loop over the block's register tiles around it (see next_panel)."""
     isas = [isa for isa in ISAS if fits(outer, isa)]
     if not isas:
         return as_written()
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
+    ahead = next_panel(em, loop, outer, tiles)
 
     def at(var: str) -> str:
         e = outer.loads[var]
@@ -115,6 +142,8 @@ def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written) -> None:
                         f"{isa.set_lanes.format(', '.join(cname(a) for a in vectors[-1][1]))};", depth + 1)
         em.emit(f"for ({t} {v} = {strip_parens(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
                 f"{v}++) {{", depth + 1)
+        if ahead:
+            em.emit(f"__builtin_prefetch(&{ahead}, 0, 2);    // the next block's panel, into L2", depth + 2)
         for w in dict.fromkeys(x[2] for x in vectors):
             em.emit(f"{isa.vec} {cname(w)}_v = {isa.load.format('&' + at(w))};", depth + 2)
         for u, _ in outer.rows:

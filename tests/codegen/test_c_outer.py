@@ -92,3 +92,29 @@ def test_the_host_target_has_this_cpus_caches():
     else:
         assert host().caches == TARGETS["cpu"].caches
     assert host("flags : sse2 avx2\n").caches == TARGETS["cpu"].caches     # another machine's text
+
+
+LINEAR_2048 = "torch.nn.Linear(2048, 256, bias=False)(torch.randn(128, 2048))"
+
+
+def test_tiles_prefetch_the_next_blocks_packed_panel_where_two_fit_in_half_of_l2():
+    c = c_source(LINEAR_2048, "cpu-spr")        # a 512 KiB panel, 2 MiB L2
+    fetches = re.findall(r"__builtin_prefetch\(&(\w+)\[(.*?)\], 0, 2\);", c)
+    assert fetches and {buf for buf, _ in fetches} == {"p_weight_panel"}
+    assert all("mi % 4 * 16" in at and at.endswith("+ 131072") for _, at in fetches)   # the next panel
+    assert "__builtin_prefetch" not in c_source(LINEAR_2048, "cpu-spr", PREFETCH=0)
+    assert "__builtin_prefetch" not in c_source(LINEAR_2048, "cpu-spr", PACK="call")   # no next panel
+    long_k = "torch.nn.Linear(5632, 256, bias=False)(torch.randn(128, 5632))"
+    assert "__builtin_prefetch" not in c_source(long_k, "cpu-spr")        # 720 KiB panels
+
+
+def test_prefetching_changes_no_value():
+    torch.manual_seed(2)
+    lin, x = torch.nn.Linear(2048, 40, bias=False), torch.randn(97, 2048)     # outer form, edges
+    outs = []
+    for on in (1, 0):
+        program = strata.compile(lin, (x,), device="cpu", ctx=Context(knobs={"PREFETCH": on}))
+        assert ("__builtin_prefetch" in program.source("c")) == (on == 1 and host().vector_registers >= 32)
+        outs.append(program(x))
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0], lin(x), rtol=1e-5, atol=1e-5)

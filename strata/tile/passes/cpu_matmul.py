@@ -97,6 +97,14 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
     return MatmulTile(m, n, tile_m, tile_n, thread_m, tile_n, serial=True)
 
 
+def _prefetch(c, mt: MatmulTile, ctx: Context) -> bool:
+    """PREFETCH's default (codegen/c_outer.py prints it): on when this block's panels and the
+    next block's fit in half of L2 together (fp32 128 x 2048 x 5632, a 512 KiB panel: 1.05x;
+    K=5632, a 720 KiB one in a 2 MiB L2: 0.85x, 2-core EMR)."""
+    panels = sum(l.extent for l in c.loops) * mt.tile_n * 4
+    return 2 * panels <= dict(ctx.arch.caches).get("L2", 1 << 19) // 2
+
+
 def _pairable(k: TileKernel, c, loop: Loop) -> bool:
     """Whether FORM=pairs can run the loop: both operands bf16 loads, the M-side one contiguous
     along K (a pair is adjacent), K even."""
@@ -237,7 +245,8 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
                 "dot products along K" if dot else f"the {c.loops[0].extent}x{mt.tile_n} panel"
                 f"{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed"), 2)
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
+    prefetch = ((("PREFETCH", ctx.knob("PREFETCH", _prefetch(c, mt, ctx))),) if form == "outer" else ())
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
-                        ("FORM", form)) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()):
+                        ("FORM", form)) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()) + prefetch:
         out = out.with_knob(name, value)
     return out
