@@ -39,7 +39,7 @@ VALUES = {
     "STAGES": (2, 3, 4), "WARPS_M": (1, 2, 4), "WARPS_N": (1, 2, 4), "VEC": (1, 2, 4, 8),
     "BLOCK": (64, 128, 256, 512), "GROUP": (1, 32, 64, 128, 256), "CHUNKS": (1, 2, 4, 8),
     "BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "KV_SPLITS": (1, 2, 4, 8),
-    "THREADS": (0, 1, 2, 4, 8), "KEEP": (True, False),
+    "THREADS": (0, 1, 2, 4, 8), "KEEP": (True, False), "PREFETCH": (True, False),
     "FORM": ("outer", "dot", "pairs", "amx"), "K_CHUNK": (512, 1024, 2048, 4096),
     "QDOT": ("vnni", "float"),
 }
