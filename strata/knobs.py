@@ -85,8 +85,9 @@ _TABLE = [
      "per block, vpdpbusd) or as float lanes", _one_of("vnni", "float"), "CPU quantized rows"),
     ("PREFETCH", "each register tile of a CPU block prefetches part of the next block's packed "
      "panel into L2 under its FMAs (1), or not (0)", _FLAG, "CPU contractions (FORM=outer)"),
-    ("K_CHUNK", "K elements a CPU dot-form block runs over all its register tiles before the next "
-     "(its N-side rows stay in L1; 0: all of K at once)", _between(0), "CPU contractions (FORM=dot)"),
+    ("K_CHUNK", "K elements a CPU block runs over all its register tiles before the next (the "
+     "dot form's N-side rows stay in L1, the outer form's panel rows in L2; 0: all of K at once)",
+     _between(0), "CPU contractions (FORM=dot, outer)"),
     ("THREAD_N", "output columns per thread (must divide TILE_N)", _between(1, 16), CUDA_CORE),
     ("PAD_A", "elements of padding per row of the staged M-side tile", _between(0, 32), CUDA_CORE),
     ("PAD_B", "elements of padding per row of the staged N-side tile", _between(0, 32), CUDA_CORE),

@@ -113,7 +113,9 @@ def next_panel(em, loop: For, outer: OuterLoop, tiles: For | None):
     if not row or row % LINE or len(others) != 1:
         return None
     (n0,) = others
-    at = add(substitute(e.index, {n0: add(Var(n0, "i32"), row)}),
+    chunk = dict(em.k.knobs).get("K_CHUNK", 0)
+    nxt = add(e.index, chunk * row) if chunk else substitute(e.index, {n0: add(Var(n0, "i32"), row)})
+    at = add(nxt,
              call("multiply", call("mod", Var(tiles.var, tiles.dtype), row // LINE), LINE))
     return f"{cname(e.buf)}[{strip_parens(em.expr(at))}]"
 

@@ -20,8 +20,8 @@ def c_source(code: str, target: str, **knobs) -> str:
     return program.ir("c")
 
 
-def tile_knobs(code: str, target: str) -> dict:
-    program, _ = compile_snippet(code, Context(target=target), until="tile")
+def tile_knobs(code: str, target: str, **knobs) -> dict:
+    program, _ = compile_snippet(code, Context(target=target, knobs=knobs), until="tile")
     return next(dict(k.knobs) for k in program.lowered.tile.kernels if dict(k.knobs).get("FORM"))
 
 
@@ -42,12 +42,19 @@ def test_tile_shapes_follow_the_registers_and_l2():
     spr, avx2 = (tile_knobs(F32_LINEAR, t) for t in ("cpu-spr", "cpu-avx2"))
     assert (spr["TILE_N"], spr["THREAD_M"]) == (64, 6)
     assert (avx2["TILE_N"], avx2["THREAD_M"]) == (16, 6)
-    # a 5632-long K: four vectors' panel (1.4 MiB) takes over half of cpu-spr's 2 MiB L2, so two
-    # vectors and taller tiles; AVX2's 16 registers never hold taller ones
+    assert "K_CHUNK" not in spr                 # its 512 KiB panel: a quarter of cpu-spr's L2
+    # a 5632-long K: four vectors' panel (1.4 MiB) takes over a quarter of L2, so K runs in chunks
+    # of 512 over all the block's tiles; AVX2's 16 registers never hold taller tiles
     long_k = "torch.nn.Linear(5632, 256, bias=False)(torch.randn(128, 5632))"
     spr, avx2 = (tile_knobs(long_k, t) for t in ("cpu-spr", "cpu-avx2"))
-    assert (spr["TILE_N"], spr["THREAD_M"]) == (32, 8)
+    assert (spr["TILE_N"], spr["THREAD_M"], spr["K_CHUNK"], spr["PREFETCH"]) == (64, 6, 512, True)
     assert (avx2["TILE_N"], avx2["THREAD_M"]) == (16, 6)
+    # an M-side operand computed in the tile (RMSNorm's output, PROLOGUE=fuse) is packed per tile
+    # for all of K: no chunks, so two vectors and tall tiles
+    rms = ("torch.nn.Sequential(torch.nn.RMSNorm(5632), torch.nn.Linear(5632, 256, bias=False))"
+           "(torch.randn(128, 5632))")
+    spr = tile_knobs(rms, "cpu-spr", PROLOGUE="fuse")
+    assert "K_CHUNK" not in spr and (spr["TILE_N"], spr["THREAD_M"]) == (32, 8)
 
 
 def test_a_tile_too_big_for_the_registers_stays_scalar():
@@ -104,8 +111,10 @@ def test_tiles_prefetch_the_next_blocks_packed_panel_where_two_fit_in_half_of_l2
     assert all("mi % 4 * 16" in at and at.endswith("+ 131072") for _, at in fetches)   # the next panel
     assert "__builtin_prefetch" not in c_source(LINEAR_2048, "cpu-spr", PREFETCH=0)
     assert "__builtin_prefetch" not in c_source(LINEAR_2048, "cpu-spr", PACK="call")   # no next panel
-    long_k = "torch.nn.Linear(5632, 256, bias=False)(torch.randn(128, 5632))"
-    assert "__builtin_prefetch" not in c_source(long_k, "cpu-spr")        # 720 KiB panels
+    long_k = "torch.nn.Linear(5632, 256, bias=False)(torch.randn(128, 5632))"    # in K chunks:
+    fetches = re.findall(r"__builtin_prefetch\(&(\w+)\[(.*?)\], 0, 2\);", c_source(long_k, "cpu-spr"))
+    assert fetches and all(at.endswith("+ 32768") for _, at in fetches)     # the next 512 rows
+    assert "__builtin_prefetch" not in c_source(long_k, "cpu-spr", K_CHUNK=0)   # 1.4 MiB panels
 
 
 def test_prefetching_changes_no_value():
@@ -118,3 +127,16 @@ def test_prefetching_changes_no_value():
         outs.append(program(x))
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[0], lin(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k_chunk", [64, 192, 1000])      # a chunk not dividing K: a short last one
+def test_k_chunks_give_the_same_bits(k_chunk):
+    """K in chunks over all of a block's register tiles (their sums kept in a scratch between
+    chunks, the next chunk's panel prefetched) adds the same products in the same order."""
+    torch.manual_seed(3)
+    lin, x = torch.nn.Linear(1100, 72), torch.randn(97, 1100)
+    whole = strata.compile(lin, (x,), device="cpu", ctx=Context(knobs={"K_CHUNK": 0}))
+    chunked = strata.compile(lin, (x,), device="cpu", ctx=Context(knobs={"K_CHUNK": k_chunk}))
+    assert "for (int kc = 0;" in chunked.source("c") and "for (int kc = 0;" not in whole.source("c")
+    assert torch.equal(chunked(x), whole(x))
+    torch.testing.assert_close(chunked(x), lin(x), rtol=1e-5, atol=1e-5)

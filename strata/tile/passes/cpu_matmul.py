@@ -33,6 +33,12 @@ form with 32 x 32 register tiles (16 rows when M is 16 or less): the panel's K p
 B-tile layout, and codegen/c_amx.py prints the K loop as 2 x 2 tiles of tdpbf16ps (16x16 fp32
 each, 32 K a step), emulated in C where the CPU has no AMX.
 
+In the outer form on a CPU with 32 vector registers the tile is 6 x 4 vectors; where the
+block's panels take over a quarter of L2 and every M-side operand is a plain f32 load, K runs
+in chunks (K_CHUNK) over all the block's register tiles, their sums kept in a scratch between
+chunks, as the dot form's do; PREFETCH has each tile bring part of the next chunk's (or the next
+block's) panel rows into L2 under its FMAs (codegen/c_outer.py).
+
 TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
 BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
 same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
@@ -79,7 +85,7 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
     k_total = sum(l.extent for l in c.loops)
     wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
     vectors = WIDE_N if form == "outer" and wide_registers and \
-        k_total * WIDE_N * lanes * 4 <= half_l2 else CPU_VECTORS_N
+        (k_total * WIDE_N * lanes * 4 <= half_l2 or _chunkable(k, c)) else CPU_VECTORS_N
     tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else vectors * lanes,
                                     max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
@@ -97,11 +103,35 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
     return MatmulTile(m, n, tile_m, tile_n, thread_m, tile_n, serial=True)
 
 
-def _prefetch(c, mt: MatmulTile, ctx: Context) -> bool:
-    """PREFETCH's default (codegen/c_outer.py prints it): on when this block's panels and the
-    next block's fit in half of L2 together (fp32 128 x 2048 x 5632, a 512 KiB panel: 1.05x;
-    K=5632, a 720 KiB one in a 2 MiB L2: 0.85x, 2-core EMR)."""
-    panels = sum(l.extent for l in c.loops) * mt.tile_n * 4
+def _chunkable(k: TileKernel, c) -> bool:
+    """Whether the outer form can run K in chunks over all of a block's register tiles: one K
+    extent, and each M-side operand a plain f32 load (a computed one is packed per tile, for all
+    of K)."""
+    if len({l.extent for l in c.loops}) != 1:
+        return False
+    sides_ = [closure(l.body, sides(c, l)[0]) for l in c.loops]
+    return all(len(a) == 1 and isinstance(a[0], Load) and k.dtype_of(a[0].buf) == "f32" for a in sides_)
+
+
+def _outer_chunk(c, mt: MatmulTile, ctx: Context) -> int:
+    """K_CHUNK's default in the outer form: 0 (all of K) when the block's panels take at most a
+    quarter of L2, else the multiple of 64 whose rows of one panel take a sixteenth of it (512 in
+    2 MiB). Measured on the 2-core EMR, M=128, 6 x 4 tiles with PREFETCH: K=5632, N=2048 over
+    chunks of 512 1.16x the unchunked 8 x 2 tiles (1.09x eager; chunks of 128 or 256 1.07x); the
+    MLP's gate and up (two 512 KiB panels) 1.12x unchunked; a single K=2048 panel the same.
+    """
+    l2 = dict(ctx.arch.caches).get("L2", 1 << 19)
+    if sum(l.extent for l in c.loops) * mt.tile_n * 4 <= l2 // 4 or ctx.arch.vector_registers < 32:
+        return 0                        # (not measured with AVX2's 6 x 2 tiles)
+    return max(64, l2 // 16 // (mt.tile_n * 4) // 64 * 64)
+
+
+def _prefetch(c, mt: MatmulTile, chunk: int, ctx: Context) -> bool:
+    """PREFETCH's default (codegen/c_outer.py prints it): on when the panel rows a block (or a K
+    chunk of it) reads and the next one's fit in half of L2 together (fp32 128 x 2048 x 5632, a
+    512 KiB panel: 1.05x; K=5632 unchunked, a 720 KiB one in a 2 MiB L2: 0.85x, 2-core EMR)."""
+    rows = chunk or sum(l.extent for l in c.loops) // len(c.loops)
+    panels = rows * len(c.loops) * mt.tile_n * 4
     return 2 * panels <= dict(ctx.arch.caches).get("L2", 1 << 19) // 2
 
 
@@ -236,6 +266,9 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         one_k = len({l.extent for l in c.loops}) == 1      # the reductions share their chunks
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge),
                            k_chunk=chunk if one_k and chunk < c.loops[0].extent else 0)
+    elif form == "outer" and _chunkable(k, c) and 0 < (chunk := ctx.knob("K_CHUNK", _outer_chunk(c, mt, ctx))) \
+            < c.loops[0].extent:
+        tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge), k_chunk=chunk)
     else:
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
                            register_tile(m_edge) if m_edge is not None else ())
@@ -245,8 +278,9 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
                 "dot products along K" if dot else f"the {c.loops[0].extent}x{mt.tile_n} panel"
                 f"{'s' if len(panels) > 1 else ''} of {', '.join(p.value for p in panels)} packed"), 2)
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
-    prefetch = ((("PREFETCH", ctx.knob("PREFETCH", _prefetch(c, mt, ctx))),) if form == "outer" else ())
+    prefetch = ((("PREFETCH", ctx.knob("PREFETCH", _prefetch(c, mt, tiles.k_chunk, ctx))),)
+                if form == "outer" else ())
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
-                        ("FORM", form)) + ((("K_CHUNK", tiles.k_chunk),) if dot else ()) + prefetch:
+                        ("FORM", form)) + ((("K_CHUNK", tiles.k_chunk),) if dot or tiles.k_chunk else ()) + prefetch:
         out = out.with_knob(name, value)
     return out
