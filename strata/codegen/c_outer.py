@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..expr import Op, Var, add, call, coefficient, free_vars, substitute
 from ..kernel_ir.ir import Assign, For, Let, Load
-from .c_pairs import load_offset
+from .c_pairs import lanes_back, load_offset
 from .cfamily import REL, cname, strip_parens
 
 
@@ -145,7 +145,7 @@ def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written, tiles: F
         em.emit(f"for ({t} {v} = {strip_parens(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
                 f"{v}++) {{", depth + 1)
         if ahead:
-            em.emit(f"__builtin_prefetch(&{ahead}, 0, 2);    // the next block's panel, into L2", depth + 2)
+            em.emit(f"__builtin_prefetch(&{ahead}, 0, 2);    // the next panel rows, into L2", depth + 2)
         for w in dict.fromkeys(x[2] for x in vectors):
             em.emit(f"{isa.vec} {cname(w)}_v = {isa.load.format('&' + at(w))};", depth + 2)
         for u, _ in outer.rows:
@@ -156,8 +156,7 @@ def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written, tiles: F
                             depth + 2)
         em.emit("}", depth + 1)
         for name, accs, _, _ in vectors:
-            em.emit(f"{{ float st_l[{isa.lanes}]; {isa.store.format(p='st_l', v=name)}; "
-                    + " ".join(f"{cname(a)} = st_l[{k}];" for k, a in enumerate(accs)) + " }", depth + 1)
+            em.emit(lanes_back(isa.store.format(p="st_l", v=name), isa.lanes, accs, "="), depth + 1)
         em.emit("}", depth)
     em.emit("#else", 0)
     as_written()

@@ -65,6 +65,13 @@ def load_offset(loads: dict, a: str, b: str) -> int | None:
     return lin[1] if lin is not None and not any(lin[0].values()) else None
 
 
+def lanes_back(store: str, lanes: int, accs, op: str) -> str:
+    """One line handing each lane of a vector accumulator to its point's scalar accumulator
+    (`op`: "=" or "+="), through a lanes-long array `store` (a statement) writes to st_l."""
+    return f"{{ float st_l[{lanes}]; {store}; " + \
+        " ".join(f"{cname(a)} {op} st_l[{i}];" for i, a in enumerate(accs)) + " }"
+
+
 def emit_pairs(em, loop: For, pl: PairLoop, depth: int, as_written) -> None:
     """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`."""
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
@@ -85,8 +92,7 @@ def emit_pairs(em, loop: For, pl: PairLoop, depth: int, as_written) -> None:
         em.emit(f"{name} = _mm512_dpbf16_ps({name}, {cname(u)}_pb, st_bf16x32({at(w)}));", depth + 2)
     em.emit("}", depth + 1)
     for name, (_, _, accs) in zip(names, pl.vectors):
-        em.emit(f"{{ float st_l[{LANES}]; _mm512_storeu_ps(st_l, {name}); "
-                + " ".join(f"{cname(a)} += st_l[{i}];" for i, a in enumerate(accs)) + " }", depth + 1)
+        em.emit(lanes_back(f"_mm512_storeu_ps(st_l, {name})", LANES, accs, "+="), depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)
     as_written()

@@ -63,7 +63,8 @@ from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageT
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
 WIDE_N = 4                  # ... 6 x 4 in the outer form where 32 vector registers hold them
-                            # and its K x 4-vector panel takes at most half of L2
+                            # and its K x 4-vector panel takes at most half of L2 or K can run
+                            # in chunks (_outer_chunk)
                             # (codegen/c_outer.py prints it; 2-core EMR, fp32, M=128: K=2048,
                             # N=5632 1.25x faster than 6 x 2; K=5632 with its 1.4 MiB panel
                             # 0.69x)
@@ -77,7 +78,7 @@ DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (o
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
 
-def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
+def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> MatmulTile:
     m, n, loops = c.m, c.n, len(c.loops)
     dot, amx = form == "dot", form == "amx"
     lanes = 16 if amx else max(1, ctx.arch.vector_bytes // 4)     # amx: 2 B tiles of 16 columns
@@ -85,7 +86,7 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str) -> MatmulTile:
     k_total = sum(l.extent for l in c.loops)
     wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
     vectors = WIDE_N if form == "outer" and wide_registers and \
-        (k_total * WIDE_N * lanes * 4 <= half_l2 or _chunkable(k, c)) else CPU_VECTORS_N
+        (k_total * WIDE_N * lanes * 4 <= half_l2 or chunkable) else CPU_VECTORS_N
     tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else vectors * lanes,
                                     max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
@@ -109,8 +110,8 @@ def _chunkable(k: TileKernel, c) -> bool:
     of K)."""
     if len({l.extent for l in c.loops}) != 1:
         return False
-    sides_ = [closure(l.body, sides(c, l)[0]) for l in c.loops]
-    return all(len(a) == 1 and isinstance(a[0], Load) and k.dtype_of(a[0].buf) == "f32" for a in sides_)
+    m_sides = [closure(l.body, sides(c, l)[0]) for l in c.loops]
+    return all(len(a) == 1 and isinstance(a[0], Load) and k.dtype_of(a[0].buf) == "f32" for a in m_sides)
 
 
 def _outer_chunk(c, mt: MatmulTile, ctx: Context) -> int:
@@ -243,7 +244,8 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
             or form == "amx" and not all(_pairable(k, c, l) for l in c.loops):
         form = "outer"                  # (no vdpbf16ps, f32, odd K, or PROLOGUE=fuse pinned)
     dot, amx = form == "dot", form == "amx"
-    mt = _tiles(k, c, ctx, form)
+    chunkable = form == "outer" and _chunkable(k, c)
+    mt = _tiles(k, c, ctx, form, chunkable)
     n_edge = edge(c.n, k.extent(c.n), mt.tile_n)
     reductions = [] if dot else [_pair_reduction(k, c, loop, mt, amx) if form in ("pairs", "amx") else
                                  _reduction(k, c, loop, mt, n_edge) for loop in c.loops]
@@ -266,8 +268,7 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
         one_k = len({l.extent for l in c.loops}) == 1      # the reductions share their chunks
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge),
                            k_chunk=chunk if one_k and chunk < c.loops[0].extent else 0)
-    elif form == "outer" and _chunkable(k, c) and 0 < (chunk := ctx.knob("K_CHUNK", _outer_chunk(c, mt, ctx))) \
-            < c.loops[0].extent:
+    elif chunkable and 0 < (chunk := ctx.knob("K_CHUNK", _outer_chunk(c, mt, ctx))) < c.loops[0].extent:
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(m_edge), k_chunk=chunk)
     else:
         tiles = MicroTiles(mt.tile_m // mt.thread_m, register_tile(None),
