@@ -67,9 +67,14 @@ def _emulated(target) -> bool:
     return target.machine not in ("", get_target("host").machine)
 
 
+def _missing_features(target) -> list:
+    """What a CPU target of this instruction set needs that this CPU lacks."""
+    return sorted(target.features - get_target("host").features)
+
+
 def _check_runs_here(target) -> None:
     """A named CPU target of this instruction set runs only where this CPU has its features."""
-    missing = sorted(target.features - get_target("host").features)
+    missing = _missing_features(target)
     if missing:
         raise StrataError(f"--target {target} needs {', '.join(missing)}, which this CPU lacks: "
                           f"run with --target host (or none), or print its code with --ir asm")
@@ -231,8 +236,9 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     without its KV cache, and the program returns the logits tensor, `model(ids).logits`, not
     the ModelOutput. device="cuda" also compiles and loads the kernels on the current GPU; calls
     then take and return CUDA tensors; "cpu" builds them natively (C + OpenMP); "sim" runs them
-    in the simulator (the default, unless ctx pins a CPU target: then "cpu"). use_graph: replay
-    repeated CUDA calls as one CUDA graph."""
+    in the simulator (the default, unless ctx pins a CPU target: then "cpu"). A named CPU target
+    whose features this CPU lacks (cpu-spr on an AVX2 machine) compiles, prints its source and
+    says why at its first call. use_graph: replay repeated CUDA calls as one CUDA graph."""
     ctx = ctx or Context()
     device = device or default_device(ctx)
     check_device(device)
@@ -243,7 +249,7 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
     program.constants, program.ctx = constants, ctx
-    if _loads(device, until):
+    if _loads(device, until) and not (device == "cpu" and _missing_features(ctx.target)):
         program.load()
     return program
 

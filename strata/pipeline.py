@@ -40,6 +40,7 @@ from .tile.passes.cpu_pack_weights import cpu_pack_weights
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_reciprocal import cpu_reciprocal
 from .tile.passes.cpu_rows import cpu_rows
+from .tile.passes.cpu_split_guards import cpu_split_guards
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
 from .tile.passes.mma_async_copy import mma_async_copy
@@ -95,6 +96,7 @@ CPU_PASSES = [
     ("cpu_block_loops", cpu_block_loops),
     ("cpu_keep_values", cpu_keep_values),
     ("cpu_reciprocal", cpu_reciprocal),
+    ("cpu_split_guards", cpu_split_guards),
     ("mark_unroll", mark_unroll),
 ]
 PIPELINES = {"gpu": GPU_PASSES, "cpu": CPU_PASSES}

@@ -29,23 +29,27 @@ from .cpu_bench import time_once
 # by runtime/cc.py's path); st_peak returns the seconds `n` steps took.
 PEAK_C = r"""
 #include <omp.h>
-#if defined(__AVX512BF16__)
 #include <immintrin.h>
+#if defined(__AVX512F__)
+typedef float vec __attribute__((vector_size(64)));
+#define ST_FMA(a) a = (vec)_mm512_fmadd_ps((__m512)x, (__m512)y, (__m512)a);
+#else
+typedef float vec __attribute__((vector_size(32)));
+#define ST_FMA(a) a = (vec)_mm256_fmadd_ps((__m256)x, (__m256)y, (__m256)a);
 #endif
-typedef float v16 __attribute__((vector_size(64)));
+int st_lanes(void) { return sizeof(vec) / 4; }
 double st_peak(int bf16, long n) {
     double t0 = omp_get_wtime();
     float sink = 0.0f;
     #pragma omp parallel reduction(+:sink)
     {
-        v16 x = (v16){0} + 1.0001f, y = (v16){0} + 0.9999f;
+        vec x = (vec){0} + 1.0001f, y = (vec){0} + 0.9999f;
         // twelve different starts: equal ones made gcc compute one chain and count it 12 times
-        v16 a0 = x * 0, a1 = x * 1, a2 = x * 2, a3 = x * 3, a4 = x * 4, a5 = x * 5,
+        vec a0 = x * 0, a1 = x * 1, a2 = x * 2, a3 = x * 3, a4 = x * 4, a5 = x * 5,
             a6 = x * 6, a7 = x * 7, a8 = x * 8, a9 = x * 9, a10 = x * 10, a11 = x * 11;
 #define ST_STEP(OP) OP(a0) OP(a1) OP(a2) OP(a3) OP(a4) OP(a5) OP(a6) OP(a7) OP(a8) OP(a9) OP(a10) OP(a11)
-#define ST_FMA(a) a = __builtin_ia32_vfmaddps512_mask(x, y, a, -1, 4);
 #if defined(__AVX512BF16__)
-#define ST_DOT(a) a = (v16)_mm512_dpbf16_ps((__m512)a, (__m512bh)x, (__m512bh)y);
+#define ST_DOT(a) a = (vec)_mm512_dpbf16_ps((__m512)a, (__m512bh)x, (__m512bh)y);
 #else
 #define ST_DOT(a) ST_FMA(a)
 #endif
@@ -53,8 +57,8 @@ double st_peak(int bf16, long n) {
             if (bf16) { ST_STEP(ST_DOT) } else { ST_STEP(ST_FMA) }
             __asm__ volatile("" : "+v"(x));
         }
-        v16 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-        for (int j = 0; j < 16; j++) sink += s[j];
+        vec s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+        for (int j = 0; j < (int)(sizeof(vec) / 4); j++) sink += s[j];
     }
     return omp_get_wtime() - t0 + (sink == 1.0f ? 1e-9 : 0.0);
 }
@@ -85,7 +89,7 @@ def _probes(p: Profile):
     if l3 >= 8 * l2 * p.cores:                       # an LLC well past the L2s
         yield "LLC read", lambda: _read_gbps(min(l3 // 4, 32 << 20))
     yield "L2 read", lambda: _read_gbps(l2 * p.cores // 2)
-    if p.machine == "x86_64" and "avx512f" in p.features:
+    if p.machine == "x86_64" and ("avx512f" in p.features or {"avx2", "fma"} <= set(p.features)):
         yield "fp32 FMA peak", lambda: _peak_gflops(False)
         if "avx512_bf16" in p.features:
             yield "bf16 vdpbf16ps peak", lambda: _peak_gflops(True)
@@ -105,12 +109,14 @@ def _best_seconds(fn, rounds: int = 7) -> float:
 
 
 def _peak_gflops(bf16: bool) -> float:
-    """GFLOP/s of PEAK_C on every core: 12 zmm FMAs (32 flops each) or vdpbf16ps (64) a step."""
-    peak = load_library(build_library(PEAK_C)).st_peak
+    """GFLOP/s of PEAK_C on every core: 12 FMAs of the widest vector (zmm: 32 flops each, ymm: 16)
+    or vdpbf16ps (64) a step."""
+    lib = load_library(build_library(PEAK_C))
+    peak, lanes = lib.st_peak, lib.st_lanes()
     peak.argtypes, peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
     n, threads = 2_000_000, os.cpu_count() or 1
     peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
-    return 12 * (64 if bf16 else 32) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
+    return 12 * (64 if bf16 else 2 * lanes) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
 
 
 def _amx_peak_gflops() -> float:

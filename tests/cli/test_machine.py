@@ -81,7 +81,8 @@ def test_the_cost_model_takes_the_profiles_bandwidths(cache_dir, monkeypatch):
     assert m.dram_gbs == 12.5 and m.cache_gbs == 100.0 / host().cores
 
 
-@pytest.mark.skipif("avx512f" not in host().features, reason="the register peaks are AVX-512 code")
+@pytest.mark.skipif(not ({"avx512f"} <= set(host().features) or {"avx2", "fma"} <= set(host().features)),
+                    reason="the register peaks are AVX-512 or AVX2 + FMA code")
 def test_the_register_peak_bounds_the_matmul(cache_dir):
     peak = probes._peak_gflops(False)
     matmul = probes._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})

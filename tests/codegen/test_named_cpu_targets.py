@@ -77,5 +77,8 @@ def test_running_a_target_whose_features_are_missing_is_refused(monkeypatch):
     from strata.targets import TARGETS
     monkeypatch.setattr(api, "get_target", lambda name: TARGETS["cpu-avx2"] if name == "host"
                         else TARGETS[name])
+    x = torch.randn(8)
+    program = strata.compile(lambda x: x * 2, (x,), ctx=Context(target="cpu-spr"))
+    assert "strata_run" in program.source()     # its code prints on any machine (the replay's)
     with pytest.raises(StrataError, match="needs amx_bf16, amx_int8, amx_tile, avx512_bf16"):
-        strata.compile(lambda x: x * 2, (torch.randn(8),), ctx=Context(target="cpu-spr"))
+        program(x)
