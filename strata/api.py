@@ -68,8 +68,9 @@ def _emulated(target) -> bool:
 
 
 def _missing_features(target) -> list:
-    """What a CPU target of this instruction set needs that this CPU lacks."""
-    return sorted(target.features - get_target("host").features)
+    """What a CPU target of this instruction set needs that this CPU lacks (none for one built
+    with -march=native: the code for a feature it lacks sits under #if, the fallback runs)."""
+    return [] if target.isa == "native" else sorted(target.features - get_target("host").features)
 
 
 def _check_runs_here(target) -> None:
@@ -249,7 +250,8 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
     program.constants, program.ctx = constants, ctx
-    if _loads(device, until) and not (device == "cpu" and _missing_features(ctx.target)):
+    if _loads(device, until) and not (device == "cpu" and not _emulated(ctx.target)
+                                      and _missing_features(ctx.target)):
         program.load()
     return program
 

@@ -123,7 +123,7 @@ def test_prefetching_changes_no_value():
     outs = []
     for on in (1, 0):
         program = strata.compile(lin, (x,), device="cpu", ctx=Context(knobs={"PREFETCH": on}))
-        assert ("__builtin_prefetch" in program.source("c")) == (on == 1 and host().vector_registers >= 32)
+        assert ("__builtin_prefetch" in program.source("c")) == (on == 1)   # (AVX2 too: 6 x 2)
         outs.append(program(x))
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[0], lin(x), rtol=1e-5, atol=1e-5)

@@ -6,13 +6,15 @@ Why: a guarded load vectorises only as a masked load, which AVX2 has for 32-bit 
 (vmaskmovps) and not for 16-bit ones, so gcc left the whole loop scalar: bf16 RoPE on
 TinyLlama's q and k at seq 128 ran 0.66x eager on a 2-core Zen 3 EPYC (AVX2, 2026-11-27).
 Split, each loop's loads are plain and contiguous on every ISA, and no lane loads what it throws
-away. Only comparisons of the index plus a constant with a constant count (what concat and pad
-produce), and at most MAX_PIECES loops come out of one.
+away. Only guarded loads of floats count (a Q4_0 block's guarded nibble loads are printed whole
+by codegen/c_qdot.py), only comparisons of the index plus a constant with a constant (what
+concat and pad produce), and at most MAX_PIECES loops come out of one.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ... import dtypes
 from ...context import Context
 from ...expr import Cast, Const, Op, Var, affine_terms, free_vars, substitute, value_range
 from ...loop.ir import Let, Load, Loop
@@ -45,8 +47,11 @@ def cpu_split_guards(k: TileKernel, ctx: Context) -> TileKernel:
 
 def _cuts(loop: Loop) -> list[int]:
     """The indices inside the loop where a guard of one of its loads changes value."""
-    guards = [s.pred for s in walk(loop.body) if isinstance(s, Load) and s.pred is not None
-              and loop.var in free_vars(s.pred)]
+    guarded = [s for s in walk(loop.body) if isinstance(s, Load) and s.pred is not None
+               and loop.var in free_vars(s.pred)]
+    if any(not dtypes.is_float(s.dtype) for s in guarded):
+        return []                               # a quantized block's nibbles (c_qdot prints it)
+    guards = [s.pred for s in guarded]
     cuts = set()
     for pred in guards:
         for e in _comparisons(pred):
