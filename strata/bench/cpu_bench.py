@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from .. import dtypes
+from .. import dtypes, machine
 from ..api import compile_snippet
 from ..check import compare_with_eager, print_report
 from ..cpu_load import OtherLoad, busy_sentence
@@ -80,7 +80,19 @@ def mm_tflops(dtype: str, n: int = 2048) -> float:
 
 def cpu_ceilings(mm_dtypes=("f32",)):
     return Ceilings(copy_gbps=copy_gbps(), read_gbps=read_gbps(),
-                    mm_tflops={d: mm_tflops(d) for d in dict.fromkeys(mm_dtypes)}, mm_n=2048)
+                    mm_tflops={d: mm_tflops(d) for d in dict.fromkeys(mm_dtypes)}, mm_n=2048,
+                    peak_tflops=profile_peaks())
+
+
+def profile_peaks() -> dict:
+    """TFLOP/s per dtype from the cached machine profile (`strata machine --measure`): the
+    units' peak, where torch.mm gives only what its library reaches (bf16 on an AVX2 CPU: under
+    a GFLOP/s). bf16 takes the fastest unit that computes it: AMX, vdpbf16ps, else fp32 FMAs."""
+    p = machine.cached()
+    c = p.ceilings if p else {}
+    bf16 = [c[k] for k in ("bf16 AMX peak", "bf16 vdpbf16ps peak", "fp32 FMA peak") if k in c]
+    peaks = {"f32": c.get("fp32 FMA peak"), "bf16": max(bf16, default=None)}
+    return {dt: v / 1e3 for dt, v in peaks.items() if v}
 
 
 def bench_snippet_cpu(code: str, ctx) -> int:

@@ -57,12 +57,18 @@ def achieved(bytes_: int, flops: int, ms: float | None, dtype: str, ceilings: Ce
         return None
     seconds = ms * 1e-3
     bw = ceilings.read_gbps or ceilings.copy_gbps
-    peak = ceilings.mm_tflops.get(dtype) or ceilings.mm_tflops.get("bf16")
+    peak = _peak(ceilings, dtype)
     t_mem = bytes_ / (bw * 1e9) if bw and bytes_ else 0.0
     t_flop = flops / (peak * 1e12) if peak and flops else 0.0
     if flops and (t_flop > t_mem or not bytes_):
         return Achieved(flops / seconds / 1e12, "TFLOP/s", t_flop / seconds if peak else math.nan)
     return Achieved(bytes_ / seconds / 1e9, "GB/s", t_mem / seconds if bw else math.nan)
+
+
+def _peak(ceilings: Ceilings, dtype: str) -> float | None:
+    """The compute ceiling of `dtype`: the machine profile's peak, else torch.mm's rate."""
+    return ceilings.peak_tflops.get(dtype) or ceilings.mm_tflops.get(dtype) or \
+        ceilings.mm_tflops.get("bf16")
 
 
 def case_achieved(case: CaseResult, variant: str, ceilings: Ceilings) -> Achieved | None:
@@ -230,8 +236,9 @@ def ceiling_note(case: CaseResult, ceilings: Ceilings) -> str:
         if ceilings.read_gbps:
             return f"ceiling: a large sum reads {fmt_value(ceilings.read_gbps, 'GB/s')}"
         return f"ceiling: copy {fmt_value(ceilings.copy_gbps, 'GB/s')}" if ceilings.copy_gbps else ""
-    peak = ceilings.mm_tflops.get(case.dtype) or ceilings.mm_tflops.get("bf16")
-    return f"ceiling: torch.mm {fmt_value(peak, 'TFLOP/s')}" if peak else ""
+    peak = _peak(ceilings, case.dtype)
+    what = "the machine profile's peak" if case.dtype in ceilings.peak_tflops else "torch.mm"
+    return f"ceiling: {what} {fmt_value(peak, 'TFLOP/s')}" if peak else ""
 
 
 def comparison_table(case: CaseResult, ceilings: Ceilings, title: str | None = None):
@@ -324,7 +331,10 @@ def _env_lines(env: Env, ceilings: Ceilings) -> list[str]:
     else:
         memory = f"device-to-device copy {copy} (read + write bytes)"
     return [f"- device: {env.device}", f"- date: {env.date}", f"- versions: {', '.join(versions)}",
-            f"- measured ceilings (same run): {memory}; torch.mm {ceilings.mm_n}³ {mm}"]
+            f"- measured ceilings (same run): {memory}; torch.mm {ceilings.mm_n}³ {mm}"] + (
+        [f"- compute ceilings (`strata machine`'s profile, the units' peaks on every core): "
+         + ", ".join(f"{dt} {fmt_value(v, 'TFLOP/s')}" for dt, v in ceilings.peak_tflops.items())]
+        if ceilings.peak_tflops else [])
 
 
 def _geomean_line(label: str, value: float | None, n: int, goal: float) -> str:
@@ -348,13 +358,14 @@ def markdown_report(cases: list[CaseResult], env: Env, ceilings: Ceilings,
                  _geomean_line("vs torch.compile", g["vs_torch_compile"],
                                g["vs_torch_compile_cases"], GOAL_VS_COMPILE)]
     memory = _memory_ceiling(ceilings)[0]
+    peak = "the machine profile's peak" if ceilings.peak_tflops else "torch.mm"
     lines = [f"# {title}", ""] + _env_lines(env, ceilings) + goals + [
         (f"- strata ran {g['strata_ran']} of {g['cases']} cases (accuracy checked against eager "
          f"in float64 first; a case whose accuracy fails is not counted)"),
         "",
         (f"{METHOD[device]} \"vs\" columns: the other variant's time over strata's (> 1: strata "
          f"is faster). \"% of ceiling\": the roofline time (bytes / {memory} or FLOPs / "
-         f"torch.mm throughput) over the measured time."), "",
+         f"{peak} throughput) over the measured time."), "",
     ]
     lines += _md_table(SUMMARY_COLUMNS, summary_rows(cases, ceilings)) + [""]
     short = [(c, shortfalls(c, ceilings)) for c in cases]

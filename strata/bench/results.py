@@ -79,6 +79,8 @@ class Ceilings:
     mm_tflops: dict[str, float] = field(default_factory=dict)
     read_gbps: float | None = None     # a large sum's read bandwidth (CPU runs): the memory ceiling
     mm_n: int = 4096                   # the size of the torch.mm measured
+    peak_tflops: dict[str, float] = field(default_factory=dict)   # CPU runs: the cached machine
+                                       # profile's peak per dtype, the compute ceiling where known
 
 
 @dataclass

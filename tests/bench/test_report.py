@@ -164,3 +164,28 @@ def test_cpu_report_compares_with_the_faster_baseline_and_the_read_bandwidth():
     # rmsnorm a: 3 MB in 0.005 ms = 600 GB/s, above the sum: no shortfall; gelu d: 150 GB/s
     assert "rmsnorm a" not in below and "gelu d" in below
     assert R.json_report(CASES, CPU_ENV, CPU_CEIL, "cpu")["goals"]["geomean_vs_best"] == 1.2
+
+
+def test_the_machine_profiles_peak_is_the_cpu_compute_ceiling():
+    """On a CPU the units' measured peak (strata machine), not torch.mm's rate, bounds a
+    contraction: bf16 torch.mm on an AVX2 CPU runs under a GFLOP/s."""
+    ceil = Ceilings(copy_gbps=40.0, read_gbps=50.0, mm_tflops={"bf16": 0.0003}, mm_n=2048,
+                    peak_tflops={"bf16": 0.2})
+    a = R.achieved(1_000, 10 ** 9, 10.0, "bf16", ceil)        # 0.1 TFLOP/s of a 0.2 peak
+    assert a.unit == "TFLOP/s" and a.fraction == pytest.approx(0.5)
+    md = R.markdown_report(CASES, CPU_ENV, ceil, device="cpu")
+    assert "compute ceilings (`strata machine`'s profile, the units' peaks on every core): " \
+           "bf16 0.2 TFLOP/s" in md and "FLOPs / the machine profile's peak throughput" in md
+
+
+def test_profile_peaks_take_the_fastest_unit_for_bf16(monkeypatch):
+    from strata import machine
+    from strata.bench import cpu_bench
+    p = machine.facts()
+    p.ceilings = {"fp32 FMA peak": 200.0, "DRAM read": 30.0}
+    monkeypatch.setattr(machine, "cached", lambda: p)
+    assert cpu_bench.profile_peaks() == {"f32": 0.2, "bf16": 0.2}      # AVX2: bf16 on the FMAs
+    p.ceilings["bf16 AMX peak"] = 1800.0
+    assert cpu_bench.profile_peaks() == {"f32": 0.2, "bf16": 1.8}
+    monkeypatch.setattr(machine, "cached", lambda: None)
+    assert cpu_bench.profile_peaks() == {}                             # not measured: torch.mm
