@@ -316,6 +316,10 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
                 and loaders[0] not in merged_into and loaders[0] not in attn \
                 and loaders[0] not in custom:
             merged_into[x] = loaders[0]
+    for x, t in merged_into.items():     # into a tensor merged on itself: into that one's kernel
+        while t in merged_into:          # (a layer norm's mean into its rstd into its output)
+            t = merged_into[t]
+        merged_into[x] = t
     kernels = []
     for t in mats:
         if t in merged_into:
