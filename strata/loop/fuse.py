@@ -122,7 +122,9 @@ class _Walker:
             self.counter += 1
             r = f"r{self.counter}"
             src = self.by_name[n.arg]
-            sub = tuple(Var(r) if d in n.axes else index[d] for d in range(len(src.type.shape)))
+            sub = tuple((Const(0) if src.type.shape[d] == 1 else Var(r)) if d in n.axes else index[d]
+                        for d in range(len(src.type.shape)))     # (an axis of one: no loop to
+                                                                  # recompute anything in)
             self.walk(n.arg, sub, reduce_vars | {r})
         else:
             raise TypeError(f"unknown Tensor IR node {n!r}")

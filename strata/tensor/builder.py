@@ -214,9 +214,6 @@ class Builder:
             dtype = "i64" if op in ("argmax", "argmin") else x.dtype
         if not axes:
             return x
-        if op in ("sum", "prod", "max", "min") and all(x.shape[a] == 1 for a in axes):
-            return self.cast(x, dtype)      # one element: a row of 1 (softmax over (..., 1))
-                                            # stays one kernel, not two with a reduction each
         return self.emit(Reduce, self.tmp(hint or op), shape, dtype, op=op, arg=x.name, axes=axes)
 
     # ------------------------------------------------------------ index maps
