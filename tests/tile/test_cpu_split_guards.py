@@ -33,7 +33,7 @@ def guarded_loads(prog) -> list:
 def test_rope_rotate_half_runs_as_two_plain_loops(dtype, d):
     q, cos, sin = (torch.randn(1, 3, 5, d).to(dtype) for _ in range(3))
     prog, log = cpu_compile(rotate_half_rope, (q, cos, sin))
-    assert f"splits the loop of" in log and f"at {d // 2}" in log, log
+    assert "splits the loop of" in log and f"at {d // 2}" in log, log
     assert not guarded_loads(prog), str(prog.lowered.tile)
     assert_matches(prog, rotate_half_rope, (q, cos, sin))
 

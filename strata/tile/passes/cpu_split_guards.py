@@ -12,6 +12,7 @@ concat and pad produce), and at most MAX_PIECES loops come out of one.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 from ... import dtypes
@@ -22,6 +23,7 @@ from ..ir import Mode, TileKernel, map_body, walk
 
 MAX_PIECES = 4
 _FLIP = {"lt": 0, "ge": 0, "le": 1, "gt": 1}      # x < c, x >= c change at c; x <= c, x > c at c + 1
+_TEST = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 
 
 def cpu_split_guards(k: TileKernel, ctx: Context) -> TileKernel:
@@ -113,11 +115,9 @@ def _fold(e, bounds):
     e = Op(e.op, tuple(_fold(a, bounds) for a in e.args), e.dtype)
     first = e.args[0]
     if e.op in _FLIP and isinstance(e.args[1], Const):
-        r, c = value_range(first, bounds), int(e.args[1].value)
-        test = {"lt": lambda v: v < c, "le": lambda v: v <= c, "gt": lambda v: v > c,
-                "ge": lambda v: v >= c}[e.op]
-        if r is not None and test(r[0]) == test(r[1]):
-            return Const(bool(test(r[0])), "bool")
+        r, c, test = value_range(first, bounds), int(e.args[1].value), _TEST[e.op]
+        if r is not None and test(r[0], c) == test(r[1], c):
+            return Const(bool(test(r[0], c)), "bool")
     elif e.op == "where" and isinstance(first, Const):
         return e.args[1] if first.value else e.args[2]
     elif e.op == "logical_and" and any(isinstance(a, Const) for a in e.args):
