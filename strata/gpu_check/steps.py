@@ -227,8 +227,8 @@ def _verdicts(text: str) -> str:
 BENCHES = {
     # name: (module args, timeout s, what it measures)
     "op suite": (["strata.bench.suite", "--model", "tinyllama", "--dtype", "bf16", "--seq", "1,128",
-                  "--budget-s", "60"], 90,
-                 "TinyLlama's ops in bf16 at 1 and 128 tokens vs eager, torch.compile, max-autotune"),
+                  "--variants", "eager,torch.compile,strata", "--budget-s", "100"], 130,
+                 "TinyLlama's ops in bf16 at 1 and 128 tokens vs eager and torch.compile"),
     "contractions": (["strata.bench.contractions", "--quick"], 80,
                      "4096³ bf16 mm and decode projections vs cuBLAS, causal attention vs flash SDPA"),
     "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
