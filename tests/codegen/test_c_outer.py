@@ -115,6 +115,8 @@ def test_tiles_prefetch_the_next_blocks_packed_panel_where_two_fit_in_half_of_l2
     fetches = re.findall(r"__builtin_prefetch\(&(\w+)\[(.*?)\], 0, 2\);", c_source(long_k, "cpu-spr"))
     assert fetches and all(at.endswith("+ 32768") for _, at in fetches)     # the next 512 rows
     assert "__builtin_prefetch" not in c_source(long_k, "cpu-spr", K_CHUNK=0)   # 1.4 MiB panels
+    assert "__builtin_prefetch" not in c_source(LINEAR_2048, "cpu-avx2")    # off with 6 x 2 tiles
+    assert "__builtin_prefetch" in c_source(LINEAR_2048, "cpu-avx2", PREFETCH=1)
 
 
 def test_prefetching_changes_no_value():
