@@ -43,6 +43,15 @@ def test_mm_edges(m, n, k):
         assert tiles and all(t.matmul.serial for t in tiles)
 
 
+def test_blocks_take_the_m_pieces_of_a_panel_in_turn():
+    """M cut in pieces (here 48 + 48 + 4 rows): block b is M piece b % 3 of panel b // 3, so each
+    thread's run of blocks holds an equal share of the short piece (kernel_ir/lower_matmul.py)."""
+    prog, _ = cpu_compile(torch.mm, (r(100, 24), r(24, 64)), {"TILE_M": 48, "TILE_N": 16})
+    source = prog.source("c")
+    assert "m0 = blockIdx % 3 * 48;" in source and "n0 = blockIdx / 3 * 16;" in source
+    assert_cpu_matches(torch.mm, (r(100, 24), r(24, 64)), {"TILE_M": 48, "TILE_N": 16})
+
+
 def test_schedule_prints_its_knobs_and_register_tiles():
     prog, log = cpu_compile(torch.mm, (r(61, 40), r(40, 91)), verbose=2)
     [tile] = prog.lowered.tile.kernels
