@@ -30,10 +30,6 @@ def require_cuda(what: str = "benchmarking") -> None:
                                 f"(torch {torch.__version__})")
 
 
-def device_name() -> str:
-    return torch.cuda.get_device_name(torch.cuda.current_device())
-
-
 def l2_bytes() -> int | None:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     size = getattr(props, "L2_cache_size", None)

@@ -192,13 +192,6 @@ def short_status(status: str) -> str:
     return status.split(":", 1)[0]
 
 
-def fmt_bytes(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
-
-
 def fmt_flops(n: int) -> str:
     for unit, size in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= size:

@@ -109,17 +109,6 @@ class LoopKernel:
     writes: tuple[str, ...]
     src: str = field(default="", compare=False)
 
-    def outer_loops(self) -> list[Loop]:
-        """The leading perfect nest of free loops: the kernel's parallel domain."""
-        out, body = [], self.body
-        while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "free":
-            out.append(body[0])
-            body = body[0].body
-        return out
-
-    def has_reduce(self) -> bool:
-        return any(isinstance(s, Loop) and s.kind == "reduce" for s in walk(self.body))
-
 
 @dataclass
 class LoopProgram:
