@@ -177,6 +177,9 @@ AMX_MIN_K = 32                    # ... and the shortest K (one tdpbf16ps step)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
+DOT_MAX_M_16 = 24                 # ... with 16 vector registers (AVX2), which its 2 x 8 vector
+                                  # accumulators fill: K=2048, N=5632 on the 2-core Zen 3, 0.50x
+                                  # at M=8, 0.78x at 16, 0.93x at 24, 1.15x at 32, 1.38x at 64
 
 
 def sides(c: Contraction, loop: Loop) -> tuple[str, str]:
@@ -273,8 +276,8 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
       - the target has AVX512-BF16 and the reduction is a bf16 contraction (Accum.operands: eager
         holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
-      - both operands are f32 and M is at most DOT_MAX_M: packing the N-side panel costs about
-        what the dot form's whole work does;
+      - both operands are f32 and M is at most DOT_MAX_M (DOT_MAX_M_16 with 16 vector
+        registers): packing the N-side panel costs about what the dot form's whole work does;
     else "pairs" (a packed bf16 panel holding K in pairs, vdpbf16ps with vectors along N) for a
     bf16 contraction of bf16 operands, K even, fewer than DOT_T_MIN_M rows (x @ w of a (K, N)
     weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel).
@@ -293,7 +296,8 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
             return False
         if k.dtype_of(side[0].buf) == "bf16":
             return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
-        return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= DOT_MAX_M and \
+        rows = DOT_MAX_M if ctx.arch.vector_registers >= 32 else DOT_MAX_M_16
+        return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= rows and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
 
     def pairs(loop, rows: int = DOT_T_MIN_M - 1) -> bool:     # rows: the most M may have

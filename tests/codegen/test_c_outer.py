@@ -142,3 +142,12 @@ def test_k_chunks_give_the_same_bits(k_chunk):
     assert "for (int kc = 0;" in chunked.source("c") and "for (int kc = 0;" not in whole.source("c")
     assert torch.equal(chunked(x), whole(x))
     torch.testing.assert_close(chunked(x), lin(x), rtol=1e-5, atol=1e-5)
+
+
+def test_f32_dot_form_takes_fewer_rows_with_16_vector_registers():
+    """The dot form's 2 x 8 vector accumulators fill AVX2's 16 registers: from 25 rows the packed
+    outer form runs there (tile/contraction.py DOT_MAX_M_16), up to 64 with AVX-512's 32."""
+    linear = "torch.nn.functional.linear(torch.randn({}, 512), torch.randn(64, 512))"
+    assert tile_knobs(linear.format(24), "cpu-avx2")["FORM"] == "dot"
+    assert tile_knobs(linear.format(32), "cpu-avx2")["FORM"] == "outer"
+    assert tile_knobs(linear.format(64), "cpu-znver4")["FORM"] == "dot"
