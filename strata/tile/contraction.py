@@ -177,9 +177,8 @@ AMX_MIN_K = 32                    # ... and the shortest K (one tdpbf16ps step)
 DOT_MAX_M = 64                    # the most rows an f32 contraction runs in the dot form: at
                                   # N=K=2048 it took 0.24x the packed form's time at M=8, 0.55x
                                   # at 32, 0.81x at 64, 0.98x at 96, 1.14x at 128
-DOT_MAX_M_16 = 24                 # ... with 16 vector registers (AVX2), which its 2 x 8 vector
-                                  # accumulators fill: K=2048, N=5632 on the 2-core Zen 3, 0.50x
-                                  # at M=8, 0.78x at 16, 0.93x at 24, 1.15x at 32, 1.38x at 64
+DOT_MAX_M_16 = 24                 # ... with AVX2's 16 vector registers, which its 2 x 8 fill
+                                  # (Zen 3, K=2048, N=5632: 0.50x at 8, 0.93x at 24, 1.38x at 64)
 
 
 def sides(c: Contraction, loop: Loop) -> tuple[str, str]:

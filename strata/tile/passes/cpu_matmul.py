@@ -133,11 +133,9 @@ def _prefetch(c, mt: MatmulTile, chunk: int, ctx: Context) -> bool:
     512 KiB panel: 1.05x; K=5632 unchunked, a 720 KiB one in a 2 MiB L2: 0.85x, 2-core EMR).
     Off with 16 vector registers (AVX2's 6 x 2 tiles): there the fp32 q, k and v projections at
     M=128 ran 1.04x to 1.18x faster without it (2-core Zen 3, `strata tune --suite`, 2026-11-27)."""
-    if ctx.arch.vector_registers < 32:
-        return False
     rows = chunk or sum(l.extent for l in c.loops) // len(c.loops)
     panels = rows * len(c.loops) * mt.tile_n * 4
-    return 2 * panels <= dict(ctx.arch.caches).get("L2", 1 << 19) // 2
+    return ctx.arch.vector_registers >= 32 and 2 * panels <= dict(ctx.arch.caches).get("L2", 1 << 19) // 2
 
 
 def _pairable(k: TileKernel, c, loop: Loop) -> bool:
