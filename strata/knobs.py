@@ -45,8 +45,9 @@ def _one_of(*choices: str):
 
 
 _FLAG = (bool, "0 or 1 (also false/true, off/on, no/yes)", lambda v: True)
-_TILE = (int, "a power of two or a multiple of 8, from 1 to 256",
-         lambda v: 1 <= v <= 256 and (v % 8 == 0 or v & (v - 1) == 0))
+def _tile(hi: int):
+    return int, f"a power of two or a multiple of 8, from 1 to {hi}", \
+        lambda v: 1 <= v <= hi and (v % 8 == 0 or v & (v - 1) == 0)
 
 CONTRACTION = "contractions"
 MMA = "mma.sync contractions (fp16/bf16, sm_80+)"
@@ -57,8 +58,8 @@ ROWS = "row kernels (reductions, norms, softmax)"
 _TABLE = [
     ("INSTR", "the instruction of contractions and attention (wgmma needs sm_90a, mma sm_80+)",
      _one_of("wgmma", "mma", "fma"), "contractions and fused attention kernels"),
-    ("TILE_M", "rows of M computed per block", _TILE, CONTRACTION),
-    ("TILE_N", "columns of N computed per block", _TILE, CONTRACTION),
+    ("TILE_M", "rows of M computed per block", _tile(1024), CONTRACTION),     # a CPU's up to 1024
+    ("TILE_N", "columns of N computed per block", _tile(256), CONTRACTION),
     ("TILE_K", "K elements per step of the K loop", _pow2(1, 128), CONTRACTION),
     ("WARPS_M", "warps along M in an mma.sync block", _between(1, 32), MMA),
     ("WARPS_N", "warps along N in an mma.sync block", _between(1, 32), MMA),

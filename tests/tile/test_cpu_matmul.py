@@ -52,6 +52,18 @@ def test_blocks_take_the_m_pieces_of_a_panel_in_turn():
     assert_cpu_matches(torch.mm, (r(100, 24), r(24, 64)), {"TILE_M": 48, "TILE_N": 16})
 
 
+def test_m_pieces_are_equal_and_at_most_1024_rows():
+    """Each M piece packs its panel again: M is cut only where a piece would pass 1024 rows (or
+    the cores need more blocks), into equal pieces: 2100 rows as 3 x 720 (24-row steps), 512 as
+    one piece (1.12x 240 + 240 + 32 on a 2-core Zen 3, fp32 x 2048 x 5632)."""
+    for m, piece, pieces in ((2100, 720, 3), (512, 528, 1)):
+        prog = strata.compile(torch.mm, (r(m, 8), r(8, 4096)), ctx=Context(target="cpu-avx2"))
+        source = prog.source("c")
+        assert f"blockIdx < {pieces * 4096 // 16};" in source and f"mi < {piece // 6};" in source
+        assert (f"m0 = blockIdx % {pieces} * {piece};" if pieces > 1 else "m0 = 0;") in source
+    assert_cpu_matches(torch.mm, (r(1031, 7), r(7, 40)))
+
+
 def test_schedule_prints_its_knobs_and_register_tiles():
     prog, log = cpu_compile(torch.mm, (r(61, 40), r(40, 91)), verbose=2)
     [tile] = prog.lowered.tile.kernels

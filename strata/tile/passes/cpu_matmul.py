@@ -11,15 +11,15 @@ epilogue (bias, activation, residual, cast) runs on the registers before the sto
 stays in the core's cache across the M tiles while the M-side rows stream past it.
 
 FORM=dot (the default for bf16 on a CPU with AVX512-BF16 and for f32 of few rows, see
-contraction.cpu_form) runs the
-same register tiles the other way round: no panel; each K step loads THREAD_M (default 2) rows
-of the M-side operand and TILE_N (default 8) rows of the N-side one straight from memory, and the
-C compiler vectorises the K loop, so each point's accumulator is a vector of partial sums added up
-after it (codegen/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows
-contiguous along K as a linear layer stores them). A register tile overhanging M or N reads the
-last row again (its points are not stored). When the block's TILE_N rows of the N-side operand
-would not fit in L1, the K loops run K_CHUNK elements at a time over all the block's register
-tiles (the rows of one chunk stay in L1), their sums kept in a scratch between chunks.
+contraction.cpu_form) runs the same register tiles the other way round: no panel; each K step loads
+THREAD_M (default 2) rows of the M-side operand and TILE_N (default 8) rows of the N-side one
+straight from memory, and the C compiler vectorises the K loop, so each point's accumulator is a
+vector of partial sums added up after it (codegen/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of
+16 lanes, both operands' rows contiguous along K as a linear layer stores them). A register tile
+overhanging M or N reads the last row again (its points are not stored). When the block's TILE_N
+rows of the N-side operand would not fit in L1, the K loops run K_CHUNK elements at a time over all
+the block's register tiles (the rows of one chunk stay in L1), their sums kept in a scratch between
+chunks.
 
 FORM=pairs (the default for bf16 operands on AVX512-BF16 where the dot form does not apply and M
 is under contraction.DOT_T_MIN_M: `x @ w` of a (K, N) weight, attention's matmuls) is the packed
@@ -73,7 +73,7 @@ TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quart
                             # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
                             # in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
-MAX_TILE_M = 256           # rows sharing one packed panel: packing is 1/256 of the work
+MAX_TILE_M = 1024          # rows sharing a panel: each M piece packs it (528 rows 1.12x 240s)
 DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
@@ -94,10 +94,10 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
         else THREAD_M
     thread_m = ctx.knob("THREAD_M", rows if amx else min(rows, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
-    chunks = -(-BLOCKS_PER_CORE * ctx.arch.cores // panels)
-    rows = -(-k.extent(m) // chunks)
+    rows = -(-k.extent(m) // -(-BLOCKS_PER_CORE * ctx.arch.cores // panels))   # M cut for cores
+    rows = -(-rows // -(-rows // MAX_TILE_M))        # pieces of equal rows, at most MAX_TILE_M
     step = lcm(thread_m, 8)              # a TILE_M the user can pin back (knobs.py's rule)
-    tile_m = ctx.knob("TILE_M", min(-(-rows // step), MAX_TILE_M // step) * step)
+    tile_m = ctx.knob("TILE_M", -(-rows // step) * step)
     if tile_m % thread_m:
         raise KnobError(f"TILE_M={tile_m}, THREAD_M={thread_m}: the register tile must divide "
                         f"the block's rows")
