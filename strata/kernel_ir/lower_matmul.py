@@ -2,8 +2,9 @@
 thread indices, register points become one scalar per point, staged tiles become a cooperative
 fill of shared memory followed by a barrier.
 
-blockIdx.x enumerates (batch axes..., M tile, N tile), the N tile fastest (on a CPU, the M
-tile), giving the tile's origin (m0, n0); threadIdx.x = tm * threads_n + tn. In a register
+blockIdx.x enumerates (batch axes..., M tile, N tile), the N tile fastest (on a CPU with a short
+last M piece, 3/4 of the others or less, the M tile), giving the tile's origin (m0, n0);
+threadIdx.x = tm * threads_n + tn. In a register
 `Points` region a value that depends on the M axis only is one scalar per row of points, `<v>_m<i>`; on N only, `<v>_n<j>`;
 on both, `<v>_<i>_<j>`; on neither, one `<v>`. So a K step loads THREAD_M + THREAD_N operand
 values and does THREAD_M x THREAD_N multiply-adds. A `Guard` inside such a region (the edge of
@@ -305,13 +306,12 @@ def lower_matmul_kernel(tk: TileKernel) -> Kernel:
     t = Var(v["t"], idx)
     body: list = [Let(v["t"], idx, ThreadIdx())]
     tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
-    if mt.serial and tiles[0][1] > 1:
-        tiles.reverse()     # a CPU's blocks M tile fastest: each thread's run of blocks (OpenMP's
-                            # static schedule) then takes every M piece of its panels, an equal
-                            # share when M's last piece is short (512 rows as 240 + 240 + 32 left
-                            # one of 2 threads 70% of the work), and packs a panel the second
-                            # time from L2. fp32 512 x 2048 x 5632 1.27x, 512 x 512 x 5632 1.34x,
-                            # 1024 x 2048 x 2048 1.08x faster than N fastest (2-core Zen 3)
+    if mt.serial and tiles[0][1] > 1 and 0 < tk.extent(mt.m) % mt.tile_m < mt.tile_m * 3 // 4:
+        tiles.reverse()     # a CPU's blocks M tile fastest where M's last piece is short: each
+                            # thread's run of blocks (OpenMP's static schedule) then takes an
+                            # equal share of it (512 rows as 240 + 240 + 32, N fastest, left one of
+                            # 2 threads 70% of the work); else N fastest, each thread's M-side rows
+                            # staying in cache (2048^3 as 3 x 528 + 464 rows 1.03x-1.09x, Zen 3)
     block = dict(bind_domain(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
     body += [Let(var, idx, block[var]) for var, _ in tk.batch]
     if mt.m:

@@ -52,15 +52,16 @@ def test_blocks_take_the_m_pieces_of_a_panel_in_turn():
     assert_cpu_matches(torch.mm, (r(100, 24), r(24, 64)), {"TILE_M": 48, "TILE_N": 16})
 
 
-def test_m_pieces_are_equal_and_at_most_1024_rows():
-    """Each M piece packs its panel again: M is cut only where a piece would pass 1024 rows (or
-    the cores need more blocks), into equal pieces: 2100 rows as 3 x 720 (24-row steps), 512 as
-    one piece (1.12x 240 + 240 + 32 on a 2-core Zen 3, fp32 x 2048 x 5632)."""
-    for m, piece, pieces in ((2100, 720, 3), (512, 528, 1)):
+def test_m_pieces_are_near_equal_and_at_most_512_rows_n_tile_fastest():
+    """Each M piece packs its panel again: M is cut only where a piece would pass 512 rows (or
+    the cores need more blocks), into pieces of near-equal rows, N tile fastest so each thread
+    keeps its piece's rows in cache: 2100 rows as 4 x 432 + 372 (24-row steps); 512 as one
+    piece (1.12x 240 + 240 + 32 on a 2-core Zen 3, fp32 x 2048 x 5632)."""
+    for m, piece, pieces in ((2100, 432, 5), (512, 528, 1)):
         prog = strata.compile(torch.mm, (r(m, 8), r(8, 4096)), ctx=Context(target="cpu-avx2"))
         source = prog.source("c")
         assert f"blockIdx < {pieces * 4096 // 16};" in source and f"mi < {piece // 6};" in source
-        assert (f"m0 = blockIdx % {pieces} * {piece};" if pieces > 1 else "m0 = 0;") in source
+        assert (f"m0 = blockIdx / 256 * {piece};" if pieces > 1 else "m0 = 0;") in source
     assert_cpu_matches(torch.mm, (r(1031, 7), r(7, 40)))
 
 

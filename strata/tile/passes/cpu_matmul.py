@@ -73,7 +73,7 @@ TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quart
                             # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
                             # in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
-MAX_TILE_M = 1024          # rows sharing a panel: each M piece packs it (528 rows 1.12x 240s)
+MAX_TILE_M = 512           # rows sharing a panel: each M piece packs it (528 rows 1.12x 240s)
 DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
