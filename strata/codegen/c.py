@@ -32,6 +32,7 @@ from .c_outer import emit_outer, match_outer
 from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
+from ..scalar_ops import TRANSCENDENTAL
 from .c_simd import plan_loop
 from ..kernel_ir.thread_loops import to_thread_loops
 from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
@@ -47,6 +48,8 @@ SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays
                          # waking the OpenMP team costs 1.5 to 2 us; `strata tune` found kernels
                          # of 20k to 68k statements 1.4x to 3.9x faster on one thread, one of 625k
                          # not (the 2-core EPYC, 2026-11-25)
+CALL_WORK = 16           # ... a tanh, exp, erf counted as this many more (libmvec's tanhf takes 2.8
+                         # cycles an element on Zen 3, a vectorised statement a fraction of one)
 
 
 def check_kernel(k: Kernel) -> None:
@@ -312,7 +315,8 @@ def _work(body) -> int:
         elif isinstance(s, If):
             n += 1 + max(_work(s.then), _work(s.orelse))
         else:
-            n += 1
+            n += 1 + CALL_WORK * sum(isinstance(x, Op) and x.op in TRANSCENDENTAL
+                                     for e in s.exprs() for x in nodes(e))
     return n
 
 

@@ -155,12 +155,15 @@ def test_wrong_crashing_and_hanging_candidates_are_reported_not_fatal(tmp_path, 
 @pytest.mark.slow
 def test_tune_command_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
-    assert main(["tune", "-c", MATMUL, "--budget", "20"]) == 0
+    # two knobs pinned: the 15 schedules left take about 16 s here, well within the budget (on a
+    # slower or busy machine a search cut short is recorded only if a candidate won)
+    pins = ["--knob", "TILE_N=16", "--knob", "THREAD_M=6"]
+    assert main(["tune", "-c", MATMUL, "--budget", "60", *pins]) == 0
     out = capsys.readouterr().out
     assert "k_matmul_reduce" in out and "tried" in out
     rows = TuningDB().rows()
     assert len(rows) == 1 and rows[0]["candidates"] > 1 and json.loads(rows[0]["rejected"]) == []
-    assert main(["tune", "-c", MATMUL]) == 0                      # measures nothing
+    assert main(["tune", "-c", MATMUL, *pins]) == 0               # measures nothing
     assert "tuned before" in capsys.readouterr().out
     assert main(["tune", "--show"]) == 0
     assert "matmul[64, 128]" in capsys.readouterr().out
