@@ -23,6 +23,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import CompileError
 from ..expr import Const, Expr, Op, Var, nodes
+from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
                             LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, While,
                             walk)
@@ -32,7 +33,6 @@ from .c_outer import emit_outer, match_outer
 from .c_pairs import emit_pairs, match_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
-from ..scalar_ops import TRANSCENDENTAL
 from .c_simd import plan_loop
 from ..kernel_ir.thread_loops import to_thread_loops
 from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,

@@ -4,9 +4,9 @@ fill of shared memory followed by a barrier.
 
 blockIdx.x enumerates (batch axes..., M tile, N tile), the N tile fastest (on a CPU with a short
 last M piece, 3/4 of the others or less, the M tile), giving the tile's origin (m0, n0);
-threadIdx.x = tm * threads_n + tn. In a register
-`Points` region a value that depends on the M axis only is one scalar per row of points, `<v>_m<i>`; on N only, `<v>_n<j>`;
-on both, `<v>_<i>_<j>`; on neither, one `<v>`. So a K step loads THREAD_M + THREAD_N operand
+threadIdx.x = tm * threads_n + tn. In a register `Points` region a value that depends on the M
+axis only is one scalar per row of points, `<v>_m<i>`; on N only, `<v>_n<j>`; on both,
+`<v>_<i>_<j>`; on neither, one `<v>`. So a K step loads THREAD_M + THREAD_N operand
 values and does THREAD_M x THREAD_N multiply-adds. A `Guard` inside such a region (the edge of
 the matrix) is tested per point. Points run in turn are loops over (i, j).
 

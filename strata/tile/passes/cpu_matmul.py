@@ -39,8 +39,8 @@ in chunks (K_CHUNK) over all the block's register tiles, their sums kept in a sc
 chunks, as the dot form's do; PREFETCH has each tile bring part of the next chunk's (or the next
 block's) panel rows into L2 under its FMAs (codegen/c_outer.py).
 
-TILE_M defaults to all of M (at most MAX_TILE_M rows) unless that leaves fewer than
-BLOCKS_PER_CORE blocks per core (then M is cut in smaller chunks). Several reductions over the
+TILE_M defaults to all of M, in near-equal pieces of at most MAX_TILE_M rows, unless that leaves
+fewer than BLOCKS_PER_CORE blocks per core (then smaller pieces). Several reductions over the
 same rows (the MLP's gate and up projections) each pack a panel and run their K loops in turn on
 each register tile. Declines, saying why, on a matrix-vector product (no M axis: rows of dot
 products read each weight row once, contiguously, at memory speed) and on a row that is not
@@ -73,7 +73,7 @@ TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quart
                             # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
                             # in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
-MAX_TILE_M = 512           # rows sharing a panel: each M piece packs it (528 rows 1.12x 240s)
+MAX_TILE_M = 512           # rows of a piece, which packs its own panels (512 as one: 1.12x)
 DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
