@@ -92,6 +92,7 @@ class Program:
         self.lowered, self.device, self.use_graph = lowered, device, use_graph
         self.torch_program = lowered.torch
         self._runtime = None
+        self._plain_run = None      # the runtime's run, when a call returns its one output as is
         self.constants: dict = {}   # position -> a non-tensor example input it is specialised on
         self.ctx: Context | None = None     # what it was lowered with (Program.view lowers again)
 
@@ -131,15 +132,15 @@ class Program:
             self._runtime = QemuProgram(self.lowered.kernel, self.torch_program.weights,
                                         inputs=self.torch_program.inputs, target=self.lowered.target,
                                         source=self.lowered.c)
-            return self._runtime
-        if self.device == "cpu":
+        elif self.device == "cpu":
             _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
                                           source=self.lowered.c or None)
-            return self._runtime
-        self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
-                                    weights=self.torch_program.weights, use_graph=self.use_graph)
+        else:
+            self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
+                                        weights=self.torch_program.weights, use_graph=self.use_graph)
+        self._plain_run = self._runtime.run if self._one_plain_output() else None
         return self._runtime
 
     def _check_runnable(self) -> None:
@@ -182,8 +183,8 @@ class Program:
         return [result[o] if o in result else feed[o] for o in kp.outputs]
 
     def __call__(self, *inputs):
-        if self._runtime is not None and self._one_plain_output():    # a decode step's case
-            return self._runtime.run(inputs)[0]
+        if self._plain_run is not None:        # a decode step's case: nothing to check or rebuild
+            return self._plain_run(inputs)[0]
         inputs = self._bound(inputs)
         outs = self._aliased(self.run_flat(inputs), inputs)
         spec = self.torch_program.out_spec
