@@ -4,6 +4,7 @@ fastest correct ones in the tuning database (strata/tune/), which later compiles
     strata tune -c CODE [--device cpu] [--budget S] [--force]
     strata tune MODEL [--layer N] [--seq-len S] [--dtype bf16|fp16|fp32] [--budget S]
     strata tune --suite [--ops rmsnorm,mlp] [--seqs 1,128] [--dtypes f32] [--budget S]
+    strata tune ... --target CPU     (rank schedules for another CPU by llvm-mca; nothing timed)
     strata tune --show
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from math import exp, log
 import os
+import shutil
 from statistics import median
 import sys
 import time
@@ -18,6 +20,8 @@ import time
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
+from .runtime.mca import mcpu
+from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled
 
@@ -47,6 +51,14 @@ def add_parser(sub) -> None:
     t.add_argument("--show", action="store_true", help="print the tuning database and exit")
     t.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="pin a knob for every kernel (the search leaves it alone)")
+    t.add_argument("--cost", choices=("count", "mca"), default="count",
+                   help="how candidates are ranked before they are timed: tune/cost.py's "
+                        "operation count (default), or llvm-mca's cycles for each candidate's "
+                        "hot loop (each is compiled first; needs llvm)")
+    t.add_argument("--target", metavar="CPU",
+                   help="rank each kernel's schedules for this CPU target (cpu-spr, cpu-znver4, "
+                        "cpu-neoverse ...) by llvm-mca's model, without timing or storing "
+                        "anything: for a CPU strata is not running on")
     t.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 
@@ -56,6 +68,11 @@ def tune_command(args) -> int:
         return _show(db.rows())
     if (bool(args.code) + bool(args.suite) + bool(args.model)) != 1:
         raise StrataError("give one of MODEL, -c CODE or --suite (or --show)")
+    if (args.cost == "mca" or args.target) and shutil.which("llvm-mca") is None:
+        raise DeviceUnavailable(f"{'--target' if args.target else '--cost mca'} needs llvm-mca, "
+                                f"which is not installed (apt-get install llvm)")
+    if args.target:
+        return _rank(args)
     if not caching_enabled():
         raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
     if args.budget <= 0:
@@ -99,7 +116,8 @@ def tune_command(args) -> int:
     if judged:
         hits = sum(bool(r.model_top_ok) for r in judged)
         wide = [r for r in judged if r.spread > 1.2]
-        print(f"cost model (tune/cost.py) on {len(judged)} kernels with 3+ measured schedules: "
+        model = "llvm-mca's hot-loop cycles" if args.cost == "mca" else "tune/cost.py's counts"
+        print(f"cost model ({model}) on {len(judged)} kernels with 3+ measured schedules: "
               f"median Spearman {median(r.model_rank for r in judged):.2f}; its top pick within "
               f"1.2x of the measured best on {hits} ({100 * hits / len(judged):.0f}%); on the "
               f"{len(wide)} whose schedules differ by more than 1.2x: "
@@ -109,6 +127,29 @@ def tune_command(args) -> int:
           f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "
           f"{db_path()}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _rank(args) -> int:
+    """--target: each kernel's schedules ranked by llvm-mca's model for that CPU, printed."""
+    target = get_target(args.target)
+    if target.kind != "cpu":
+        raise StrataError(f"--target {args.target} is not a CPU: strata tune ranks CPU schedules")
+    pins = dict(item.partition("=")[::2] for item in args.knob)
+    from .tune.search import _show
+    from .tune.worker import Worker
+    for label, req in _requests(args, pins):
+        print(f"strata: {label}: compiling each schedule for {target.name} ...", file=sys.stderr)
+        reply = Worker().rank({**req, "target": target.name})
+        print(f"{label} on {target.name} (llvm-mca -mcpu={mcpu(target)}; modelled, "
+              f"not timed; nothing stored)")
+        for k in reply["kernels"]:
+            default = next(ms for p, ms in k["ranked"] if not p)
+            best = ", ".join(f"{_show(p)} {default / ms:.2f}x" for p, ms in k["ranked"][:3]
+                             if ms != float("inf"))
+            unpriced = f" ({k['unpriced']} llvm-mca cannot price)" if k["unpriced"] else ""
+            print(f"  {k['name']:<28} default {default * 1e3:10.1f} us modelled, "
+                  f"{len(k['ranked'])} schedules{unpriced}; fastest: {best}")
+    return 0
 
 
 def busy_warning(load: float, cores: int) -> str | None:
@@ -123,7 +164,7 @@ def busy_warning(load: float, cores: int) -> str | None:
 
 
 def _requests(args, pins: dict) -> list[tuple[str, dict]]:
-    base = {"op": "prepare", "device": args.device, "knobs": pins}
+    base = {"op": "prepare", "device": args.device, "knobs": pins, "cost": args.cost}
     if args.model:
         resolve(args.model)                      # an unknown MODEL is one sentence here
         what = args.model + (f" layer {args.layer}" if args.layer is not None else "")

@@ -34,9 +34,9 @@ LAYERS = (
     ("kernel_ir", ("kernel_ir",), "stage 5: Kernel IR, its lowering from Tile IR and its simulator"),
     ("codegen", ("codegen",), "stage 6: the emitters of Kernel IR (CUDA C, C, OpenCL, HIP, Metal)"),
     ("runtime", ("runtime",), "stage 7: builds and launches what the emitters wrote"),
-    ("pipeline", ("pipeline", "machine", "tune.db", "tune.cost"),
+    ("pipeline", ("pipeline", "machine", "tune.db", "tune.cost", "tune.static_cost"),
      "runs the stages in order; beside it what a compile or an estimate reads: the tuning "
-     "database, this CPU's cached profile, the cost model of Kernel IR"),
+     "database, this CPU's cached profile, the cost model of Kernel IR and of its machine code"),
     ("library", ("view", "models", "quant"),
      "what the entry points build on: the page of a compilation, the models and their weight formats"),
     ("api", ("api", "dynamo_backend", "dsl"),

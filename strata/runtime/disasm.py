@@ -67,39 +67,51 @@ def build_flags(target) -> list[str]:
     return flags + arch_flags(target)
 
 
-def build(target, sources: dict[str, str], output: str, args=(), libs=()) -> bytes:
+def build(target, sources: dict[str, str], output: str, args=(), libs=(), timeout_s: float = 600
+          ) -> bytes:
     """`output` built from `sources` (file name -> C) by the target's compiler with
-    build_flags(target) and `args` (`libs` after the sources); CompileError with its log."""
+    build_flags(target) and `args` (`libs` after the sources); CompileError with its log
+    (subprocess.TimeoutExpired after `timeout_s`)."""
     compiler, _ = tools(target.machine)
     with tempfile.TemporaryDirectory(prefix="strata-cross-") as d:
         for name, text in sources.items():
             Path(d, name).write_text(text)
         res = subprocess.run([*compiler, *build_flags(target), *args, "-o", output, *sources, *libs],
-                             cwd=d, capture_output=True, text=True, timeout=600)
+                             cwd=d, capture_output=True, text=True, timeout=timeout_s)
         if res.returncode != 0:
             raise CompileError(f"{compiler[0]} rejected the generated C for {target}:\n"
                                f"{(res.stderr or res.stdout).strip()[-4000:]}")
         return Path(d, output).read_bytes()
 
 
-def object_code(source: str, target) -> bytes:
+def object_code(source: str, target, timeout_s: float = 600) -> bytes:
     """The object file of `source` built for `target`."""
-    return build(target, {cc.SOURCE_NAME: source}, "strata.o", args=("-c",))
+    return build(target, {cc.SOURCE_NAME: source}, "strata.o", args=("-c",), timeout_s=timeout_s)
 
 
 def disassemble(source: str, target) -> str:
-    """objdump -d of `source` built for `target`: one `<function>:` block per C function."""
+    """objdump -d of `source` built for `target`: one `<function>:` block per C function,
+    headed by each kernel's hot loop summed up."""
+    body = _objdump(source, target)
+    loops = [summary(n, hot_loop(text), target) for n, text in functions(body).items()
+             if n.startswith("k_")]
+    return "\n".join([f"// {target} ({' '.join(arch_flags(target))})", *loops, body.strip()])
+
+
+def disassemble_functions(source: str, target, timeout_s: float = 600) -> dict[str, str]:
+    """The disassembly of each C function of `source` built for `target`, by name."""
+    return functions(_objdump(source, target, timeout_s))
+
+
+def _objdump(source: str, target, timeout_s: float = 600) -> str:
     _, objdump = tools(target.machine)
     with tempfile.TemporaryDirectory(prefix="strata-asm-") as d:
-        Path(d, "strata.o").write_bytes(object_code(source, target))
+        Path(d, "strata.o").write_bytes(object_code(source, target, timeout_s))
         res = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "strata.o"], cwd=d,
                              capture_output=True, text=True, timeout=120)
     if res.returncode != 0:
         raise CompileError(f"{objdump} could not disassemble the object: {res.stderr.strip()}")
-    body = res.stdout.split("\n\n", 2)[-1]           # past the file-format header
-    loops = [summary(n, hot_loop(text), target) for n, text in functions(body).items()
-             if n.startswith("k_")]
-    return "\n".join([f"// {target} ({' '.join(arch_flags(target))})", *loops, body.strip()])
+    return res.stdout.split("\n\n", 2)[-1]           # past the file-format header
 
 
 def functions(asm: str) -> dict[str, str]:

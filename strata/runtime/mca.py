@@ -62,25 +62,43 @@ def summary(name: str, body: list[str], target) -> str:
     math = ", ".join([f"{fmas} vector FMAs"] + [f"{tiles} AMX tile products"] * bool(tiles)
                      + [f"{scalar} scalar FMAs"] * bool(scalar))
     cycles, why = cycles_per_iteration(body, target)
-    cost = f"{cycles:.2f} cycles an iteration on {_mcpu(target)} (llvm-mca)" if cycles is not None \
+    cost = f"{cycles:.2f} cycles an iteration on {mcpu(target)} (llvm-mca)" if cycles is not None \
         else why
     return f"// {name}: hot loop of {len(body)} instructions, {math}: {cost}"
 
 
-def _mcpu(target) -> str:
-    return "native" if target.isa == "native" else _MCPU.get(target.isa, target.isa)
+# a CPU a newer LLVM knows by its own name: (its -mcpu, the first LLVM that has it)
+_NEWER = {"cpu-znver4": ("znver4", 16)}
+
+
+def llvm_mca() -> tuple[str | None, int]:
+    """The newest llvm-mca installed (Debian's llvm-19 knows Zen 4; llvm's default, 14 on
+    bookworm, does not) and its major version; (None, 0) without one."""
+    for version in range(30, 13, -1):
+        if exe := shutil.which(f"llvm-mca-{version}"):
+            return exe, version
+    exe = shutil.which("llvm-mca")
+    return exe, 0
+
+
+def mcpu(target) -> str:
+    """llvm-mca's -mcpu for the target's CPU."""
+    if target.isa == "native":
+        return "native"
+    name, since = _NEWER.get(target.name, ("", 0))
+    return name if name and llvm_mca()[1] >= since else _MCPU.get(target.isa, target.isa)
 
 
 def cycles_per_iteration(body: list[str], target) -> tuple[float | None, str]:
     """(llvm-mca's cycles per iteration of `body` on the target's CPU, "") or (None, why not)."""
-    exe = shutil.which("llvm-mca")
+    exe, _ = llvm_mca()
     if exe is None:
         return None, "llvm-mca not installed (apt-get install llvm)"
     lines = ["strata_loop:"] + [_BRANCH.sub(lambda m: f"{m[1]}{m[2]}strata_loop", t) for t in body]
     triple = f"{target.machine or 'x86_64'}-linux-gnu"
     iterations = 100
     try:
-        res = subprocess.run([exe, f"-mtriple={triple}", f"-mcpu={_mcpu(target)}",
+        res = subprocess.run([exe, f"-mtriple={triple}", f"-mcpu={mcpu(target)}",
                               f"-iterations={iterations}"], input="\n".join(lines) + "\n",
                              capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
@@ -92,5 +110,5 @@ def cycles_per_iteration(body: list[str], target) -> tuple[float | None, str]:
     lines = res.stderr.splitlines()            # the instruction follows its error (or its note)
     which = next((lines[j + 1] for j, ln in enumerate(lines[:-1]) if "error:" in ln), "")
     which = which.split("instruction:")[-1].split()
-    return None, (f"llvm-mca cannot model it on {_mcpu(target)}: "
+    return None, (f"llvm-mca cannot model it on {mcpu(target)}: "
                   f"{error.split('error:')[-1].strip().rstrip('.')}" + (f" ({which[0]})" if which else ""))

@@ -31,6 +31,7 @@ from ..codegen.c import runs_in_parallel
 from ..codegen.c_dot import match_dot
 from ..codegen.c_outer import ISAS, fits, match_outer
 from ..codegen.c_simd import plan_loop
+from . import static_cost
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)
 CACHE_GBS = 40.0            # loads and stores per core, bytes per ns
@@ -163,8 +164,10 @@ def kernel_work(k: Kernel) -> tuple[float, int]:
     return c.flops * k.grid, _unique_bytes(k)
 
 
-def estimate_ms(k: Kernel, m: Machine) -> float:
-    """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds."""
+def estimate_ms(k: Kernel, m: Machine, loop: tuple[float, float] | None = None) -> float:
+    """The modelled time of one launch of a CPU kernel (block == 1), in milliseconds; `loop`:
+    its hot loop's (cycles, FLOPs) per iteration from llvm-mca (static_cost.py), which then
+    gives the compute term."""
     sizes, types = _sizes_types(k)
     bufs = {p.name: p.dtype for p in k.params}
     loops = [s for s in walk(k.body) if isinstance(s, For)]
@@ -179,12 +182,21 @@ def estimate_ms(k: Kernel, m: Machine) -> float:
     memory = unique / m.dram_gbs
     cache = c.bytes * k.grid / (m.cache_gbs * cores)
     compute = (c.ops + c.vector_ops / m.vector) * k.grid / (SCALAR_GOPS * cores)
+    if loop is not None:
+        compute = static_cost.compute_ms(c.flops * k.grid, loop, cores) * 1e6
     return (max(memory, cache, compute) + (FORK_US * 1e3 if parallel else 0.0)) / 1e6
 
 
-def program_ms(kernels, target) -> float:
+def program_ms(kernels, target, source: str | None = None) -> float:
+    """The modelled time of a program's kernels; with their C `source`, each contraction's
+    compute term comes from llvm-mca's price of its hot loop on the target's CPU (infinite when
+    the compiler takes too long on it)."""
     m = machine(target)
-    return sum(estimate_ms(k, m) for k in kernels)
+    loops = static_cost.hot_loop_costs(source, target) if source is not None else {}
+    if loops is None:
+        return float("inf")
+    return sum(estimate_ms(k, m, loop if isinstance(loop := loops.get(k.name), tuple) else None)
+               for k in kernels)
 
 
 def gpu_roofline_us(prof, target) -> float | None:

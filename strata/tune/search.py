@@ -154,7 +154,8 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
         return ratio
 
     todo = candidates(r.default_knobs, cores)
-    reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo]})
+    reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo]},
+                       timeout=TIMEOUT_S + 10 * len(todo))    # (llvm-mca's: a compile each)
     estimates = {}
     if "ms" in reply:                   # the cost model's order: the likeliest winners first
         estimates = {json.dumps(p, sort_keys=True): e for p, e in zip([{}] + todo, reply["ms"])}

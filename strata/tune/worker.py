@@ -6,11 +6,15 @@ with it, not the tuner, which kills and restarts it (search.py). It reads one JS
 line on stdin and answers one JSON line on stdout (logs go to stderr):
 
   {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D |
-   "case": SUITE CASE, "device": "cpu", "knobs": {pins}}
+   "case": SUITE CASE, "device": "cpu", "knobs": {pins}, "cost": "mca"?}
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}, "ms"?}],
           "target": key}   (ms: on the CPU, the default schedule's time of the kernel alone)
   {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...]}
-      -> {"ms": [the cost model's time of the program with each, tune/cost.py]}
+      -> {"ms": [the cost model's time of the program with each, tune/cost.py; with "cost":
+          "mca" each candidate is compiled and its hot loops priced by llvm-mca]}
+  {"op": "rank", ... as prepare, "target": NAME}
+      -> {"kernels": [{... as prepare, "ranked": [[{NAME: value}, modelled ms], ...]}], "target"}
+         (llvm-mca's model for that CPU, fastest first; compiled only, so any CPU will do)
   {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R, "scope": "program"?}
       -> {"ms": candidate, "default_ms": default, "same": bool, "scope": "kernel" | "program"}
          (interleaved medians; with one signature on the CPU, of that kernel's launches alone,
@@ -35,6 +39,7 @@ from ..loop.ir import signature
 from ..models.build import build
 from ..pipeline import SOURCE, lower_torch_program
 from .cost import program_ms
+from .search import candidates
 
 
 def _label(kernel, loop_program) -> str:
@@ -46,6 +51,8 @@ def _label(kernel, loop_program) -> str:
 class Worker:
     def __init__(self):
         self.device, self.pins, self.names = "cpu", {}, {}     # names: signature -> loop kernels
+        self.static = False             # the cost model prices hot loops with llvm-mca
+        self.target = None              # a CPU target to rank for (None: this machine's)
         self.module = self.inputs = self.default = self.expected = None
 
     def build(self, req: dict) -> None:
@@ -65,7 +72,7 @@ class Worker:
     def compile(self, kernel_knobs: dict):
         """The program with these per-kernel knobs; the first call captures, later ones reuse
         the captured Torch IR (only the schedule changes between candidates)."""
-        ctx = Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs)
+        ctx = self._context(kernel_knobs)
         if self.default is None:
             return strata_compile(self.module, self.inputs, device=self.device, ctx=ctx)
         ctx = on_device(ctx, self.device)
@@ -92,12 +99,24 @@ class Worker:
 
     def prepare(self, req: dict) -> dict:
         self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
+        self.static = req.get("cost") == "mca"
         self.build(req)
         self.expected = expect(self.module, self.inputs)        # eager's, once per program
         self.default = self.compile({})
         problem = self.check(self.default)
         if problem:
             return {"error": "wrong", "why": f"the default schedule does not match eager: {problem}"}
+        lowered = self.default.lowered
+        kernels = self._kernels()
+        if self.device == "cpu":
+            for k in kernels:
+                calls = self.kernel_calls(self.default, k["signature"])
+                if calls is not None:
+                    k["ms"] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
+        return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
+
+    def _kernels(self) -> list[dict]:
+        """The default program's loop kernels: name, signature, label and schedule knobs."""
         lowered = self.default.lowered
         buffers = {b.name: b for b in lowered.loop.buffers}
         kernels = []
@@ -109,12 +128,34 @@ class Worker:
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs})
             self.names.setdefault(kernels[-1]["signature"], set()).add(k.name)
-        if self.device == "cpu":
-            for k in kernels:
-                calls = self.kernel_calls(self.default, k["signature"])
-                if calls is not None:
-                    k["ms"] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
-        return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
+        return kernels
+
+    def rank(self, req: dict) -> dict:
+        """Every candidate of every kernel ranked by llvm-mca's model for `req["target"]`, a CPU
+        this machine need not have: compiled, never run (no check, no timing)."""
+        self.pins, self.static, self.target = req.get("knobs", {}), True, req["target"]
+        self.build(req)
+        self.default = strata_compile(self.module, self.inputs, device="cpu", until="c",
+                                      ctx=self._context({}))
+        kernels = [k for k in self._kernels() if k["knobs"]]
+        low = self.default.lowered
+        default_ms = program_ms(low.kernel.kernels, low.target, low.c)   # unpriced: one sentence
+        for k in kernels:
+            k["ranked"], k["unpriced"] = [[{}, default_ms]], 0
+            for pins in candidates(k["knobs"], low.target.cores):
+                cand = self._lowered({k["signature"]: pins})
+                if cand is None or cand.c == low.c:
+                    continue                    # does not fit, or the same program
+                try:
+                    k["ranked"].append([pins, program_ms(cand.kernel.kernels, cand.target, cand.c)])
+                except StrataError:
+                    k["unpriced"] += 1
+            k["ranked"].sort(key=lambda pm: pm[1])
+        return {"kernels": kernels, "target": self.default.lowered.target.key}
+
+    def _context(self, kernel_knobs: dict) -> Context:
+        return Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs,
+                       target=self.target)
 
     def time(self, programs: dict, rounds: int) -> dict:
         args = [x.clone() for x in self.inputs]
@@ -122,11 +163,24 @@ class Worker:
         return {name: statistics.median(ts) for name, ts in samples.items()}
 
     def estimate(self, kernel_knobs: dict) -> float:
-        """The cost model's time of the program with these knobs (lowered, not compiled)."""
-        ctx = on_device(Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs),
-                        self.device)
-        lowered = lower_torch_program(self.default.torch_program, ctx, "kernel")
-        return program_ms(lowered.kernel.kernels, lowered.target)
+        """The cost model's time of the program with these knobs (lowered, not compiled);
+        infinite for knobs that do not fit the kernel (ranked last, and refused when tried)."""
+        lowered = self._lowered(kernel_knobs)
+        try:
+            return program_ms(lowered.kernel.kernels, lowered.target,
+                              lowered.c if self.static else None) if lowered else float("inf")
+        except StrataError:             # llvm-mca cannot price it
+            return float("inf")
+
+    def _lowered(self, kernel_knobs: dict):
+        """The default's Torch IR lowered with these knobs (to C for llvm-mca's model), or None
+        when they do not fit."""
+        ctx = on_device(self._context(kernel_knobs), self.device)
+        try:
+            return lower_torch_program(self.default.torch_program, ctx,
+                                       SOURCE[ctx.arch.kind] if self.static else "kernel")
+        except StrataError:
+            return None
 
     def try_(self, req: dict) -> dict:
         try:
@@ -179,7 +233,9 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            if req["op"] == "estimate":
+            if req["op"] == "rank":
+                reply = worker.rank(req)
+            elif req["op"] == "estimate":
                 reply = {"ms": [worker.estimate(k) for k in req["candidates"]]}
             else:
                 reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)

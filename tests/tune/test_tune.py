@@ -214,6 +214,18 @@ def test_cost_model_ranks_and_estimates():
     assert estimate_ms(kernel(1 << 16, 64, 2), m) < estimate_ms(kernel(1 << 16, 64, 1), m)
 
 
+@native
+def test_knobs_that_do_not_fit_are_estimated_last_not_an_error():
+    """One candidate that cannot be lowered (TILE_M=16 with 6-row register tiles) must not cost
+    the whole list its ranking: it is estimated as infinite, the others as times."""
+    from strata.tune.worker import Worker
+    worker = Worker()
+    info = worker.prepare({"op": "prepare", "code": MATMUL, "device": "cpu", "knobs": {}})
+    sig = info["kernels"][0]["signature"]
+    assert worker.estimate({sig: {"TILE_M": 16, "THREAD_M": 6}}) == float("inf")
+    assert 0 < worker.estimate({sig: {"THREAD_M": 2}}) < float("inf")
+
+
 def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
     """Issue 29: under load `strata tune` stored a THREADS=1 result 86x faster than its default
     that every later compile used. A result timed while others took most of the CPU is shown,
