@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from math import exp, log
 import os
-import shutil
 from statistics import median
 import sys
 import time
@@ -20,7 +19,7 @@ import time
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
-from .runtime.mca import mcpu
+from .runtime.mca import llvm_mca, mcpu
 from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled
@@ -68,7 +67,7 @@ def tune_command(args) -> int:
         return _show(db.rows())
     if (bool(args.code) + bool(args.suite) + bool(args.model)) != 1:
         raise StrataError("give one of MODEL, -c CODE or --suite (or --show)")
-    if (args.cost == "mca" or args.target) and shutil.which("llvm-mca") is None:
+    if (args.cost == "mca" or args.target) and llvm_mca()[0] is None:
         raise DeviceUnavailable(f"{'--target' if args.target else '--cost mca'} needs llvm-mca, "
                                 f"which is not installed (apt-get install llvm)")
     if args.target:

@@ -68,7 +68,7 @@ def test_a_source_the_compiler_hangs_on_is_ranked_last(monkeypatch):
 
 def test_cost_mca_without_llvm_is_one_sentence(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr("strata.cli_tune.shutil.which", lambda name: None)
+    monkeypatch.setattr("strata.runtime.mca.shutil.which", lambda name: None)
     assert main(["tune", "-c", MATMUL, "--cost", "mca"]) != 0
     assert "--cost mca needs llvm-mca, which is not installed" in capsys.readouterr().err
 
