@@ -195,8 +195,7 @@ def program_ms(kernels, target, source: str | None = None) -> float:
     loops = static_cost.hot_loop_costs(source, target) if source is not None else {}
     if loops is None:
         return float("inf")
-    return sum(estimate_ms(k, m, loop if isinstance(loop := loops.get(k.name), tuple) else None)
-               for k in kernels)
+    return sum(estimate_ms(k, m, loops.get(k.name)) for k in kernels)
 
 
 def gpu_roofline_us(prof, target) -> float | None:

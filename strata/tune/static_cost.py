@@ -47,12 +47,12 @@ def flops_per_iteration(body: list[str]) -> float:
     return total
 
 
-def hot_loop_costs(source: str, target) -> dict[str, tuple[float, float] | str] | None:
-    """Each kernel's (cycles per iteration, FLOPs per iteration) of its hot loop on `target`'s
-    CPU, or why there is none (it does no FMAs); None when the compiler takes over COMPILE_S on
-    the source (a schedule it would hang the tuner on). StrataError when llvm-mca cannot price
-    a hot loop with FMAs (missing, or its CPU model lacks an instruction)."""
-    out: dict[str, tuple[float, float] | str] = {}
+def hot_loop_costs(source: str, target) -> dict[str, tuple[float, float]] | None:
+    """(cycles per iteration, FLOPs per iteration) of the hot loop of each kernel whose hot loop
+    does FMAs, on `target`'s CPU; None when the compiler takes over COMPILE_S on the source (a
+    schedule it would hang the tuner on). StrataError when llvm-mca cannot price a hot loop
+    with FMAs (missing, or its CPU model lacks an instruction)."""
+    out: dict[str, tuple[float, float]] = {}
     try:
         functions = disassemble_functions(source, target, COMPILE_S)
     except subprocess.TimeoutExpired:
@@ -64,13 +64,11 @@ def hot_loop_costs(source: str, target) -> dict[str, tuple[float, float] | str] 
         body = hot_loop(asm)
         flops = flops_per_iteration(body)
         if not flops:
-            out.setdefault(kernel, "its hot loop does no FMAs")
-            continue
+            continue                # (the count model's compute term stays)
         cycles, why = cycles_per_iteration(body, target)
         if cycles is None:          # a price from the other model would not compare with these
             raise StrataError(f"{kernel}'s hot loop has no price on {target.name}: {why}")
-        best = out.get(kernel)
-        if not isinstance(best, tuple) or flops > best[1]:     # (an OpenMP body: the busiest)
+        if kernel not in out or flops > out[kernel][1]:     # (an OpenMP body: the busiest)
             out[kernel] = (cycles, flops)
     return out
 
