@@ -193,10 +193,7 @@ def held(loop: Loop) -> str | None:
 
 
 def pow2_ceil(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+    return 1 << max(0, n - 1).bit_length()
 
 
 def default_tiles(m: int, n: int) -> tuple[int, int, int, int]:
@@ -276,7 +273,8 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
       - both operands are f32 and M is at most DOT_MAX_M (DOT_MAX_M_16 with 16 vector
-        registers): packing the N-side panel costs about what the dot form's whole work does;
+        registers): packing the N-side panel costs about what the dot form's whole work does
+        (FORM=dot pinned where the N side is strided along K is refused);
     else "pairs" (a packed bf16 panel holding K in pairs, vdpbf16ps with vectors along N) for a
     bf16 contraction of bf16 operands, K even, fewer than DOT_T_MIN_M rows (x @ w of a (K, N)
     weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel).
@@ -284,14 +282,16 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     the pairs form's bf16 conditions hold for any M of at least AMX_MIN_M and K of AMX_MIN_K."""
     dp = ctx.arch.has("avx512_bf16")
 
+    def along_k(loop) -> bool:          # the N side's loads contiguous along K, or transposed once
+        return loop.extent == 1 or all(along(k, s, loop.var) or transposable(k, c, s, ctx) for s
+                                       in closure(loop.body, sides(c, loop)[1]) if isinstance(s, Load))
+
     def fits(loop) -> bool:
         if loop.extent < DOT_MIN_K:
             return False                # each point's lanes are summed after a short loop
         a, b = sides(c, loop)
         side, a_side = closure(loop.body, b), closure(loop.body, a)
-        if len(side) != 1 or not isinstance(side[0], Load):
-            return False
-        if not along(k, side[0], loop.var) and not transposable(k, c, side[0], ctx):
+        if len(side) != 1 or not isinstance(side[0], Load) or not along_k(loop):
             return False
         if k.dtype_of(side[0].buf) == "bf16":
             return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
@@ -307,8 +307,12 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         return "outer"                  # a matrix-vector product: rows of dot products already
     amx = ctx.arch.has("amx_bf16") and k.extent(c.m) >= AMX_MIN_M and \
         all(pairs(l, rows=k.extent(c.m)) and l.extent >= AMX_MIN_K for l in c.loops)
-    return ctx.knob("FORM", "amx" if amx else "dot" if all(map(fits, c.loops)) else
+    form = ctx.knob("FORM", "amx" if amx else "dot" if all(map(fits, c.loops)) else
                     "pairs" if dp and all(map(pairs, c.loops)) else "outer")
+    if form == "dot" and not all(map(along_k, c.loops)):     # (gcc took 200 s on its gathers)
+        raise KnobError("FORM=dot reads the N-side operand along K, and here it is strided along "
+                        "K (x @ w of an f32 (K, N) matrix; only bf16 is transposed): use FORM=outer")
+    return form
 
 
 def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> bool:

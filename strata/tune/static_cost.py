@@ -19,8 +19,8 @@ from ..errors import StrataError
 from ..runtime.disasm import disassemble_functions
 from ..runtime.mca import cycles_per_iteration, hot_loop
 
-COMPILE_S = 60              # gcc takes minutes on a few schedules (FORM=dot on fp32 row-major
-                            # weights: 200 s); the tuner's own compile would time out on them
+COMPILE_S = 60              # a schedule gcc takes minutes over ranks last (FORM=dot of strided
+                            # f32 weights took 200 s before cpu_matmul refused it)
 CLOCK_GHZ = 2.0             # cycles per ns: cost.py's SCALAR_GOPS assumes one op a cycle at this
 _LANES = {"zmm": 16, "ymm": 8, "xmm": 4}        # fp32 lanes of an x86 register
 # FLOPs of one instruction per fp32 lane: an FMA 2, a bf16 pair dot 4, an int8 quad dot 8

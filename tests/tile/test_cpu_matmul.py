@@ -90,6 +90,15 @@ def test_register_tile_must_divide_the_block():
         cpu_compile(torch.mm, (r(37, 29), r(29, 71)), {"TILE_M": 8, "THREAD_M": 6})
 
 
+def test_dot_form_refuses_a_weight_strided_along_k():
+    """FORM=dot pinned on `x @ w` of a (K, N) f32 matrix is one sentence, not a loop of strided
+    gathers gcc takes minutes over; a weight stored (N, K), as F.linear's, takes it."""
+    with pytest.raises(KnobError, match="strided along K"):
+        cpu_compile(torch.mm, (r(37, 29), r(29, 71)), {"FORM": "dot"})
+    [tile] = assert_cpu_matches(F.linear, (r(37, 29), r(71, 29)), {"FORM": "dot"})
+    assert dict(tile.knobs)["FORM"] == "dot"
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_16_bit_operands_widen_in_registers(dtype):
     x, w, b = r(19, 67).to(dtype), r(45, 67).to(dtype), r(45).to(dtype)

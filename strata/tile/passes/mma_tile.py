@@ -18,10 +18,9 @@ from math import prod
 from ...context import Context
 from ...errors import KnobError
 from ...loop.ir import Loop
-from ..contraction import match
+from ..contraction import conjoin, edge, match, pow2_ceil
 from ..ir import Guard, MmaLoop, MmaTile, TileKernel
 from ..tensor_core import HALF, operands
-from ..contraction import conjoin, edge, pow2_ceil
 
 
 def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:

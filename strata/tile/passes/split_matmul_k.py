@@ -17,10 +17,9 @@ from math import prod
 from ...context import Context
 from ...expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
-from ..contraction import match
+from ..contraction import choose_tiles, match
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
-from ..contraction import choose_tiles
 
 K_MIN = 256          # the shortest slice of K worth a block of its own
 

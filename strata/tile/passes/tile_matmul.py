@@ -15,9 +15,8 @@ from dataclasses import replace
 
 from ...context import Context
 from ...loop.ir import Load, Loop
-from ..contraction import depends, match
+from ..contraction import choose_tiles, conjoin, depends, edge, match
 from ..ir import Guard, Points, TileKernel, map_body
-from ..contraction import choose_tiles, conjoin, edge
 
 
 def tile_matmul(k: TileKernel, ctx: Context) -> TileKernel:

@@ -25,10 +25,9 @@ from dataclasses import replace
 from ...context import Context
 from ...errors import KnobError
 from ...loop.ir import Load, Loop
-from ..contraction import match
+from ..contraction import conjoin, edge, match
 from ..ir import Guard, MmaLoop, MmaTile, TileKernel, walk
 from ..tensor_core import HALF, SWIZZLE_OF_TILE_K, mn_major, operands, tma_dims
-from ..contraction import conjoin, edge
 
 
 def _other_loads(k: TileKernel, loops: list[MmaLoop]) -> set[str]:
