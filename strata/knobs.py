@@ -83,7 +83,8 @@ _TABLE = [
     ("PACK", "a CPU contraction's panel of a weight packed by its own kernel, run once when the "
      "program is loaded, or by each block on every call", _one_of("once", "call"), "CPU contractions"),
     ("QDOT", "a quantized matrix-vector row's blocks as int8 dot products (activations quantized "
-     "per block, vpdpbusd) or as float lanes", _one_of("vnni", "float"), "CPU quantized rows"),
+     "per block, vpdpbusd; vpmaddubsw on AVX2) or as float lanes", _one_of("vnni", "float"),
+     "CPU quantized rows"),
     ("PREFETCH", "each register tile of a CPU block prefetches part of the next block's packed "
      "panel into L2 under its FMAs (1), or not (0)", _FLAG, "CPU contractions (FORM=outer)"),
     ("K_CHUNK", "K elements a CPU block runs over all its register tiles before the next (the "

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hf", action="store_true",
                    help="skip Hugging Face eager (on quantized weights it dequantizes every "
                         "weight each step: minutes a run)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip torch.compile (on quantized weights its CPU step takes minutes to "
+                        "compile and runs below 1 token/s)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -174,6 +177,9 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         rows, notes = measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
         bench.variants += rows
         bench.notes += notes
+        return bench
+    if getattr(args, "no_compile", False):
+        bench.variants.append(DecodeVariant(TORCH_COMPILE, "skipped (--no-compile)"))
         return bench
     say("decoding with torch.compile (compiling the step first)")
     if compile_fn is None and device == "cpu":          # CUDA graphs do not exist there

@@ -2,8 +2,9 @@
 vector code; run natively and compared with float64 eager at odd shapes, for both formats, bf16
 and fp32 activations, with and without a bias, on the host's path (AVX-512 here), the AVX2 path
 (cpu-avx2) and the loop as written (cpu: x86-64), and refused for a block loop that is not a
-format's dequantization; QDOT=vnni rows (int8 activations, vpdpbusd) for bf16 activations on a
-CPU with AVX512-VNNI, f32 rows keeping the float lanes unless pinned."""
+format's dequantization; QDOT=vnni rows (int8 activations: vpdpbusd on a CPU with AVX512-VNNI,
+vpmaddubsw on AVX2 without AVX-512) for bf16 activations, f32 rows keeping the float lanes unless
+pinned."""
 from dataclasses import replace
 
 import pytest
@@ -145,11 +146,24 @@ def test_f32_rows_keep_float_lanes_unless_pinned_and_f16_scales_run_too():
     assert rel < 1e-2 and (rel > 1e-6 or not VNNI), f"int8 activations: rel err {rel:.3g}"
 
 
-def test_no_vnni_on_a_cpu_without_it():
+def test_int8_rows_where_vpdpbusd_or_avx2s_vpmaddubsw_run_them():
+    """AVX-512 without VNNI (Skylake) and x86-64 without AVX2 keep the float lanes; AVX2 without
+    AVX-512 (Zen 3, Haswell) runs the int8 blocks on vpmaddubsw: where the host is such a CPU, its
+    rows are int8's, not the float lanes' (their error is larger than a float sum's)."""
     layer, x = quant_linear("q8_0", 64, 8, False, BF16), torch.randn(1, 64).to(BF16)
-    plain = replace(host(), features=host().features - {"avx512_vnni", "avx_vnni"})
-    prog, _ = cpu_compile(layer, (x,), target=plain)
-    assert "QDOT" not in knobs_of(prog, "k_linear_reduce") and "_vnni_bf16((" not in prog.source("c")
+    x86 = host().features - {"avx512_vnni", "avx_vnni", "avx512f", "avx2"}
+    for features in (x86 | {"avx2", "fma", "f16c", "avx512f"}, x86 | {"fma", "f16c"}):
+        prog, _ = cpu_compile(layer, (x,), target=replace(host(), features=frozenset(features)))
+        assert "QDOT" not in knobs_of(prog, "k_linear_reduce") and "_vnni_bf16((" not in prog.source("c")
+    avx2 = replace(host(), name="cpu-avx2-fma", features=frozenset(x86 | {"avx2", "fma", "f16c"}))
+    prog, _ = cpu_compile(layer, (x,), target=avx2)
+    assert knobs_of(prog, "k_linear_reduce")["QDOT"] == "vnni" and "st_q8_0_vnni_bf16((" in prog.source("c")
+    assert_matches(prog, layer, (x,))
+    if host().has("avx2") and not host().has("avx512f"):
+        layer, x = quant_linear("q4_0", 512, 40, False, torch.float32), torch.randn(1, 512)
+        got = cpu_compile(layer, (x,), {"QDOT": "vnni"})[0](x).double()
+        rel = ((got - layer(x).double()).norm() / layer(x).double().norm()).item()
+        assert 1e-6 < rel < 1e-2, f"int8 activations on vpmaddubsw: rel err {rel:.3g}"
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])

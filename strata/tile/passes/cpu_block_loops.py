@@ -14,9 +14,9 @@ saying so. A float sum over the split loop adds into c partial sums (a scratch r
 per inner position) that are added up after it: summed into one variable, each inner loop would
 end in a horizontal vector sum (that GEMV: 4.4 ms so, 1.9 ms with the partial sums). Other
 accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole. A row of
-quantized blocks gets QDOT=vnni where the CPU has AVX512-VNNI and the row writes bf16 or fp16
-(codegen/c_qdot.py: int8 activations err about as much as 16-bit floats, 0.6% of the norm, so
-fp32 rows keep the float lanes unless QDOT=vnni is pinned).
+quantized blocks gets QDOT=vnni where the CPU has AVX512-VNNI or AVX2 without AVX-512 (vpmaddubsw)
+and the row writes bf16 or fp16 (codegen/c_qdot.py: int8 activations err about as much as 16-bit
+floats, 0.6% of the norm, so fp32 rows keep the float lanes unless QDOT=vnni is pinned).
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
     if split:
         ctx.log(f"cpu_block_loops: {k.name}: {', '.join(split)}", 2)
         out = out.with_knob("BLOCK_LOOPS", 1) if ctx.pinned("BLOCK_LOOPS") else out
-    if any(rows) and all(ctx.arch.has(f) for f in ("avx512_vnni", "avx512bw", "avx512vl")):
+    if any(rows) and (all(map(ctx.arch.has, ("avx512_vnni", "avx512bw", "avx512vl"))) or not
+                      ctx.arch.has("avx512f") and all(map(ctx.arch.has, ("avx2", "fma", "f16c")))):
         half = all(k.dtype_of(w) in ("bf16", "f16") for w in k.writes)   # int8 activations lose
         out = out.with_knob("QDOT", ctx.knob("QDOT", "vnni" if half else "float"))  # what 16 bits do
     return out
