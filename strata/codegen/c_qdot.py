@@ -127,6 +127,40 @@ static inline __m256 st_nib(__m256i v) { return _mm256_cvtepi32_ps(_mm256_sub_ep
 static inline void st_qlanes(float* l, __m256 a, __m256 b) {
     _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), _mm256_add_ps(a, b)));
 }
+// A block's 32 weights stored (see the AVX-512 branch): 4 x 8 lanes; bf16 by vpackusdw
+static inline void st_qstore_f32(float* o, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+    _mm256_storeu_ps(o, w0);
+    _mm256_storeu_ps(o + 8, w1);
+    _mm256_storeu_ps(o + 16, w2);
+    _mm256_storeu_ps(o + 24, w3);
+}
+static inline __m256i st_bf16_rne(__m256 v) {           // the bf16 bits in each 32-bit lane
+    __m256i b = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+}
+static inline void st_qstore_bf16(uint16_t* o, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+    _mm256_storeu_si256((__m256i*)o, _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(st_bf16_rne(w0), st_bf16_rne(w1)), 0xD8));
+    _mm256_storeu_si256((__m256i*)(o + 16), _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(st_bf16_rne(w2), st_bf16_rne(w3)), 0xD8));
+}
+#define ST_QSTORES(X, T) \
+static inline void st_q8_0_to_##X(T* o, const signed char* q, float d) { \
+    __m256 s = _mm256_set1_ps(d); \
+    st_qstore_##X(o, _mm256_mul_ps(st_qf(q), s), _mm256_mul_ps(st_qf(q + 8), s), \
+                  _mm256_mul_ps(st_qf(q + 16), s), _mm256_mul_ps(st_qf(q + 24), s)); } \
+static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
+    __m128i raw = _mm_loadu_si128((const __m128i*)q); \
+    __m256i b0 = _mm256_cvtepu8_epi32(raw), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)); \
+    __m256i m = _mm256_set1_epi32(15); \
+    __m256 s = _mm256_set1_ps(d); \
+    st_qstore_##X(o, _mm256_mul_ps(st_nib(_mm256_and_si256(b0, m)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_and_si256(b1, m)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b0, 4)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); }
+ST_QSTORES(f32, float)
+ST_QSTORES(bf16, uint16_t)
 #endif
 #define ST_QBLOCKS(X, T) \
 static inline st_qv st_q8_0_##X(st_qv acc, const signed char* q, const T* x, float d) { \
@@ -498,9 +532,9 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
 
     def q(step: int) -> str:
         return f"(const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}]"
-    if qb.x is None:                        # a weight dequantized and stored (AVX-512 only)
-        em.emit(f"#if defined(__AVX512F__)    // {qb.fmt} blocks stored as vector code "
-                f"(codegen/c_qdot.py)", 0)
+    if qb.x is None:                        # a weight dequantized and stored
+        em.emit(f"#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    // {qb.fmt} "
+                f"blocks stored as vector code (codegen/c_qdot.py)", 0)
         em.emit(f"for ({t} {o} = {strip_parens(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
         em.emit(f"{fn.replace('_f32', '_to_f32').replace('_bf16', '_to_bf16')}"
                 f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)});", depth + 1)
