@@ -27,9 +27,10 @@ activations' sum) taken off per row; the next rows' bytes are prefetched. A 5632
 row set, weights streamed from DRAM, 2 threads, Emerald Rapids: 0.73 ms as float lanes, 0.39
 with VNNI (the bytes alone stream in 0.32). On AVX2 without AVX-512 (Zen 3, Haswell) the same
 blocks run one at a time on vpmaddubsw + vpmaddwd (q8_0 by llama.cpp's sign trick, whose
-products cannot saturate int16): 2-core Zen 3, q4_0, bf16 activations, 0.63 ms as float lanes,
-0.28 ms so; a TinyLlama q4_0 decode 13.9 -> 27 tokens/s. The activations' rounding is
-llama.cpp's error, not the float path's: QDOT=float keeps the float lanes. The row must read whole, aligned blocks of
+products cannot saturate int16): the same row set on the 2-core Zen 3, interleaved, 0.68 ms as
+float lanes, 0.37 ms so (then 1.13x more with q4_0's nibbles unpacked by one vpsrlvq); a
+TinyLlama q4_0 decode 13.9 -> 27 tokens/s. The activations' rounding is llama.cpp's error, not
+the float path's: QDOT=float keeps the float lanes. The row must read whole, aligned blocks of
 the activations and contiguous bytes and f16 or bf16 scales; the float path takes any other.
 """
 from __future__ import annotations

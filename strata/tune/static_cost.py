@@ -20,7 +20,7 @@ from ..runtime.disasm import disassemble_functions
 from ..runtime.mca import cycles_per_iteration, hot_loop
 
 COMPILE_S = 60              # a schedule gcc takes minutes over ranks last (FORM=dot of strided
-                            # f32 weights took 200 s before cpu_matmul refused it)
+                            # f32 weights took 200 s before cpu_form refused it)
 CLOCK_GHZ = 2.0             # cycles per ns: cost.py's SCALAR_GOPS assumes one op a cycle at this
 _LANES = {"zmm": 16, "ymm": 8, "xmm": 4}        # fp32 lanes of an x86 register
 # FLOPs of one instruction per fp32 lane: an FMA 2, a bf16 pair dot 4, an int8 quad dot 8
