@@ -238,8 +238,12 @@ def generate_command(args) -> int:
 def _verdict(ids, eager, lm, prompt, total, eos) -> tuple[str, bool]:
     """Whether strata's greedy ids are right, told against eager. Where a bf16/fp16 model's ids
     differ, eager itself is rounding: the same model in float32 decides, and the line says who
-    it sides with and by what logit margin it picks its token at the first difference."""
+    it sides with and by what logit margin it picks its token at the first difference. A model
+    with block-quantized linears runs them with int8 activations on the CPU (QDOT=vnni, as
+    llama.cpp does), which no eager trajectory repeats: there `_near_ties` decides."""
     import torch
+
+    from .quant.formats import QuantLinear
     text = _agree(ids, eager)
     low = next(lm.parameters()).dtype
     k = next((i for i, (a, b) in enumerate(zip(ids, eager)) if a != b), None)
@@ -255,4 +259,30 @@ def _verdict(ids, eager, lm, prompt, total, eos) -> tuple[str, bool]:
         return (f"{text}; hf eager in float32 agrees with strata: at that token it prefers "
                 f"{ids[k]} to {eager[k]} by a logit margin of {margin:.3g}, a near tie that "
                 f"{name} rounding tipped"), True
+    if any(isinstance(m, QuantLinear) for m in lm.modules()):
+        return _near_ties(text, ids, lm, ref, prompt)
     return f"{text}; hf eager in float32 disagrees with strata too ({_agree(ids, high)})", False
+
+
+def _near_ties(text, ids, lm, ref, prompt) -> tuple[str, bool]:
+    """Fed strata's own ids, float32 eager must rank each of strata's tokens within twice the
+    logit change that int8 activations and the model's dtype make (eager so, on the same ids) of
+    its best token: a wrong kernel moves logits by far more than rounding does."""
+    import torch
+
+    from .quant.formats import QuantLinear
+    seq, n = torch.tensor([list(prompt) + ids]), len(ids)
+    noisy = copy.deepcopy(lm).cpu()
+    for m in noisy.modules():
+        if isinstance(m, QuantLinear):
+            m.int8_activations = True
+    with torch.no_grad():
+        truth = ref(seq).logits[0, -n - 1:-1]
+        spread = float((noisy(seq).logits[0, -n - 1:-1].float() - truth).abs().max())
+    gaps = truth.max(-1).values - truth[torch.arange(n), torch.tensor(ids)]
+    worst = int(gaps.argmax())
+    ok = float(gaps[worst]) <= 2 * spread
+    return (f"{text}; fed strata's ids, hf eager in float32 ranks each of its tokens within "
+            f"{float(gaps[worst]):.3g} of its best (at generated token {worst}), "
+            f"{'within' if ok else 'beyond'} twice the {spread:.3g} that int8 activations move "
+            f"the logits: {'near ties' if ok else 'strata is wrong'}"), ok

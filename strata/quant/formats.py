@@ -73,6 +73,14 @@ def dequantize(qs: torch.Tensor, d: torch.Tensor, fmt: str) -> torch.Tensor:
     return (q * d.to(torch.float32)).flatten(-2)
 
 
+def int8_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x (last dimension a multiple of 32) rounded as llama.cpp and QDOT=vnni's kernels quantize
+    activations: per block of 32, d = max |x| / 127 and q = round(x / d), returned as q * d."""
+    b = x.unflatten(-1, (-1, BLOCK))
+    d = b.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(b * torch.where(d > 0, 1 / d, 0)) * d).flatten(-2)
+
+
 class QuantLinear(nn.Module):
     """nn.Linear with a block-quantized weight (buffers `qs` and `d`) and an optional bias."""
 
@@ -95,8 +103,12 @@ class QuantLinear(nn.Module):
         w = dequantize(self.qs, self.d, self.fmt)
         return (w if w.shape[1] == self.in_features else w[:, :self.in_features]).to(dtype)
 
+    int8_activations = False      # eager only: round x as QDOT=vnni's kernels do (a reference)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self.int8_activations:
+            return F.linear(int8_blocks(x.float()), self.weight(torch.float32), bias).to(x.dtype)
         return F.linear(x, self.weight(x.dtype), bias)
 
     def extra_repr(self) -> str:

@@ -30,10 +30,11 @@ def tiny(tmp_path_factory):
 
 
 def test_gguf_run_end_to_end(tiny, tmp_path, capsys):
-    """strata's row on the file's own weights (fp32 activations: its ids are HF eager's), then
+    """strata's row on the file's own weights (fp32 activations, float lanes: its ids are HF
+    eager's; a quantized file defaults to bf16 and int8 rows), then
     llama.cpp's row, or the sentence that it is not installed; the report holds them."""
     assert D.main(["--gguf", str(tiny), "--prompt-len", "5", "--new-tokens", "3", "--repeats", "1",
-                   "--threads", "2", "--out", str(tmp_path)]) == 0
+                   "--threads", "2", "--dtype", "fp32", "--out", str(tmp_path)]) == 0
     (js,) = tmp_path.glob("decode-tiny-q8-0-fp32-*-2t-*.json")
     data = json.loads(js.read_text())
     rows = {v["name"]: v for v in data["result"]["variants"]}

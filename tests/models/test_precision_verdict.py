@@ -9,7 +9,8 @@ import torch  # noqa: E402
 
 from model_helpers import hf_model  # noqa: E402
 from strata.bench.decode_loops import hf_eager_greedy  # noqa: E402
-from strata.cli_generate import _verdict  # noqa: E402
+from strata.cli_generate import _near_ties, _verdict  # noqa: E402
+from strata.quant.formats import quantize  # noqa: E402
 
 PROMPT, N = [3, 1, 4, 1, 5], 6
 
@@ -46,3 +47,19 @@ def test_float32_models_are_judged_as_they_are():
     text, ok = _verdict([1, 2, 3], [1, 2, 4], model, PROMPT, 3, ())
     assert not ok and text == "no (first difference at generated token 2)"
     assert _verdict([1, 2], [1, 2], model, PROMPT, 2, ()) == ("yes", True)
+
+
+def test_quantized_models_are_judged_by_near_ties():
+    """int8 activations (QDOT=vnni) follow no eager trajectory: fed strata's ids, float32 eager
+    must rank each of its tokens within twice the logit change int8 activations make."""
+    import copy
+    model = quantize(hf_model("llama", seed=3), "q8_0").to(torch.bfloat16)
+    ref = copy.deepcopy(model).float()
+    right = _truth(copy.deepcopy(model))
+    text, ok = _near_ties("no", right, model, ref, PROMPT)
+    assert ok and "near ties" in text and "within 0 of its best" in text
+    with torch.no_grad():
+        logits = ref(torch.tensor([PROMPT + right[:2]])).logits[0, -1]
+    wrong = right[:2] + [int(logits.argmin())] + right[3:]    # the least likely token
+    text, ok = _near_ties("no", wrong, model, ref, PROMPT)
+    assert not ok and "at generated token 2" in text and "strata is wrong" in text
