@@ -40,6 +40,7 @@ from .tile.passes.cpu_pack_weights import cpu_pack_weights
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_reciprocal import cpu_reciprocal
 from .tile.passes.cpu_rows import cpu_rows
+from .tile.passes.cpu_split_groups import cpu_split_groups
 from .tile.passes.cpu_split_guards import cpu_split_guards
 from .tile.passes.mark_unroll import mark_unroll
 from .tile.passes.materialize_prologue import materialize_prologue
@@ -88,6 +89,7 @@ GPU_PASSES = [
 # inner loops vectorised by the C compiler (codegen/c.py).
 CPU_PASSES = [
     ("tileify", tileify),
+    ("cpu_split_groups", cpu_split_groups),
     ("chunk_reduce", chunk_reduce),
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from .. import dtypes
 from ..context import Context
 from ..errors import KnobError
-from ..expr import Const, Op, Var, call, coefficient, free_vars, to_str
+from ..expr import Const, Op, Var, call, children, coefficient, free_vars, to_str
 from ..loop.ir import Accum, BufferInfo, Let, Load, Loop, Store
 from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, subst_body, walk
 
@@ -139,6 +139,15 @@ def match(k: TileKernel) -> Contraction | str:
         if both:
             return f"{both[0]} depends on both {m} and {n} inside the reduction"
     return replace(c, m=m, n=n)
+
+
+def divisors(e, var: str):
+    """The constants c of every `var // c` and `var % c` inside e."""
+    if isinstance(e, Op) and e.op in ("floordiv", "mod") and isinstance(e.args[1], Const) \
+            and isinstance(e.args[0], Var) and e.args[0].name == var:
+        yield int(e.args[1].value)
+    for a in children(e):
+        yield from divisors(a, var)
 
 
 def product(body) -> tuple[str, str, str] | str:

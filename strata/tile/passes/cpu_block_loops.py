@@ -24,8 +24,9 @@ from dataclasses import replace
 
 from ... import dtypes
 from ...context import Context
-from ...expr import Const, Op, Var, add, call, children, free_vars, mul, simplify
+from ...expr import Const, Op, Var, add, call, free_vars, mul, simplify
 from ...loop.ir import Accum, Let, Load, Loop, Store
+from ..contraction import divisors
 from ..ir import Mode, Scratch, TileKernel, flat_index, map_body, subst_body, walk
 
 
@@ -39,7 +40,7 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
     def fn(s):
         if not isinstance(s, Loop):
             return s
-        sizes = {c for e in _exprs(s.body, k.shape_of) for c in _divisors(simplify(e), s.var)}
+        sizes = {c for e in _exprs(s.body, k.shape_of) for c in divisors(simplify(e), s.var)}
         sizes = {c for c in sizes if 2 <= c < s.extent and s.extent % c == 0}
         if len(sizes) != 1:
             if len(sizes) > 1:
@@ -135,12 +136,3 @@ def _exprs(body, shape_of=None):
         elif isinstance(s, Store):
             yield from index(s)
             yield s.value
-
-
-def _divisors(e, var: str):
-    """The constants c of every `var // c` and `var % c` inside e."""
-    if isinstance(e, Op) and e.op in ("floordiv", "mod") and isinstance(e.args[1], Const) \
-            and isinstance(e.args[0], Var) and e.args[0].name == var:
-        yield int(e.args[1].value)
-    for a in children(e):
-        yield from _divisors(a, var)

@@ -17,11 +17,9 @@ a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel an
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from math import prod
 
 from ...context import Context
-from ...expr import Var
 from ...loop.ir import Load
 from ..contraction import closure, depends, match, split_prologues, uses
 from ..ir import TileKernel
