@@ -103,11 +103,12 @@ class QuantLinear(nn.Module):
         w = dequantize(self.qs, self.d, self.fmt)
         return (w if w.shape[1] == self.in_features else w[:, :self.in_features]).to(dtype)
 
-    int8_activations = False      # eager only: round x as QDOT=vnni's kernels do (a reference)
+    int8_activations = False      # eager only: round x as QDOT=vnni's kernels do (a reference;
+                                  # a row of partial blocks keeps the float lanes there, so here)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.int8_activations:
+        if self.int8_activations and x.shape[-1] % BLOCK == 0:
             return F.linear(int8_blocks(x.float()), self.weight(torch.float32), bias).to(x.dtype)
         return F.linear(x, self.weight(x.dtype), bias)
 

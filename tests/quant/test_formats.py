@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from strata.quant.formats import BLOCK, dequantize, quantize_weight
+from strata.quant.formats import BLOCK, QuantLinear, dequantize, int8_blocks, quantize_weight
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -21,3 +21,21 @@ def test_strata_formats_round_by_the_scale_they_store(fmt):
     assert back[7].abs().max() == 0
     if fmt == "int8":
         assert qs.abs().max() <= 127
+
+
+def test_int8_activations_round_whole_blocks_as_the_kernels_do():
+    """The eager reference of QDOT=vnni (cli_generate's near-tie verdict): x rounded per block of
+    32 to q * max|x| / 127, q an integer within 127; a row of partial blocks is left as it is."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 64)
+    b = int8_blocks(x).view(3, 2, 32)
+    d = x.view(3, 2, 32).abs().amax(-1, keepdim=True) / 127
+    q = b / d
+    assert torch.allclose(q, q.round(), atol=1e-3) and q.abs().max() <= 127 + 1e-3
+    assert (b - x.view(3, 2, 32)).abs().le(d / 2 + 1e-7).all() and not torch.equal(b.flatten(1), x)
+    for k in (64, 40):
+        layer = QuantLinear.from_linear(torch.nn.Linear(k, 5), "q8_0")
+        x = torch.randn(2, k)
+        plain = layer(x)
+        layer.int8_activations = True
+        assert torch.equal(layer(x), plain) == (k % 32 != 0)
