@@ -228,19 +228,25 @@ def generate_command(args) -> int:
     if args.compare:
         ok = True
         for i, (label, toks, *_) in enumerate(results[1:]):
-            text, agrees = _verdict(ids, toks, lm, prompt, total, eos)
+            text, agrees = _verdict(ids, toks, lm, prompt, total, eos, _int8_rows(decode))
             print(f"ids agree with {label}: {text}")
             ok = ok and (agrees or i > 0)          # the verdict is HF eager's; others are shown
         return 0 if ok else 1
     return 0
 
 
-def _verdict(ids, eager, lm, prompt, total, eos) -> tuple[str, bool]:
+def _int8_rows(program) -> bool:
+    """Whether a compiled program's quantized rows take int8 activations (QDOT=vnni: on a CPU
+    with VNNI or AVX2; a GPU's and other CPUs' rows keep their dtype)."""
+    return any(dict(k.knobs).get("QDOT") == "vnni" for k in program.lowered.kernel.kernels)
+
+
+def _verdict(ids, eager, lm, prompt, total, eos, int8=False) -> tuple[str, bool]:
     """Whether strata's greedy ids are right, told against eager. Where a bf16/fp16 model's ids
     differ, eager itself is rounding: the same model in float32 decides, and the line says who
     it sides with and by what logit margin it picks its token at the first difference. A model
-    with block-quantized linears runs them with int8 activations on the CPU (QDOT=vnni, as
-    llama.cpp does), which no eager trajectory repeats: there `_near_ties` decides."""
+    with block-quantized linears (run with int8 activations where `int8`, as llama.cpp does on
+    a CPU) follows no eager trajectory when float32 disagrees too: there `_near_ties` decides."""
     import torch
 
     from .quant.formats import QuantLinear
@@ -260,14 +266,14 @@ def _verdict(ids, eager, lm, prompt, total, eos) -> tuple[str, bool]:
                 f"{ids[k]} to {eager[k]} by a logit margin of {margin:.3g}, a near tie that "
                 f"{name} rounding tipped"), True
     if any(isinstance(m, QuantLinear) for m in lm.modules()):
-        return _near_ties(text, ids, lm, ref, prompt)
+        return _near_ties(text, ids, lm, ref, prompt, int8)
     return f"{text}; hf eager in float32 disagrees with strata too ({_agree(ids, high)})", False
 
 
-def _near_ties(text, ids, lm, ref, prompt) -> tuple[str, bool]:
+def _near_ties(text, ids, lm, ref, prompt, int8=True) -> tuple[str, bool]:
     """Fed strata's own ids, float32 eager must rank each of strata's tokens within twice the
-    logit change that int8 activations and the model's dtype make (eager so, on the same ids) of
-    its best token: a wrong kernel moves logits by far more than rounding does."""
+    logit change that the model's dtype (and int8 activations, where `int8`) make (eager so, on
+    the same ids) of its best token: a wrong kernel moves logits by far more than rounding does."""
     import torch
 
     from .quant.formats import QuantLinear
@@ -275,14 +281,15 @@ def _near_ties(text, ids, lm, ref, prompt) -> tuple[str, bool]:
     noisy = copy.deepcopy(lm).cpu()
     for m in noisy.modules():
         if isinstance(m, QuantLinear):
-            m.int8_activations = True
+            m.int8_activations = int8
     with torch.no_grad():
         truth = ref(seq).logits[0, -n - 1:-1]
         spread = float((noisy(seq).logits[0, -n - 1:-1].float() - truth).abs().max())
     gaps = truth.max(-1).values - truth[torch.arange(n), torch.tensor(ids)]
     worst = int(gaps.argmax())
     ok = float(gaps[worst]) <= 2 * spread
+    cause = "int8 activations move" if int8 else f"{str(next(lm.parameters()).dtype)[6:]} rounding moves"
     return (f"{text}; fed strata's ids, hf eager in float32 ranks each of its tokens within "
             f"{float(gaps[worst]):.3g} of its best (at generated token {worst}), "
-            f"{'within' if ok else 'beyond'} twice the {spread:.3g} that int8 activations move "
+            f"{'within' if ok else 'beyond'} twice the {spread:.3g} that {cause} "
             f"the logits: {'near ties' if ok else 'strata is wrong'}"), ok

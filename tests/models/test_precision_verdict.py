@@ -51,7 +51,8 @@ def test_float32_models_are_judged_as_they_are():
 
 def test_quantized_models_are_judged_by_near_ties():
     """int8 activations (QDOT=vnni) follow no eager trajectory: fed strata's ids, float32 eager
-    must rank each of its tokens within twice the logit change int8 activations make."""
+    must rank each of its tokens within twice the logit change int8 activations make (a GPU's
+    rows, bf16 throughout: the change bf16 makes, and the line says so)."""
     import copy
     model = quantize(hf_model("llama", seed=3), "q8_0").to(torch.bfloat16)
     ref = copy.deepcopy(model).float()
@@ -63,3 +64,5 @@ def test_quantized_models_are_judged_by_near_ties():
     wrong = right[:2] + [int(logits.argmin())] + right[3:]    # the least likely token
     text, ok = _near_ties("no", wrong, model, ref, PROMPT)
     assert not ok and "at generated token 2" in text and "strata is wrong" in text
+    text, ok = _near_ties("no", right, model, ref, PROMPT, int8=False)    # a GPU's bf16 rows
+    assert ok and "that bfloat16 rounding moves the logits" in text and "int8" not in text
