@@ -3,7 +3,8 @@ TinyLlama-1.1B and Qwen2.5-7B shapes, batch 1, for a number of tokens `seq`.
 
 Written the way Hugging Face transformers writes them (rotate_half RoPE, repeat_kv for grouped-
 query attention, SiLU-gated MLP), so what strata compiles is what users run. Attention is
-self-attention over the `seq` tokens (prefill; seq 1 is a single token with no KV cache).
+self-attention over the `seq` tokens (prefill; seq 1 is a single token with no KV cache);
+decode_sdpa is one new token's attention over a KV cache of `seq` positions, as a decode step runs it.
 Weights are initialised on the meta device and filled in place (fast on any device, seed 0);
 building on "meta" checks every shape without memory or compute.
 """
@@ -103,13 +104,13 @@ class AddRMSNorm(nn.Module):
 
 
 class CausalSDPA(nn.Module):
-    def __init__(self, n_rep: int):
+    def __init__(self, n_rep: int, causal: bool = True):
         super().__init__()
-        self.n_rep = n_rep
+        self.n_rep, self.causal = n_rep, causal
 
     def forward(self, q, k, v):
         k, v = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)   # one query: none
 
 
 class QKVProjection(nn.Module):
@@ -194,6 +195,7 @@ def _module(op: str, m: ModelShape) -> nn.Module:
         "softmax": Softmax, "rope": RoPE, "silu_mul": SiluMul, "gelu": Gelu,
         "add_rmsnorm": lambda: AddRMSNorm(m.hidden, m.eps),
         "sdpa": lambda: CausalSDPA(m.heads // m.kv_heads),
+        "decode_sdpa": lambda: CausalSDPA(m.heads // m.kv_heads, causal=False),
         "qkv_proj": lambda: QKVProjection(m),
         "mlp": lambda: MLP(m),
         "decoder_block": lambda: DecoderBlock(m),
@@ -207,6 +209,7 @@ def _inputs(op: str, m: ModelShape, s: int, dt, dev) -> tuple:
         "rope": [(1, H, s, D), (1, KV, s, D)], "silu_mul": [(1, s, I), (1, s, I)],
         "gelu": [(1, s, I)], "add_rmsnorm": [(1, s, N), (1, s, N)],
         "sdpa": [(1, H, s, D), (1, KV, s, D), (1, KV, s, D)],
+        "decode_sdpa": [(1, H, 1, D), (1, KV, s, D), (1, KV, s, D)],
         "qkv_proj": [(1, s, N)], "mlp": [(1, s, N)], "decoder_block": [(1, s, N)],
     }[op]
     inputs = tuple(torch.randn(shape, dtype=dt, device=dev) for shape in shapes)
@@ -224,6 +227,8 @@ OPS = {   # name: (what it is, ideal FLOPs(model, seq))
     "gelu": ("GELU (tanh) at the MLP width", None),
     "add_rmsnorm": ("residual add + RMSNorm, returning both", None),
     "sdpa": ("causal scaled dot-product attention with GQA (repeat_kv)", _attn_flops),
+    "decode_sdpa": ("one token's attention over a KV cache of seq positions, GQA",
+                    lambda m, s: 4 * m.heads * m.head_dim * s),
     "qkv_proj": ("q, k, v projections", _qkv_flops),
     "mlp": ("MLP projections: down(silu(gate(x)) * up(x))", _mlp_flops),
     "decoder_block": ("a full Llama decoder block", _decoder_flops),

@@ -24,6 +24,7 @@ def expected_shapes(case):
         "rope": [(1, m.heads, s, m.head_dim), (1, m.kv_heads, s, m.head_dim)],
         "silu_mul": [(1, s, m.intermediate)], "gelu": [(1, s, m.intermediate)],
         "add_rmsnorm": [(1, s, m.hidden)] * 2, "sdpa": [(1, m.heads, s, m.head_dim)],
+        "decode_sdpa": [(1, m.heads, 1, m.head_dim)],
         "qkv_proj": [(1, s, m.heads * m.head_dim)] + [(1, s, m.kv_heads * m.head_dim)] * 2,
         "mlp": [(1, s, m.hidden)], "decoder_block": [(1, s, m.hidden)],
     }[case.op]
