@@ -23,7 +23,7 @@ from ..errors import StrataError
 from . import cases as C, cpu_suite
 from .accuracy import check_program, verdict_line
 from .cpu_bench import cpu_ceilings
-from .env import collect_cpu_env, collect_env, slug
+from .env import collect_cpu_env, collect_env, cpu_class, slug
 from .harness import (L2Flush, input_copies, l2_bytes, measure_ceilings, require_cuda,
                       rotating_arg_sets, tensor_bytes, time_cuda)
 from .report import (_env_lines, fmt_flops, fmt_ms, fmt_ratio, geomeans, speedup, summary_table,
@@ -174,7 +174,8 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
             ceilings = measure_ceilings(sorted({c.dtype for c in cases}))
             flush, l2 = L2Flush(), l2_bytes()
     console.print(_env_lines(env, ceilings)[-1][2:])
-    stem = f"suite-{slug(env.device)}" + (f"-{env.extra['threads']}t" if cpu else "")
+    stem = f"suite-{slug(env.device)}" + (f"-{cpu_class()}-{env.extra['threads']}t" if cpu else "") \
+        + f"-{env.date[:10]}-{env.date[11:13]}{env.date[14:16]}"        # never another run's
     results: list[CaseResult] = []
     t0 = time.monotonic()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
