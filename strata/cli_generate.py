@@ -288,7 +288,8 @@ def _near_ties(text, ids, lm, ref, prompt, int8=True) -> tuple[str, bool]:
     gaps = truth.max(-1).values - truth[torch.arange(n), torch.tensor(ids)]
     worst = int(gaps.argmax())
     ok = float(gaps[worst]) <= 2 * spread
-    cause = "int8 activations move" if int8 else f"{str(next(lm.parameters()).dtype)[6:]} rounding moves"
+    name = str(next(lm.parameters()).dtype).removeprefix("torch.")
+    cause = "int8 activations move" if int8 else f"{name} rounding moves"
     return (f"{text}; fed strata's ids, hf eager in float32 ranks each of its tokens within "
             f"{float(gaps[worst]):.3g} of its best (at generated token {worst}), "
             f"{'within' if ok else 'beyond'} twice the {spread:.3g} that {cause} "

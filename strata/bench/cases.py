@@ -4,7 +4,7 @@ TinyLlama-1.1B and Qwen2.5-7B shapes, batch 1, for a number of tokens `seq`.
 Written the way Hugging Face transformers writes them (rotate_half RoPE, repeat_kv for grouped-
 query attention, SiLU-gated MLP), so what strata compiles is what users run. Attention is
 self-attention over the `seq` tokens (prefill; seq 1 is a single token with no KV cache);
-decode_sdpa is one new token's attention over a KV cache of `seq` positions, as a decode step runs it.
+decode_sdpa is one new token's attention over a KV cache of `seq` positions, as decode runs it.
 Weights are initialised on the meta device and filled in place (fast on any device, seed 0);
 building on "meta" checks every shape without memory or compute.
 """

@@ -96,8 +96,8 @@ def cpu_class() -> str:
     """The host's vector class for report names: two CPU classes can share a model name (the
     AVX-512 and the AVX2-only "AMD EPYC" here), and one must not overwrite the other's report."""
     f = get_target("host").features
-    return next((name for name, flag in (("amx", "amx_bf16"), ("avx512", "avx512f"), ("avx2", "avx2"),
-                                         ("neon", "neon")) if flag in f), platform.machine() or "cpu")
+    classes = (("amx", "amx_bf16"), ("avx512", "avx512f"), ("avx2", "avx2"), ("neon", "neon"))
+    return next((name for name, flag in classes if flag in f), platform.machine() or "cpu")
 
 
 def slug(text: str) -> str:

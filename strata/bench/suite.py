@@ -174,8 +174,8 @@ def run_suite(cases: list[C.Case], which, out_dir: str, budget_s: float | None, 
             ceilings = measure_ceilings(sorted({c.dtype for c in cases}))
             flush, l2 = L2Flush(), l2_bytes()
     console.print(_env_lines(env, ceilings)[-1][2:])
-    stem = f"suite-{slug(env.device)}" + (f"-{cpu_class()}-{env.extra['threads']}t" if cpu else "") \
-        + f"-{env.date[:10]}-{env.date[11:13]}{env.date[14:16]}"        # never another run's
+    where = f"-{cpu_class()}-{env.extra['threads']}t" if cpu else ""
+    stem = f"suite-{slug(env.device)}{where}-{env.date[:10]}-{env.date[11:13]}{env.date[14:16]}"
     results: list[CaseResult] = []
     t0 = time.monotonic()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

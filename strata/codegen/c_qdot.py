@@ -193,7 +193,9 @@ static st_xq8 st_quantize_##X(const T* x, long n) { \
                 st_scratch((n / 32 + 16) * sizeof(float))}; \
     for (long b = 0; b < n / 32; b++) { \
         float m = 0.0f, f[32]; \
-        for (int j = 0; j < 32; j++) { f[j] = LOAD(x[b * 32 + j]); m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
+        for (int j = 0; j < 32; j++) { \
+            f[j] = LOAD(x[b * 32 + j]); \
+            m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
         float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
         int sum = 0; \
         for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \

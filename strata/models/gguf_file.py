@@ -139,8 +139,8 @@ class GGUFFile:
     def _activations(self, kind: str) -> str:
         """The embedding's float type; bfloat16 where the linear weights are Q8_0/Q4_0: their rows
         then run as int8 products where the CPU has AVX512-VNNI, or AVX2 without AVX-512, the
-        activations rounded to 8 bits a block as llama.cpp rounds them (QDOT=vnni). float32 rows keep the float
-        lanes: a TinyLlama Q4_0 decode on Zen 3 ran 18.5 tokens/s so, 35.8 in bf16."""
+        activations rounded to 8 bits a block as llama.cpp rounds them (QDOT=vnni). float32 rows
+        keep the float lanes: a TinyLlama Q4_0 decode on Zen 3 ran 18.5 tokens/s so, 35.8 in bf16."""
         if any(t.tensor_type.name in QUANT for t in self.tensors.values()):
             return "bfloat16"
         return DTYPE_NAME.get(kind, "float32")
