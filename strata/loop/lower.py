@@ -8,6 +8,7 @@ from ..expr import Const, Expr, Var
 from ..tensor.ir import Input, Scatter, TensorProgram
 from . import scatter
 from .builder import LoopBuilder
+from .causal_pieces import causal_pieces
 from .fuse import FusionPlan, KernelPlan, plan as plan_fusion
 from .ir import BufferInfo, LoopKernel, LoopProgram, Store, canonical_names
 
@@ -72,4 +73,6 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
             kind = "output" if n.name in prog.outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))
     outputs = [alias.get(o, o) for o in prog.outputs]
+    if not ctx.arch.is_gpu:        # (a GPU's fused attention stops at the diagonal itself)
+        kernels = causal_pieces(kernels, buffers, ctx.log)
     return LoopProgram(buffers, kernels, outputs, prog.weights)   # read lazily
