@@ -14,7 +14,7 @@ from conftest import HAS_CC
 from strata import check
 from strata.context import Context
 from strata.expr import Const, Op, Var
-from strata.loop.causal_pieces import _adds_nothing, _offset
+from strata.loop.causal_pieces import _line, _past_line
 from strata.loop.ir import Accum, Let, Load, Loop
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
@@ -78,7 +78,8 @@ def test_keys_past_the_last_query_are_never_read():
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("why", ["no mask", "float mask", "scores returned", "few queries"])
+@pytest.mark.parametrize("why", ["no mask", "float mask", "scores returned", "few queries",
+                                 "vectors"])
 def test_what_is_not_a_causal_chain_runs_whole(why):
     q, k, v = torch.randn(1, 2, 130, 8), torch.randn(1, 2, 130, 8), torch.randn(1, 2, 130, 8)
     mask = torch.randn(130, 130)
@@ -88,6 +89,8 @@ def test_what_is_not_a_causal_chain_runs_whole(why):
                        (q, k, v, mask)),
         "scores returned": (lambda q, k, v: _scores_too(q, k, v), (q, k, v)),
         "few queries": (_causal, (q[:, :, :100], k, v)),
+        "vectors": (lambda x, w: torch.softmax(torch.cumsum(x @ w, 0), 0) @ w.T,
+                    (torch.randn(200), torch.randn(200, 300))),
     }[why]
     prog, log = _compile(fn, inputs)
     assert "causal_pieces:" not in log
@@ -101,14 +104,44 @@ def _scores_too(q, k, v):
     return torch.softmax(s, -1) @ v, s
 
 
-def test_a_key_loop_that_adds_something_past_the_line_is_kept():
-    """sum of where(j <= i, x, 1.0): past the line each key adds 1, not the identity 0."""
+def test_the_fold_past_the_line():
+    """Lines drawn both ways; past j <= i a predicated load reads 0 and where() picks -inf, so
+    a max adds its identity, but a sum of where(j <= i, x, 1.0) adds 1 each key: kept; a score
+    plus the dtype's minimum (transformers' mask) is -inf to exp."""
     pred = Op("le", (Var("j"), Var("i")), "bool")
-    assert _offset(pred, "i", "j") == 0
     i3 = Op("add", (Var("i"), Const(3)), "i64")
-    assert _offset(Op("lt", (Var("j"), i3), "bool"), "i", "j") == 2
+    assert _line(pred, "i", "j") == (0, True)
+    assert _line(Op("lt", (Var("j"), i3), "bool"), "i", "j") == (2, True)
+    assert _line(Op("ge", (Op("subtract", (Var("j"), Var("i")), "i64"), Const(1)), "bool"),
+                 "i", "j") == (0, False)
+    past = lambda e: None if _line(e, "i", "j") is None else not _line(e, "i", "j")[1]
+    read = lambda s: Const(0.0, s.dtype) if s.pred is not None and past(s.pred) is False else None
     where = lambda other: Let("w", Op("where", (Var("m"), Var("x"), Const(other, "f32")), "f32"))
     body = (Load("x", "s", (Var("i"), Var("j")), "f32", pred), Let("m", pred), where(-np.inf))
-    past = lambda e: _offset(e, "i", "j") == 0
-    assert _adds_nothing(body + (Accum("a", "max", Var("w", "f32")),), past)
-    assert not _adds_nothing(body[:2] + (where(1.0), Accum("a", "sum", Var("w", "f32"))), past)
+    assert _past_line(body + (Accum("a", "max", Var("w", "f32")),), past, read, {})[0]
+    assert not _past_line(body[:2] + (where(1.0), Accum("a", "sum", Var("w", "f32"))), past,
+                          read, {})[0]
+    masked = (Load("x", "s", (Var("i"), Var("j")), "f32"),
+              Let("m", Op("gt", (Var("j"), Var("i")), "bool")),
+              Let("w", Op("where", (Var("m"), Const(-3.4e38, "f32"), Const(0.0, "f32")), "f32")),
+              Let("y", Op("add", (Var("x", "f32"), Var("w", "f32")), "f32")),
+              Let("e", Op("exp", (Var("y", "f32"),), "f32")), Accum("a", "sum", Var("e", "f32")))
+    assert _past_line(masked, past, lambda s: None, {})[0]
+
+
+def test_a_transformers_model_masks_with_the_dtypes_minimum():
+    """A Llama's eager attention adds the dtype's minimum above the diagonal (no predicate): its
+    two layers' attentions run in pieces, and the logits match eager."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from model_helpers import hf_model
+    model = hf_model("llama", max_position_embeddings=256)
+    ids = torch.randint(0, 96, (1, 150))
+    prog, log = _compile(model, (ids,))
+    assert log.count("causal_pieces:") == 2 and "150 queries in pieces of 64" in log
+    got = prog(ids).double()
+    with torch.no_grad():
+        ref = model.double()(ids).logits
+    rel = ((got - ref).norm() / ref.norm()).item()
+    assert rel < check.tolerance("f32", True), rel
