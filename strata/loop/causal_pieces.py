@@ -227,7 +227,7 @@ def _chain(s_buf: str, by: dict, readers: dict, writers: dict, temps: set) -> di
     rows = outer_a[ia.name].extent
     if rows < 2 * MIN_PIECE:
         return None
-    piece = max(MIN_PIECE, (-(-rows // MAX_PIECES) + 7) // 8 * 8)
+    piece = max(MIN_PIECE, (-(-rows // MAX_PIECES) + 7) // 8 * 8)  # rows / 8, rounded up to 8s
     return {a.name: _Cut(ia.name, frozenset({ja.name}), rows, off, piece),
             b.name: _Cut(i.name, frozenset(l.var for l in inner), rows, off, piece),
             c.name: _Cut(ic.name, frozenset({red[0].var}), rows, off, piece)}
