@@ -175,10 +175,6 @@ CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's ro
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
-DOT_T_MIN_M = 256                 # the fewest rows for which a bf16 `x @ w` stores w transposed
-                                  # for the dot form, fewer run in pairs: (K, N) = (2048, 5632)
-                                  # took 1.58x the pairs form's time at M=128, 0.84x at 256, 0.86x
-                                  # at 512 (2-core EPYC, 2026-11-26)
 AMX_MIN_M = 64                    # the fewest rows a bf16 contraction runs on AMX tiles by default:
                                   # linear (2048 -> 5632) took 1.3x dot's time at M=16, 0.9x at 32,
                                   # 0.69x at 64, 0.32x at 128, 0.19x at 512 (2-core EMR, 11-26)
@@ -276,8 +272,7 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
     along K, no packing) when every reduction runs over at least DOT_MIN_K and its N-side operand
-    is a load contiguous along K (a linear layer's weight) or one cpu_prologue stores transposed
-    (`transposable`), and either
+    is a load contiguous along K (a linear layer's weight), and either
       - the target has AVX512-BF16 and the reduction is a bf16 contraction (Accum.operands: eager
         holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
@@ -285,15 +280,19 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         registers): packing the N-side panel costs about what the dot form's whole work does
         (FORM=dot pinned where the N side is strided along K is refused);
     else "pairs" (a packed bf16 panel holding K in pairs, vdpbf16ps with vectors along N) for a
-    bf16 contraction of bf16 operands, K even, fewer than DOT_T_MIN_M rows (x @ w of a (K, N)
-    weight, attention's q @ k^T with K = 64 and P @ V); else "outer" (a packed f32 panel).
+    bf16 contraction of bf16 operands, K even (x @ w of a (K, N) matrix, attention's q @ k^T
+    with K = 64 and P @ V: at M = 256 to 1024 it took 0.50x to 0.68x the time of storing the
+    (K, N) side transposed for the dot form, Zen 4, 2026-11-28); else "outer" (a packed f32 panel).
     Before all of these, "amx" (the pairs form on AMX tiles) on a target with AMX-BF16 where
-    the pairs form's bf16 conditions hold for any M of at least AMX_MIN_M and K of AMX_MIN_K."""
+    the pairs form's bf16 conditions hold for any M of at least AMX_MIN_M and K of AMX_MIN_K;
+    then "pairs" for any M on AVX512-BF16 where every N-side operand is a weight as stored
+    (`weight_panel`: packed once at load, so the panel costs no call anything): a bf16 linear
+    2048 -> 5632 took 0.70x to 0.79x the dot form's time at M = 4 to 512 (Zen 4, 2026-11-28)."""
     dp = ctx.arch.has("avx512_bf16")
 
-    def along_k(loop) -> bool:          # the N side's loads contiguous along K, or transposed once
-        return loop.extent == 1 or all(along(k, s, loop.var) or transposable(k, c, s, ctx) for s
-                                       in closure(loop.body, sides(c, loop)[1]) if isinstance(s, Load))
+    def along_k(loop) -> bool:          # the N side's loads contiguous along K
+        return loop.extent == 1 or all(along(k, s, loop.var) for s in
+                                       closure(loop.body, sides(c, loop)[1]) if isinstance(s, Load))
 
     def fits(loop) -> bool:
         if loop.extent < DOT_MIN_K:
@@ -308,27 +307,34 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
         return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= rows and \
             all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
 
-    def pairs(loop, rows: int = DOT_T_MIN_M - 1) -> bool:     # rows: the most M may have
+    def pairs(loop) -> bool:
         b = closure(loop.body, sides(c, loop)[1])
-        return held(loop) == "bf16" and loop.extent % 2 == 0 and k.extent(c.m) <= rows \
+        return held(loop) == "bf16" and loop.extent % 2 == 0 \
             and len(b) == 1 and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
     amx = ctx.arch.has("amx_bf16") and k.extent(c.m) >= AMX_MIN_M and \
-        all(pairs(l, rows=k.extent(c.m)) and l.extent >= AMX_MIN_K for l in c.loops)
-    form = ctx.knob("FORM", "amx" if amx else "dot" if all(map(fits, c.loops)) else
+        all(pairs(l) and l.extent >= AMX_MIN_K for l in c.loops)
+    weights = dp and all(pairs(l) and weight_panel(k, c, l, ctx) for l in c.loops)
+    form = ctx.knob("FORM", "amx" if amx else "pairs" if weights else
+                    "dot" if all(map(fits, c.loops)) else
                     "pairs" if dp and all(map(pairs, c.loops)) else "outer")
     if form == "dot" and not all(map(along_k, c.loops)):     # (gcc took 200 s on its gathers)
         raise KnobError("FORM=dot reads the N-side operand along K, and here it is strided along "
-                        "K (x @ w of an f32 (K, N) matrix; only bf16 is transposed): use FORM=outer")
+                        "K (x @ w of a (K, N) matrix): use FORM=pairs (bf16) or FORM=outer")
     return form
 
 
-def transposable(k: TileKernel, c: Contraction, load: Load, ctx: Context) -> bool:
-    """Whether an N-side bf16 load not contiguous along K (`x @ w` of a (K, N) weight) is stored
-    transposed once by cpu_prologue for the dot form: when M has DOT_T_MIN_M rows to pay for it."""
-    return k.dtype_of(load.buf) == "bf16" and k.extent(c.m) >= DOT_T_MIN_M \
-        and ctx.knob("PROLOGUE", "") != "fuse"
+def weight_panel(k: TileKernel, c: Contraction, loop: Loop, ctx: Context) -> bool:
+    """Whether a reduce loop's N-side operand is a weight as stored, read along K and N only:
+    cpu_pack_weights then packs its panel once, when the program is loaded (unless PACK=call)."""
+    b = closure(loop.body, sides(c, loop)[1])
+    if len(b) != 1 or not isinstance(b[0], Load) or b[0].pred is not None \
+            or ctx.knob("PACK", "once") == "call":
+        return False
+    info = next((x for x in k.buffers if x.name == b[0].buf), None)
+    return info is not None and info.kind == "weight" \
+        and set().union(*map(free_vars, b[0].index)) <= {loop.var, c.n}
 
 
 def plain_bf16(k: TileKernel, side, var: str) -> bool:

@@ -77,6 +77,23 @@ def test_the_dot_form_of_an_f32_matmul_and_of_a_normed_operand_match_eager():
     assert_matches(prog, normed, (x, g, w))
 
 
+@pytest.mark.parametrize("m,n,k", [(2, 7, 66), (37, 45, 300), (130, 33, 258)], ids=str)
+def test_a_bf16_weight_defaults_to_the_pairs_form_packed_once(m, n, k):
+    """A layer's bf16 weight is packed into K pairs once, when the program is loaded, so the
+    pairs form runs at every M (a weight given as an input, or PACK=call, keeps the dot form).
+    The choice is checked for Zen 4 on any machine; the result where vdpbf16ps runs."""
+    lin = torch.nn.Linear(k, n).to(BF16).eval().requires_grad_(False)
+    x, target = torch.randn(m, k).to(BF16), NO_AMX if HAS_DP else "cpu-znver4"
+    prog, log = cpu_compile(lin, (x,), target=target)
+    knobs = knobs_of(prog, "k_linear_reduce")
+    assert (knobs["FORM"], knobs["PACK"]) == ("pairs", "once") and "run once: a weight" in log
+    called, _ = cpu_compile(lin, (x,), {"PACK": "call"}, target=target)
+    assert knobs_of(called, "k_linear_reduce")["FORM"] == ("dot" if k >= 256 else "pairs")
+    if HAS_DP:
+        assert_matches(prog, lin, (x,))
+        assert_matches(called, lin, (x,))
+
+
 @pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
                                        "default and vdpbf16ps cannot run")
 def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
@@ -112,24 +129,21 @@ def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
     assert_matches(prog, o_proj, (a, w))
 
 
-@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
+@pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the pairs form is not the "
                                        "default")
-@pytest.mark.parametrize("m,n,k", [(256, 64, 256), (263, 45, 301)], ids=str)
-def test_a_k_by_n_bf16_operand_is_stored_transposed_for_the_dot_form(m, n, k):
-    """`x @ w` with w (K, N), contiguous along N: from 256 rows, a prologue kernel stores w as
-    (N, K) (in 32 x 32 squares where both sides divide) and the dot form reads it with
-    vdpbf16ps; fewer rows run in pairs (K even), PROLOGUE=fuse in the packed f32 form."""
+@pytest.mark.parametrize("m,n,k", [(256, 64, 256), (263, 45, 301), (100, 45, 302)], ids=str)
+def test_a_k_by_n_bf16_operand_runs_in_pairs_at_any_m(m, n, k):
+    """`x @ w` with w (K, N), contiguous along N, an input (packed per call): the pairs form
+    when K is even, at any M and with PROLOGUE=fuse too (storing w transposed for the dot form
+    took 1.5x to 2x its time at M = 256 to 1024); an odd K runs in the packed f32 form."""
     x, w = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
-    prog, log = cpu_compile(torch.matmul, (x, w))
-    assert "transposed computed once" in log, log
-    assert knobs_of(prog, "k_matmul_reduce")["FORM"] == "dot"
-    assert "_mm512_dpbf16_ps(" in prog.lowered.c
-    assert_matches(prog, torch.matmul, (x, w))
-    fewer = "pairs" if k % 2 == 0 else "outer"
-    for inputs, knobs, form in (((x[:100], w), {}, fewer), ((x, w), {"PROLOGUE": "fuse"}, "outer")):
-        prog, log = cpu_compile(torch.matmul, inputs, knobs)
-        assert "transposed" not in log and knobs_of(prog, "k_matmul_reduce")["FORM"] == form
-        assert_matches(prog, torch.matmul, inputs)
+    for knobs in ({}, {"PROLOGUE": "fuse"}):
+        prog, log = cpu_compile(torch.matmul, (x, w), knobs)
+        assert knobs_of(prog, "k_matmul_reduce")["FORM"] == ("pairs" if k % 2 == 0 else "outer")
+        assert "transposed" not in log and "run once" not in log
+        assert_matches(prog, torch.matmul, (x, w))
+    with pytest.raises(strata.StrataError, match="strided along K"):
+        cpu_compile(torch.matmul, (x, w), {"FORM": "dot"})
 
 
 @pytest.mark.parametrize("dtype", [BF16, torch.float32], ids=str)

@@ -10,23 +10,23 @@ THREAD_M x TILE_N fused multiply-adds into accumulators the C compiler keeps in 
 epilogue (bias, activation, residual, cast) runs on the registers before the store. The panel
 stays in the core's cache across the M tiles while the M-side rows stream past it.
 
-FORM=dot (the default for bf16 on a CPU with AVX512-BF16 and for f32 of few rows, see
-contraction.cpu_form) runs the same register tiles the other way round: no panel; each K step loads
-THREAD_M (default 2) rows of the M-side operand and TILE_N (default 8) rows of the N-side one
-straight from memory, and the C compiler vectorises the K loop, so each point's accumulator is a
-vector of partial sums added up after it (codegen/c_dot.py makes that vdpbf16ps: 2 x 8 vectors of
-16 lanes, both operands' rows contiguous along K as a linear layer stores them). A register tile
-overhanging M or N reads the last row again (its points are not stored). When the block's TILE_N
-rows of the N-side operand would not fit in L1, the K loops run K_CHUNK elements at a time over all
-the block's register tiles (the rows of one chunk stay in L1), their sums kept in a scratch between
-chunks.
+FORM=dot (the default for bf16 on a CPU with AVX512-BF16 whose N side is not a weight, and for
+f32 of few rows, see contraction.cpu_form) runs the same register tiles the other way round: no
+panel; each K step loads THREAD_M (default 2) rows of the M-side operand and TILE_N (default 8)
+rows of the N-side one straight from memory, and the C compiler vectorises the K loop, so each
+point's accumulator is a vector of partial sums added up after it (codegen/c_dot.py makes that
+vdpbf16ps: 2 x 8 vectors of 16 lanes, both operands' rows contiguous along K as a linear layer
+stores them). A register tile overhanging M or N reads the last row again (its points are not
+stored). When the block's TILE_N rows of the N-side operand would not fit in L1, the K loops run
+K_CHUNK elements at a time over all the block's register tiles (the rows of one chunk stay in
+L1), their sums kept in a scratch between chunks.
 
-FORM=pairs (the default for bf16 operands on AVX512-BF16 where the dot form does not apply and M
-is under contraction.DOT_T_MIN_M: `x @ w` of a (K, N) weight, attention's matmuls) is the packed
-form with a bf16 panel holding two K per column side by side: each K step of a register tile
-then reads a pair of each row (one 32-bit broadcast) and 2 x 16 columns of the panel, and
-codegen/c_pairs.py prints it as 12 vdpbf16ps (x @ w, 128 x 2048 x 5632: 3.96 ms, eager 4.23, the
-packed f32 form 7.22).
+FORM=pairs (the default for bf16 operands on AVX512-BF16 where the N side is a weight, packed
+once at load by cpu_pack_weights, or a (K, N) matrix: `x @ w`, attention's matmuls) is the
+packed form with a bf16 panel holding two K per column side by side: each K step of a register
+tile then reads a pair of each row (one 32-bit broadcast) and 2 x 16 columns of the panel, and
+codegen/c_pairs.py prints it as 12 vdpbf16ps (a bf16 linear 128 x 2048 x 5632 with its weight
+packed once: 7.5 ms, the dot form 10.6, eager 8.7; Zen 4, 2026-11-28).
 
 FORM=amx (the default for bf16 on a CPU with AMX-BF16, see contraction.cpu_form) is the pairs
 form with 32 x 32 register tiles (16 rows when M is 16 or less): the panel's K pairs are AMX's

@@ -15,10 +15,7 @@ output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or a
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
-contiguous); the pairs form reads it the same way. In the dot form a bf16 N-side operand
-contiguous along N (`x @ w` of a (K, N) weight, attention's V) is stored transposed, in bf16,
-from DOT_T_MIN_M rows (contraction.py; fewer run in pairs): the copy costs 2 ms for 2048 x
-5632, the pairs form's panel packing more from there on. A matrix-vector product's plain bf16
+contiguous); the pairs form reads it the same way. A matrix-vector product's plain bf16
 vector is not widened either where vdpbf16ps runs: its rows run on both operands as loaded
 (`strata tune` measured the widening 1.2x to 1.75x slower on TinyLlama's decode projections).
 Declines, saying why, on a prologue that reads a value the row computes before its loop.
@@ -36,7 +33,7 @@ from ... import dtypes
 from ...context import Context
 from ...loop.ir import Let, Load
 from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, plain_bf16,
-                           sides, split_prologues, transposable, uses, value_dtype)
+                           sides, split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -77,9 +74,6 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         if gemv and ctx.knob("PROLOGUE", "") != "materialize" and \
                 plain_bf16(k, closure(loop.body, a), loop.var):
             continue                    # a bf16 GEMV row: vdpbf16ps on both as loaded
-        if form == "dot" and not along(k, n_side[0], loop.var) and transposable(k, c, n_side[0], ctx):
-            computed.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, transposed",
-                             "", "bf16"))
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
         if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
