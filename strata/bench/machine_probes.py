@@ -72,7 +72,8 @@ def measure(say=lambda text: None) -> Profile:
         say(f"measuring {name}")
         value = fn()
         if value is not None:
-            p.ceilings[name] = round(value, 1)
+            # a tiny figure (a probe on a loaded machine) keeps two digits instead of reading 0
+            p.ceilings[name] = round(value, 1) if value >= 1 else float(f"{value:.2g}")
     p.measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path = cache_path(p)
     path.parent.mkdir(parents=True, exist_ok=True)
