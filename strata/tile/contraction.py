@@ -175,6 +175,10 @@ CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's ro
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
+DOT_FEW_M, DOT_FEW_M_MIN_K = 32, 64  # ... unless M is at most 32: then from K = 64 (a decode
+                                  # step's q @ k^T over a bf16 cache, GQA's 8 rows, K = 64: 0.35x
+                                  # the pairs form's time at 512 keys, 0.51x at 16 rows, 0.78x at
+                                  # 32, 1.18x at 64; Zen 4, 2026-11-28)
 AMX_MIN_M = 64                    # the fewest rows a bf16 contraction runs on AMX tiles by default:
                                   # linear (2048 -> 5632) took 1.3x dot's time at M=16, 0.9x at 32,
                                   # 0.69x at 64, 0.32x at 128, 0.19x at 512 (2-core EMR, 11-26)
@@ -271,8 +275,8 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
 
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
-    along K, no packing) when every reduction runs over at least DOT_MIN_K and its N-side operand
-    is a load contiguous along K (a linear layer's weight), and either
+    along K, no packing) when every reduction runs over at least DOT_MIN_K (DOT_FEW_M_MIN_K for
+    bf16 of at most DOT_FEW_M rows) and its N-side operand is a load contiguous along K, and either
       - the target has AVX512-BF16 and the reduction is a bf16 contraction (Accum.operands: eager
         holds both multiplicands in bf16, so a computed M-side operand may be stored in bf16)
         of a bf16 N-side operand: vdpbf16ps does two bf16 multiply-adds per lane; or
@@ -295,17 +299,17 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
                                        closure(loop.body, sides(c, loop)[1]) if isinstance(s, Load))
 
     def fits(loop) -> bool:
-        if loop.extent < DOT_MIN_K:
-            return False                # each point's lanes are summed after a short loop
         a, b = sides(c, loop)
         side, a_side = closure(loop.body, b), closure(loop.body, a)
         if len(side) != 1 or not isinstance(side[0], Load) or not along_k(loop):
             return False
-        if k.dtype_of(side[0].buf) == "bf16":
-            return dp and held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
+        if k.dtype_of(side[0].buf) == "bf16":     # each point's lanes are summed after its loop
+            few = k.extent(c.m) <= DOT_FEW_M
+            return dp and loop.extent >= (DOT_FEW_M_MIN_K if few else DOT_MIN_K) and \
+                held(loop) == "bf16" and (len(a_side) > 1 or k.dtype_of(a_side[0].buf) == "bf16")
         rows = DOT_MAX_M if ctx.arch.vector_registers >= 32 else DOT_MAX_M_16
-        return k.dtype_of(side[0].buf) == "f32" and k.extent(c.m) <= rows and \
-            all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
+        return k.dtype_of(side[0].buf) == "f32" and loop.extent >= DOT_MIN_K and \
+            k.extent(c.m) <= rows and all(k.dtype_of(s.buf) == "f32" for s in a_side if isinstance(s, Load))
 
     def pairs(loop) -> bool:
         b = closure(loop.body, sides(c, loop)[1])

@@ -88,10 +88,23 @@ def test_a_bf16_weight_defaults_to_the_pairs_form_packed_once(m, n, k):
     knobs = knobs_of(prog, "k_linear_reduce")
     assert (knobs["FORM"], knobs["PACK"]) == ("pairs", "once") and "run once: a weight" in log
     called, _ = cpu_compile(lin, (x,), {"PACK": "call"}, target=target)
-    assert knobs_of(called, "k_linear_reduce")["FORM"] == ("dot" if k >= 256 else "pairs")
+    assert knobs_of(called, "k_linear_reduce")["FORM"] == "dot"
     if HAS_DP:
         assert_matches(prog, lin, (x,))
         assert_matches(called, lin, (x,))
+
+
+@pytest.mark.parametrize("rows, form", [(8, "dot"), (32, "dot"), (33, "pairs")])
+def test_a_decode_steps_scores_over_a_bf16_cache_run_in_the_dot_form(rows, form):
+    """q @ k^T of a few query rows (GQA's 8 per KV head) over a cache, K = 64: the dot form reads
+    the keys as they lie from K = 64 where M is at most 32 (packing them cost 2x its time)."""
+    def scores(q, k):
+        return torch.matmul(q, k.transpose(-1, -2))
+    q, k = torch.randn(1, 2, rows, 64).to(BF16), torch.randn(1, 2, 37, 64).to(BF16)
+    prog, _ = cpu_compile(scores, (q, k), target=NO_AMX if HAS_DP else "cpu-znver4")
+    assert knobs_of(prog, "k_matmul_reduce")["FORM"] == form
+    if HAS_DP:
+        assert_matches(prog, scores, (q, k))
 
 
 @pytest.mark.skipif(not HAS_DP, reason="this CPU has no AVX512-BF16: the dot form is not the "
