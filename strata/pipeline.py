@@ -14,10 +14,13 @@ import hashlib
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from math import prod
 
+from . import dtypes
 from .codegen import emit_program
 from .context import Context
+from .cpu_load import available_bytes
 from .errors import StrataError
 from .kernel_ir.lower import lower as lower_kernels
 from .kernel_ir.thread_loops import to_thread_loops
@@ -153,6 +156,7 @@ def _as_tuple(x) -> tuple:
 
 
 def run_tile_passes(loop_program, ctx: Context):
+    ctx = _packing_that_fits(loop_program, ctx)
     buffers = {b.name: b for b in loop_program.buffers}
     passes = schedule_passes(ctx.arch)
     diffs = ctx.verbosity >= 2          # printing every stage costs time on a whole model
@@ -192,6 +196,20 @@ def run_tile_passes(loop_program, ctx: Context):
         ctx.log(f"{unchanged} of {len(passes)} tile passes changed nothing", 2)
     _log_unused_knobs(kernels, origin, ctx)
     return TileProgram(kernels, loop_program, origin)
+
+
+def _packing_that_fits(loop_program, ctx: Context) -> Context:
+    """PACK=call on a CPU when a packed copy of every weight could not take under half the free
+    memory: the native runtime would then pack them on every call (runtime/native.py), and the
+    bf16 forms are better off in the dot form, which reads a weight as it lies."""
+    size = sum(prod(b.shape) * dtypes.ITEMSIZE[b.dtype] for b in loop_program.buffers
+               if b.kind == "weight")
+    free = available_bytes()
+    if ctx.arch.is_gpu or ctx.pinned("PACK") or free is None or size <= free // 2:
+        return ctx
+    ctx.log(f"PACK=call: the weights ({size / 2**30:.1f} GiB) packed once would not fit in half "
+            f"the free memory ({free / 2**30:.1f} GiB)")
+    return replace(ctx, knobs={**ctx.knobs, "PACK": "call"})
 
 
 def _kernel_contexts(kernels, buffers: dict, ctx: Context) -> dict[str, Context]:

@@ -94,6 +94,20 @@ def test_a_bf16_weight_defaults_to_the_pairs_form_packed_once(m, n, k):
         assert_matches(called, lin, (x,))
 
 
+def test_weights_that_would_not_fit_packed_keep_the_dot_form(monkeypatch):
+    """Where a packed copy of the weights could not take under half the free memory (the
+    runtime would pack them per call), the program is compiled with PACK=call: bf16 linears read
+    their weights as they lie, in the dot form."""
+    lin = torch.nn.Linear(300, 45).to(BF16).eval().requires_grad_(False)
+    x, target = torch.randn(37, 300).to(BF16), NO_AMX if HAS_DP else "cpu-znver4"
+    monkeypatch.setattr("strata.pipeline.available_bytes", lambda: 2 * 300 * 45)
+    prog, log = cpu_compile(lin, (x,), target=target)
+    assert knobs_of(prog, "k_linear_reduce")["FORM"] == "dot" and "PACK=call: the weights" in log
+    assert "run once" not in log
+    if HAS_DP:
+        assert_matches(prog, lin, (x,))
+
+
 @pytest.mark.parametrize("rows, form", [(8, "dot"), (32, "dot"), (33, "pairs")])
 def test_a_decode_steps_scores_over_a_bf16_cache_run_in_the_dot_form(rows, form):
     """q @ k^T of a few query rows (GQA's 8 per KV head) over a cache, K = 64: the dot form reads
