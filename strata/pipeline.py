@@ -202,10 +202,12 @@ def _packing_that_fits(loop_program, ctx: Context) -> Context:
     """PACK=call on a CPU when a packed copy of every weight could not take under half the free
     memory: the native runtime would then pack them on every call (runtime/native.py), and the
     bf16 forms are better off in the dot form, which reads a weight as it lies."""
+    if ctx.arch.is_gpu or ctx.pinned("PACK"):
+        return ctx
     size = sum(prod(b.shape) * dtypes.ITEMSIZE[b.dtype] for b in loop_program.buffers
                if b.kind == "weight")
     free = available_bytes()
-    if ctx.arch.is_gpu or ctx.pinned("PACK") or free is None or size <= free // 2:
+    if free is None or size <= free // 2:
         return ctx
     ctx.log(f"PACK=call: the weights ({size / 2**30:.1f} GiB) packed once would not fit in half "
             f"the free memory ({free / 2**30:.1f} GiB)")
