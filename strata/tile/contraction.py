@@ -402,9 +402,8 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
 
 def _tiled_transpose(dom, body, tile: int = 32) -> tuple:
     """A transposing copy's domain in tile x tile squares (cpu_prologue's M-side operand read
-    across K, attention's output before o_proj, stored contiguous): each square's reads stay in
-    L1 and its rows are written whole (row by row, the writes or the reads strided by the
-    matrix's width ran at 1 GB/s)."""
+    across K, stored contiguous): each square's reads stay in L1 and its rows are written whole
+    (row by row, the writes or the reads strided by the matrix's width ran at 1 GB/s)."""
     (n, n_ext), (k, k_ext) = dom[-2:]
     if n_ext % tile or k_ext % tile:
         return dom, body
