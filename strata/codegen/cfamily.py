@@ -12,6 +12,7 @@ asynchronous copies) overrides.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +24,11 @@ from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, 
 
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
+
+
+def prelude(name: str) -> str:
+    """The helpers in codegen/preludes/<name>: C text kept in C files, read as written."""
+    return (Path(__file__).with_name("preludes") / name).read_text()
 
 # C precedence, higher binds tighter.
 ATOM, UNARY, MUL, ADD, SHIFT, REL, EQ, BAND, XOR, BOR, AND, OR, COND = 16, 15, 13, 12, 11, 10, \

@@ -29,7 +29,7 @@ from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, 
                             WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from ..targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
-                      strip_parens, torch_math)
+                      prelude, strip_parens, torch_math)
 
 PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (device code only).
 #ifndef INFINITY
@@ -54,44 +54,10 @@ __device__ __forceinline__ void st_atomic_min(float* p, float v) {
          old = atomicCAS(q, seen, __float_as_int(v)); } while (old != seen);
 }"""
 
-TENSOR_CORE_PRELUDE = r"""// mma.sync m16n8k16, ldmatrix and cp.async are inline PTX for sm_80 and newer.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#error "strata: these kernels use mma.sync, ldmatrix and cp.async, which need sm_80 or newer"
-#endif
-// The 32-bit .shared address of a __shared__ object, as ldmatrix and cp.async take it.
-__device__ __forceinline__ unsigned st_smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-"""
+TENSOR_CORE_PRELUDE = prelude("cuda_tensor_core.h")
 WARP_OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait)
 
-HOPPER_PRELUDE = r"""// TMA (cp.async.bulk.tensor), mbarrier and wgmma are inline PTX for sm_90 (wgmma: sm_90a).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "strata: these kernels use TMA and mbarrier, which need sm_90 or newer"
-#endif
-// A CUtensorMap (cuda.h) by value: 128 opaque bytes, encoded on the host by cuTensorMapEncodeTiled.
-struct alignas(128) st_tensor_map { unsigned long long opaque[16]; };
-// wgmma matrix descriptor: start address >> 4 (bits 0-13), leading / stride byte offsets >> 4
-// (16-29, 32-45), swizzle mode (62-63: 0 none, 1 128B, 2 64B, 3 32B).
-__device__ __forceinline__ long long st_wgmma_desc(const void* p, unsigned lbo, unsigned sbo,
-                                                   unsigned mode) {
-    unsigned long long a = st_smem_addr(p);
-    return (long long)(((a & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-                       | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32)
-                       | ((unsigned long long)mode << 62));
-}
-// mbarrier.try_wait.parity: whether the phase with this parity has completed.
-__device__ __forceinline__ bool st_mbar_try_wait(unsigned bar, unsigned parity) {
-    unsigned ok;
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                 "selp.u32 %0, 1, 0, p; }" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok != 0;
-}
-__device__ __forceinline__ void st_mbar_wait(unsigned bar, unsigned parity) {
-    while (!st_mbar_try_wait(bar, parity)) {
-    }
-}
-"""
+HOPPER_PRELUDE = prelude("cuda_hopper.h")
 WGMMA_GUARD = r"""#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "strata: these kernels use wgmma, which needs sm_90a (--gpu-architecture=sm_90a)"
 #endif"""

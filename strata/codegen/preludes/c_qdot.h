@@ -1,0 +1,276 @@
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// One block of 32 quantized weights by 32 activations (float or bf16), scaled by the block's
+// scale d and added to acc (codegen/c_qdot.py): bytes widened to int32 lanes and converted,
+// multiplied, summed. st_q8_0_<x>, st_q4_0_<x> for x = f32, bf16; 16 lanes (AVX-512) or 8 (AVX2).
+#include <immintrin.h>
+static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }    // F16C (AVX2 CPUs have it)
+#if defined(__AVX512F__)
+typedef __m512 st_qv;
+#define st_qzero _mm512_setzero_ps
+static inline __m512 st_xv_f32(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 st_xv_bf16(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+static inline __m512 st_qf(const signed char* q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q)));
+}
+// q4_0: a nibble n is the float n - 8, looked up by vpermps (which reads an index's low 4 bits)
+#define ST_Q4_0_BODY(X) \
+    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(b, values), st_xv_##X(x)); \
+    s = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), st_xv_##X(x + 16), s);
+#define ST_Q8_0_BODY(X) \
+    __m512 s = _mm512_fmadd_ps(st_qf(q + 16), st_xv_##X(x + 16), _mm512_mul_ps(st_qf(q), st_xv_##X(x)));
+static inline void st_qlanes(float* l, __m512 a, __m512 b) {
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(a, b)));
+}
+// A block's 32 weights q * d stored as f32 or bf16 (rounded to nearest even, as the prelude's
+// st_float_to_bf16 rounds a finite float): a prefill's weight, dequantized once.
+static inline void st_qstore_f32(float* o, __m512 w0, __m512 w1) {
+    _mm512_storeu_ps(o, w0);
+    _mm512_storeu_ps(o + 16, w1);
+}
+static inline __m256i st_bf16_rne(__m512 v) {
+    __m512i b = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    b = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+}
+static inline void st_qstore_bf16(uint16_t* o, __m512 w0, __m512 w1) {
+    _mm256_storeu_si256((__m256i*)o, st_bf16_rne(w0));
+    _mm256_storeu_si256((__m256i*)(o + 16), st_bf16_rne(w1));
+}
+#define ST_QSTORES(X, T) \
+static inline void st_q8_0_to_##X(T* o, const signed char* q, float d) { \
+    st_qstore_##X(o, _mm512_mul_ps(st_qf(q), _mm512_set1_ps(d)), \
+                  _mm512_mul_ps(st_qf(q + 16), _mm512_set1_ps(d))); } \
+static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
+    const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    st_qstore_##X(o, _mm512_mul_ps(_mm512_permutexvar_ps(b, values), _mm512_set1_ps(d)), \
+        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), _mm512_set1_ps(d))); }
+ST_QSTORES(f32, float)
+ST_QSTORES(bf16, uint16_t)
+#else
+typedef __m256 st_qv;
+#define st_qzero _mm256_setzero_ps
+static inline __m256 st_xv_f32(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 st_xv_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+static inline __m256 st_qf(const signed char* q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q)));
+}
+static inline __m256 st_nib(__m256i v) { return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(8))); }
+#define ST_Q4_0_BODY(X) \
+    __m128i raw = _mm_loadu_si128((const __m128i*)q); \
+    __m256i b0 = _mm256_cvtepu8_epi32(raw), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)); \
+    __m256i m = _mm256_set1_epi32(15); \
+    __m256 s = _mm256_mul_ps(st_nib(_mm256_and_si256(b0, m)), st_xv_##X(x)); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_and_si256(b1, m)), st_xv_##X(x + 8), s); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_srli_epi32(b0, 4)), st_xv_##X(x + 16), s); \
+    s = _mm256_fmadd_ps(st_nib(_mm256_srli_epi32(b1, 4)), st_xv_##X(x + 24), s);
+#define ST_Q8_0_BODY(X) \
+    __m256 s = _mm256_mul_ps(st_qf(q), st_xv_##X(x)); \
+    for (int j = 8; j < 32; j += 8) s = _mm256_fmadd_ps(st_qf(q + j), st_xv_##X(x + j), s);
+static inline void st_qlanes(float* l, __m256 a, __m256 b) {
+    _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), _mm256_add_ps(a, b)));
+}
+// A block's 32 weights stored (see the AVX-512 branch): 4 x 8 lanes; bf16 by vpackusdw
+static inline void st_qstore_f32(float* o, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+    _mm256_storeu_ps(o, w0);
+    _mm256_storeu_ps(o + 8, w1);
+    _mm256_storeu_ps(o + 16, w2);
+    _mm256_storeu_ps(o + 24, w3);
+}
+static inline __m256i st_bf16_rne(__m256 v) {           // the bf16 bits in each 32-bit lane
+    __m256i b = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+}
+static inline void st_qstore_bf16(uint16_t* o, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+    _mm256_storeu_si256((__m256i*)o, _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(st_bf16_rne(w0), st_bf16_rne(w1)), 0xD8));
+    _mm256_storeu_si256((__m256i*)(o + 16), _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(st_bf16_rne(w2), st_bf16_rne(w3)), 0xD8));
+}
+#define ST_QSTORES(X, T) \
+static inline void st_q8_0_to_##X(T* o, const signed char* q, float d) { \
+    __m256 s = _mm256_set1_ps(d); \
+    st_qstore_##X(o, _mm256_mul_ps(st_qf(q), s), _mm256_mul_ps(st_qf(q + 8), s), \
+                  _mm256_mul_ps(st_qf(q + 16), s), _mm256_mul_ps(st_qf(q + 24), s)); } \
+static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
+    __m128i raw = _mm_loadu_si128((const __m128i*)q); \
+    __m256i b0 = _mm256_cvtepu8_epi32(raw), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)); \
+    __m256i m = _mm256_set1_epi32(15); \
+    __m256 s = _mm256_set1_ps(d); \
+    st_qstore_##X(o, _mm256_mul_ps(st_nib(_mm256_and_si256(b0, m)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_and_si256(b1, m)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b0, 4)), s), \
+                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); }
+ST_QSTORES(f32, float)
+ST_QSTORES(bf16, uint16_t)
+#endif
+#define ST_QBLOCKS(X, T) \
+static inline st_qv st_q8_0_##X(st_qv acc, const signed char* q, const T* x, float d) { \
+    ST_Q8_0_BODY(X) return st_qfma(s, d, acc); } \
+static inline st_qv st_q4_0_##X(st_qv acc, const unsigned char* q, const T* x, float d) { \
+    ST_Q4_0_BODY(X) return st_qfma(s, d, acc); }
+#if defined(__AVX512F__)
+static inline __m512 st_qfma(__m512 s, float d, __m512 acc) { return _mm512_fmadd_ps(s, _mm512_set1_ps(d), acc); }
+#else
+static inline __m256 st_qfma(__m256 s, float d, __m256 acc) { return _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc); }
+#endif
+ST_QBLOCKS(f32, float)
+ST_QBLOCKS(bf16, uint16_t)
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__)
+#define ST_VNNI 512
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
+#define ST_VNNI 256         // the same int8 blocks on vpmaddubsw + vpmaddwd (no VNNI)
+#else
+#define ST_VNNI 0
+#endif
+#if ST_VNNI
+// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
+// (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
+typedef struct { int8_t* q; float* d; float* c; } st_xq8;
+#define ST_XQ8(X, T, LOAD) \
+static st_xq8 st_quantize_##X(const T* x, long n) { \
+    st_xq8 v = {st_scratch(n + 64), st_scratch((n / 32 + 16) * sizeof(float)), \
+                st_scratch((n / 32 + 16) * sizeof(float))}; \
+    for (long b = 0; b < n / 32; b++) { \
+        float m = 0.0f, f[32]; \
+        for (int j = 0; j < 32; j++) { \
+            f[j] = LOAD(x[b * 32 + j]); \
+            m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
+        float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+        int sum = 0; \
+        for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \
+        v.d[b] = d; v.c[b] = d * (float)sum; \
+    } \
+    return v; }
+#define ST_ID(v) (v)
+ST_XQ8(f32, float, ST_ID)
+ST_XQ8(bf16, uint16_t, st_bf16_to_float)
+static void st_xq8_free(st_xq8 v) { free(v.q); free(v.d); free(v.c); }
+static inline __m256i st_w1_q4_0(const unsigned char* q) {     // (see st_w2_q4_0): the 16
+    __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)q));  // bytes in
+    return _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_set_epi64x(4, 4, 0, 0)),  // both halves
+                            _mm256_set1_epi8(15));       // (AVX2 rows 1.13x the two-half insert)
+}
+static inline float st_s1_f16(uint16_t d) { return _cvtsh_ss(d); }
+static inline float st_s1_bf16(uint16_t d) { return st_bf16_to_float(d); }
+#endif
+#if ST_VNNI == 512
+// Two blocks' weights as 64 unsigned bytes (q4_0: the 16 low nibbles, then the 16 high, per
+// block; q8_0: the bytes + 128), one block's as 32, and the offset that adds
+static inline __m512i st_w2_q4_0(const unsigned char* q) {
+    const __m256i m = _mm256_set1_epi8(15);
+    __m256i raw = _mm256_loadu_si256((const __m256i*)q);
+    __m256i lo = _mm256_and_si256(raw, m), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                              _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+}
+static inline __m512i st_w2_q8_0(const signed char* q) {
+    return _mm512_xor_si512(_mm512_loadu_si512(q), _mm512_set1_epi8((char)0x80));
+}
+static inline __m256i st_w1_q8_0(const signed char* q) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)q), _mm256_set1_epi8((char)0x80));
+}
+// Blocks 0..nb of a row (bytes q, f16 scales d) by activation blocks xb..xb+nb: 16 lanes whose
+// sum is the row's part. 16 blocks a step: their scales converted at once, d_w * d_x picked per
+// pair of blocks by vpermps, two accumulators; the rest one block at a time.
+static inline __m512 st_s16_f16(const uint16_t* d) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)d)); }
+static inline __m512 st_s16_bf16(const uint16_t* d) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)d)), 16));
+}
+#define ST_QVNNI(F, T, NBYTES, OFFSET, S) \
+static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
+    long b = 0; \
+    for (; b + 16 <= nb; b += 16) { \
+        __m512 dw = st_s16_##S(d + b); \
+        off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(x->c + xb + b), off); \
+        __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
+        for (int p = 0; p < 16; p += 4) { \
+            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p) * (NBYTES)), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
+            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p + 2) * (NBYTES)), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
+        } \
+    } \
+    __m256 tail = _mm256_setzero_ps(); \
+    float rest = 0.0f; \
+    for (long r = nb & 15; r > 0; r--, b++) { \
+        float dw = st_s1_##S(d[b]); \
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), st_w1_##F(q + b * (NBYTES)), \
+                                        _mm256_loadu_si256((const __m256i*)(x->q + (xb + b) * 32))); \
+        tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * x->d[xb + b]), tail); \
+        rest += dw * x->c[xb + b]; \
+    } \
+    tail = _mm256_sub_ps(tail, _mm256_setr_ps((OFFSET) * rest, 0, 0, 0, 0, 0, 0, 0)); \
+    return _mm512_add_ps(_mm512_fnmadd_ps(off, _mm512_set1_ps(OFFSET), _mm512_add_ps(acc0, acc1)), \
+                         _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
+ST_QVNNI(q4_0, unsigned char, 16, 8.0f, f16)
+ST_QVNNI(q8_0, signed char, 32, 128.0f, f16)
+ST_QVNNI(q4_0, unsigned char, 16, 8.0f, bf16)
+ST_QVNNI(q8_0, signed char, 32, 128.0f, bf16)
+#elif ST_VNNI == 256
+// AVX2: a block's 32 products summed by vpmaddubsw (unsigned by signed bytes, pairs to int16)
+// and vpmaddwd (pairs to int32): q4_0's nibbles 0..15 as they are (offset 8); q8_0 by
+// llama.cpp's sign trick, |w| times x with w's sign (offset 0: w + 128 would saturate int16)
+static inline __m256i st_i8dot_q4_0(const unsigned char* q, const int8_t* x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(st_w1_q4_0(q), _mm256_loadu_si256((const __m256i*)x)),
+                             _mm256_set1_epi16(1));
+}
+static inline __m256i st_i8dot_q8_0(const signed char* q, const int8_t* x) {
+    __m256i w = _mm256_loadu_si256((const __m256i*)q), v = _mm256_loadu_si256((const __m256i*)x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(v, w)),
+                             _mm256_set1_epi16(1));
+}
+static inline __m256 st_s8_f16(const uint16_t* d) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d)); }
+static inline __m256 st_s8_bf16(const uint16_t* d) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)d)), 16));
+}
+// Blocks 0..nb of a row by activation blocks xb..: 8 lanes whose sum is the row's part; 8 blocks
+// a step, their scales converted at once and d_w * d_x picked per block by vpermps.
+#define ST_QI8(F, T, NBYTES, OFFSET, S) \
+static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
+    long b = 0; \
+    for (; b + 8 <= nb; b += 8) { \
+        __m256 dw = st_s8_##S(d + b); \
+        off = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->c + xb + b), off); \
+        __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
+        for (int p = 0; p < 8; p += 2) { \
+            __m256i d0 = st_i8dot_##F(q + (b + p) * (NBYTES), x->q + (xb + b + p) * 32); \
+            __m256i d1 = st_i8dot_##F(q + (b + p + 1) * (NBYTES), x->q + (xb + b + p + 1) * 32); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p + 1)), acc1); \
+        } \
+    } \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        float dw = st_s1_##S(d[b]); \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_##F(q + b * (NBYTES), x->q + (xb + b) * 32)), \
+                               _mm256_set1_ps(dw * x->d[xb + b]), acc0); \
+        rest += dw * x->c[xb + b]; \
+    } \
+    return _mm256_sub_ps(_mm256_fnmadd_ps(off, _mm256_set1_ps(OFFSET), _mm256_add_ps(acc0, acc1)), \
+                         _mm256_setr_ps((OFFSET) * rest, 0, 0, 0, 0, 0, 0, 0)); }
+ST_QI8(q4_0, unsigned char, 16, 8.0f, f16)
+ST_QI8(q8_0, signed char, 32, 0.0f, f16)
+ST_QI8(q4_0, unsigned char, 16, 8.0f, bf16)
+ST_QI8(q8_0, signed char, 32, 0.0f, bf16)
+#endif
