@@ -154,12 +154,13 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
         return ratio
 
     todo = candidates(r.default_knobs, cores)
-    reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo]},
-                       timeout=TIMEOUT_S + 10 * len(todo))    # (llvm-mca's: a compile each)
-    estimates = {}
-    if "ms" in reply:                   # the cost model's order: the likeliest winners first
-        estimates = {json.dumps(p, sort_keys=True): e for p, e in zip([{}] + todo, reply["ms"])}
-        todo.sort(key=lambda p: estimates[json.dumps(p, sort_keys=True)])
+    estimates, left = {}, deadline - time.monotonic()
+    if left > 0:          # the cost model's order, the likeliest winners first, in half the time
+        reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo],
+                            "seconds": left / 2}, timeout=TIMEOUT_S + left / 2)
+        if "ms" in reply:
+            estimates = {json.dumps(p, sort_keys=True): e for p, e in zip([{}] + todo, reply["ms"])}
+            todo.sort(key=lambda p: estimates.get(json.dumps(p, sort_keys=True), float("inf")))
     for pins in todo:
         if time.monotonic() > deadline:
             r.complete = False

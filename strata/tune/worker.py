@@ -9,9 +9,11 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
    "case": SUITE CASE, "device": "cpu", "knobs": {pins}, "cost": "mca"?}
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}, "ms"?}],
           "target": key}   (ms: on the CPU, the default schedule's time of the kernel alone)
-  {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...]}
+  {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...], "seconds": S?}
       -> {"ms": [the cost model's time of the program with each, tune/cost.py; with "cost":
           "mca" each candidate is compiled and its hot loops priced by llvm-mca]}
+         (the first candidates only, when estimating them took S seconds: each one lowers the
+         whole program, so a kernel's budget must not go to ranking what it cannot time)
   {"op": "rank", ... as prepare, "target": NAME}
       -> {"kernels": [{... as prepare, "ranked": [[{NAME: value}, modelled ms], ...]}], "target"}
          (llvm-mca's model for that CPU, fastest first; compiled only, so any CPU will do)
@@ -27,6 +29,7 @@ import hashlib
 import json
 import statistics
 import sys
+import time
 
 from ..api import Program, compile as strata_compile, on_device
 from ..bench.cases import cases
@@ -162,6 +165,16 @@ class Worker:
         samples = interleaved_samples(programs, args, rounds)
         return {name: statistics.median(ts) for name, ts in samples.items()}
 
+    def estimates(self, candidates: list[dict], seconds: float | None) -> list[float]:
+        """estimate() of each candidate in turn, until `seconds` have gone by."""
+        stop = time.monotonic() + (float("inf") if seconds is None else seconds)
+        out = []
+        for kernel_knobs in candidates:
+            if out and time.monotonic() > stop:
+                break
+            out.append(self.estimate(kernel_knobs))
+        return out
+
     def estimate(self, kernel_knobs: dict) -> float:
         """The cost model's time of the program with these knobs (lowered, not compiled);
         infinite for knobs that do not fit the kernel (ranked last, and refused when tried)."""
@@ -236,7 +249,7 @@ def main() -> None:
             if req["op"] == "rank":
                 reply = worker.rank(req)
             elif req["op"] == "estimate":
-                reply = {"ms": [worker.estimate(k) for k in req["candidates"]]}
+                reply = {"ms": worker.estimates(req["candidates"], req.get("seconds"))}
             else:
                 reply = worker.prepare(req) if req["op"] == "prepare" else worker.try_(req)
         except Exception as e:          # noqa: BLE001 - every failure is the candidate's verdict

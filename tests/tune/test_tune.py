@@ -224,6 +224,34 @@ def test_knobs_that_do_not_fit_are_estimated_last_not_an_error():
     sig = info["kernels"][0]["signature"]
     assert worker.estimate({sig: {"TILE_M": 16, "THREAD_M": 6}}) == float("inf")
     assert 0 < worker.estimate({sig: {"THREAD_M": 2}}) < float("inf")
+    # each estimate lowers the whole program: with no seconds left only the first is made
+    some = [{sig: {}}, {sig: {"THREAD_M": 2}}, {sig: {"THREAD_M": 4}}]
+    assert len(worker.estimates(some, 0.0)) == 1 and len(worker.estimates(some, None)) == 3
+
+
+def test_a_kernel_whose_budget_is_spent_is_not_estimated():
+    """`strata tune MODEL --budget 8` took 120 s: every kernel's cost-model ranking (a whole
+    program's lowering per candidate) ran after its time was up. Now none runs past the deadline,
+    and a ranking gets half the time left."""
+    import time
+    from strata.tune.search import tune_kernel
+
+    class Worker:
+        def __init__(self):
+            self.asked = []
+
+        def ask(self, req, timeout=None):
+            self.asked.append(req)
+            if req["op"] == "estimate":
+                return {"ms": [1.0] * len(req["candidates"])}
+            return {"ms": 1.0, "default_ms": 1.0, "same": False}
+    k = {"name": "k", "label": "k[1]", "signature": "s", "knobs": {"TILE_N": 32}}
+    late = Worker()
+    r = tune_kernel(late, k, time.monotonic() - 1, say=lambda text: None)
+    assert late.asked == [] and not r.complete and r.tried == 0
+    early = Worker()
+    tune_kernel(early, k, time.monotonic() + 60, say=lambda text: None)
+    assert early.asked[0]["op"] == "estimate" and 0 < early.asked[0]["seconds"] <= 30
 
 
 def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
