@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ..expr import Var, affine_terms, coefficient
 from ..loop.ir import Accum, Let, Load, Loop
-from .contraction import closure, depends, product
-from .ir import MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
+from .contraction import closure, conjoin, depends, edge, product
+from .ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
 
 
 HALF = ("f16", "bf16")
@@ -73,6 +73,29 @@ def operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
     for side, value, stmts, x in (("A", a, ca, m), ("B", b, cb, n)):
         ops.append(MmaOperand(side, value, x, k.extent(x), stmts, kmajor(k, stmts, loop.var, x)))
     return acc, ops[0], ops[1], dts[0]
+
+
+def mma_loops(k: TileKernel, c) -> tuple[list[MmaLoop], str] | str:
+    """The contraction `c`'s reduce loops as MmaLoops and their one 16-bit dtype, or why not."""
+    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
+    loops, dtype = [], None
+    for loop in c.loops:
+        got = operands(k, loop, c.m, c.n, out_half)
+        if isinstance(got, str):
+            return got
+        acc, a, b, dt = got
+        if dtype not in (None, dt):
+            return f"its reductions mix {dtype} and {dt}"
+        dtype = dt
+        loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
+    return loops, dtype
+
+
+def edge_guarded(k: TileKernel, c, tile_m: int, tile_n: int) -> tuple:
+    """The row statements after the K loops, guarded at the M and N edges of the tiles."""
+    guard = conjoin(edge(c.m, k.extent(c.m), tile_m), edge(c.n, k.extent(c.n), tile_n))
+    rest = tuple(s for s in c.body if not isinstance(s, Loop))
+    return (Guard(guard, rest),) if guard is not None and rest else rest
 
 
 def row_stride(cols: int, swizzle: str) -> int:

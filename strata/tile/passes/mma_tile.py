@@ -17,10 +17,9 @@ from math import prod
 
 from ...context import Context
 from ...errors import KnobError
-from ...loop.ir import Loop
-from ..contraction import conjoin, edge, match, pow2_ceil
-from ..ir import Guard, MmaLoop, MmaTile, TileKernel
-from ..tensor_core import HALF, operands
+from ..contraction import match, pow2_ceil
+from ..ir import MmaTile, TileKernel
+from ..tensor_core import edge_guarded, mma_loops
 
 
 def default_tiles(m: int, n: int, loops: int) -> tuple[int, int, int, int]:
@@ -79,23 +78,13 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
     if not ctx.arch.has("mma.sync"):
         ctx.log(f"mma_tile: {k.name}: declined, target {ctx.arch} has no mma.sync (needs sm_80+)")
         return k
-    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
-    loops, dtype = [], None
-    for loop in c.loops:
-        got = operands(k, loop, c.m, c.n, out_half)
-        if isinstance(got, str):
-            ctx.log(f"mma_tile: {k.name}: declined, {got}")
-            return k
-        acc, a, b, dt = got
-        if dtype not in (None, dt):
-            ctx.log(f"mma_tile: {k.name}: declined, its reductions mix {dtype} and {dt}")
-            return k
-        dtype = dt
-        loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
+    got = mma_loops(k, c)
+    if isinstance(got, str):
+        ctx.log(f"mma_tile: {k.name}: declined, {got}")
+        return k
+    loops, dtype = got
     mt = choose_mma_tile(k, c.m, c.n, len(loops), dtype, ctx)
-    guard = conjoin(edge(c.m, k.extent(c.m), mt.tile_m), edge(c.n, k.extent(c.n), mt.tile_n))
-    rest = tuple(s for s in c.body if not isinstance(s, Loop))
-    epilogue = (Guard(guard, rest),) if guard is not None and rest else rest
+    epilogue = edge_guarded(k, c, mt.tile_m, mt.tile_n)
     ctx.log(f"mma_tile: {k.name}: M={c.m}, N={c.n}, {mt.tile_m}x{mt.tile_n} tiles of "
             f"{mt.warps_m}x{mt.warps_n} warps, mma.m16n8k16.{dtype}", 2)
     out = replace(k, mode="mma", matmul=mt, body=tuple(loops) + epilogue,

@@ -25,9 +25,9 @@ from dataclasses import replace
 from ...context import Context
 from ...errors import KnobError
 from ...loop.ir import Load, Loop
-from ..contraction import conjoin, edge, match
-from ..ir import Guard, MmaLoop, MmaTile, TileKernel, walk
-from ..tensor_core import HALF, SWIZZLE_OF_TILE_K, mn_major, operands, tma_dims
+from ..contraction import match
+from ..ir import MmaLoop, MmaTile, TileKernel, walk
+from ..tensor_core import SWIZZLE_OF_TILE_K, edge_guarded, mma_loops, mn_major, tma_dims
 
 
 def _other_loads(k: TileKernel, loops: list[MmaLoop]) -> set[str]:
@@ -97,17 +97,10 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
                        if ctx.arch.has("mma.sync") else f"target {ctx.arch} has no wgmma")
     if c.m is None:
         return decline("its M side is a vector (one row)")
-    out_half = all(k.dtype_of(w) in HALF for w in k.writes)
-    loops, dtype = [], None
-    for loop in c.loops:
-        got = operands(k, loop, c.m, c.n, out_half)
-        if isinstance(got, str):
-            return decline(got)
-        acc, a, b, dt = got
-        if dtype not in (None, dt):
-            return decline(f"its reductions mix {dtype} and {dt}")
-        dtype = dt
-        loops.append(MmaLoop(acc, loop.var, loop.extent, a, b))
+    got = mma_loops(k, c)
+    if isinstance(got, str):
+        return decline(got)
+    loops, dtype = got
     n_major = any(mn_major(k, lp, lp.b) for lp in loops)
     tile_m, tile_n, tile_k = choose_tiles(k, c.m, c.n, len(loops), ctx, n_major)
     if n_major and tile_n % 64:
@@ -118,9 +111,7 @@ def wgmma_tile(k: TileKernel, ctx: Context) -> TileKernel:
         return decline(why)
     loops = [replace(lp, a=replace(lp.a, fill="tma"), b=replace(lp.b, fill="tma")) for lp in loops]
     mt = MmaTile(c.m, c.n, tile_m, tile_n, tile_k, tile_m // 16, 1, dtype, SWIZZLE_OF_TILE_K[tile_k])
-    guard = conjoin(edge(c.m, k.extent(c.m), tile_m), edge(c.n, k.extent(c.n), tile_n))
-    rest = tuple(s for s in c.body if not isinstance(s, Loop))
-    epilogue = (Guard(guard, rest),) if guard is not None and rest else rest
+    epilogue = edge_guarded(k, c, tile_m, tile_n)
     ctx.log(f"wgmma_tile: {k.name}: M={c.m}, N={c.n}, {tile_m}x{tile_n}x{tile_k} tiles of "
             f"{tile_m // 64} warpgroup(s), wgmma.m64n{tile_n}k16.{dtype} fed by TMA", 2)
     out = replace(k, mode="wgmma", matmul=mt, body=tuple(loops) + epilogue, block=2 * tile_m)
