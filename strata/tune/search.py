@@ -207,13 +207,13 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
     returns the results, the target's key and the whole program's (default ms, tuned ms) when
     this run measured something. Raises RuntimeError when the default schedule
     itself cannot be compiled or is wrong."""
-    start = time.monotonic()
     worker = WorkerProcess(prepare, command)
     try:
         say("compiling and checking the default schedule")
         info = worker.start()
         if "error" in info:
             raise RuntimeError(info["why"])
+        start = time.monotonic()        # the budget is the search's: a model's compile is not in it
         target, results, todo = info["target"], [], []
         pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
         total_ms = sum(k.get("ms", 0.0) for k in info["kernels"])

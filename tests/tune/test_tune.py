@@ -176,7 +176,7 @@ def test_tune_a_model_layer(tmp_path, monkeypatch, capsys):
     from model_helpers import hf_model, write_checkpoint
     d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "model")
     monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "cache"))
-    assert main(["tune", str(d), "--layer", "0", "--seq-len", "8", "--budget", "8"]) == 0
+    assert main(["tune", str(d), "--layer", "0", "--seq-len", "8", "--budget", "3"]) == 0
     out = capsys.readouterr().out
     assert f"{d} layer 0" in out and "k_linear" in out
     assert main(["tune", str(d), "--layer", "7"]) == 1
