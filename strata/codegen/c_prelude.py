@@ -1,4 +1,5 @@
-"""The C prelude of the CPU target: what the scalar templates of scalar_ops.py call, in C11.
+"""The C prelude of the CPU target: what the scalar templates of scalar_ops.py call, in C11;
+its text is preludes/c_head.h, torch_math's functions, then preludes/c_tail.h.
 
 Why a module of its own: the templates are shared with the CUDA emitter and were written for C++
 (overloads, CUDA intrinsics). C has no overloading, so `st_max`, `min`, `abs` ... are _Generic
