@@ -105,6 +105,8 @@ def tune_command(args) -> int:
         if any(not r.note for r in results):       # measured now: no tuned schedule counts 1x
             speedups.append(times[0] / times[1] if times else 1.0)
         total += results
+    if failed == len(requests):                     # the error said it all: no summary of nothing
+        return 1
     measured = [r for r in total if not r.note and r.default_ms]
     if len(requests) > 1 and speedups:
         better = [x for x in speedups if x != 1.0]
