@@ -30,6 +30,7 @@ def prelude(name: str) -> str:
     """The helpers in codegen/preludes/<name>: C text kept in C files, read as written."""
     return (Path(__file__).with_name("preludes") / name).read_text()
 
+
 # C precedence, higher binds tighter.
 ATOM, UNARY, MUL, ADD, SHIFT, REL, EQ, BAND, XOR, BOR, AND, OR, COND = 16, 15, 13, 12, 11, 10, \
     9, 8, 7, 6, 5, 4, 3
