@@ -32,17 +32,16 @@ def check_args(spec: Mapping, values: Sequence, device: torch.device | str | Non
     wanted = torch.device(device) if device is not None else None
     for (name, ty), value in zip(spec.items(), values):
         if not isinstance(value, torch.Tensor):
-            raise InputMismatch(f"input {name} must be a tensor, got {type(value).__name__}")
-        try:
-            dt = dtypes.from_torch(value.dtype)
-        except ValueError:
-            dt = str(value.dtype).replace("torch.", "")
-        got = (tuple(value.shape), dt)
-        if got != (tuple(ty.shape), ty.dtype):
-            raise InputMismatch(f"input {name} has shape {got[0]} {got[1]}, the program was "
-                                f"compiled for {tuple(ty.shape)} {ty.dtype}")
+            raise InputMismatch(f"input {name!r} must be a tensor, got {type(value).__name__}")
+        if tuple(value.shape) != tuple(ty.shape):
+            raise InputMismatch(f"input {name!r} has shape {tuple(value.shape)}, but the program "
+                                f"was compiled for {tuple(ty.shape)}")
+        if value.dtype != (want := dtypes.to_torch(ty.dtype)):
+            have, want = (str(d).removeprefix("torch.") for d in (value.dtype, want))
+            raise InputMismatch(f"input {name!r} is {have}, but the program was compiled for "
+                                f"{want} ({name}.to(torch.{want}) converts it)")
         if wanted is not None and not _device_matches(value.device, wanted):
-            raise InputMismatch(f"input {name} is on {value.device} but the program runs on "
+            raise InputMismatch(f"input {name!r} is on {value.device} but the program runs on "
                                 f"{wanted}; move it there first ({name}.to('{wanted}'))")
 
 

@@ -35,13 +35,14 @@ def test_matching_arguments_pass_through_without_copies():
 
 @pytest.mark.parametrize("args,words", [
     (lambda: _ok()[:1], "expected 2 inputs (x, y), got 1"),
-    (lambda: [torch.randn(4, 8), 3.0], "input y must be a tensor, got float"),
+    (lambda: [torch.randn(4, 8), 3.0], "input 'y' must be a tensor, got float"),
     (lambda: [torch.randn(8, 4), torch.randn(8).bfloat16()],
-     "input x has shape (8, 4) f32, the program was compiled for (4, 8) f32"),
+     "input 'x' has shape (8, 4), but the program was compiled for (4, 8)"),
     (lambda: [torch.randn(4, 8), torch.randn(8)],
-     "input y has shape (8,) f32, the program was compiled for (8,) bf16"),
+     "input 'y' is float32, but the program was compiled for bfloat16 (y.to(torch.bfloat16) "
+     "converts it)"),
     (lambda: [torch.randn(4, 8).to(torch.complex64), torch.randn(8).bfloat16()],
-     "input x has shape (4, 8) complex64"),
+     "input 'x' is complex64, but the program was compiled for float32"),
 ])
 def test_mismatches_name_the_argument(args, words):
     with pytest.raises(InputMismatch) as e:
@@ -49,18 +50,26 @@ def test_mismatches_name_the_argument(args, words):
     assert words in _sentence(e)
 
 
+def test_a_dtype_mismatch_is_a_sentence_about_the_dtype():
+    """Issue 51: an input named `input` given as float64 read "input input has shape (2, 8) f64"."""
+    with pytest.raises(InputMismatch) as e:
+        check_args({"input": TorchType((2, 8), "f32")}, [torch.randn(2, 8, dtype=torch.float64)])
+    assert _sentence(e) == ("input 'input' is float64, but the program was compiled for float32 "
+                            "(input.to(torch.float32) converts it)")
+
+
 def test_a_tensor_on_another_device_is_rejected():
     """The CUDA runtime passes device="cuda:0"; CPU tensors must be refused, not copied."""
     with pytest.raises(InputMismatch) as e:
         prepare_args(SPEC, _ok(), torch.device("cuda", 0))
     msg = _sentence(e)
-    assert "input x is on cpu but the program runs on cuda:0" in msg and "x.to('cuda:0')" in msg
+    assert "input 'x' is on cpu but the program runs on cuda:0" in msg and "x.to('cuda:0')" in msg
 
 
 def test_device_index_is_checked_only_when_given():
     check_args(SPEC, _ok(), "cpu")
     check_args(SPEC, [t.to("meta") for t in _ok()], "meta")
-    with pytest.raises(InputMismatch, match="input x is on meta"):
+    with pytest.raises(InputMismatch, match="input 'x' is on meta"):
         check_args(SPEC, [t.to("meta") for t in _ok()], "cpu")
 
 

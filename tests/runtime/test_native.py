@@ -298,7 +298,7 @@ def test_an_input_no_kernel_reads_is_still_checked():
     import strata
     program = strata.compile(lambda x, y: x * 2, (torch.ones(5), torch.ones(3)), device="cpu")
     assert torch.equal(program(torch.arange(5.0), torch.zeros(3)), torch.arange(5.0) * 2)
-    with pytest.raises(InputMismatch, match="input y has shape"):
+    with pytest.raises(InputMismatch, match="input 'y' has shape"):
         program(torch.arange(5.0), torch.zeros(4))
 
 
@@ -317,7 +317,7 @@ def test_empty_buffers_compile_nothing(monkeypatch):
 
 def test_wrong_inputs_are_one_sentence():
     prog = NativeProgram(C.row_reduce(3, 7, "f32", "sum"))
-    with pytest.raises(InputMismatch, match="input x has shape"):
+    with pytest.raises(InputMismatch, match="input 'x' has shape"):
         prog.run([torch.zeros(3, 8)])
     with pytest.raises(InputMismatch, match="expected 1 inputs"):
         prog.run([])
