@@ -185,7 +185,7 @@ def generate_command(args) -> int:
         if args.device == "sim" and n_params > SIM_MAX_PARAMS:
             raise StrataError(f"{args.model} has {n_params / 1e6:.0f}M parameters: the simulator "
                               f"is for tiny configs (under {SIM_MAX_PARAMS // 1_000_000}M); use "
-                              f"--device cuda")
+                              f"--device cpu (natively) or --device cuda")
         ctx = ProgressContext(verbosity=args.verbose, on_step=step)     # logs: stderr
         t0 = time.perf_counter()
         prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step,

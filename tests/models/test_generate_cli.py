@@ -58,6 +58,14 @@ def test_bad_input_is_one_sentence(argv, says, tiny_dir, capsys):
     assert "Traceback" not in err
 
 
+def test_the_simulators_size_refusal_names_both_native_devices(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setattr("strata.cli_generate.SIM_MAX_PARAMS", 1000)
+    rc = main(["generate", str(tiny_dir), "--prompt-ids", "1,2"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1, err
+    assert err.endswith("use --device cpu (natively) or --device cuda"), err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_device_cuda_without_a_gpu(tiny_dir, capsys):
     rc = main(["generate", str(tiny_dir), "--prompt-ids", "1,2", "--device", "cuda"])
