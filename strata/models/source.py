@@ -62,12 +62,21 @@ def resolve(model: str) -> ModelSource:
                              f"directory with a config.json or a bundled name")
         opened = gguf_file.GGUFFile(path)
         return ModelSource(model, opened.config_dict(), None, opened)
+    if _looks_like_a_path(model):
+        raise ModelError(f"{model}: no such file or directory")
     by_lower = {n.lower(): n for n in bundled_names()}
     name = by_lower.get(model.lower())
     if name is None:
         raise ModelError(f"unknown model {model!r}: give a local directory with a config.json or "
                          f"one of the bundled names: {', '.join(bundled_names())}")
     return ModelSource(model, _read_json(CONFIG_DIR / (name.replace("/", "--", 1) + ".json")), None)
+
+
+def _looks_like_a_path(model: str) -> bool:
+    """Whether a MODEL that names nothing here was meant as a file or directory (a .gguf name, an
+    absolute or ./ path, two slashes), not as a bundled "org/name" a typo away."""
+    return (model.lower().endswith(".gguf") or model.startswith(("/", ".", "~"))
+            or model.count("/") > 1)
 
 
 def hf_config(source: ModelSource):

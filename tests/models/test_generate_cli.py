@@ -44,6 +44,8 @@ def test_generate_prints_ids_that_agree_with_hf_eager(tiny_dir, capsys):
 
 @pytest.mark.parametrize("argv, says", [
     (["no/such-model", "--prompt-ids", "1"], "unknown model"),
+    (["missing.gguf", "--prompt-ids", "1"], "missing.gguf: no such file or directory"),
+    (["./no/such/dir", "--prompt-ids", "1"], "./no/such/dir: no such file or directory"),
     (["{dir}", "--prompt-ids", " , "], "the prompt is empty"),
     (["{dir}", "--prompt-ids", "1,x"], "expected integers"),
     (["{dir}", "--prompt-ids", "1,2", "--max-new-tokens", "9", "--max-len", "10"], "does not fit"),
