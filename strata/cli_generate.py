@@ -23,7 +23,7 @@ from .errors import ModelError, StrataError
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
 from .models.sampling import DEFAULT_TOP_K, Sampling
-from .models.source import resolve
+from .models.source import hf_config, resolve
 
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -171,10 +171,11 @@ def generate_command(args) -> int:
     with spinner as status:
         step = status.update if status is not None else (lambda text: None)
         source = resolve(args.model)         # bad input fails before any weight is made
+        vocab = hf_config(source).vocab_size     # (a config without the model's sizes too)
         tokenizer = _tokenizer(source)
-        prompt = _prompt_ids(args, tokenizer, int(source.config.get("vocab_size", 0)), source)
+        prompt = _prompt_ids(args, tokenizer, vocab, source)
         max_len = _check_lengths(args, len(prompt))
-        sampling = _sampling(args, int(source.config.get("vocab_size", 0)) or 1 << 30)
+        sampling = _sampling(args, vocab)
         if sampling is not None and args.compare:
             raise StrataError("--compare checks greedy ids against Hugging Face; leave out "
                               "--temperature (or --compare)")

@@ -88,13 +88,12 @@ def hf_config(source: ModelSource):
         raise ModelError(f"{source.name}: config.json has no model_type")
     if major_version() >= 5 and "torch_dtype" in raw:      # renamed in transformers 5
         raw["dtype"] = raw.pop("torch_dtype")
-    try:
-        config = transformers().AutoConfig.for_model(model_type, **raw)
+    try:       # the sizes first: transformers 5 rejects its defaults mixed with the given ones
+        _check_sizes(source, transformers().AutoConfig.for_model(model_type), raw)
+        return transformers().AutoConfig.for_model(model_type, **raw)
     except (ValueError, KeyError, TypeError) as e:
         raise ModelError(f"{source.name}: transformers cannot read this config "
                          f"(model_type {model_type!r}): {e}") from None
-    _check_sizes(source, config, raw)
-    return config
 
 
 # The sizes that make a model what it is: a config without them would silently be transformers'
@@ -103,6 +102,7 @@ SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"
 
 
 def _check_sizes(source: ModelSource, config, raw: dict) -> None:
+    """Name every size `raw` lacks, with the default of `config` (the model type's defaults)."""
     aliases = {v: k for k, v in getattr(config, "attribute_map", {}).items()}
     given = set(raw) | {aliases.get(k, k) for k in raw}
     missing = [f"{k} (default {getattr(config, k)})" for k in SIZES

@@ -1,5 +1,7 @@
 """`strata generate MODEL` (strata/cli_generate.py): greedy ids on one line, timings, --compare
 against Hugging Face eager, and one sentence with a non-zero exit for each bad input."""
+import json
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -58,6 +60,17 @@ def test_bad_input_is_one_sentence(argv, says, tiny_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert rc != 0 and says in err and len(err.splitlines()) == 1, err
     assert "Traceback" not in err
+
+
+def test_a_config_without_the_models_sizes_names_them(tiny_dir, tmp_path, capsys):
+    """Issue 51: it said "prompt id 1 is outside the vocabulary (0..-1)"."""
+    config = json.loads((tiny_dir / "config.json").read_text())
+    del config["vocab_size"], config["hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc = main(["generate", str(tmp_path), "--prompt-ids", "1,2"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1, err
+    assert "config.json does not give hidden_size (default 4096), vocab_size (default 32000)" in err
 
 
 def test_the_simulators_size_refusal_names_both_native_devices(tiny_dir, capsys, monkeypatch):
