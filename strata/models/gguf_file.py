@@ -13,6 +13,7 @@ reading the config touches the header only.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -43,10 +44,11 @@ class GGUFFile:
     """An open llama GGUF file: its metadata, tensors by transformers name, and the config."""
 
     def __init__(self, path: Path):
-        import gguf                          # the gguf package: imported only for GGUF files
         self.path, self.name = Path(path), Path(path).name
         try:
-            reader = gguf.GGUFReader(str(path), "r")
+            reader = _reader(self.path)
+        except ModelError:
+            raise
         except Exception as e:               # numpy/gguf raise many kinds on a bad header
             raise ModelError(f"{self.name} is not a readable GGUF file (truncated or corrupt: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -237,6 +239,25 @@ class GGUFFile:
     def rope_divisors(self) -> torch.Tensor | None:
         """Llama-3 rope scaling as llama.cpp stores it: inv_freq[i] is divided by these."""
         return None if self.rope_freqs is None else _torch(self.rope_freqs.data).float().clone()
+
+
+def _reader(path: Path):
+    """gguf.GGUFReader(path), a tensor whose bytes run past the end of the file named first: the
+    reader's own error for a cut download is numpy's "cannot reshape array of size ..."."""
+    import gguf                          # the gguf package: imported only for GGUF files
+
+    class Reader(gguf.GGUFReader):
+        def _build_tensors(self, start, fields):
+            for f in fields:             # parts: name length, name, dims count, dims, type, offset
+                _, name, _, dims, kind, offset = f.parts
+                block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(kind[0]))]
+                at, n = start + int(offset[0]), math.prod(dims.tolist()) * size // block
+                if at + n > len(self.data):
+                    raise ModelError(f"{path.name} is truncated: tensor {bytes(name).decode()} "
+                                     f"needs {n} bytes at offset {at}, but the file ends at byte "
+                                     f"{len(self.data)} (download it again)")
+            super()._build_tensors(start, fields)
+    return Reader(str(path), "r")
 
 
 def _types(tensors) -> str:

@@ -229,7 +229,8 @@ IDS = ["--prompt-ids", "1,2"]
     ("q6_k", IDS, "tensor blk.0.ffn_down.weight is Q6_K; strata reads F32, F16, BF16, Q8_0 and Q4_0"),
     ("arch", IDS, "architecture 'qwen2'; strata reads llama GGUF files"),
     ("layers", IDS, "four.gguf has no tensor blk.3.attn_q.weight (shape [64, 64])"),
-    ("cut", IDS, "is not a readable GGUF file (truncated or corrupt"),
+    ("cut", IDS, "cut.gguf is truncated: tensor blk.2.ffn_down.weight needs 8704 bytes at "
+                 "offset"),
     ("text", IDS, "is a file but not a GGUF file"),
     ("tokenizer", ["--prompt", "hi"], "this file's tokenizer ('xxxxx') is not supported yet, so "
                                       "--prompt TEXT cannot be encoded: give --prompt-ids"),
