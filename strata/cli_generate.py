@@ -12,6 +12,7 @@ model's eager forward runs its QuantLinear modules. The simulator is for tiny co
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -27,14 +28,16 @@ from .models.source import hf_config, resolve
 
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+DEFAULT_PROMPT = "Once upon a time"     # when MODEL carries a tokenizer and no prompt is given
 
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="greedy or sampled decoding of MODEL with a KV cache on strata kernels")
     g.add_argument("model", help="a bundled model name, a directory with config.json, optional "
                                  "*.safetensors and tokenizer files, or a llama GGUF file")
-    src = g.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", help="prompt text (needs a tokenizer in the MODEL directory)")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text (needs a tokenizer in the MODEL directory or "
+                                      f"GGUF file; default with one: {DEFAULT_PROMPT!r})")
     src.add_argument("--prompt-ids", metavar="1,2,3", help="prompt token ids, comma-separated")
     g.add_argument("--max-new-tokens", type=int, default=16, metavar="N",
                    help="tokens to generate (default 16; fewer if an end-of-sequence id comes)")
@@ -77,6 +80,13 @@ def _tokenizer(source):
 
 
 def _prompt_ids(args, tokenizer, vocab: int, source=None) -> list[int]:
+    if args.prompt is None and args.prompt_ids is None:       # a tokenizer here: a default prompt
+        if tokenizer is None:
+            raise StrataError(f"give --prompt-ids 1,2,3 (or --prompt TEXT where MODEL carries a "
+                              f"tokenizer): {args.model} has none here")
+        args.prompt = DEFAULT_PROMPT
+        print(f"strata: no prompt given: {DEFAULT_PROMPT!r}, encoded by {args.model}'s own "
+              f"tokenizer", file=sys.stderr)
     if args.prompt is not None:
         gguf = getattr(source, "gguf", None)
         if tokenizer is None and gguf is not None:

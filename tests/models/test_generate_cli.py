@@ -53,6 +53,7 @@ def test_generate_prints_ids_that_agree_with_hf_eager(tiny_dir, capsys):
     (["{dir}", "--prompt-ids", "1,2", "--max-new-tokens", "9", "--max-len", "10"], "does not fit"),
     (["{dir}", "--prompt-ids", "1,100000"], "outside the vocabulary"),
     (["{dir}", "--prompt", "hello"], "has no tokenizer"),
+    (["{dir}"], "give --prompt-ids 1,2,3 (or --prompt TEXT where MODEL carries a tokenizer)"),
     (["TinyLlama/TinyLlama-1.1B-Chat-v1.0", "--prompt", "hello"], "has no tokenizer"),
 ])
 def test_bad_input_is_one_sentence(argv, says, tiny_dir, capsys):

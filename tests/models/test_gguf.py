@@ -129,6 +129,14 @@ def test_generate_agrees_with_eager(fmt, files, capsys):
     assert verdict.endswith((": yes", "rounding tipped", ": near ties")), verdict   # int8 rows
 
 
+def test_generate_without_a_prompt_uses_the_files_tokenizer(files, capsys):
+    """Issue 51: a GGUF file that carries a tokenizer needed --prompt or --prompt-ids."""
+    rc = main(["generate", str(files["q8_0"]), "--max-new-tokens", "2", "--device", DEVICE])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "strata: no prompt given: 'Once upon a time', encoded by" in err and "  text: " in out
+
+
 def test_quant_at_load(tmp_path, capsys):
     d = write_checkpoint(hf_model("smollm2", seed=2), tmp_path / "smol")     # tied embeddings
     rc = main(["generate", str(d), "--quant", "q8_0", "--prompt-ids", "1,5,9",
