@@ -19,7 +19,7 @@ import time
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
-from .runtime.mca import llvm_mca, mcpu
+from .runtime.mca import NEWER, llvm_mca, mcpu
 from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled
@@ -71,6 +71,7 @@ def tune_command(args) -> int:
         raise DeviceUnavailable(f"{'--target' if args.target else '--cost mca'} needs llvm-mca, "
                                 f"which is not installed (apt-get install llvm)")
     if args.target:
+        _check_llvm_knows(get_target(args.target))
         return _rank(args)
     if not caching_enabled():
         raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
@@ -128,6 +129,18 @@ def tune_command(args) -> int:
           f"before, no knobs, or no budget left) in {time.perf_counter() - t0:.0f} s; database: "
           f"{db_path()}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_llvm_knows(target) -> None:
+    """A CPU only a newer LLVM models (Zen 4: LLVM 16) needs that llvm-mca: an older one models
+    an older CPU (znver3), which rejects the target's instructions."""
+    name, since = NEWER.get(target.name, ("", 0))
+    exe, version = llvm_mca()
+    here = f"{exe} (LLVM {version})" if version else f"{exe}, whose name gives no version"
+    if version < since:
+        raise DeviceUnavailable(f"--target {target.name} needs llvm-mca from LLVM {since} or newer "
+                                f"(it models {name}), but the newest here is {here}: apt-get "
+                                f"install llvm-19 (Debian's llvm-19 package gives llvm-mca-19)")
 
 
 def _rank(args) -> int:

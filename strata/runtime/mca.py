@@ -68,7 +68,7 @@ def summary(name: str, body: list[str], target) -> str:
 
 
 # a CPU a newer LLVM knows by its own name: (its -mcpu, the first LLVM that has it)
-_NEWER = {"cpu-znver4": ("znver4", 16)}
+NEWER = {"cpu-znver4": ("znver4", 16)}
 
 
 def llvm_mca() -> tuple[str | None, int]:
@@ -85,7 +85,7 @@ def mcpu(target) -> str:
     """llvm-mca's -mcpu for the target's CPU."""
     if target.isa == "native":
         return "native"
-    name, since = _NEWER.get(target.name, ("", 0))
+    name, since = NEWER.get(target.name, ("", 0))
     return name if name and llvm_mca()[1] >= since else _MCPU.get(target.isa, target.isa)
 
 

@@ -88,6 +88,17 @@ def test_tune_ranks_schedules_for_a_cpu_it_does_not_run_on(monkeypatch, capsys, 
     assert "--target sm_90a is not a CPU" in capsys.readouterr().err
 
 
+def test_a_cpu_only_a_newer_llvm_models_names_the_llvm_mca_it_needs(monkeypatch, capsys):
+    """Issue 51: with Debian's default llvm-mca (LLVM 14) --target cpu-znver4 said only "llvm-mca
+    cannot model it on znver3"."""
+    monkeypatch.setattr("strata.cli_tune.llvm_mca", lambda: ("/usr/bin/llvm-mca-14", 14))
+    assert main(["tune", "-c", MATMUL, "--target", "cpu-znver4"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("strata: --target cpu-znver4 needs llvm-mca from LLVM 16 or newer (it models "
+                   "znver4), but the newest here is /usr/bin/llvm-mca-14 (LLVM 14): apt-get "
+                   "install llvm-19 (Debian's llvm-19 package gives llvm-mca-19)")
+
+
 @needs_mca
 def test_a_hot_loop_llvm_mca_cannot_price_is_one_sentence(monkeypatch, capsys, tmp_path):
     """A price from the count model would not compare with llvm-mca's: no ranking, one sentence."""
