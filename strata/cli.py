@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "llama GGUF file")
     _common(c)
     _model_options(c)
-    c.add_argument("--ir", default="cuda", choices=STAGES, help="the stage to print (default cuda)")
+    c.add_argument("--ir", choices=STAGES, help="the stage to print (default: the source, cuda for "
+                                                 "-c; for MODEL a summary of its kernels)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
     _common(r)
@@ -109,6 +110,7 @@ def cmd_compile(args) -> int:
         return compile_model_command(args, _context(args))
     if not args.code:
         raise StrataError("nothing to compile: give MODEL or -c CODE")
+    args.ir = args.ir or "cuda"
     ctx = _context(args)
     if args.ir in ("c", "asm") and ctx.target is None:
         ctx.target = get_target("host")       # C is the CPU's source: this machine's CPU

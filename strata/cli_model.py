@@ -8,12 +8,15 @@ compile: the model is built on the meta device), and how many kernels came out.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
+from collections import Counter
 from contextlib import nullcontext
 
 from .context import Context
 from .errors import StrataError
+from .targets import SOURCE
 
 # What runs after each stage the pipeline logs (its timing line starts with the stage's name).
 NEXT_STEP = {
@@ -43,6 +46,7 @@ def compile_model_command(args, base: Context) -> int:
     from rich.console import Console
 
     from .api import compile_model
+    summary = args.ir is None and not args.output     # a whole model's CUDA: 100,000s of lines
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if base.verbosity == 0 else nullcontext()
     t0 = time.perf_counter()
@@ -51,12 +55,16 @@ def compile_model_command(args, base: Context) -> int:
         ctx = ProgressContext(verbosity=base.verbosity, knobs=base.knobs, target=base.target,
                               tuned=base.tuned, stream=base.stream, on_step=step)
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
-                                       dtype=args.dtype, ctx=ctx, until=args.ir, progress=step,
-                                       quant=args.quant)
-        text = program.ir(args.ir)
+                                       dtype=args.dtype, ctx=ctx, until=args.ir or "cuda",
+                                       progress=step, quant=args.quant)
+        args.ir = args.ir or SOURCE[program.lowered.target.kind]
+        text = program_summary(program) if summary else program.ir(args.ir)
     seconds = time.perf_counter() - t0
     ctx.log(f"{'total':<28} {seconds * 1e3:8.2f} ms")
-    write_stage(text, args)
+    if summary:
+        print(text)
+    else:
+        write_stage(text, args)
     sys.stdout.flush()
     kernels = program.lowered.kernel.kernels if program.lowered.kernel is not None else None
     made = f"{len(kernels)} kernels" if kernels is not None else f"{args.ir} IR"
@@ -64,6 +72,19 @@ def compile_model_command(args, base: Context) -> int:
           f"-> {made} in {seconds:.1f} s", file=sys.stderr)
     print(f"strata: weights: {built.weights}", file=sys.stderr)
     return 0
+
+
+def program_summary(program) -> str:
+    """What `strata compile MODEL` prints without --ir: the kernels counted by kind (a layer's
+    kernels differ only by the number in their names), then how to print each stage."""
+    low = program.lowered
+    kinds = Counter(re.sub(r"_\d+(?=_|$)", "", k.name) for k in low.kernel.kernels)
+    source = SOURCE[low.target.kind]
+    return "\n".join([f"{len(low.kernel.kernels)} kernels for {low.target}, of {len(kinds)} kinds:",
+                      *(f"  {n:5d} x {kind}" for kind, n in kinds.most_common()),
+                      f"print a stage with --ir: torch ({len(low.torch.nodes):,} aten ops), tensor, "
+                      f"loop, tile, kernel or {source} ({len(low.text(source).splitlines()):,} "
+                      f"lines); -o FILE writes it to a file"])
 
 
 def write_stage(text: str, args) -> None:

@@ -21,6 +21,18 @@ def test_compile_model_directory_loop_ir(tmp_path, capsys):
                         f"file in {tmp_path}, checked against the config)")
 
 
+def test_compile_model_without_ir_prints_a_summary_not_the_source(tmp_path, capsys):
+    """Issue 51: a whole model's CUDA (145,040 lines for Qwen2.5-0.5B) went to the terminal."""
+    write_checkpoint(hf_model("smollm2"), tmp_path)
+    assert main(["compile", str(tmp_path), "--seq-len", "8"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].endswith(" kinds:") and " kernels for sm_90, of " in lines[0]
+    assert any(line.endswith(" x k_matmul_red_attention") for line in lines[1:-1])
+    assert lines[-1].startswith("print a stage with --ir: torch (") and "cuda (" in lines[-1]
+    assert main(["compile", str(tmp_path), "--seq-len", "8", "-o", str(tmp_path / "m.cu")]) == 0
+    assert "__global__" in (tmp_path / "m.cu").read_text()            # -o: the source, as before
+
+
 def test_compile_bundled_layer_torch_ir_with_timings(capsys):
     argv = ["compile", "HuggingFaceTB/SmolLM2-135M", "--layer", "3", "--seq-len", "4",
             "--dtype", "fp16", "--ir", "torch", "-v"]
