@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "llama GGUF file")
     _common(c)
     _model_options(c)
-    c.add_argument("--ir", choices=STAGES, help="the stage to print (default: the source, cuda for "
-                                                 "-c; for MODEL a summary of its kernels)")
+    c.add_argument("--ir", choices=STAGES, help="the stage to print (default: cuda for -c CODE; for "
+                                                 "MODEL, a summary of its kernels)")
     c.add_argument("-o", "--output", help="write the printed stage to this file instead of stdout")
     r = sub.add_parser("run", help="compile, execute the kernels and compare with PyTorch eager")
     _common(r)
