@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from . import dtypes
+from .autograd import warn_inference_only, without_backward
 from .context import Context
 from .errors import DeviceUnavailable, InputMismatch, StrataError
 from .pipeline import Lowered, SOURCE, STAGES, lower_torch_program
@@ -95,6 +96,7 @@ class Program:
         self._plain_run = None      # the runtime's run, when a call returns its one output as is
         self.constants: dict = {}   # position -> a non-tensor example input it is specialised on
         self.ctx: Context | None = None     # what it was lowered with (Program.view lowers again)
+        self.grad_params = None     # strata.compile's: the parameters that require grad (autograd.py)
 
     def ir(self, stage: str) -> str:
         return self.lowered.text(stage)
@@ -183,6 +185,11 @@ class Program:
         return [result[o] if o in result else feed[o] for o in kp.outputs]
 
     def __call__(self, *inputs):
+        if self.grad_params is not None and torch.is_grad_enabled():     # autograd.py
+            return without_backward(self._call(inputs), self.grad_params, inputs)
+        return self._call(inputs)
+
+    def _call(self, inputs):
         if self._plain_run is not None:        # a decode step's case: nothing to check or rebuild
             return self._plain_run(inputs)[0]
         inputs = self._bound(inputs)
@@ -240,17 +247,21 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     then take and return CUDA tensors; "cpu" builds them natively (C + OpenMP); "sim" runs them
     in the simulator (the default, unless ctx pins a CPU target: then "cpu"). A named CPU target
     whose features this CPU lacks (cpu-spr on an AVX2 machine) compiles, prints its source and
-    says why at its first call. use_graph: replay repeated CUDA calls as one CUDA graph."""
+    says why at its first call. Inference only: a backward through its outputs raises one
+    sentence (strata/autograd.py). use_graph: replay repeated CUDA calls as one CUDA graph."""
     ctx = ctx or Context()
     device = device or default_device(ctx)
     check_device(device)
     ctx = on_device(ctx, device)
+    grad_params = [p for p in fn.parameters() if p.requires_grad] if isinstance(
+        fn, torch.nn.Module) else []
+    warn_inference_only("this strata.compile program", [*grad_params, *example_inputs])
     if _is_causal_lm(fn):
         fn = CausalLMLogits(fn)
     fn, tensors, constants = specialise(fn, tuple(example_inputs))
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
     program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
-    program.constants, program.ctx = constants, ctx
+    program.constants, program.ctx, program.grad_params = constants, ctx, grad_params
     if _loads(device, until) and not (device == "cpu" and not _emulated(ctx.target)
                                       and _missing_features(ctx.target)):
         program.load()

@@ -2,7 +2,8 @@
 
 Each graph is re-exported with torch.export (frontend/dynamo_graph.py) and lowered like
 `strata.compile`'s (an entry point beside api.py, above the stages it runs). Inference only:
-outputs carry no autograd history.
+compiled where autograd is on it warns, and a backward through its outputs raises one sentence
+(autograd.py).
 
 Each graph is compiled for its concrete input shapes; a graph dynamo made shape-dynamic (after a
 recompile) gets one Program per shape it is called with. A graph strata cannot compile raises a
@@ -24,6 +25,7 @@ from importlib.metadata import entry_points
 import torch
 
 from .api import Program, check_device, on_device
+from .autograd import StrataNoGradWarning, warn_inference_only, without_backward
 from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .frontend.capture import capture
@@ -61,10 +63,6 @@ class StrataFallbackWarning(UserWarning):
     """A graph strata could not compile runs eagerly (fallback was asked for)."""
 
 
-class StrataNoGradWarning(UserWarning):
-    """A graph compiled with autograd on: its outputs carry no autograd history."""
-
-
 def options_of(options: dict | None) -> dict:
     """OPTIONS overridden by the environment (STRATA_FALLBACK) and then by torch.compile's."""
     opts = dict(OPTIONS)
@@ -94,11 +92,8 @@ def strata_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     opts = options_of(options)
     graph = StrataGraph(gm, opts)
     entry = graph.entry([concrete(a) for a in example_inputs])
-    if torch.is_grad_enabled() and not isinstance(entry, _Eager) and any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
-        warnings.warn("strata's torch.compile backend is inference only: this graph's outputs "
-                      "carry no autograd history (call the model under torch.no_grad())",
-                      StrataNoGradWarning, stacklevel=2)
+    if not isinstance(entry, _Eager):
+        warn_inference_only("strata's torch.compile backend", example_inputs)
     return gm.forward if isinstance(entry, _Eager) else graph
 
 
@@ -137,7 +132,10 @@ class StrataGraph:
         return self.entries[key]
 
     def __call__(self, *args):
-        return self.entry(args)(args)
+        entry = self.entry(args)
+        if torch.is_grad_enabled() and not isinstance(entry, _Eager):     # autograd.py
+            return without_backward(entry(args), (), args)
+        return entry(args)
 
 
 class _Eager:

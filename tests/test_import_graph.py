@@ -39,8 +39,9 @@ LAYERS = (
      "database, this CPU's cached profile, the cost model of Kernel IR and of its machine code"),
     ("library", ("view", "models", "quant"),
      "what the entry points build on: the page of a compilation, the models and their weight formats"),
-    ("api", ("api", "dynamo_backend", "dsl"),
-     "the entry points: strata.compile's Program, torch.compile's backend, @strata.kernel"),
+    ("api", ("api", "dynamo_backend", "dsl", "autograd"),
+     "the entry points: strata.compile's Program, torch.compile's backend, @strata.kernel, and "
+     "what their programs do where autograd is on"),
     ("tools", ("check", "models.decode", "tune", "bench"),
      "built on the entry points: checking against eager, KV-cache decoding, the tuner, benchmarks"),
     ("cli", ("cli", "cli_generate", "cli_model", "cli_tune", "cli_view"),
