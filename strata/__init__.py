@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from .version import __version__
 
 _LAZY = {"compile": "api", "Program": "api", "generate": "models.decode", "Context": "context",
-         "StrataError": "errors", "quantize": "quant.formats"}
+         "StrataError": "errors", "quantize": "quant.formats", "set_threads": "runtime.threads"}
 # what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
 _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
         "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
@@ -41,4 +41,5 @@ if not any(ep.value == "strata.dynamo_backend:strata_backend"
     from .dynamo_backend import register as _register   # no entry point (or a stale one): register now
     _register()
 
-__all__ = ["compile", "generate", "quantize", "Program", "Context", "StrataError", "__version__"]
+__all__ = ["compile", "generate", "quantize", "set_threads", "Program", "Context", "StrataError",
+           "__version__"]

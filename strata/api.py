@@ -87,10 +87,14 @@ class Program:
 
     On device "cuda" a call takes and returns torch CUDA tensors (runtime/program.py does the
     work; `use_graph` picks CUDA-graph replay for repeated calls); on "sim" the kernels run in
-    the simulator and tensors come back on the CPU."""
+    the simulator and tensors come back on the CPU. `threads`: on "cpu", the OpenMP threads a
+    call runs on (None: the cores other processes leave free, runtime/threads.py)."""
 
-    def __init__(self, lowered: Lowered, device: str = "sim", use_graph: bool = True):
-        self.lowered, self.device, self.use_graph = lowered, device, use_graph
+    def __init__(self, lowered: Lowered, device: str = "sim", use_graph: bool = True,
+                 threads: int | None = None):
+        if threads is not None and threads < 1:
+            raise StrataError(f"threads must be at least 1, not {threads}")
+        self.lowered, self.device, self.use_graph, self.threads = lowered, device, use_graph, threads
         self.torch_program = lowered.torch
         self._runtime = None
         self._plain_run = None      # the runtime's run, when a call returns its one output as is
@@ -138,7 +142,7 @@ class Program:
             _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
-                                          source=self.lowered.c or None)
+                                          source=self.lowered.c or None, threads=self.threads)
         else:
             self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
                                         weights=self.torch_program.weights, use_graph=self.use_graph)
@@ -238,7 +242,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def compile(fn, example_inputs, device: str | None = None, ctx: Context | None = None,
-            until: str = "cuda", use_graph: bool = True) -> Program:
+            until: str = "cuda", use_graph: bool = True, threads: int | None = None) -> Program:
     """Capture `fn(*example_inputs)` (a function or nn.Module) and lower it to kernels.
 
     A Hugging Face causal LM (a transformers model with a language-model head) is captured
@@ -248,7 +252,9 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     in the simulator (the default, unless ctx pins a CPU target: then "cpu"). A named CPU target
     whose features this CPU lacks (cpu-spr on an AVX2 machine) compiles, prints its source and
     says why at its first call. Inference only: a backward through its outputs raises one
-    sentence (strata/autograd.py). use_graph: replay repeated CUDA calls as one CUDA graph."""
+    sentence (strata/autograd.py). use_graph: replay repeated CUDA calls as one CUDA graph.
+    threads: on "cpu", the OpenMP threads a call runs on (default: the cores other processes
+    leave free, looked at again as calls go on; strata.set_threads sets it for every program)."""
     ctx = ctx or Context()
     device = device or default_device(ctx)
     check_device(device)
@@ -260,7 +266,7 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
         fn = CausalLMLogits(fn)
     fn, tensors, constants = specialise(fn, tuple(example_inputs))
     torch_program = capture(fn, tensors, input_names=getattr(fn, "input_names", None))
-    program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph)
+    program = Program(lower_torch_program(torch_program, ctx, until), device, use_graph, threads)
     program.constants, program.ctx, program.grad_params = constants, ctx, grad_params
     if _loads(device, until) and not (device == "cpu" and not _emulated(ctx.target)
                                       and _missing_features(ctx.target)):

@@ -18,6 +18,7 @@ from .command import guarded
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .knobs import describe_knobs
+from .runtime.threads import add_threads_option, use_threads
 from .targets import STAGES, get_target
 from .version import __version__
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --device sim: the simulator's access counters per kernel (coalescing, "
                         "bank conflicts, bytes against the minimum); with --device cuda: --bench "
                         "plus an ncu profile of every kernel, when ncu is installed")
+    add_threads_option(r)
     add_generate(sub)
     add_tune(sub)
     add_view(sub, _common, _model_options)
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
     if "help" in getattr(args, "knob", []):        # `--knob help`: the knob table, nothing else
         print(describe_knobs())
         return 0
-    return guarded(lambda: {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
+    return guarded(lambda: use_threads(getattr(args, "threads", None)) or {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
                             "tune": cmd_tune, "machine": cmd_machine,
                             "view": cmd_view}[args.command](args), args.debug)
 

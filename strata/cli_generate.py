@@ -25,6 +25,7 @@ from .errors import ModelError, StrataError
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
 from .models.sampling import DEFAULT_TOP_K, Sampling
 from .models.source import hf_config, resolve
+from .runtime.threads import add_threads_option
 
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -42,7 +43,9 @@ def add_parser(sub) -> None:
     g.add_argument("--max-new-tokens", type=int, default=16, metavar="N",
                    help="tokens to generate (default 16; fewer if an end-of-sequence id comes)")
     g.add_argument("--max-len", type=int, metavar="L",
-                   help="KV-cache positions (default: prompt length + max-new-tokens)")
+                   help="KV-cache positions (default: prompt length + max-new-tokens rounded up to "
+                        "a power of two, so other --max-new-tokens reuse the compiled programs)")
+    add_threads_option(g)
     g.add_argument("--device", default="sim", choices=("sim", "cuda", "cpu"),
                    help="where the kernels run: sim (the CPU simulator, tiny configs), cuda, or "
                         "cpu (natively: C with OpenMP)")
@@ -120,7 +123,8 @@ def _check_lengths(args, prompt_len: int) -> int:
     if args.max_new_tokens < 1:
         raise StrataError(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}")
     need = prompt_len + args.max_new_tokens
-    max_len = args.max_len if args.max_len is not None else need
+    from .models.decode import cache_positions
+    max_len = args.max_len if args.max_len is not None else cache_positions(need)
     if max_len < 1:
         raise StrataError(f"--max-len must be at least 1, not {max_len}")
     if need > max_len:
@@ -200,7 +204,7 @@ def generate_command(args) -> int:
         ctx = ProgressContext(verbosity=args.verbose, on_step=step)     # logs: stderr
         t0 = time.perf_counter()
         prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step,
-                                          sampling)
+                                          sampling, threads=args.threads)
         t_compile = time.perf_counter() - t0
         device = "cuda" if args.device == "cuda" else "cpu"
         caches = new_caches(config, max_len, next(lm.parameters()).dtype, device)

@@ -20,6 +20,7 @@ from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
 from .runtime.mca import NEWER, llvm_mca, mcpu
+from .runtime.threads import add_threads_option
 from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled
@@ -58,6 +59,7 @@ def add_parser(sub) -> None:
                    help="rank each kernel's schedules for this CPU target (cpu-spr, cpu-znver4, "
                         "cpu-neoverse ...) by llvm-mca's model, without timing or storing "
                         "anything: for a CPU strata is not running on")
+    add_threads_option(t)
     t.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
 

@@ -233,8 +233,8 @@ def main(argv=None) -> int:
             import torch
 
             from .env import collect_cpu_env
-            from .suite import _use_threads
-            _use_threads(args.threads)
+            from ..runtime.threads import use_threads
+            use_threads(args.threads)
             env = collect_cpu_env(torch.get_num_threads())
             ctx = Context(target="host")
         else:

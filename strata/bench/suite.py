@@ -14,12 +14,12 @@ after every case, so a run cut short still leaves what it measured.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 from ..command import guarded
 from ..errors import StrataError
+from ..runtime.threads import use_threads
 from . import cases as C, cpu_suite
 from .accuracy import check_program, verdict_line
 from .cpu_bench import cpu_ceilings
@@ -219,21 +219,11 @@ def main(argv=None) -> int:
             print_list(cases, console)
             return 0
         if args.device == "cpu":
-            _use_threads(args.threads)
+            use_threads(args.threads)
         else:
             require_cuda("the benchmark suite")
         return run_suite(cases, which, args.out, args.budget_s, console, args.device, args.rounds)
     return guarded(command, args.debug)
-
-
-def _use_threads(threads: int | None) -> None:
-    """torch's threads and strata's OpenMP threads (read when its first library loads)."""
-    import torch
-    if threads is not None:
-        if threads < 1:
-            raise StrataError("--threads must be at least 1")
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 if __name__ == "__main__":

@@ -138,15 +138,23 @@ def new_caches(config, max_len: int, dtype: torch.dtype, device="cpu") -> list[t
             for _ in range(2 * config.num_hidden_layers)]
 
 
+def cache_positions(need: int) -> int:
+    """The cache length a generate that needs `need` positions gets when the user names none: the
+    next power of two, at least 16, so a longer or shorter --max-new-tokens reuses the compiled
+    programs (the length is in their key). The slots past `need` stay masked: no position, and
+    so no rotary angle, beyond the ones used is ever computed."""
+    return max(16, 1 << (need - 1).bit_length())
+
+
 def model_dtype(model: nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
 def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str = "sim",
-                    ctx=None, progress=None, sampling=None):
+                    ctx=None, progress=None, sampling=None, threads: int | None = None):
     """(prefill Program for prompts of `prompt_len` tokens, step Program) over a max_len cache;
     with `sampling` they sample the next id in the program (see the module docstring).
-    progress(text) is told what is happening."""
+    progress(text) is told what is happening; threads: as strata.compile's."""
     check_device(device)
     if prompt_len < 1:
         raise StrataError("the prompt is empty: give at least one token")
@@ -178,7 +186,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
             compile_cache.store(key, lowered, module)
         if device == "cpu" and lowered.c:               # gcc builds it while the next lowers
             native_build.build_soon(lowered.c)
-        programs.append((label, Program(lowered, device)))
+        programs.append((label, Program(lowered, device, threads=threads)))
     for label, program in programs:
         if device in ("cuda", "cpu"):
             say(f"compiling the {label} kernels")
@@ -204,10 +212,13 @@ def _capture(kind, module, sampling, inputs, in_names, say):
 
 
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: str = "sim",
-             max_len: int | None = None, ctx: Context | None = None, sampling=None) -> torch.Tensor:
+             max_len: int | None = None, ctx: Context | None = None, sampling=None,
+             threads: int | None = None) -> torch.Tensor:
     """Greedy decoding of a Hugging Face causal LM by strata's compiled prefill and KV-cache decode
     programs; returns (1, prompt + new) ids, as `model.generate(input_ids, do_sample=False)`.
+    max_len: the cache's positions (default cache_positions: a power of two).
     With `sampling` (strata.models.sampling.Sampling) the programs sample the next id instead.
+    threads: on "cpu", as strata.compile's.
 
     (strata.generate; here, not in api.py, because it drives the compiled Programs.) The path to
     generation with strata: `torch.compile(model, backend="strata").generate(...)`
@@ -215,10 +226,11 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
     prompt = input_ids[0].tolist()
-    max_len = max_len or len(prompt) + max_new_tokens
+    max_len = max_len or cache_positions(len(prompt) + max_new_tokens)
     if sampling is not None:
         sampling.check(model.config.vocab_size)
-    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling)
+    prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling,
+                                    threads=threads)
     where = "cuda" if device == "cuda" else "cpu"
     caches = new_caches(model.config, max_len, model_dtype(model), where)
     eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))

@@ -9,7 +9,8 @@ temps in one slab planned by liveness (runtime/slab.py). The kernels the program
 (KernelProgram.once: weights packed into a contraction's panel layout) run when the program is
 loaded, and their results are kept as weights, unless they would take more than half of the
 memory available then (they then run on every call, as any kernel). ctypes releases the GIL
-for the call; the kernels' blocks run on OpenMP threads (every core, or OMP_NUM_THREADS). An
+for the call; the kernels' blocks run on OpenMP threads: as many as runtime/threads.py says (the
+user's number, else the cores other processes leave free). An
 input the program updates in place (`mutated_inputs`) is written in the caller's tensor, which
 must then be contiguous.
 """
@@ -33,6 +34,7 @@ from .args import prepare_args, prepare_weights
 from .native_build import build_library, load_library
 from .program import mutated_inputs, poison_
 from .slab import plan_slab
+from .threads import THREADS, apply as apply_threads
 
 SMALL = 1 << 14             # elements of an output made from a kept blank one
 
@@ -42,11 +44,15 @@ class NativeProgram:
 
     weights: name -> torch tensor for the program's weight buffers. inputs: name -> (object with
     .shape and .dtype) in call order; default the program's input buffers. poison: fill outputs
-    and temps with NaN / sentinels before each run, so an element no kernel writes shows."""
+    and temps with NaN / sentinels before each run, so an element no kernel writes shows.
+    threads: run on this many OpenMP threads; None: runtime/threads.py chooses per call."""
 
     def __init__(self, program: KernelProgram, weights: Mapping[str, torch.Tensor] | None = None,
-                 *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None):
-        self.program, self.poison = program, poison
+                 *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None,
+                 threads: int | None = None):
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
+        self.program, self.poison, self.fixed_threads = program, poison, threads
         # emit_program refuses kernels a CPU cannot run; `source`: the program's C, emitted already
         self.source = source or emit_program(program)
         self.spec = dict(inputs) if inputs is not None else {
@@ -74,8 +80,10 @@ class NativeProgram:
             run_kernel = self.library.strata_run_kernel
             run_kernel.argtypes, run_kernel.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
             ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
+            apply_threads(self.library, self.fixed_threads)
             for i in self._once:
                 run_kernel(i, ptrs)
+            THREADS.start()
 
     def _packed_once(self) -> list[int]:
         """The launch indices of the kernels run once, their outputs made weights; [] when there
@@ -131,6 +139,7 @@ class NativeProgram:
             if slab is not None:
                 slab.fill_(255)     # all-ones bytes: NaN in every float type, -1 in ints
         if self._entry is not None:
+            apply_threads(self.library, self.fixed_threads)
             self._entry(ptrs)
         self._spare_calls.append(call)
         if self._plain_results:
@@ -158,6 +167,7 @@ class NativeProgram:
         outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self._outs]
         slab, ptrs = self._new_call()
         self._fill(ptrs, args, outs)
+        apply_threads(self.library, self.fixed_threads)
         self._entry(ptrs)
         fn = self.library.strata_run_kernel
 

@@ -85,3 +85,19 @@ def test_no_cache_stores_nothing(cache_dir, monkeypatch):
     monkeypatch.setenv("STRATA_NO_CACHE", "1")
     _ids(hf_model("llama", seed=3))
     assert not (cache_dir / "models").exists()
+
+
+def test_more_or_fewer_new_tokens_reuse_the_programs(cache_dir, no_capture):
+    """The cache length is a power-of-two bucket (decode.cache_positions), not the exact need:
+    5 + 3 and 5 + 9 positions both get 16, so the second generate compiles nothing."""
+    from strata.models.decode import cache_positions, generate
+    assert [cache_positions(n) for n in (1, 8, 16, 17, 100, 128, 129)] == [16, 16, 16, 32, 128,
+                                                                          128, 256]
+    model = hf_model("llama", seed=3)
+    generate(model, torch.tensor([PROMPT]), max_new_tokens=3)
+    no_capture()
+    got = generate(model, torch.tensor([PROMPT]), max_new_tokens=9)[0, len(PROMPT):].tolist()
+    with torch.no_grad():
+        want = model.generate(torch.tensor([PROMPT]), max_new_tokens=9, do_sample=False,
+                              pad_token_id=0)[0, len(PROMPT):].tolist()
+    assert got == want
