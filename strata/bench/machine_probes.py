@@ -6,6 +6,13 @@ vdpbf16ps and AMX tiles in registers, and in-cache matmuls on each (FORM=outer, 
 where the CPU has the instructions (GFLOP/s: what strata's own micro-kernels reach against what
 the units can do). Why here and not in machine.py: measuring compiles with strata.compile and
 times with bench/cpu_bench.py, while the cached profile is read below them (the cost model).
+
+A figure is only cached when it can be trusted (issue 51: under load a profile said L2 0.3 GB/s
+below DRAM 11.3, and an fp32 peak of 8.4 GFLOP/s against 90 quiet): a probe during which other
+processes took over cpu_load.BUSY of the CPU, a cache level read slower than the level below it,
+a matmul faster than its unit's peak, or a peak under half the last profile's is measured again,
+up to ATTEMPTS times; then `measure` refuses in one sentence and caches nothing. Every probe runs
+on every core, whatever the load (runtime/threads.py would otherwise give it fewer).
 """
 from __future__ import annotations
 
@@ -20,8 +27,11 @@ import torch
 
 from ..api import compile as strata_compile
 from ..context import Context
-from ..machine import Profile, cache_path, facts
+from ..cpu_load import BUSY, OtherLoad
+from ..errors import StrataError
+from ..machine import Profile, cache_path, cached, facts
 from ..runtime.native_build import build_library, load_library
+from ..runtime.threads import set_threads
 from .amx_probe import TILE_FLOP, load_kernel
 from .cpu_bench import time_once
 
@@ -65,15 +75,31 @@ double st_peak(int bf16, long n) {
 """
 
 
+ATTEMPTS = 3                    # measurements of one probe before the profile is refused
+SLOWER = ("DRAM read", "LLC read", "L2 read")       # each level reads at least as fast as the last
+UNIT = {"fp32 matmul (FMA)": "fp32 FMA peak", "bf16 matmul (vdpbf16ps)": "bf16 vdpbf16ps peak",
+        "bf16 matmul (AMX)": "bf16 AMX peak"}        # a matmul cannot beat its unit's peak
+
+
+class UntrustedProfile(StrataError):
+    """A ceiling stayed busy or self-contradictory after ATTEMPTS measurements: nothing cached."""
+
+
 def measure(say=lambda text: None) -> Profile:
-    """Measure the ceilings (about a minute) and cache the profile."""
-    p = facts()
-    for name, fn in _probes(p):
-        say(f"measuring {name}")
-        value = fn()
-        if value is not None:
-            # a tiny figure (a probe on a loaded machine) keeps two digits instead of reading 0
-            p.ceilings[name] = round(value, 1) if value >= 1 else float(f"{value:.2g}")
+    """Measure the ceilings (about a minute) and cache the profile, if every figure can be
+    trusted (see the module docstring); else raise UntrustedProfile."""
+    p, last = facts(), cached()
+    probes = dict(_probes(p))
+    set_threads(p.cores)
+    try:
+        for name, fn in probes.items():
+            _keep(p.ceilings, name, _trusted(name, fn, p.ceilings, last, say))
+        for matmul, peak in UNIT.items():        # a peak under strata's own matmul: measure again
+            if peak in p.ceilings and matmul in p.ceilings and implausible(peak, p.ceilings[peak],
+                                                                           p.ceilings, last):
+                _keep(p.ceilings, peak, _trusted(peak, probes[peak], p.ceilings, last, say))
+    finally:
+        set_threads(None)
     p.measured = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path = cache_path(p)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +107,47 @@ def measure(say=lambda text: None) -> Profile:
     tmp.write_text(json.dumps(asdict(p), indent=1))
     tmp.replace(path)
     return p
+
+
+def _keep(ceilings: dict, name: str, value: float | None) -> None:
+    if value is not None:      # a tiny figure keeps two digits instead of reading 0
+        ceilings[name] = round(value, 1) if value >= 1 else float(f"{value:.2g}")
+
+
+def _trusted(name: str, fn, ceilings: dict, last: Profile | None, say) -> float | None:
+    """`fn`'s value once neither the load nor the figures so far contradict it."""
+    for attempt in range(ATTEMPTS):
+        say(f"measuring {name}" + (f" (attempt {attempt + 1} of {ATTEMPTS})" if attempt else ""))
+        load = OtherLoad()
+        value = fn()
+        if value is None:
+            return None
+        share = load.share()
+        why = (f"other processes took {100 * share:.0f}% of the CPU" if share is not None
+               and share > BUSY else implausible(name, value, ceilings, last))
+        if why is None:
+            return value
+        say(f"{name}: {why}; measuring it again")
+    raise UntrustedProfile(f"{name} could not be trusted after {ATTEMPTS} measurements ({why}): "
+                           f"no profile was cached; run `strata machine --measure` on a quiet "
+                           f"machine" + (f" (or delete {cache_path()} if this CPU is slower than "
+                                         f"when it was measured)" if "last profile" in why else ""))
+
+
+def implausible(name: str, value: float, ceilings: dict, last: Profile | None) -> str | None:
+    """Why `value` cannot be `name`'s ceiling beside the `ceilings` measured before it and the
+    `last` cached profile, or None."""
+    if name in SLOWER:
+        for below in SLOWER[:SLOWER.index(name)]:
+            if below in ceilings and value < 0.9 * ceilings[below]:
+                return f"{value:.1f} GB/s is slower than {below} ({ceilings[below]:.1f} GB/s)"
+    for matmul in (m for m, unit in UNIT.items() if unit == name and m in ceilings):
+        if ceilings[matmul] > 1.1 * value:
+            return f"{value:.1f} GFLOP/s is under what {matmul} reached ({ceilings[matmul]:.1f})"
+    before = last.ceilings.get(name) if last is not None else None
+    if name.endswith("peak") and before and value < 0.5 * before:
+        return f"{value:.1f} GFLOP/s is under half the last profile's {before:.1f}"
+    return None
 
 
 def _probes(p: Profile):
@@ -116,6 +183,7 @@ def _peak_gflops(bf16: bool) -> float:
     peak, lanes = lib.st_peak, lib.st_lanes()
     peak.argtypes, peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
     n, threads = 2_000_000, os.cpu_count() or 1
+    lib.omp_set_num_threads(threads)                            # every core, whatever the load
     peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
     return 12 * (64 if bf16 else 2 * lanes) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
 
@@ -145,7 +213,7 @@ def _read_gbps(nbytes: int) -> float:
 
 def _matmul_gflops(dtype: str, m: int, n: int, k: int, knobs: dict) -> float:
     """GFLOP/s of strata's matmul of an (m, k) input by a (k, n) weight, with `knobs` pinned."""
-    lin = torch.nn.Linear(k, n, bias=False).to(getattr(torch, dtype))
+    lin = torch.nn.Linear(k, n, bias=False).to(getattr(torch, dtype)).requires_grad_(False)
     x = torch.randn(m, k, dtype=getattr(torch, dtype))
     program = strata_compile(lin, (x,), device="cpu", ctx=Context(target="host", knobs=knobs))
     with torch.no_grad():

@@ -47,7 +47,29 @@ def test_the_closest_named_target(target, machine_name, closest):
     assert machine._closest(frozenset(), "x86_64") == "cpu"
 
 
-def test_measure_caches_and_the_command_reads_the_cache(cache_dir, monkeypatch, capsys):
+class Load:
+    """cpu_load.OtherLoad with the others' shares given, one per measurement."""
+    shares: list = []
+
+    def share(self):
+        return Load.shares.pop(0) if Load.shares else 0.0
+
+
+@pytest.fixture
+def load(monkeypatch):
+    Load.shares = []
+    monkeypatch.setattr(probes, "OtherLoad", Load)
+    return Load
+
+
+def fake_probes(monkeypatch, **values):
+    """_probes giving each named ceiling its values in turn (one per measurement)."""
+    values = {name.replace("_", " "): list(v) for name, v in values.items()}
+    monkeypatch.setattr(probes, "_probes", lambda p: [(n, lambda n=n: values[n].pop(0)) for n in values])
+    return values
+
+
+def test_measure_caches_and_the_command_reads_the_cache(cache_dir, monkeypatch, capsys, load):
     monkeypatch.setattr(probes, "_probes", lambda p: [
         ("L2 read", lambda: probes._read_gbps(1 << 20)),
         ("fp32 matmul (FMA)", lambda: probes._matmul_gflops("float32", 32, 64, 64, {"FORM": "outer"}))])
@@ -113,3 +135,36 @@ def test_the_amx_peak_bounds_the_amx_matmul(cache_dir):
     peak = probes._amx_peak_gflops()
     matmul = probes._matmul_gflops("bfloat16", 64, 256, 256, {"FORM": "amx"})
     assert 0 < matmul < 1.1 * peak
+
+
+def test_a_probe_taken_under_load_is_measured_again(cache_dir, monkeypatch, load):
+    fake_probes(monkeypatch, DRAM_read=[5.0, 40.0])
+    load.shares = [0.7, 0.0]
+    said = []
+    p = probes.measure(said.append)
+    assert p.ceilings == {"DRAM read": 40.0} and machine.cached() == p
+    assert any("other processes took 70% of the CPU; measuring it again" in s for s in said)
+
+
+def test_an_untrusted_profile_is_refused_and_not_cached(cache_dir, monkeypatch, load, capsys):
+    """L2 read slower than DRAM read on every attempt (issue 51: 0.3 against 11.3 GB/s)."""
+    fake_probes(monkeypatch, DRAM_read=[11.3], L2_read=[0.3] * probes.ATTEMPTS)
+    assert main(["machine", "--measure"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]       # after the progress lines
+    assert err.startswith("strata: ") and "L2 read could not be trusted after 3 measurements" in err
+    assert "slower than DRAM read (11.3 GB/s)" in err and "no profile was cached" in err
+    assert machine.cached() is None
+    load.shares = [0.0] + [0.9] * probes.ATTEMPTS
+    fake_probes(monkeypatch, DRAM_read=[11.3], L2_read=[90.0] * probes.ATTEMPTS)
+    with pytest.raises(probes.UntrustedProfile, match="other processes took 90% of the CPU"):
+        probes.measure()
+
+
+def test_a_peak_under_the_matmul_or_the_last_profile_is_measured_again(cache_dir, monkeypatch, load):
+    fake_probes(monkeypatch, fp32_FMA_peak=[8.4, 90.0], **{"fp32_matmul_(FMA)": [60.0]})
+    assert probes.measure().ceilings == {"fp32 FMA peak": 90.0, "fp32 matmul (FMA)": 60.0}
+    fake_probes(monkeypatch, fp32_FMA_peak=[30.0, 88.0])
+    assert probes.measure().ceilings == {"fp32 FMA peak": 88.0}      # 30 < half of the last 90
+    fake_probes(monkeypatch, fp32_FMA_peak=[30.0] * probes.ATTEMPTS)
+    with pytest.raises(probes.UntrustedProfile, match="under half the last profile's 88.0.*delete"):
+        probes.measure()
