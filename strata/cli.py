@@ -14,11 +14,11 @@ from .cli_generate import add_parser as add_generate, generate_command
 from .cli_model import compile_model_command, write_stage
 from .cli_tune import add_parser as add_tune, tune_command
 from .cli_view import add_parser as add_view, view_command
+from .bench.threads_option import add_threads_option, use_threads
 from .command import guarded
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .knobs import describe_knobs
-from .runtime.threads import add_threads_option, use_threads
 from .targets import STAGES, get_target
 from .version import __version__
 

@@ -25,7 +25,7 @@ from .errors import ModelError, StrataError
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
 from .models.sampling import DEFAULT_TOP_K, Sampling
 from .models.source import hf_config, resolve
-from .runtime.threads import add_threads_option
+from .bench.threads_option import add_threads_option
 
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")

@@ -20,7 +20,7 @@ from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
 from .runtime.mca import NEWER, llvm_mca, mcpu
-from .runtime.threads import add_threads_option
+from .bench.threads_option import add_threads_option
 from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled

@@ -17,6 +17,9 @@ accuracy verdict first and every speed paired with the measured device ceiling.
     decode.py           `python -m strata.bench.decode`: decode tokens/s vs HF eager and
                         torch.compile (loops: decode_loops.py, numbers and table: decode_report.py)
     ncu.py              Nsight Compute per-kernel metrics (run and CSV parse)
+    busy.py             `python -m strata.bench.busy`: CPU decode beside busy processes, the
+                        default team against fixed thread counts (runtime/threads.py)
+    threads_option.py   `--threads N` of the commands and benchmarks (strata's and torch's)
 
 Everything GPU-only is imported lazily: `import strata.bench.*` works on a CPU machine.
 """

@@ -36,6 +36,7 @@ from ..models.source import resolve
 from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,
                             kv_bytes_per_token, measure, rich_table, weight_bytes, write)
 from .llama_cpp import measure_llama_cpp
+from .threads_option import use_threads
 from .variants import reason, strata_status, torch_compile
 
 DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
@@ -233,7 +234,6 @@ def main(argv=None) -> int:
             import torch
 
             from .env import collect_cpu_env
-            from ..runtime.threads import use_threads
             use_threads(args.threads)
             env = collect_cpu_env(torch.get_num_threads())
             ctx = Context(target="host")

@@ -183,7 +183,6 @@ def _peak_gflops(bf16: bool) -> float:
     peak, lanes = lib.st_peak, lib.st_lanes()
     peak.argtypes, peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
     n, threads = 2_000_000, os.cpu_count() or 1
-    lib.omp_set_num_threads(threads)                            # every core, whatever the load
     peak(int(bf16), n // 10)                                    # wakes the threads and the clocks
     return 12 * (64 if bf16 else 2 * lanes) * n * threads / min(peak(int(bf16), n) for _ in range(5)) / 1e9
 

@@ -19,7 +19,6 @@ import time
 
 from ..command import guarded
 from ..errors import StrataError
-from ..runtime.threads import use_threads
 from . import cases as C, cpu_suite
 from .accuracy import check_program, verdict_line
 from .cpu_bench import cpu_ceilings
@@ -31,6 +30,7 @@ from .report import (_env_lines, fmt_flops, fmt_ms, fmt_ratio, geomeans, speedup
 from .results import MAX_AUTOTUNE, VARIANTS, CaseResult, VariantRow
 from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
 from .variants import measure_variants, reason, strata_status
+from .threads_option import use_threads
 from .work import estimate_work
 
 VARIANT_ALIASES = {"max-autotune": MAX_AUTOTUNE, "compile": "torch.compile",

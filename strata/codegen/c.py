@@ -246,7 +246,7 @@ class CEmitter(CFamilyEmitter):
                           + (", run in parallel (OpenMP" + (f", {k.threads} threads)" if k.threads
                                                               else ")") if parallel else
                              f", in turn ({why})" if k.grid > 1 else ""))
-        team = f" num_threads({k.threads})" if parallel and k.threads > 1 else ""
+        team = f" num_threads({k.threads if k.threads > 1 else 'ST_TEAM'})" if parallel else ""
         sig = f"{cname(k.name)}({', '.join(params)}) {{"
         if len("static void ") + len(sig) <= 100:
             self.lines.append(f"static void {sig}")

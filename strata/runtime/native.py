@@ -34,7 +34,7 @@ from .args import prepare_args, prepare_weights
 from .native_build import build_library, load_library
 from .program import mutated_inputs, poison_
 from .slab import plan_slab
-from .threads import THREADS, apply as apply_threads
+from .threads import THREADS
 
 SMALL = 1 << 14             # elements of an output made from a kept blank one
 
@@ -66,6 +66,7 @@ class NativeProgram:
             buffers=[replace(b, kind="weight") if b.name in self.weights else b for b in program.buffers]))
         self.library = None
         self._entry = None
+        self._team = 0                  # the team size its library was last told
         # what a call repeats, worked out once (a decode step's call is a few microseconds)
         self._outs = [(b.name, tuple(b.shape), dtypes.to_torch(b.dtype))
                       for b in program.buffers if b.kind == "output"]
@@ -80,7 +81,9 @@ class NativeProgram:
             run_kernel = self.library.strata_run_kernel
             run_kernel.argtypes, run_kernel.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
             ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
-            apply_threads(self.library, self.fixed_threads)
+            self._set_team = self.library.strata_set_team
+            self._set_team.argtypes, self._set_team.restype = [ctypes.c_int], None
+            self._team_now()
             for i in self._once:
                 run_kernel(i, ptrs)
             THREADS.start()
@@ -100,6 +103,11 @@ class NativeProgram:
         for n in made:
             self.weights[n] = torch.empty(self.buffers[n].shape, dtype=dtypes.to_torch(self.buffers[n].dtype))
         return once
+
+    def _team_now(self) -> None:
+        """Tell the library the team its next call runs on (runtime/threads.py)."""
+        self._team = self.fixed_threads or THREADS.current()
+        self._set_team(self._team)
 
     @property
     def threads(self) -> int:
@@ -139,7 +147,8 @@ class NativeProgram:
             if slab is not None:
                 slab.fill_(255)     # all-ones bytes: NaN in every float type, -1 in ints
         if self._entry is not None:
-            apply_threads(self.library, self.fixed_threads)
+            if (self.fixed_threads or THREADS.current()) != self._team:
+                self._team_now()
             self._entry(ptrs)
         self._spare_calls.append(call)
         if self._plain_results:
@@ -167,7 +176,7 @@ class NativeProgram:
         outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self._outs]
         slab, ptrs = self._new_call()
         self._fill(ptrs, args, outs)
-        apply_threads(self.library, self.fixed_threads)
+        self._team_now()
         self._entry(ptrs)
         fn = self.library.strata_run_kernel
 

@@ -6,7 +6,10 @@ team larger than the free cores waits, kernel after kernel, for a thread the OS 
 core. On the 2-core machine beside one busy process, a SmolLM2-135M decode ran 20 tokens/s on two
 threads against 57 on one (65 on one when quiet, 2026-11-29, Zen 4). The free cores come from
 cpu_load.OtherLoad (what /proc/stat says was busy, less our own processes' time) over the last
-period, so our own spinning threads never count against us.
+period, so our own spinning threads never count against us. A program passes the number to its
+library (strata_set_team, read by every parallel kernel's num_threads clause) when it changes;
+never omp_set_num_threads, which would change torch's own thread count (its wheel's libgomp is
+the one our libraries link).
 
 Fixed instead when the user says: `set_threads(n)` (strata.set_threads, `--threads N`, `threads=`)
 or OMP_NUM_THREADS / STRATA_THREADS in the environment. Where /proc cannot be read, every core.
@@ -15,11 +18,9 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 
 from ..cpu_load import OtherLoad
-from ..errors import StrataError
 
 PERIOD = 0.2          # seconds between looks at the other processes' load
 FIRST_LOOK = 0.05     # the shortest window a first decision is taken from
@@ -75,50 +76,17 @@ class Threads:
 
     def _look(self, now: float) -> None:
         share = self._load.share() if self._load is not None else None
+        cpus = os.cpu_count() or self.cores          # what /proc/stat's shares are of
         if env := _from_env():
             self.n = env
         elif share is not None and now - self._since >= FIRST_LOOK:
-            others = share * (os.cpu_count() or self.cores)
-            self.n = max(1, min(self.cores, (os.cpu_count() or self.cores) - math.floor(others + TAKEN)))
+            self.n = max(1, min(self.cores, cpus - math.floor(share * cpus + TAKEN)))
         self._load, self._since, self._due = OtherLoad(), now, now + PERIOD
 
 
 THREADS = Threads()
-_applied = threading.local()     # the team size set in this OS thread's OpenMP runtime
 
 
 def set_threads(n: int | None) -> None:
     """strata.set_threads: run native programs on n threads (None: as many as the load leaves)."""
     THREADS.set(n)
-
-
-def add_threads_option(parser) -> None:
-    """The commands' `--threads N` (run, generate, tune; the benchmarks have their own)."""
-    parser.add_argument("--threads", type=int, metavar="N",
-                        help="on the CPU, run strata's kernels (and torch's, for comparisons) on N "
-                             "threads (default: the cores other processes leave free, looked at "
-                             "again every 0.2 s)")
-
-
-def use_threads(n: int | None) -> None:
-    """`--threads N` of the commands: strata's programs and torch's own ops (the baselines a
-    command times) on n threads; OMP_NUM_THREADS too, for the reports that print it."""
-    if n is None:
-        return
-    if n < 1:
-        raise StrataError(f"--threads must be at least 1, not {n}")
-    import torch
-    set_threads(n)
-    torch.set_num_threads(n)
-    os.environ["OMP_NUM_THREADS"] = str(n)
-
-
-def apply(library, fixed: int | None = None) -> int:
-    """Set this thread's OpenMP team size for the next parallel region of `library` (its
-    omp_set_num_threads, found through the library's own links) when it changed: `fixed` (a
-    program's own threads=) else THREADS.current(). Returns it."""
-    n = fixed or THREADS.current()
-    if getattr(_applied, "n", None) != n:
-        library.omp_set_num_threads(n)
-        _applied.n = n
-    return n

@@ -24,7 +24,7 @@ RMS_NORM = '''\
 // grid = 32 blocks of one thread, run in parallel (OpenMP)
 static void
 k_rms_norm(const uint16_t* restrict x, const uint16_t* restrict weight, uint16_t* restrict out) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(ST_TEAM) schedule(static)
     for (int blockIdx = 0; blockIdx < 32; blockIdx++) {
         float acc = 0.0f;
         #pragma omp simd reduction(+:acc)
@@ -217,7 +217,7 @@ def test_a_kernel_with_little_work_runs_its_blocks_in_turn():
     big = emit_program(KernelProgram([Buffer("x", "f32", (64,), "input"),
                                       Buffer("out", "f32", (64,), "output")],
                                      [replace(k, grid=8192)], ["out"]))
-    assert "#pragma omp parallel for schedule(static)" in big
+    assert "#pragma omp parallel for num_threads(ST_TEAM) schedule(static)" in big
 
 
 

@@ -113,3 +113,16 @@ def test_results_do_not_depend_on_the_team():
             np.testing.assert_array_equal(cache.numpy(), want["cache"])
     finally:
         threads.set_threads(None)
+
+
+def test_torch_keeps_its_own_thread_count():
+    """torch's CPU wheel links the same libgomp as strata's libraries: the team is a num_threads
+    clause of strata's kernels, so torch.get_num_threads() never moves (dynamo guards on it)."""
+    before = torch.get_num_threads()
+    prog = NativeProgram(C.two_kernels_in_place(100_003, chunk=64))
+    try:
+        threads.set_threads(1 if before > 1 else 2)
+        prog.run([torch.zeros(100_003), torch.zeros(100_003), torch.zeros(100_003)])
+        assert prog.threads != before and torch.get_num_threads() == before
+    finally:
+        threads.set_threads(None)

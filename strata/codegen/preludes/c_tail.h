@@ -109,10 +109,15 @@ ST_ATOMIC(st_atomic_add_int64, int64_t, old + v)
 ST_ATOMIC(st_atomic_max_int64, int64_t, v > old ? v : old)
 ST_ATOMIC(st_atomic_min_int64, int64_t, v < old ? v : old)
 
-// How many threads the kernels' parallel loops use (OMP_NUM_THREADS, else every core).
+// The team a parallel kernel runs on: what the runtime set before the call (runtime/threads.py:
+// the cores other processes leave free), else OpenMP's default (OMP_NUM_THREADS, every core).
+// A clause, not omp_set_num_threads: torch's wheel shares this libgomp and its thread count.
+static int strata_team = 0;
+void strata_set_team(int n) { strata_team = n; }
+#define ST_TEAM (strata_team > 0 ? strata_team : omp_get_max_threads())
 int strata_num_threads(void) {
 #ifdef _OPENMP
-    return omp_get_max_threads();
+    return ST_TEAM;
 #else
     return 1;
 #endif
