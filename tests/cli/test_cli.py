@@ -64,3 +64,19 @@ def test_run_on_the_gpu_passes(code, capsys):
     assert main(["run", "-c", code, "--device", "cuda"]) == 0
     out = capsys.readouterr().out
     assert "PASS" in out and "CUDA" in out and "registers" in out
+
+
+def test_threads_option_fixes_strata_and_torch_threads(capsys, monkeypatch):
+    """--threads N: strata's team and torch's threads (the comparison's) both N; 0 is refused."""
+    from strata.runtime import threads
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", str(before))        # use_threads writes it back
+    try:
+        assert main(["run", "-c", "torch.randn(4099) * 2 + 1", "--device", "cpu", "--threads", "1"]) == 0
+        assert "PASS" in capsys.readouterr().out
+        assert threads.THREADS.current() == 1 and torch.get_num_threads() == 1
+    finally:
+        threads.set_threads(None)
+        torch.set_num_threads(before)
+    assert main(["generate", "x", "--prompt-ids", "1", "--threads", "0"]) == 1
+    assert capsys.readouterr().err.strip() == "strata: --threads must be at least 1, not 0"
