@@ -7,6 +7,9 @@ checks every tensor's name, type and shape, and build.py then makes each linear 
 is Q8_0 or Q4_0 a QuantLinear (strata/quant/formats.py) holding the file's (qs, d) split from its
 blocks: no float copy of a quantized weight is made. Float tensors (F32, F16, BF16) load as any
 checkpoint does; an embedding stored quantized is dequantized (a lookup table, not a matmul).
+K-quants (Q2_K ... Q6_K: the Q4_K_M files people download) are dequantized at load by the gguf
+package into float weights of the activations' type: they run as bf16 linears, correct but at
+bf16's speed, until strata has fused K-quant rows.
 llama.cpp's converter permutes the rows of attn_q and attn_k for its rope layout; loading undoes
 it on whole rows, so quantized rows move as they are. The file is memory-mapped (gguf.GGUFReader):
 reading the config touches the header only.
@@ -28,6 +31,7 @@ from .hf import transformers
 MAGIC = b"GGUF"
 FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0"}            # GGUF type -> strata.quant.formats name
+KQUANT = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")    # dequantized at load
 DTYPE_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 ROPE_FREQS = "rope_freqs.weight"       # Llama-3 rope scaling: per-frequency divisors
 
@@ -68,9 +72,9 @@ class GGUFFile:
         self.rope_freqs = None
         for t in reader.tensors:
             kind = t.tensor_type.name
-            if kind not in FLOAT and kind not in QUANT:
+            if kind not in FLOAT and kind not in QUANT and kind not in KQUANT:
                 raise ModelError(f"{self.name}: tensor {t.name} is {kind}; strata reads F32, F16, "
-                                 f"BF16, Q8_0 and Q4_0")
+                                 f"BF16, Q8_0, Q4_0 and the K-quants Q2_K to Q6_K")
             if t.name == ROPE_FREQS:
                 self.rope_freqs = t
                 continue
@@ -143,7 +147,7 @@ class GGUFFile:
         then run as int8 products where the CPU has AVX512-VNNI, or AVX2 without AVX-512, the
         activations rounded to 8 bits a block as llama.cpp rounds them (QDOT=vnni). float32 rows
         keep the float lanes: a TinyLlama Q4_0 decode on Zen 3 ran 18.5 tokens/s so, 35.8 in bf16."""
-        if any(t.tensor_type.name in QUANT for t in self.tensors.values()):
+        if any(t.tensor_type.name in (*QUANT, *KQUANT) for t in self.tensors.values()):
             return "bfloat16"
         return DTYPE_NAME.get(kind, "float32")
 
@@ -197,7 +201,7 @@ class GGUFFile:
     def load(self, state: dict[str, torch.Tensor], names: list[str], config) -> list[str]:
         """Copy tensors `names` into `state` (name -> materialised tensor: a parameter, or a
         QuantLinear's `qs`/`d`); the notes worth telling the user (a dequantized embedding)."""
-        notes = []
+        notes, kquants = [], {}
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         with torch.no_grad():
@@ -211,6 +215,10 @@ class GGUFFile:
                     w = rows.view(FLOAT[kind]) if kind == "BF16" else rows
                     state[name].copy_(w.reshape(state[name].shape))
                     continue
+                if kind in KQUANT:
+                    _dequantize_kquant_into(state[name], rows, t.tensor_type)
+                    kquants[kind], dtype = kquants.get(kind, 0) + 1, state[name].dtype
+                    continue
                 qs, d = split_blocks(rows, QUANT[kind])
                 if name in state:           # the embedding: a lookup table, dequantized
                     _dequantize_into(state[name], qs, d, QUANT[kind])
@@ -220,6 +228,11 @@ class GGUFFile:
                 prefix = name.removesuffix(".weight")
                 state[prefix + ".qs"].copy_(qs)
                 state[prefix + ".d"].copy_(d)
+        if kquants:
+            dtype = str(dtype).removeprefix("torch.")
+            notes.append(f"{' and '.join(f'{n} {k}' for k, n in kquants.items())} tensors "
+                         f"dequantized to {dtype} at load (strata has no fused K-quant rows yet: "
+                         f"they run as {dtype} weights)")
         return notes
 
     def tokenizer(self):
@@ -274,6 +287,14 @@ def _dequantize_into(out: torch.Tensor, qs, d, fmt: str, rows: int = 4096) -> No
     would otherwise pass through two float32 temporaries of its full size)."""
     for r in range(0, out.shape[0], rows):
         out[r:r + rows].copy_(dequantize(qs[r:r + rows], d[r:r + rows], fmt)[:, :out.shape[1]])
+
+
+def _dequantize_kquant_into(out: torch.Tensor, rows: torch.Tensor, kind, chunk: int = 1024) -> None:
+    """out[:] = the gguf package's dequantization of K-quant block rows, `chunk` rows at a time."""
+    from gguf.quants import dequantize as gguf_dequantize
+    for r in range(0, out.shape[0], chunk):
+        part = gguf_dequantize(rows[r:r + chunk].numpy(), kind)
+        out[r:r + chunk].copy_(torch.from_numpy(part).reshape(out[r:r + chunk].shape))
 
 
 def split_blocks(rows: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,6 +25,7 @@ from strata.models.gguf_write import FORMATS, write_gguf  # noqa: E402
 from strata.quant.formats import QuantLinear, dequantize, quantize_weight  # noqa: E402
 
 DEVICE = "cpu" if HAS_CC else "sim"
+BLOCKS = tuple(f for f in FORMATS if f != "q4_k_m")      # one type for every 2-d weight
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def ref():
 @pytest.fixture(scope="module")
 def files(ref, tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return {fmt: write_gguf(ref, d / f"tiny-{fmt}.gguf", fmt) for fmt in FORMATS}
+    return {fmt: write_gguf(ref, d / f"tiny-{fmt}.gguf", fmt) for fmt in BLOCKS}
 
 
 def _rounded(ref, fmt: str):
@@ -51,7 +52,7 @@ def _rounded(ref, fmt: str):
     return model
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", BLOCKS)
 def test_round_trip(fmt, ref, files):
     lm = build(str(files[fmt]), dtype="fp32", materialise=True).model
     by_name = {t.name: t for t in gguf.GGUFReader(files[fmt]).tensors}
@@ -177,7 +178,7 @@ def test_compile_cache_keys_differ_by_weight_format(files):
     def key(fmt):
         return compile_cache.cache_key(build(str(files[fmt]), dtype="bf16").model, "prefill",
                                        ids, ctx, None)
-    keys = {fmt: key(fmt) for fmt in FORMATS}
+    keys = {fmt: key(fmt) for fmt in BLOCKS}
     assert keys["f32"] == keys["f16"] == keys["bf16"]     # all bf16 models: the same program
     assert len({keys["f32"], keys["q8_0"], keys["q4_0"]}) == 3
     assert key("q8_0") == keys["q8_0"]                    # and stable: the cache is reused
@@ -218,8 +219,8 @@ def bad_files(files, tmp_path_factory):
     q8 = files["q8_0"]
     (d / "cut.gguf").write_bytes(q8.read_bytes()[:q8.stat().st_size * 9 // 10])
     return {
-        "q6_k": _patched(wide, d / "q6k.gguf",                 # K = 256: a whole Q6_K block
-                         _set_type("blk.0.ffn_down.weight", gguf.GGMLQuantizationType.Q6_K)),
+        "iq4_nl": _patched(wide, d / "iq4.gguf",               # an i-quant: refused
+                           _set_type("blk.0.ffn_down.weight", gguf.GGMLQuantizationType.IQ4_NL)),
         "arch": _patched(q8, d / "qwen2.gguf", _set_field("general.architecture",
                                                           np.frombuffer(b"qwen2", np.uint8))),
         "layers": _patched(q8, d / "four.gguf", _set_field("llama.block_count", 4)),
@@ -234,7 +235,8 @@ IDS = ["--prompt-ids", "1,2"]
 
 
 @pytest.mark.parametrize("which, args, says", [
-    ("q6_k", IDS, "tensor blk.0.ffn_down.weight is Q6_K; strata reads F32, F16, BF16, Q8_0 and Q4_0"),
+    ("iq4_nl", IDS, "tensor blk.0.ffn_down.weight is IQ4_NL; strata reads F32, F16, BF16, Q8_0, "
+                    "Q4_0 and the K-quants Q2_K to Q6_K"),
     ("arch", IDS, "architecture 'qwen2'; strata reads llama GGUF files"),
     ("layers", IDS, "four.gguf has no tensor blk.3.attn_q.weight (shape [64, 64])"),
     ("cut", IDS, "cut.gguf is truncated: tensor blk.2.ffn_down.weight needs 8704 bytes at "
@@ -251,3 +253,53 @@ def test_bad_input_is_one_sentence(which, args, says, files, bad_files, capsys):
     rc = main(["generate", str(path), *args])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and says in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_k_quant_bytes_are_ggufs_layout(kind):
+    """quant/kquants.py writes what gguf.quants.dequantize reads back within a quantization
+    step (a misplaced scale, nibble or high bit would be off by the weights' whole range)."""
+    from strata.quant.kquants import BYTES, quantize_q4_k, quantize_q6_k
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((5, 768)) * rng.uniform(0.01, 1, (5, 1))).astype(np.float32)
+    w[1, :256] = 0                                        # an all-zero super-block
+    w[2, 256:512] += 0.5                                  # one that is all positive
+    blocks = (quantize_q4_k if kind == "Q4_K" else quantize_q6_k)(w)
+    assert blocks.shape == (5, 3 * BYTES[kind]) and blocks.dtype == np.uint8
+    back = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind])
+    sub = w.reshape(5, -1, 32 if kind == "Q4_K" else 16)
+    step = (np.ptp(np.concatenate([sub, np.zeros_like(sub[..., :1])], -1), -1) /
+            (15 if kind == "Q4_K" else 63))
+    err = np.abs(back - w).reshape(sub.shape).max(-1)
+    assert np.all(err <= step + 1e-6), (err / np.maximum(step, 1e-9)).max()
+    assert np.all(back[1, :256] == 0)
+
+
+def test_a_q4_k_m_file_loads_and_generates(tmp_path, capsys):
+    """llama.cpp's usual download: Q4_K tensors, Q6_K for output.weight and ffn_down, F32 norms;
+    loaded as the gguf package dequantizes it, then generated from as eager does."""
+    ref = hf_model("llama", seed=6, vocab_size=128, num_hidden_layers=2, hidden_size=256,
+                   intermediate_size=512)
+    path = write_gguf(ref, tmp_path / "tiny-q4_k_m.gguf", "q4_k_m")
+    by_name = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    assert by_name["output.weight"].tensor_type.name == "Q6_K"
+    assert by_name["blk.1.ffn_down.weight"].tensor_type.name == "Q6_K"
+    assert by_name["blk.1.attn_q.weight"].tensor_type.name == "Q4_K"
+    built = build(str(path), dtype="fp32", materialise=True)
+    assert "13 Q4_K and 3 Q6_K tensors dequantized to float32 at load" in built.weights
+    heads, kv_heads = ref.config.num_attention_heads, ref.config.num_key_value_heads
+    params = dict(built.model.named_parameters())
+    for gname in ("blk.1.attn_q.weight", "blk.0.attn_k.weight", "blk.1.ffn_down.weight",
+                  "output.weight", "token_embd.weight"):
+        t = by_name[gname]
+        want = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type))
+        if "attn_q" in gname or "attn_k" in gname:
+            want = rope_rows(want, heads if "attn_q" in gname else kv_heads, to_gguf=False)
+        name = next(n for n in params if gguf_name(n) == gname)
+        assert torch.equal(params[name].detach(), want), gname
+    assert build(str(path)).dtype == "bf16"               # K-quants: bf16 activations by default
+    rc = main(["generate", str(path), "--prompt-ids", "1,5,9,77,3", "--max-new-tokens", "5",
+               "--dtype", "fp32", "--device", DEVICE, "--compare"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "ids agree with hf eager (cpu): yes" in out, out
+
