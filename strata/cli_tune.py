@@ -21,6 +21,7 @@ from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
 from .runtime.mca import NEWER, llvm_mca, mcpu
 from .bench.threads_option import add_threads_option
+from .runtime.threads import THREADS, set_threads
 from .targets import get_target
 from .tune.db import TuningDB, db_path
 from .user_cache import caching_enabled
@@ -89,6 +90,8 @@ def tune_command(args) -> int:
     warning = busy_warning(os.getloadavg()[0], os.cpu_count() or 1)
     if warning:
         print(f"strata: {warning}", file=sys.stderr)
+    if args.threads is None:            # what the database keeps is timed on every core, not on
+        set_threads(THREADS.cores)      # the cores a passing load left (runtime/threads.py)
     from rich.console import Console
     console = Console(stderr=True, highlight=False)
     from .tune.search import tune_program
