@@ -68,7 +68,7 @@ def test_cpu_suite_defaults_to_tinyllama_at_1_and_128_tokens_without_max_autotun
 
 def test_cpu_suite_bad_threads_is_one_sentence(capsys):
     assert suite.main(["--device", "cpu", "--threads", "0", "--ops", "rmsnorm"]) == 1
-    assert capsys.readouterr().err.strip() == "strata: --threads must be at least 1"
+    assert capsys.readouterr().err.strip() == "strata: --threads must be at least 1, not 0"
 
 
 def test_a_cpu_case_is_checked_then_timed_natively(monkeypatch):
