@@ -149,6 +149,16 @@ class Program:
         self._plain_run = self._runtime.run if self._one_plain_output() else None
         return self._runtime
 
+    def set_weights(self, weights: dict) -> None:
+        """New values for weights, by name (a torch.compile'd module's parameters after an
+        optimizer step or load_state_dict): the runtime takes them and packs them again; the
+        kernels are not rebuilt."""
+        self.torch_program.weights.update({k: v.detach() for k, v in weights.items()})
+        if isinstance(self._runtime, (NativeProgram, CudaProgram)):
+            self._runtime.set_weights(weights)
+        elif self._runtime is not None:
+            self.load()
+
     def _check_runnable(self) -> None:
         empty = [k for k, v in self.torch_program.weights.items() if shape_only(v)]
         if empty:

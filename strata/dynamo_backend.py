@@ -5,10 +5,13 @@ Each graph is re-exported with torch.export (frontend/dynamo_graph.py) and lower
 compiled where autograd is on it warns, and a backward through its outputs raises one sentence
 (autograd.py).
 
-Each graph is compiled for its concrete input shapes; a graph dynamo made shape-dynamic (after a
-recompile) gets one Program per shape it is called with. A graph strata cannot compile raises a
-strata error naming every unsupported aten op; only an explicit opt-in (options={"fallback":
-True} or STRATA_FALLBACK=1) runs such a graph eagerly, with a warning naming the ops.
+The graph inputs dynamo marks static (a module's parameters and buffers) are the program's
+weights, packed once as strata.compile's are, and again when one's storage or version changes
+(frontend/dynamo_graph.py). Each graph is compiled for its concrete input shapes; a graph
+dynamo made shape-dynamic (after a recompile) gets one Program per shape it is called with. A
+graph strata cannot compile raises a strata error naming every unsupported aten op; only an
+explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1) runs such a graph eagerly,
+with a warning naming the ops.
 
 Registered twice over: a `torch_dynamo_backends` entry point in pyproject.toml (torch finds it
 without `import strata`), and `register()`, called by `import strata` when no entry point names
@@ -156,11 +159,12 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
         raise StrataError("device cuda needs every input of the graph on the GPU; "
                           "some are on the CPU")
     check_device(device)
-    module = SpecialisedGraph(gm, args)
+    module = SpecialisedGraph(gm, args, names)      # parameters and buffers become weights
     slot_names = [names[i] for i in module.slots]
     with _progress(opts) as say, torch.no_grad():
         say(f"strata: capturing a graph of {count_ops(gm)} torch ops")
-        torch_program = capture(module, tuple(tensors), input_names=slot_names)
+        torch_program = capture(module, tuple(args[i] for i in module.slots),
+                                input_names=slot_names)
         check_functional(torch_program)
         _check_supported(torch_program)
         program = None
@@ -174,7 +178,8 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
                 say(f"strata: compiling {len(program.kernels)} kernels "
                     f"({'NVRTC' if device == 'cuda' else 'the C compiler'})")
                 program.load()
-    return CompiledGraph(program, module.plan, module.slots, device)
+    weights = {i: torch_program.weight_of[a] for i, a in module.weights.items()}
+    return CompiledGraph(program, module.plan, module.slots, device, weights, args)
 
 
 @contextlib.contextmanager

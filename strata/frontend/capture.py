@@ -200,6 +200,7 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
     rename: dict[str, str] = {}
     inputs: dict[str, TorchType] = {}
     weights: dict = {}
+    weight_of: dict[str, str] = {}
     seen: dict[int, str] = {}
     user_i = 0
     for spec in sig.input_specs:
@@ -211,9 +212,10 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
         kind = {InputKind.PARAMETER: "p", InputKind.BUFFER: "b"}.get(spec.kind, "c")
         value = state[spec.target] if spec.target in state else consts[spec.target]
         if id(value) in seen:        # a tied weight (lm_head = embed_tokens): one buffer, first name
-            rename[ph] = seen[id(value)]
+            rename[ph] = weight_of[spec.target] = seen[id(value)]
             continue
-        rename[ph] = seen[id(value)] = _weight_name(kind, spec.target, strip if kind != "c" else "")
+        rename[ph] = seen[id(value)] = weight_of[spec.target] = _weight_name(
+            kind, spec.target, strip if kind != "c" else "")
         weights[rename[ph]] = value.detach()
     taken = set(rename.values())
     nodes: list[TorchNode] = []
@@ -270,4 +272,4 @@ def build_program(ep, input_names: list[str]) -> TorchProgram:
     except AttributeError:
         pass
     return TorchProgram(ep.graph, nodes, inputs, weights, weight_types, outputs, out_spec, ep,
-                        mutations)
+                        mutations, weight_of=weight_of)

@@ -1,6 +1,7 @@
 """A dynamo FX graph as a module strata can capture (torch.compile's backend, dynamo_backend.py):
 its non-tensor inputs fixed, its placeholders named readably, its output structure recorded and
-rebuilt around a Program's outputs.
+rebuilt around a Program's outputs, and the inputs dynamo marked static (a module's parameters
+and buffers) made the program's weights.
 
 Why re-export: dynamo's graph holds torch-level calls (torch.relu, F.linear) with every parameter
 and buffer lifted to a graph input. Exporting that GraphModule with torch.export (capture.py,
@@ -47,29 +48,54 @@ class OutputPlan:
     spec = None
 
 
-class SpecialisedGraph(nn.Module):
-    """`gm` with its non-tensor inputs fixed, returning only the tensors it computes; the rest
-    of its output (inputs passed through, constants) is recorded in `plan` while it is traced."""
+def weight_positions(gm, args) -> list[int]:
+    """The graph inputs dynamo marked static (a module's parameters and buffers: placeholder meta
+    tensor_dict["_dynamo_static_input_type"], what Inductor's static_input_indices read), or
+    parameters. An inference tensor has no version counter to see an update by: it stays an
+    input."""
+    marked = [bool(n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type"))
+              for n in gm.graph.nodes if n.op == "placeholder"]
+    return [i for i, (m, a) in enumerate(zip(marked, args)) if isinstance(a, torch.Tensor)
+            and not a.is_inference() and (m or isinstance(a, nn.Parameter))]
 
-    def __init__(self, gm, args):
+
+class SpecialisedGraph(nn.Module):
+    """`gm` with its non-tensor inputs fixed and its static inputs registered as its parameters
+    and buffers (so that capture makes them weights), returning only the tensors it computes; the
+    rest of its output (inputs passed through, constants) is recorded in `plan` while traced."""
+
+    def __init__(self, gm, args, names: list[str]):
         super().__init__()
         self.gm = gm
-        self.slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.weights: dict[int, str] = {}        # position -> the attribute holding it
+        for i in weight_positions(gm, args):
+            name = names[i]
+            while hasattr(self, name):
+                name += "_"
+            if isinstance(args[i], nn.Parameter):
+                self.register_parameter(name, args[i])
+            else:
+                self.register_buffer(name, args[i])
+            self.weights[i] = name
+        self.slots = [i for i, a in enumerate(args)
+                      if isinstance(a, torch.Tensor) and i not in self.weights]
         self.fixed = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
         self.plan = OutputPlan()
 
     def forward(self, *tensors):
         args = dict(self.fixed)
         args.update(zip(self.slots, tensors))
+        args.update({i: getattr(self, name) for i, name in self.weights.items()})
         with fx_traceback.preserve_node_meta():    # keep dynamo's user stack traces as provenance
             out = torch.fx.Interpreter(self.gm).run(*(args[i] for i in range(len(args))))
+        given = {id(t): i for i, t in args.items() if isinstance(t, torch.Tensor)}
         leaves, spec = pytree.tree_flatten(out)
         plan, computed = [], []
         for leaf in leaves:
             if not isinstance(leaf, torch.Tensor):
                 plan.append(("const", leaf))
-            elif any(leaf is t for t in tensors):        # an input returned as is: keep the alias
-                plan.append(("input", self.slots[next(j for j, t in enumerate(tensors) if leaf is t)]))
+            elif id(leaf) in given:             # an input returned as is: keep the alias
+                plan.append(("input", given[id(leaf)]))
             else:
                 k = next((j for j, c in enumerate(computed) if c is leaf), None)
                 if k is None:
@@ -81,12 +107,27 @@ class SpecialisedGraph(nn.Module):
 
 
 class CompiledGraph:
-    """One Program and how to rebuild dynamo's output structure around its outputs."""
+    """One Program and how to rebuild dynamo's output structure around its outputs.
 
-    def __init__(self, program, plan, slots, device):
+    weights: position -> program weight name of the inputs compiled as weights. They are packed
+    once; a call whose weight has another storage or version (an optimizer step, load_state_dict,
+    `w.add_(1)` under no_grad) hands it to the program again first, so nothing runs stale. The
+    program keeps the weights it was given alive, so a new one cannot take an old one's address.
+    (A write through `w.data` bumps no version: as for autograd, it is not seen.)"""
+
+    def __init__(self, program, plan, slots, device, weights=None, args=()):
         self.program, self.plan, self.slots, self.device = program, plan, slots, device
+        self.weights = weights if program is not None and weights else {}
+        self.stamp = self._stamp(args) if self.weights else None
+
+    def _stamp(self, args) -> list:
+        return [(args[i].data_ptr(), args[i]._version) for i in self.weights]
 
     def __call__(self, args):
+        if self.weights and (stamp := self._stamp(args)) != self.stamp:
+            self.program.set_weights({name: args[i] for (i, name), now, then in zip(
+                self.weights.items(), stamp, self.stamp) if now != then})
+            self.stamp = stamp
         tensors = [args[i] for i in self.slots]
         flat = self.program.run_flat(tensors) if self.program is not None else []
         where = next((t.device for t in tensors), torch.device("cpu"))

@@ -80,6 +80,7 @@ class TorchProgram:
     # inputs the program updates in place (index_copy_, x[:, pos] = v): input -> its new value
     mutations: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # what capture changed to export it (-v)
+    weight_of: dict[str, str] = field(default_factory=dict)   # state-dict key -> weight name
 
     @property
     def input_names(self) -> list[str]:

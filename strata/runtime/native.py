@@ -80,13 +80,28 @@ class NativeProgram:
             self._entry.restype = None
             run_kernel = self.library.strata_run_kernel
             run_kernel.argtypes, run_kernel.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)], None
-            ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
             self._set_team = self.library.strata_set_team
             self._set_team.argtypes, self._set_team.restype = [ctypes.c_int], None
-            self._team_now()
-            for i in self._once:
-                run_kernel(i, ptrs)
+            self._run_once()
             THREADS.start()
+
+    def _run_once(self, weights=None) -> None:
+        """Run the once kernels (weights packed into a contraction's panel layout); given
+        `weights` (names), only those reading one of them."""
+        ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
+        self._team_now()
+        for i in self._once:
+            if weights is None or any(p.name in weights for p in self.program.kernels[i].params):
+                self.library.strata_run_kernel(i, ptrs)
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """New values for some weights (Program.set_weights): taken by pointer, packed again."""
+        self.weights.update(prepare_weights(
+            [b for b in self.program.buffers if b.name in weights], weights, "cpu"))
+        self._plan_call()
+        self._spare_calls.clear()                   # their pointer arrays hold the old weights
+        if self.library is not None:
+            self._run_once(weights)
 
     def _packed_once(self) -> list[int]:
         """The launch indices of the kernels run once, their outputs made weights; [] when there

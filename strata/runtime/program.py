@@ -126,6 +126,13 @@ class CudaProgram:
 
     __call__ = run
 
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """New values for some weights (Program.set_weights); a CUDA graph holding the old
+        pointers is captured again."""
+        self.weights.update(prepare_weights(
+            [b for b in self.program.buffers if b.name in weights], weights, self.device))
+        self.graph = None
+
     def _allocate(self, args):
         tensors = {**self.weights, **dict(zip(self.spec, args))}
         outs = {b.name: torch.empty(b.shape, dtype=dtypes.to_torch(b.dtype), device=self.device)

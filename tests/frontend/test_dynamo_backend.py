@@ -75,10 +75,56 @@ def test_mlp_matches_eager(_fresh_dynamo):
     with torch.no_grad():
         out = torch.compile(model, backend="strata")(x)
     assert len(_fresh_dynamo) == 1 and _fresh_dynamo[0].program is not None
-    names = _fresh_dynamo[0].program.torch_program.input_names
-    assert names == ["fc1_weight", "fc1_bias", "x", "fc2_weight", "fc2_bias"]
+    tp = _fresh_dynamo[0].program.torch_program      # the parameters are weights, not inputs
+    assert tp.input_names == ["x"]
+    assert list(tp.weights) == ["p_fc1_weight", "p_fc1_bias", "p_fc2_weight", "p_fc2_bias"]
     assert isinstance(out, torch.Tensor) and out.shape == (4, 16)
     _assert_matches("mlp", out, model, (x,), contraction=True)
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 96)
+        self.register_buffer("scale", torch.rand(96) + 0.5)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_weights_are_packed_once_and_again_when_changed(_fresh_dynamo, monkeypatch):
+    """A module's parameters and buffers are the program's weights, packed once at load (the CPU
+    runtime's once kernels); a weight changed between calls (in place, by load_state_dict, by an
+    optimizer step, or replaced) is packed again, so no call runs on stale weights."""
+    torch.manual_seed(0)
+    model, x = Scaled(), torch.randn(8, 64)
+    run = torch.compile(model, backend="strata")
+    with torch.no_grad():
+        _assert_matches("first call", run(x), model, (x,), contraction=True)
+        (graph,) = _fresh_dynamo
+        assert graph.program.torch_program.input_names == ["x"]
+        assert sorted(graph.program.torch_program.weights) == ["b_scale", "p_lin_bias", "p_lin_weight"]
+        runtime = graph.program.runtime
+        assert runtime._once                    # the linear's weight panel, packed at load
+        packs, real = [], runtime._run_once
+        monkeypatch.setattr(runtime, "_run_once", lambda names=None: (packs.append(names), real(names)))
+        _assert_matches("same weights", run(x), model, (x,), contraction=True)
+        assert packs == []
+        model.lin.weight.add_(0.5)              # same storage, a new version
+        _assert_matches("weight.add_", run(x), model, (x,), contraction=True)
+        model.scale.mul_(2)
+        _assert_matches("buffer.mul_", run(x), model, (x,), contraction=True)
+        model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()})
+        _assert_matches("load_state_dict", run(x), model, (x,), contraction=True)
+        assert [sorted(names) for names in packs] == [
+            ["p_lin_weight"], ["b_scale"], ["b_scale", "p_lin_bias", "p_lin_weight"]]
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    with torch.no_grad():
+        _assert_matches("optimizer step", run(x), model, (x,), contraction=True)
+        model.lin.weight = nn.Parameter(torch.randn(96, 64))     # another storage
+        _assert_matches("new parameter", run(x), model, (x,), contraction=True)
 
 
 def test_rms_norm_matches_eager_with_options(_fresh_dynamo):
