@@ -154,6 +154,19 @@ def test_odd_arguments_are_copied_and_results_stay_right(no_nvrtc):
         np.testing.assert_array_equal(rt.run([arg])[0].numpy(), want)
 
 
+def test_new_weights_are_taken_by_the_next_call(no_nvrtc):
+    """set_weights (a torch.compile'd module's parameters changed, Program.set_weights)."""
+    program, snippet, rt, _ = _on_sim_driver("torch.nn.Linear(64, 16)(torch.randn(8, 64))")
+    x = snippet.example_inputs[0]
+    before = rt.run([x])[0]
+    new = {k: torch.randn_like(v) for k, v in program.torch_program.weights.items()}
+    rt.set_weights(new)
+    program.set_weights(new)            # the simulated program, the reference, reads them too
+    after = rt.run([x])[0]
+    np.testing.assert_array_equal(after.numpy(), program.run_numpy([x])[0])
+    assert not torch.equal(before, after)
+
+
 def test_each_call_gets_fresh_outputs(no_nvrtc):
     _, _, rt, _ = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
     a = rt.run([torch.randn(4, 1000)])[0]
