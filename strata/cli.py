@@ -10,11 +10,11 @@ import sys
 import time
 
 from . import machine, progress
+from .bench.threads_option import add_threads_option, use_threads
 from .cli_generate import add_parser as add_generate, generate_command
 from .cli_model import compile_model_command, write_stage
 from .cli_tune import add_parser as add_tune, tune_command
 from .cli_view import add_parser as add_view, view_command
-from .bench.threads_option import add_threads_option, use_threads
 from .command import guarded
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
@@ -156,9 +156,13 @@ def main(argv=None) -> int:
     if "help" in getattr(args, "knob", []):        # `--knob help`: the knob table, nothing else
         print(describe_knobs())
         return 0
-    return guarded(lambda: use_threads(getattr(args, "threads", None)) or {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate,
-                            "tune": cmd_tune, "machine": cmd_machine,
-                            "view": cmd_view}[args.command](args), args.debug)
+    commands = {"compile": cmd_compile, "run": cmd_run, "generate": cmd_generate, "tune": cmd_tune,
+                "machine": cmd_machine, "view": cmd_view}
+
+    def command() -> int:
+        use_threads(getattr(args, "threads", None))       # run, generate, tune: --threads N
+        return commands[args.command](args)
+    return guarded(command, args.debug)
 
 
 def cmd_machine(args) -> int:

@@ -18,15 +18,14 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from .bench.decode_report import agree
+from .bench.threads_option import add_threads_option
 from .cli_model import ProgressContext
 from .errors import ModelError, StrataError
+from .models.sampling import DEFAULT_TOP_K, Sampling
+from .models.source import hf_config, resolve
 
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
-from .models.sampling import DEFAULT_TOP_K, Sampling
-from .models.source import hf_config, resolve
-from .bench.threads_option import add_threads_option
-
 SIM_MAX_PARAMS = 20_000_000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 DEFAULT_PROMPT = "Once upon a time"     # when MODEL carries a tokenizer and no prompt is given

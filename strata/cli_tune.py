@@ -16,11 +16,11 @@ from statistics import median
 import sys
 import time
 
+from .bench.threads_option import add_threads_option
 from .context import Context
 from .errors import DeviceUnavailable, StrataError
 from .models.source import resolve
 from .runtime.mca import NEWER, llvm_mca, mcpu
-from .bench.threads_option import add_threads_option
 from .runtime.threads import THREADS, set_threads
 from .targets import get_target
 from .tune.db import TuningDB, db_path

@@ -78,8 +78,6 @@ def variants(cores: int) -> dict[str, int | None]:
 
 
 def run(args, say) -> tuple[list[dict], str]:
-    import torch
-
     from ..models.build import DTYPES, build
     from ..models.decode import compile_decoder, new_caches
     from .decode import prompt_ids
@@ -97,16 +95,16 @@ def run(args, say) -> tuple[list[dict], str]:
         _, _, t_decode, steps = strata_greedy(prefill, step, caches, prompt, args.new_tokens,
                                               device="cpu")
         return steps / t_decode, THREADS.n if threads is None else threads
-    rows = []
+    rows, teams = [], variants(THREADS.cores)
     try:
         tokens_per_s(None)                                  # warm: weights, pages, the pool
         for busy in levels:
             procs = start_busy(busy, args.max_s)
             try:
-                rates: dict[str, list[float]] = {name: [] for name in variants(THREADS.cores)}
+                rates: dict[str, list[float]] = {name: [] for name in teams}
                 chosen = []
                 for r in range(args.rounds):
-                    for name, threads in variants(THREADS.cores).items():
+                    for name, threads in teams.items():
                         say(f"{busy} busy: {name}, round {r + 1} of {args.rounds}")
                         rate, n = tokens_per_s(threads)
                         rates[name].append(rate)

@@ -119,9 +119,9 @@ class NativeProgram:
             self.weights[n] = torch.empty(self.buffers[n].shape, dtype=dtypes.to_torch(self.buffers[n].dtype))
         return once
 
-    def _team_now(self) -> None:
-        """Tell the library the team its next call runs on (runtime/threads.py)."""
-        self._team = self.fixed_threads or THREADS.current()
+    def _team_now(self, n: int | None = None) -> None:
+        """Tell the library the team its next call runs on (n, else runtime/threads.py's)."""
+        self._team = n or self.fixed_threads or THREADS.current()
         self._set_team(self._team)
 
     @property
@@ -162,8 +162,8 @@ class NativeProgram:
             if slab is not None:
                 slab.fill_(255)     # all-ones bytes: NaN in every float type, -1 in ints
         if self._entry is not None:
-            if (self.fixed_threads or THREADS.current()) != self._team:
-                self._team_now()
+            if (n := self.fixed_threads or THREADS.current()) != self._team:
+                self._team_now(n)
             self._entry(ptrs)
         self._spare_calls.append(call)
         if self._plain_results:
