@@ -7,8 +7,12 @@ compiled where autograd is on it warns, and a backward through its outputs raise
 
 The graph inputs dynamo marks static (a module's parameters and buffers) are the program's
 weights, packed once as strata.compile's are, and again when one's storage or version changes
-(frontend/dynamo_graph.py). Each graph is compiled for its concrete input shapes; a graph
-dynamo made shape-dynamic (after a recompile) gets one Program per shape it is called with. A
+(frontend/dynamo_graph.py). An input or buffer the graph updates in place (transformers'
+static KV cache and its length counters) is written in the caller's tensor, as strata's own KV
+cache is. Each graph is compiled for its concrete input shapes; a graph dynamo made
+shape-dynamic (after a recompile) gets one Program per shape it is called with, and takes the
+Program of any other graph of the process that computes the same on the same tensors
+(frontend/dynamo_key.py), so a repeated `generate` compiles nothing. A
 graph strata cannot compile raises a strata error naming every unsupported aten op; only an
 explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1) runs such a graph eagerly,
 with a warning naming the ops.
@@ -23,6 +27,7 @@ import contextlib
 import os
 import sys
 import warnings
+import weakref
 from importlib.metadata import entry_points
 
 import torch
@@ -32,8 +37,10 @@ from .autograd import StrataNoGradWarning, warn_inference_only, without_backward
 from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .frontend.capture import capture
-from .frontend.dynamo_graph import (CompiledGraph, SpecialisedGraph, args_key, check_functional,
-                                    concrete, count_ops, placeholder_names)
+from .frontend.dynamo_graph import (CompiledGraph, SpecialisedGraph, args_key, concrete,
+                                    count_ops, mutated_weights, placeholder_names,
+                                    weight_positions)
+from .frontend.dynamo_key import graph_key
 from .pipeline import lower_torch_program
 from .tensor.decompose import supported_ops
 
@@ -112,6 +119,10 @@ def register() -> None:
 # ---------------------------------------------------------------- one graph
 
 
+# graph_key -> a CompiledGraph some live StrataGraph holds (weakly: gone with dynamo's cache)
+_SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 class StrataGraph:
     """Dynamo's compiled function for one graph: a Program per input signature."""
 
@@ -124,7 +135,7 @@ class StrataGraph:
         key = args_key(args)
         if key not in self.entries:
             try:
-                self.entries[key] = _compile(self.gm, args, self.names, self.opts)
+                self.entries[key] = self._shared(args)
             except StrataError as e:
                 if not self.opts["fallback"]:
                     raise
@@ -133,6 +144,21 @@ class StrataGraph:
                               f"(fallback is on): {why}", StrataFallbackWarning, stacklevel=2)
                 self.entries[key] = _Eager(self.gm)
         return self.entries[key]
+
+    def _shared(self, args) -> CompiledGraph:
+        """The program another graph of this process compiled for the same computation on the
+        same tensors (frontend/dynamo_key.py), else a new one."""
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        key = graph_key(self.gm, args, set(weight_positions(self.gm, args)))
+        if key is not None:
+            key = (key, repr(sorted(self.opts.items())))
+            if (twin := _SHARED.get(key)) is not None:
+                return twin.moved(twin.tensor_positions, tensors)
+        compiled = _compile(self.gm, args, self.names, self.opts)
+        compiled.tensor_positions = tensors
+        if key is not None:
+            _SHARED[key] = compiled
+        return compiled
 
     def __call__(self, *args):
         entry = self.entry(args)
@@ -159,13 +185,9 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
         raise StrataError("device cuda needs every input of the graph on the GPU; "
                           "some are on the CPU")
     check_device(device)
-    module = SpecialisedGraph(gm, args, names)      # parameters and buffers become weights
-    slot_names = [names[i] for i in module.slots]
     with _progress(opts) as say, torch.no_grad():
         say(f"strata: capturing a graph of {count_ops(gm)} torch ops")
-        torch_program = capture(module, tuple(args[i] for i in module.slots),
-                                input_names=slot_names)
-        check_functional(torch_program)
+        module, torch_program = _capture(gm, args, names)
         _check_supported(torch_program)
         program = None
         if torch_program.outputs:
@@ -180,6 +202,23 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
                 program.load()
     weights = {i: torch_program.weight_of[a] for i, a in module.weights.items()}
     return CompiledGraph(program, module.plan, module.slots, device, weights, args)
+
+
+def _capture(gm, args, names):
+    """(SpecialisedGraph, its Torch IR): parameters and buffers become weights, except a buffer
+    the graph updates in place (captured again with it as an input, which the program writes
+    in place, as a static KV cache or its length counter is)."""
+    module = SpecialisedGraph(gm, args, names)
+    # export's own fake mode, not dynamo's: whose guards name dynamo's frame locals
+    with torch._guards.tracing(None):
+        torch_program = capture(module, [args[i] for i in module.slots],
+                                input_names=[names[i] for i in module.slots])
+        if mutated := mutated_weights(torch_program):
+            keep = frozenset(i for i, name in module.weights.items() if name in mutated)
+            module = SpecialisedGraph(gm, args, names, inputs=keep)
+            torch_program = capture(module, [args[i] for i in module.slots],
+                                    input_names=[names[i] for i in module.slots])
+    return module, torch_program
 
 
 @contextlib.contextmanager

@@ -10,13 +10,14 @@ source lines kept as provenance.
 """
 from __future__ import annotations
 
+import copy
 import re
 
 import torch
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch import nn
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import OutputKind
 
 from ..errors import StrataError
 
@@ -64,11 +65,13 @@ class SpecialisedGraph(nn.Module):
     and buffers (so that capture makes them weights), returning only the tensors it computes; the
     rest of its output (inputs passed through, constants) is recorded in `plan` while traced."""
 
-    def __init__(self, gm, args, names: list[str]):
+    def __init__(self, gm, args, names: list[str], inputs: frozenset = frozenset()):
         super().__init__()
         self.gm = gm
         self.weights: dict[int, str] = {}        # position -> the attribute holding it
         for i in weight_positions(gm, args):
+            if i in inputs:                      # updated in place by the graph: an input
+                continue
             name = names[i]
             while hasattr(self, name):
                 name += "_"
@@ -118,16 +121,30 @@ class CompiledGraph:
     def __init__(self, program, plan, slots, device, weights=None, args=()):
         self.program, self.plan, self.slots, self.device = program, plan, slots, device
         self.weights = weights if program is not None and weights else {}
-        self.stamp = self._stamp(args) if self.weights else None
+        # the stamp of the weights the program holds (a list: shared with moved() twins)
+        self.held = [self._stamp(args) if self.weights else None]
 
     def _stamp(self, args) -> list:
         return [(args[i].data_ptr(), args[i]._version) for i in self.weights]
 
+    def moved(self, old: list[int], new: list[int]) -> CompiledGraph:
+        """The same program for another graph (dynamo_key.py), whose k-th tensor input is at
+        position new[k] where this graph's is at old[k]."""
+        at = dict(zip(old, new))
+        twin = copy.copy(self)
+        twin.slots = [at[i] for i in self.slots]
+        twin.weights = {at[i]: name for i, name in self.weights.items()}
+        twin.plan = OutputPlan()
+        twin.plan.spec = self.plan.spec
+        twin.plan.leaves = [(kind, at[v]) if kind == "input" else (kind, v)
+                            for kind, v in self.plan.leaves]
+        return twin
+
     def __call__(self, args):
-        if self.weights and (stamp := self._stamp(args)) != self.stamp:
+        if self.weights and (stamp := self._stamp(args)) != self.held[0]:
             self.program.set_weights({name: args[i] for (i, name), now, then in zip(
-                self.weights.items(), stamp, self.stamp) if now != then})
-            self.stamp = stamp
+                self.weights.items(), stamp, self.held[0]) if now != then})
+            self.held[0] = stamp
         tensors = [args[i] for i in self.slots]
         flat = self.program.run_flat(tensors) if self.program is not None else []
         where = next((t.device for t in tensors), torch.device("cpu"))
@@ -138,16 +155,11 @@ class CompiledGraph:
         return pytree.tree_unflatten(leaves, self.plan.spec)
 
 
-def check_functional(torch_program) -> None:
-    """An in-place update of a graph input would be lost: refuse it clearly."""
+def mutated_weights(torch_program) -> set[str]:
+    """The attributes of a SpecialisedGraph's weights the graph updates in place (a step counter
+    kept in a buffer): they must be inputs, written in the caller's tensor, not packed copies."""
     sig = torch_program.exported.graph_signature
-    users = [s.arg.name for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
-    names = dict(zip(users, torch_program.input_names))
-    mutated = [names.get(s.target, s.target) for s in sig.output_specs
-               if s.kind in (OutputKind.USER_INPUT_MUTATION, OutputKind.BUFFER_MUTATION)]
-    if mutated:
-        raise StrataError(f"strata cannot compile this graph: it updates its input"
-                          f"{'s' if len(mutated) > 1 else ''} {', '.join(mutated)} in place")
+    return {s.target for s in sig.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
 
 
 def placeholder_names(gm) -> list[str]:

@@ -65,14 +65,14 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
         else:
             kernels.append(build_kernel(prog, kp, materialized, kernel_name(kp, taken)))
     kernels = scatter.rename_buffers(kernels + scatter.write_back(prog, materialized, alias), alias)
+    outputs = [alias.get(o, o) for o in prog.outputs]    # (a returned scatter: its buffer's)
     buffers = []
     for n in prog.nodes:
         if isinstance(n, Input):
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, n.kind))
         elif n.name in materialized and n.name not in alias:
-            kind = "output" if n.name in prog.outputs else "temp"
+            kind = "output" if n.name in outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))
-    outputs = [alias.get(o, o) for o in prog.outputs]
     if not ctx.arch.is_gpu:        # (a GPU's fused attention stops at the diagonal itself)
         kernels = causal_pieces(kernels, buffers, ctx.log)
     return LoopProgram(buffers, kernels, outputs, prog.weights)   # read lazily

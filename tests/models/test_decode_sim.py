@@ -142,6 +142,25 @@ def test_index_copy_and_index_put_at_tensor_positions():
     compile_with_nvrtc(prog)
 
 
+@pytest.mark.parametrize("device", ["sim", pytest.param("cpu", marks=pytest.mark.skipif(
+    not HAS_CC, reason="no C compiler"))])
+def test_a_new_cache_written_in_place_and_returned(device):
+    """transformers' static cache at its first call: zeros made in the graph, the prompt's rows
+    written into them and the cache returned. The scatter lives in the zeros' buffer, which is
+    then the program's output (it was a temp no runtime handed back)."""
+    def first_step(k, pos):
+        keys = torch.zeros(1, 2, 9, 4, dtype=k.dtype)
+        keys.index_copy_(2, pos, k)
+        return keys, k.sum()
+
+    k, pos = torch.randn(1, 2, 3, 4), torch.tensor([0, 1, 2])
+    prog = strata.compile(first_step, (k, pos), device=device)
+    got, total = prog(k, pos)
+    want, want_total = first_step(k.double(), pos)
+    _assert_close("cache", got.numpy(), want.numpy())
+    _assert_close("sum", total.numpy(), want_total.numpy())
+
+
 def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
     """CudaProgram on the simulated driver (tests/runtime): the step's kernels get the caller's
     cache pointers, so the cache is updated where it lies; nothing else of it is copied."""

@@ -94,7 +94,7 @@ def cpu_pack_weights(k: TileKernel, ctx: Context):
             return replace(s, buf=buf.name, index=(floordiv(Var(st.origin), st.x_extent), *s.index))
         return s
     body = map_body(k.body, read_packed)
-    still = {s.buf for s in walk(body) if isinstance(s, Load)}
+    still = {s.buf for s in walk(tuple(k.prelude) + body) if isinstance(s, Load)}   # (a 0-d operand: in the prelude)
     news = tuple(b for b, _ in moved.values())
     out = replace(k, body=body, reads=tuple(b.name for b in news) + tuple(r for r in k.reads if r in still),
                   buffers=tuple(b for b in k.buffers if b.name in still or b.name in k.writes) + news)
