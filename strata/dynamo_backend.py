@@ -38,8 +38,8 @@ from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .frontend.capture import capture
 from .frontend.dynamo_graph import (CompiledGraph, SpecialisedGraph, args_key, concrete,
-                                    count_ops, mutated_weights, placeholder_names,
-                                    weight_positions)
+                                    count_ops, is_dynamic, mutated_weights,
+                                    placeholder_names, weight_positions)
 from .frontend.dynamo_key import graph_key
 from .pipeline import lower_torch_program
 from .tensor.decompose import supported_ops
@@ -130,6 +130,8 @@ class StrataGraph:
         self.gm, self.opts = gm, opts
         self.entries: dict = {}
         self.names = placeholder_names(gm)
+        # dynamo's guards hold a static graph's inputs to one signature: no lookup per call
+        self.only = None if is_dynamic(gm) else False
 
     def entry(self, args):
         key = args_key(args)
@@ -161,7 +163,9 @@ class StrataGraph:
         return compiled
 
     def __call__(self, *args):
-        entry = self.entry(args)
+        entry = self.only or self.entry(args)
+        if self.only is False:
+            self.only = entry
         if torch.is_grad_enabled() and not isinstance(entry, _Eager):     # autograd.py
             return without_backward(entry(args), (), args)
         return entry(args)

@@ -32,6 +32,19 @@ def concrete(a):
     return a
 
 
+def is_dynamic(gm) -> bool:
+    """Whether dynamo left a size of `gm` symbolic (a SymInt input, a tensor of symbolic shape);
+    also when a placeholder has no example value to tell (a graph not made by dynamo)."""
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("example_value")
+        if v is None or isinstance(v, torch.SymInt) or isinstance(v, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) for d in v.shape):
+            return True
+    return False
+
+
 def count_ops(gm) -> int:
     return sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
 
@@ -147,9 +160,11 @@ class CompiledGraph:
             self.held[0] = stamp
         tensors = [args[i] for i in self.slots]
         flat = self.program.run_flat(tensors) if self.program is not None else []
-        where = next((t.device for t in tensors), torch.device("cpu"))
-        if self.device == "sim" and where.type != "cpu":
-            flat = [t.to(where) for t in flat]
+        if self.device == "sim" and tensors and tensors[0].device.type != "cpu":
+            flat = [t.to(tensors[0].device) for t in flat]
+        if self.plan.leaves == [("out", k) for k in range(len(flat))] and \
+                self.plan.spec.type is tuple:       # dynamo's usual (out, ...): nothing to place
+            return tuple(flat)
         leaves = [flat[v] if kind == "out" else args[v] if kind == "input" else v
                   for kind, v in self.plan.leaves]
         return pytree.tree_unflatten(leaves, self.plan.spec)

@@ -1,0 +1,106 @@
+"""`python -m strata.bench.backend_overhead`: the op suite's projections, MLP and decoder block
+through `torch.compile(module, backend="strata")` against the same module through
+`strata.compile(module)`, on the CPU, interleaved in one run (issue 52: within 5%).
+
+    python -m strata.bench.backend_overhead
+    python -m strata.bench.backend_overhead --ops mlp --seq 1,128 --dtype bf16 --rounds 21
+
+What separates the two is only the path into the program: dynamo's guards and its wrapper,
+the backend's input-signature lookup and weight stamps (frontend/dynamo_graph.py); the program
+is the same, weights packed once in both. Eager is timed too, for scale. Markdown under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import progress
+from ..command import guarded
+from . import cases as C
+from .threads_option import use_threads
+
+OPS = ("qkv_proj", "mlp", "decoder_block")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m strata.bench.backend_overhead",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", default=",".join(OPS), help=f"a subset of {','.join(C.OPS)}")
+    p.add_argument("--seq", default="1,128", help="tokens (default 1,128)")
+    p.add_argument("--dtype", default="f32,bf16", help="f32, bf16 or both (default)")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
+    p.add_argument("--threads", type=int, default=None, help="torch's and strata's threads")
+    p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+def measure(case, rounds: int) -> dict[str, float]:
+    import torch
+
+    from ..api import compile as strata_compile
+    from .cpu_bench import interleaved
+    torch._dynamo.reset()
+    module, inputs = case.build("cpu")
+    with torch.no_grad():
+        variants = {"eager": module,
+                    "strata.compile": strata_compile(module, inputs, device="cpu"),
+                    "torch.compile(backend=strata)": torch.compile(module, backend="strata",
+                                                                   dynamic=False)}
+        return interleaved(variants, inputs, rounds)
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+    def command() -> int:
+        import torch
+
+        from .env import collect_cpu_env, cpu_class, slug
+        ops = C.parse_list(args.ops, tuple(C.OPS), "op")
+        dts = C.parse_list(args.dtype, ("f32", "bf16"), "dtype", C.DTYPE_ALIASES)
+        seqs = [int(s) for s in args.seq.split(",") if s.strip()]
+        use_threads(args.threads)
+        env = collect_cpu_env(torch.get_num_threads())
+        head = ["case", "eager ms", "strata.compile ms", "torch.compile(backend=strata) ms",
+                "backend / strata.compile"]
+        body = []
+        with progress.status("starting") as status:
+            for case in C.cases(("tinyllama",), seqs, dts, ops):
+                status.update(f"timing {case.name}")
+                ms = measure(case, args.rounds)
+                body.append([case.name, *(f"{v:.3f}" for v in ms.values()),
+                             f"{ms['torch.compile(backend=strata)'] / ms['strata.compile']:.3f}x"])
+        t = Table(title=f"torch.compile(backend='strata') against strata.compile ({env.device}, "
+                        f"median of {args.rounds} interleaved rounds)")
+        for h in head:
+            t.add_column(h, justify="left" if h == "case" else "right")
+        for r in body:
+            t.add_row(*r)
+        console.print(t)
+        lines = ["# torch.compile(backend='strata') against strata.compile", "",
+                 f"- device: {env.device}", f"- date: {env.date}",
+                 f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
+                 f"- median of {args.rounds} interleaved rounds; `python -m "
+                 f"strata.bench.backend_overhead --ops {args.ops} --seq {args.seq} --dtype "
+                 f"{args.dtype}`; above 1.000x the backend is slower", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / (f"backend-overhead-{slug(env.device)}-{cpu_class()}-"
+                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
+        path.write_text("\n".join(lines) + "\n")
+        console.print(f"wrote {path}")
+        return 0
+    return guarded(command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

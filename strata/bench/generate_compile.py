@@ -1,0 +1,212 @@
+"""`python -m strata.bench.generate_compile [MODEL]`: transformers' `generate` with
+`model.forward` compiled, the way transformers recommends, by Inductor and by strata's backend,
+against eager; the static and the dynamic cache (issue 52).
+
+    python -m strata.bench.generate_compile                        # TinyLlama-shaped, bf16
+    python -m strata.bench.generate_compile --dtype fp32 --layers 4 --cache static
+
+Per variant and cache: the first generate's seconds (it compiles), then per-token decode ms of
+later generates (interleaved rounds, medians; a token's time is read off a streamer, so the
+prefill is apart), whether the greedy ids equal eager's, and how many graphs the second and
+later calls compiled (nothing, for Inductor and strata, is the goal). MODEL is a bundled name
+(random weights from a fixed seed) or a local directory; --layers keeps the first N decoder
+layers (a whole model's first compile takes minutes on two cores). Markdown under --out, named
+with model, dtype, CPU class and date.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import progress
+from ..command import guarded
+from ..errors import StrataError
+from .threads_option import use_threads
+
+DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+VARIANTS = ("eager", "inductor", "strata")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m strata.bench.generate_compile",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"a bundled model name or a local directory (default {DEFAULT_MODEL})")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    p.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers")
+    p.add_argument("--cache", default="static,dynamic", help="static, dynamic or both (default)")
+    p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens (default 32)")
+    p.add_argument("--new-tokens", type=int, default=16, help="tokens per generate (default 16)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds (default 3)")
+    p.add_argument("--threads", type=int, default=None, help="torch's and strata's threads")
+    p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+class Stamps:
+    """A generate streamer that notes when each token arrives (the first put is the prompt)."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def per_token_ms(self) -> float:
+        t = self.times[1:]            # the new tokens: the first comes from the prefill
+        return (t[-1] - t[0]) / (len(t) - 1) * 1e3
+
+
+class Counted:
+    """A torch.compile backend that counts the graphs it compiles."""
+
+    def __init__(self, backend):
+        self.backend, self.graphs = backend, 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        if self.backend == "strata":
+            from ..dynamo_backend import strata_backend
+            return strata_backend(gm, example_inputs)
+        from torch._inductor.compile_fx import compile_fx
+        return compile_fx(gm, example_inputs)
+
+
+def build_model(args):
+    from ..models.build import build
+    built = build(args.model, dtype=args.dtype, materialise=True)
+    lm = built.model.eval()
+    if args.layers is not None:
+        if not 1 <= args.layers <= len(lm.model.layers):
+            raise StrataError(f"--layers {args.layers}: the model has {len(lm.model.layers)}")
+        lm.model.layers = lm.model.layers[:args.layers]
+        lm.config.num_hidden_layers = args.layers
+    try:
+        lm.set_attn_implementation("sdpa")    # transformers' default attention
+    except Exception:  # noqa: BLE001, S110 - older transformers: keep the model's
+        pass
+    return lm, built.what
+
+
+def run(args, cache: str, say) -> dict:
+    """{variant: {first_s, ms (per token, median), same, recompiles}} for one cache kind."""
+    import torch
+    torch._dynamo.reset()
+    lm, what = build_model(args)
+    ids = torch.randint(0, lm.config.vocab_size, (1, args.prompt_len),
+                        generator=torch.Generator().manual_seed(0))
+    kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+              cache_implementation=cache)
+    models, backends, rows = {}, {}, {}
+    for name in VARIANTS:
+        m = lm if name == "eager" else copy.deepcopy(lm)
+        if name != "eager":
+            backends[name] = Counted(name)
+            m.forward = torch.compile(m.forward, backend=backends[name])
+        models[name] = m
+    want = None
+    with torch.no_grad():
+        for name, m in models.items():
+            say(f"{cache} cache: first generate with {name}")
+            t0 = time.perf_counter()
+            got = m.generate(ids, **kw)
+            want = got if want is None else want
+            rows[name] = {"first_s": time.perf_counter() - t0, "same": torch.equal(got, want),
+                          "ms": []}
+        compiled = {name: b.graphs for name, b in backends.items()}
+        for r in range(args.rounds):
+            for name, m in models.items():
+                say(f"{cache} cache: round {r + 1} of {args.rounds}, {name}")
+                stamps = Stamps()
+                got = m.generate(ids, streamer=stamps, **kw)
+                rows[name]["ms"].append(stamps.per_token_ms())
+                rows[name]["same"] &= torch.equal(got, want)
+    for name, row in rows.items():
+        row["ms"] = statistics.median(row["ms"])
+        row["recompiles"] = backends[name].graphs - compiled[name] if name in backends else None
+    rows["what"] = what
+    return rows
+
+
+def table(results: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["cache", "variant", "first generate s", "decode ms/token", "eager / variant",
+            "ids equal eager's", "graphs compiled after the first call"]
+    body = []
+    for cache, rows in results.items():
+        eager = rows["eager"]["ms"]
+        for name in VARIANTS:
+            row = rows[name]
+            body.append([cache, name, f"{row['first_s']:.1f}", f"{row['ms']:.2f}",
+                         f"{eager / row['ms']:.2f}x", "yes" if row["same"] else "NO",
+                         "-" if row["recompiles"] is None else str(row["recompiles"])])
+    return head, body
+
+
+def markdown(results, what: str, args, env) -> str:
+    head, body = table(results)
+    layers = f", first {args.layers} layers" if args.layers else ""
+    lines = [f"# transformers' generate through torch.compile: {what}{layers}", "",
+             f"- device: {env.device}", f"- date: {env.date}",
+             f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
+             f"- {args.dtype}, {args.prompt_len}-token prompt, {args.new_tokens} new tokens, "
+             f"{args.rounds} interleaved rounds (medians), `model.forward = torch.compile("
+             f"model.forward, backend=...)` then `generate`", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+    def command() -> int:
+        import torch
+
+        from .env import collect_cpu_env, cpu_class, slug
+        caches = [c.strip() for c in args.cache.split(",") if c.strip()]
+        if not caches or set(caches) - {"static", "dynamic"}:
+            raise StrataError(f"--cache {args.cache!r}: choose static, dynamic or both")
+        for flag, value in (("--prompt-len", args.prompt_len), ("--new-tokens", args.new_tokens),
+                            ("--rounds", args.rounds)):
+            if value < 2 if flag == "--new-tokens" else value < 1:
+                raise StrataError(f"{flag} {value} is too small")
+        use_threads(args.threads)
+        env = collect_cpu_env(torch.get_num_threads())
+        results, what = {}, ""
+        with progress.status("starting") as status:
+            for cache in caches:
+                results[cache] = run(args, cache, status.update)
+                what = results[cache].pop("what")
+        head, body = table(results)
+        t = Table(title=f"{what}: generate through torch.compile ({env.device})")
+        for h in head:
+            t.add_column(h, justify="right")
+        for r in body:
+            t.add_row(*r)
+        console.print(t)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        name = args.model.rstrip("/").split("/")[-1]
+        path = out / (f"generate-compile-{slug(name)}-{args.dtype}-{slug(env.device)}-{cpu_class()}-"
+                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
+        path.write_text(markdown(results, what, args, env))
+        console.print(f"wrote {path}")
+        return 0
+    return guarded(command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
