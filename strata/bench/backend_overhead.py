@@ -17,8 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import progress
+from ..api import compile as strata_compile
 from ..command import guarded
 from . import cases as C
+from .cpu_bench import interleaved
+from .env import collect_cpu_env, cpu_class, slug
 from .threads_option import use_threads
 
 OPS = ("qkv_proj", "mlp", "decoder_block")
@@ -40,8 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
 def measure(case, rounds: int) -> dict[str, float]:
     import torch
 
-    from ..api import compile as strata_compile
-    from .cpu_bench import interleaved
     torch._dynamo.reset()
     module, inputs = case.build("cpu")
     with torch.no_grad():
@@ -61,8 +62,6 @@ def main(argv=None) -> int:
 
     def command() -> int:
         import torch
-
-        from .env import collect_cpu_env, cpu_class, slug
         ops = C.parse_list(args.ops, tuple(C.OPS), "op")
         dts = C.parse_list(args.dtype, ("f32", "bf16"), "dtype", C.DTYPE_ALIASES)
         seqs = [int(s) for s in args.seq.split(",") if s.strip()]
