@@ -3,6 +3,7 @@ callable `Program` that runs the generated kernels (on the CPU simulator, or on 
 through strata/runtime) and exposes the text of every stage."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -158,6 +159,18 @@ class Program:
             self._runtime.set_weights(weights)
         elif self._runtime is not None:
             self.load()
+
+    def with_weights(self, weights: dict) -> Program:
+        """The same kernels over other values of some weights, by name (another module a
+        torch.compile graph runs): a Program of its own, loaded if this one is (the compile
+        cache has its code), so that the two never pack each other's weights."""
+        twin = copy.copy(self)
+        twin.torch_program = dataclasses.replace(self.torch_program, weights={
+            **self.torch_program.weights, **{k: v.detach() for k, v in weights.items()}})
+        twin._runtime = twin._plain_run = None
+        if self._runtime is not None:
+            twin.load()
+        return twin
 
     def _check_runnable(self) -> None:
         empty = [k for k, v in self.torch_program.weights.items() if shape_only(v)]

@@ -286,15 +286,26 @@ def test_generate_with_either_cache_compiles_nothing_the_second_time(cache, _fre
     assert len(_fresh_dynamo) == first
 
 
-def test_one_graph_called_with_other_modules_weights_runs_each_ones(_fresh_dynamo):
+def test_one_graph_called_with_other_modules_weights_runs_each_ones(_fresh_dynamo, monkeypatch):
     """dynamo traces nn.Linear.forward once for every Linear (parameters are inputs it does not
-    guard on): the program is handed each module's weights when they change."""
+    guard on), as regional compilation of a repeated block does: each module's weights get a
+    program of their own, made once, so alternating calls pack nothing; an in-place update of
+    one module's weight packs that one again."""
+    from strata.api import Program
     torch.manual_seed(0)
     one, two, x = nn.Linear(8, 4), nn.Linear(8, 4), torch.randn(3, 8)
+    packs, made = [], []
+    real_set, real_with = Program.set_weights, Program.with_weights
+    monkeypatch.setattr(Program, "set_weights", lambda self, w: (packs.append(sorted(w)), real_set(self, w))[1])
+    monkeypatch.setattr(Program, "with_weights", lambda self, w: (made.append(1), real_with(self, w))[1])
     with torch.no_grad():
-        for lin in (one, two, one):
+        for lin in (one, two, one, two, one):
             assert torch.allclose(torch.compile(lin, backend="strata")(x), lin(x), rtol=1e-5, atol=1e-6)
-    assert len(_fresh_dynamo) == 1
+        assert len(_fresh_dynamo) == 1 and len(made) == 1 and packs == []
+        two.weight.mul_(2)
+        for lin in (two, one, two):
+            assert torch.allclose(torch.compile(lin, backend="strata")(x), lin(x), rtol=1e-5, atol=1e-6)
+    assert len(made) == 1 and len(packs) == 1 and packs[0][0].endswith("weight")
 
 
 def _python(code: str) -> str:
