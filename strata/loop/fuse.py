@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..context import Context
-from ..expr import Const, Expr, Var, add, free_vars, substitute
+from ..expr import Const, Expr, Op, Var, add, free_vars, substitute
 from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
 from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
@@ -58,6 +58,17 @@ def _index_through(node, index: tuple[Expr, ...]) -> tuple[Expr, ...]:
     return tuple(substitute(e, mapping) for e in node.index)
 
 
+def _a_range(valid) -> bool:
+    """Whether an IndexMap's `valid` bounds each index by constants only (a piece of a cat, a
+    pad): its point set is a box, often a thin one, unlike a causal mask's triangle (i3 <= i2),
+    which loop/causal_pieces.py splits instead."""
+    if valid is None:
+        return False
+    if isinstance(valid, Op) and valid.op == "logical_and":
+        return all(_a_range(a) for a in valid.args)
+    return isinstance(valid, Op) and len(free_vars(valid)) == 1
+
+
 class _Walker:
     """Dry run of inlining from one materialized target: which reductions, at which indices."""
 
@@ -71,6 +82,7 @@ class _Walker:
         self.counter = 0
         self.path: list[str] = []               # the nodes being walked, outermost first
         self.inside: dict[str, tuple] = {}      # reductions read inside another: the path between
+        self.partial = 0                        # IndexMaps with a `valid` being walked through
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         # only the enclosing reduction variables the index mentions can change what is below
@@ -95,7 +107,10 @@ class _Walker:
             for a in n.operands():
                 self.walk(a, index, reduce_vars)
         elif isinstance(n, IndexMap):
+            piece = _a_range(n.valid)               # a piece of a cat or a pad
+            self.partial += piece
             self.walk(n.arg, _index_through(n, index), reduce_vars)
+            self.partial -= piece
         elif isinstance(n, Gather):
             self.walk(n.indices, index, reduce_vars)
             # the gathered position depends on every variable the index value depends on
@@ -106,6 +121,10 @@ class _Walker:
                         for e in n.index)
             self.walk(n.data, sub, reduce_vars)
         elif isinstance(n, Reduce):
+            if self.partial:
+                raise _Refusal(name, f"refused fusing {name} ({n.op}) into its consumer: it fills "
+                                     f"only part of it (a piece of a concatenation or a pad) but "
+                                     f"would be computed at every point")
             deps = set().union(*map(free_vars, index)) if index else set()
             inner = deps & reduce_vars
             if reduce_vars:     # read inside another reduction: the nodes walked since that one
