@@ -6,7 +6,8 @@ Compiling where autograd is on, with parameters or inputs that require grad, war
 sentence. A call made so returns outputs whose backward raises NoBackward, in one sentence: a
 refusal at the call would break inference run without torch.no_grad() (parameters require grad
 by default), and outputs without history would let a loss mixing them with eager results skip
-their gradients silently. Used by strata.compile (api.py) and the torch.compile backend.
+their gradients silently. Used by strata.compile (api.py); the torch.compile backend compiles
+the backward too (dynamo_backend.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from torch.utils import _pytree as pytree
 from .errors import StrataError
 
 HOW = ("run it under torch.no_grad() or torch.inference_mode(), or train with the eager module or "
-       "torch.compile's default backend")
+       "torch.compile(model, backend='strata'), which compiles the backward too")
 
 
 class StrataNoGradWarning(UserWarning):

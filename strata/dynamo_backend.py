@@ -1,9 +1,11 @@
 """`torch.compile(model, backend="strata")`: dynamo hands strata one FX graph at a time.
 
 Each graph is re-exported with torch.export (frontend/dynamo_graph.py) and lowered like
-`strata.compile`'s (an entry point beside api.py, above the stages it runs). Inference only:
-compiled where autograd is on it warns, and a backward through its outputs raises one sentence
-(autograd.py).
+`strata.compile`'s (an entry point beside api.py, above the stages it runs). Traced for training
+(autograd on, an input such as a parameter requiring grad), the graph goes through AOTAutograd:
+its forward graph (which also returns the activations the backward saves) and its backward
+graph are each compiled as an inference graph is, both at compile time, so an op either lacks
+is named then; the optimizer step stays the user's.
 
 The graph inputs dynamo marks static (a module's parameters and buffers) are the program's
 weights, packed once as strata.compile's are, and again when one's storage or version changes
@@ -33,7 +35,6 @@ from importlib.metadata import entry_points
 import torch
 
 from .api import Program, check_device, on_device
-from .autograd import StrataNoGradWarning, warn_inference_only, without_backward
 from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .frontend.capture import capture
@@ -100,11 +101,43 @@ def strata_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     at compile time) and return a callable dynamo runs instead of the graph. `mode` is accepted
     and ignored (strata has one schedule heuristic; knobs pin the rest)."""
     opts = options_of(options)
+    if training(example_inputs):
+        return _forward_and_backward(gm, example_inputs, opts)
     graph = StrataGraph(gm, opts)
     entry = graph.entry([concrete(a) for a in example_inputs])
-    if not isinstance(entry, _Eager):
-        warn_inference_only("strata's torch.compile backend", example_inputs)
     return gm.forward if isinstance(entry, _Eager) else graph
+
+
+def training(example_inputs) -> bool:
+    """Whether dynamo's graph is traced for a backward: autograd on, and an input (a parameter,
+    usually) that requires grad."""
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+
+
+def _forward_and_backward(gm, example_inputs, opts):
+    """AOTAutograd splits the graph into a forward graph, whose outputs include the activations
+    the backward saves (its default partition), and a backward graph; strata compiles each as it
+    compiles an inference graph, here from zeros of the traced shapes (AOTAutograd traces with
+    fake tensors). All their inputs are inputs: parameters change at every optimizer step."""
+    from functorch.compile import make_boxed_func
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config as functorch_config
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def compile_graph(g, inputs):
+        with unset_fake_temporarily():
+            zeros = [torch.zeros(a.shape, dtype=a.dtype, device=a.device)
+                     if isinstance(a, torch.Tensor) else concrete(a) for a in inputs]
+            graph = StrataGraph(g, opts)
+            graph.entry(zeros)
+        return make_boxed_func(graph)
+    # the backward compiled now too, not at the first backward: an op strata lacks is named at
+    # compile time, as for an inference graph
+    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                            decompositions=core_aten_decompositions())(gm, example_inputs)
 
 
 def register() -> None:
@@ -166,8 +199,6 @@ class StrataGraph:
         entry = self.only or self.entry(args)
         if self.only is False:
             self.only = entry
-        if torch.is_grad_enabled() and not isinstance(entry, _Eager):     # autograd.py
-            return without_backward(entry(args), (), args)
         return entry(args)
 
 

@@ -68,6 +68,31 @@ def slice_(b, a):
     return b.index_map(x, b.out.shape, tuple(index), hint="slice")
 
 
+@rule("aten.slice_scatter")
+def slice_scatter(b, a):
+    """self with self[..., start:end:step, ...] replaced by src (slicing's backward): src mapped
+    onto the positions the slice takes, where a position is one of them."""
+    x, src = a.self, b.cast(a.src, a.self.dtype)
+    d = norm_axis(a.get("dim", 0), x.rank)
+    n = x.shape[d]
+    start, end, step = _clip(a.get("start"), n, 0), _clip(a.get("end"), n, n), a.get("step") or 1
+    if src.numel == 0:
+        return x
+    i, index = Var(f"i{d}"), ivars(x.rank)
+    index[d] = call("floordiv", call("subtract", i, start), step) if step > 1 else \
+        call("subtract", i, start)
+    taken = call("logical_and", call("ge", i, start), call("lt", i, end))
+    if step > 1:
+        taken = call("logical_and", taken, call("eq", call("mod", call("subtract", i, start), step), 0))
+    placed = b.index_map(src, x.shape, tuple(index), valid=taken, fill=0, hint="placed")
+    pos = b.iota(x.shape, d, hint="pos")
+    mask = b.ew("logical_and", b.ew("ge", pos, start), b.ew("lt", pos, end), hint="taken")
+    if step > 1:
+        on_step = b.ew("eq", b.ew("mod", b.ew("subtract", pos, start), step), 0, hint="on_step")
+        mask = b.ew("logical_and", mask, on_step, hint="taken")
+    return b.ew("where", mask, placed, x, dtype=x.dtype, hint="slice_scatter")
+
+
 @rule("aten.narrow")
 def narrow(b, a):
     x = a.self

@@ -10,7 +10,7 @@ or an index that is not 1-D, are not supported.
 from __future__ import annotations
 
 from ..errors import UnsupportedOp
-from ..expr import Var
+from ..expr import Const, Var
 from .builder import T, broadcast_shapes, norm_axis, rule
 from .ir import Scatter
 from .rules_accumulate import index_put_accumulate
@@ -57,14 +57,47 @@ def index_put(b, a):
     given = [k for k, t in enumerate(a.indices) if t is not None]
     if len(given) != 1:
         raise UnsupportedOp("aten.index_put (only one index tensor)")
-    axis = given[0]
-    index = _positions(b, a.indices[axis])
+    axis, index, values = given[0], a.indices[given[0]], a["values"]   # (a.values: the dict's)
+    if index.rank > 1:      # embedding's backward: ids (B, S) -> B*S positions, values alike
+        full = dest.shape[:axis] + index.shape + dest.shape[axis + 1:]
+        if values.rank < len(full):
+            values = b.reshape(values, (1,) * (len(full) - values.rank) + values.shape, hint="vals")
+        values = b.reshape(b.bcast(values, full), dest.shape[:axis] + (index.numel,)
+                           + dest.shape[axis + 1:], hint="vals")
+        index = b.reshape(index, (index.numel,), hint="pos")
+    index = _positions(b, index)
     n = dest.shape[axis]
     wrapped = b.ew("where", b.ew("lt", index, 0, hint="neg"), b.ew("add", index, n, hint="wrap"),
                    index, hint="pos")
-    values = a["values"]            # (a.values is the dict method)
     if values.rank < dest.rank:             # torch broadcasts values against the indexed shape
         values = b.reshape(values, (1,) * (dest.rank - values.rank) + values.shape, hint="vals")
     if a.accumulate:
         return index_put_accumulate(b, dest, axis, wrapped, values)
     return scatter(b, dest, axis, wrapped, values)
+
+
+@rule("aten.scatter")
+def scatter_along(b, a):
+    """torch.scatter(self, dim, index, src or value): out[.., index[.., k, ..], ..] = src[.., k,
+    ..] (a one-hot gradient: cross-entropy's backward). Each of the K positions index holds along
+    `dim` is one select over self (a later k wins a repeated position; torch leaves which one
+    undefined); index must span self in the other dims."""
+    x, index, dim = a.self, a.index, norm_axis(a.dim, a.self.rank) if a.self.rank else 0
+    if a.get("reduce") is not None:
+        raise UnsupportedOp("aten.scatter (with reduce=)")
+    if x.rank == 0 or index.numel == 0:
+        return x if index.numel == 0 else b.reshape(b.cast(a.src if "src" in a else
+                                                           b.full((), a.value, x.dtype), x.dtype), ())
+    K = index.shape[dim]
+    if any(index.shape[k] != x.shape[k] for k in range(x.rank) if k != dim) or K > 16:
+        raise UnsupportedOp(f"aten.scatter (an index of shape {index.shape} into {x.shape}: only "
+                            f"one spanning the other dims, at most 16 along dim {dim})")
+    src = b.cast(a.src, x.dtype) if "src" in a else None
+    pos, out = b.iota(x.shape, dim, hint="pos"), x
+    for k in range(K):
+        at = tuple(Const(k) if d == dim else Var(f"i{d}") for d in range(x.rank))
+        where_k = b.index_map(b.cast(index, "i64"), x.shape, at, hint=f"index{k}")
+        value = b.index_map(src, x.shape, at, hint=f"src{k}") if src is not None else a.value
+        out = b.ew("where", b.ew("eq", pos, where_k, hint=f"hit{k}"), value, out, dtype=x.dtype,
+                   hint="scattered")
+    return out

@@ -13,11 +13,7 @@ import strata  # noqa: F401  (registers the backend when no entry point is insta
 from strata import check
 from strata.errors import StrataError, UnsupportedOp
 from strata import dynamo_backend
-from strata.dynamo_backend import (
-    StrataFallbackWarning,
-    StrataNoGradWarning,
-    UnsupportedGraph,
-)
+from strata.dynamo_backend import StrataFallbackWarning, UnsupportedGraph
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,13 +124,18 @@ def test_weights_are_packed_once_and_again_when_changed(_fresh_dynamo, monkeypat
 
 
 def test_rms_norm_matches_eager_with_options(_fresh_dynamo):
+    """Where autograd is on (the weight requires grad) forward and backward both run on the
+    simulator; the weight's gradient is eager's."""
     model = RMSNorm(48)
     x = torch.randn(2, 6, 48)
-    with pytest.warns(StrataNoGradWarning, match="inference only"):
-        out = torch.compile(model, backend="strata", options={"device": "sim", "knobs": {}})(x)
-    assert len(_fresh_dynamo) == 1
-    assert out.requires_grad           # its backward raises NoBackward (tests/test_autograd.py)
+    out = torch.compile(model, backend="strata", options={"device": "sim", "knobs": {}})(x)
+    assert len(_fresh_dynamo) == 2 and all(c.device == "sim" for c in _fresh_dynamo)
     _assert_matches("rmsnorm", out.detach(), model, (x,), contraction=False)
+    out.sum().backward()
+    got = model.weight.grad.clone()
+    model.weight.grad = None
+    model(x).sum().backward()
+    assert torch.allclose(got, model.weight.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_graph_break_compiles_each_graph(_fresh_dynamo):
