@@ -37,10 +37,10 @@ import torch
 from .api import Program, check_device, on_device
 from .context import Context
 from .errors import StrataError, UnsupportedOp
+from .dynamo_programs import CompiledGraph
 from .frontend.capture import capture
-from .frontend.dynamo_graph import (CompiledGraph, SpecialisedGraph, args_key, concrete,
-                                    count_ops, is_dynamic, mutated_weights,
-                                    placeholder_names, weight_positions)
+from .frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
+                                    mutated_weights, placeholder_names, weight_positions)
 from .frontend.dynamo_key import graph_key
 from .pipeline import lower_torch_program
 from .tensor.decompose import supported_ops
@@ -120,7 +120,7 @@ def _forward_and_backward(gm, example_inputs, opts):
     the backward saves (its default partition), and a backward graph; strata compiles each as it
     compiles an inference graph, here from zeros of the traced shapes (AOTAutograd traces with
     fake tensors). All their inputs are inputs: parameters change at every optimizer step."""
-    from functorch.compile import make_boxed_func
+    from torch._functorch._aot_autograd.utils import make_boxed_func
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch import config as functorch_config

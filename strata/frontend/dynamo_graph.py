@@ -1,7 +1,7 @@
 """A dynamo FX graph as a module strata can capture (torch.compile's backend, dynamo_backend.py):
-its non-tensor inputs fixed, its placeholders named readably, its output structure recorded and
-rebuilt around a Program's outputs, and the inputs dynamo marked static (a module's parameters
-and buffers) made the program's weights.
+its non-tensor inputs fixed, its placeholders named readably, its output structure recorded (to
+be rebuilt around a Program's outputs, dynamo_programs.py), and the inputs dynamo marked static
+(a module's parameters and buffers) made the program's weights.
 
 Why re-export: dynamo's graph holds torch-level calls (torch.relu, F.linear) with every parameter
 and buffer lifted to a graph input. Exporting that GraphModule with torch.export (capture.py,
@@ -10,7 +10,6 @@ source lines kept as provenance.
 """
 from __future__ import annotations
 
-import copy
 import re
 
 import torch
@@ -120,79 +119,6 @@ class SpecialisedGraph(nn.Module):
                 plan.append(("out", k))
         self.plan.leaves, self.plan.spec = plan, spec
         return tuple(computed)
-
-
-class CompiledGraph:
-    """One Program and how to rebuild dynamo's output structure around its outputs.
-
-    weights: position -> program weight name of the inputs compiled as weights. They are packed
-    once; a call whose weight has another version (an optimizer step, load_state_dict,
-    `w.add_(1)` under no_grad) hands it to the program again first, so nothing runs stale. A call
-    with other weight tensors altogether (dynamo traces nn.Linear.forward once for every Linear,
-    the parameters its inputs: regional compilation of a repeated block) runs a program of their
-    own, made once (Program.with_weights: the kernels are not rebuilt), so the modules' calls
-    never pack each other's weights. A program keeps the weights it was given alive, so a new
-    tensor cannot take an old one's address. (A write through `w.data` bumps no version: as for
-    autograd, it is not seen.)"""
-
-    SETS = 64          # weight sets kept per graph (the oldest other one is dropped beyond)
-
-    def __init__(self, program, plan, slots, device, weights=None, args=()):
-        self.plan, self.slots, self.device = plan, slots, device
-        self.weights = weights if program is not None and weights else {}
-        # shared with moved() twins: the program in use, the stamp of the weights it holds, and
-        # the programs of the other weight sets met, by their tensors' addresses
-        self.state = {"program": program, "stamp": self._stamp(args) if self.weights else None,
-                      "others": {}}
-
-    @property
-    def program(self):
-        return self.state["program"]
-
-    def _stamp(self, args) -> list:
-        return [(args[i].data_ptr(), args[i]._version) for i in self.weights]
-
-    def _use_weights(self, args, stamp) -> None:
-        st, given = self.state, {name: args[i] for i, name in self.weights.items()}
-        program, held = st["program"], st["stamp"]
-        if [p for p, _ in stamp] != [p for p, _ in held]:        # other tensors
-            others = st["others"]
-            others[tuple(p for p, _ in held)] = (program, held)
-            program, held = others.pop(tuple(p for p, _ in stamp), (None, stamp))
-            program = program or st["program"].with_weights(given)
-            while len(others) >= self.SETS:
-                others.pop(next(iter(others)))
-        if stamp != held:                                        # updated in place since
-            program.set_weights({name: given[name] for name, now, then in zip(
-                self.weights.values(), stamp, held) if now != then})
-        st["program"], st["stamp"] = program, stamp
-
-    def moved(self, old: list[int], new: list[int]) -> CompiledGraph:
-        """The same program for another graph (dynamo_key.py), whose k-th tensor input is at
-        position new[k] where this graph's is at old[k]."""
-        at = dict(zip(old, new))
-        twin = copy.copy(self)
-        twin.slots = [at[i] for i in self.slots]
-        twin.weights = {at[i]: name for i, name in self.weights.items()}
-        twin.plan = OutputPlan()
-        twin.plan.spec = self.plan.spec
-        twin.plan.leaves = [(kind, at[v]) if kind == "input" else (kind, v)
-                            for kind, v in self.plan.leaves]
-        return twin
-
-    def __call__(self, args):
-        if self.weights and (stamp := self._stamp(args)) != self.state["stamp"]:
-            self._use_weights(args, stamp)
-        tensors = [args[i] for i in self.slots]
-        flat = self.program.run_flat(tensors) if self.program is not None else []
-        if self.device == "sim" and tensors and tensors[0].device.type != "cpu":
-            flat = [t.to(tensors[0].device) for t in flat]
-        if self.plan.leaves == [("out", k) for k in range(len(flat))] and \
-                self.plan.spec.type is tuple:       # dynamo's usual (out, ...): nothing to place
-            return tuple(flat)
-        leaves = [flat[v] if kind == "out" else args[v] if kind == "input" else v
-                  for kind, v in self.plan.leaves]
-        return pytree.tree_unflatten(leaves, self.plan.spec)
 
 
 def mutated_weights(torch_program) -> set[str]:
