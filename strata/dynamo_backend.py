@@ -135,9 +135,24 @@ def _forward_and_backward(gm, example_inputs, opts):
         return make_boxed_func(graph)
     # the backward compiled now too, not at the first backward: an op strata lacks is named at
     # compile time, as for an inference graph
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in _SDPA:
+            n.target = _sdpa_as_math
+    gm.recompile()
     with functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                             decompositions=core_aten_decompositions())(gm, example_inputs)
+
+
+def _sdpa_as_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                  enable_gqa=False):
+    """SDPA as its math (matmuls and a softmax) in a graph to train: the fused CPU kernel's own
+    backward op is one strata has no rule for; the math's backward is plain ops."""
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+_SDPA = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 
 
 def register() -> None:

@@ -73,6 +73,34 @@ def test_one_steps_gradients_pass_the_float64_check(compiled):
         assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
 
 
+class CausalSelfAttention(nn.Module):
+    """F.scaled_dot_product_attention, causal, with grouped KV heads: on the CPU torch runs it as
+    a fused kernel whose backward op strata has no rule for; the backend trains its math."""
+
+    def __init__(self, dim=32, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.d)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.d).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, self.d).permute(2, 0, 3, 1, 4)
+        o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o(o.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_causal_sdpa_trains_as_eager_does(compiled):
+    torch.manual_seed(2)
+    model = CausalSelfAttention()
+    batch = (torch.randn(2, 9, 32), torch.randn(2, 9, 32))
+    got, want = _train_both(model, batch, _mse)
+    assert len(compiled) == 2
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
+
+
 def test_a_tiny_llama_trains_as_eager_does(compiled):
     pytest.importorskip("transformers")
     sys.path.insert(0, str(REPO / "tests" / "models"))

@@ -1,0 +1,143 @@
+"""`python -m strata.bench.train --device cpu`: one training step (forward, backward, AdamW) of
+the op suite's TinyLlama-shaped modules, eager against torch.compile with Inductor and with
+strata's backend (issue 58), on the CPU, interleaved in one run.
+
+    python -m strata.bench.train --device cpu
+    python -m strata.bench.train --device cpu --ops mlp --seq 64 --rounds 9
+
+A step is `loss = module(*inputs).float().pow(2).mean(); loss.backward(); opt.step();
+opt.zero_grad()` with torch.optim.AdamW (the optimizer itself runs eagerly in every variant).
+Each variant trains its own copy of the same weights; the last step's losses are compared
+(they must agree within 1e-3 relative, else the row says so). tokens/s = tokens per step / the
+median step. Markdown under --out, named with CPU class and date.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import progress
+from ..command import guarded
+from ..errors import StrataError
+from . import cases as C
+from .env import collect_cpu_env, cpu_class, slug
+from .threads_option import use_threads
+
+VARIANTS = ("eager", "inductor", "strata")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m strata.bench.train",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cpu",), default="cpu", help="cpu (the only one yet)")
+    p.add_argument("--ops", default="mlp,decoder_block", help="op suite modules (default "
+                                                              "mlp,decoder_block)")
+    p.add_argument("--seq", type=int, default=128, help="tokens per step (default 128)")
+    p.add_argument("--dtype", default="f32", help="f32 (bf16 training is not measured yet)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds (default 5)")
+    p.add_argument("--threads", type=int, default=None, help="torch's and strata's threads")
+    p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+def measure(case, rounds: int, say) -> dict:
+    """{variant: (median step s, last loss)}; a variant that fails is (None, its reason)."""
+    import torch
+    torch._dynamo.reset()
+    module, inputs = case.build("cpu")
+    module.requires_grad_(True).train()
+    runs = {}
+    for name in VARIANTS:
+        m = copy.deepcopy(module)
+        fn = m if name == "eager" else torch.compile(
+            m, backend="strata" if name == "strata" else "inductor", dynamic=False)
+        runs[name] = (fn, torch.optim.AdamW(m.parameters(), lr=1e-4))
+
+    def step(name) -> tuple[float, float]:
+        fn, opt = runs[name]
+        t0 = time.perf_counter()
+        loss = fn(*inputs).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter() - t0, loss.item()
+    out, times = {}, {name: [] for name in VARIANTS}
+    for name in VARIANTS:
+        say(f"{case.name}: first step with {name} (compiles)")
+        try:
+            step(name)
+        except Exception as e:  # noqa: BLE001 - a failing variant is a row, the run goes on
+            out[name] = (None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    for r in range(rounds):
+        for name in VARIANTS:
+            if name in out:
+                continue
+            say(f"{case.name}: round {r + 1} of {rounds}, {name}")
+            dt, loss = step(name)
+            times[name].append((dt, loss))
+    for name in VARIANTS:
+        if name not in out:
+            out[name] = (statistics.median(t for t, _ in times[name]), times[name][-1][1])
+    return out
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+    def command() -> int:
+        import torch
+        ops = C.parse_list(args.ops, tuple(C.OPS), "op")
+        if args.dtype != "f32":
+            raise StrataError(f"--dtype {args.dtype}: only f32 training is measured yet")
+        if args.seq < 1 or args.rounds < 1:
+            raise StrataError("--seq and --rounds must be at least 1")
+        use_threads(args.threads)
+        env = collect_cpu_env(torch.get_num_threads())
+        head = ["case", *(f"{v} tokens/s" for v in VARIANTS), "strata / eager",
+                "strata / Inductor", "last losses agree"]
+        body = []
+        with progress.status("starting") as status:
+            for case in C.cases(("tinyllama",), [args.seq], ["f32"], ops):
+                res = measure(case, args.rounds, status.update)
+                rate = {n: args.seq / t if t else None for n, (t, _) in res.items()}
+                ok = [res[n][1] for n in VARIANTS if rate[n]]
+                agree = all(abs(a - ok[0]) <= 1e-3 * abs(ok[0]) for a in ok)
+                ratio = [f"{rate['strata'] / rate[n]:.2f}x" if rate["strata"] and rate[n] else "-"
+                         for n in ("eager", "inductor")]
+                body.append([case.name, *(f"{rate[n]:.1f}" if rate[n] else res[n][1] for n in VARIANTS),
+                             *ratio, "yes" if agree else "NO"])
+        t = Table(title=f"one training step, AdamW ({env.device}, median of {args.rounds} rounds)")
+        for h in head:
+            t.add_column(h, justify="left" if h == "case" else "right")
+        for r in body:
+            t.add_row(*r)
+        console.print(t)
+        lines = ["# One training step through torch.compile: eager, Inductor, strata", "",
+                 f"- device: {env.device}", f"- date: {env.date}",
+                 f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
+                 f"- {args.seq} tokens per step, AdamW, median of {args.rounds} interleaved rounds; "
+                 f"`python -m strata.bench.train --ops {args.ops} --seq {args.seq}`", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / (f"train-{slug(env.device)}-{cpu_class()}-"
+                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
+        path.write_text("\n".join(lines) + "\n")
+        console.print(f"wrote {path}")
+        return 0
+    return guarded(command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
