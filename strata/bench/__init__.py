@@ -20,6 +20,11 @@ accuracy verdict first and every speed paired with the measured device ceiling.
     busy.py             `python -m strata.bench.busy`: CPU decode beside busy processes, the
                         default team against fixed thread counts (runtime/threads.py)
     threads_option.py   `--threads N` of the commands and benchmarks (strata's and torch's)
+    generate_compile.py `python -m strata.bench.generate_compile`: transformers' generate through
+                        torch.compile, eager / Inductor / strata, static and dynamic cache
+    backend_overhead.py `python -m strata.bench.backend_overhead`: torch.compile's strata backend
+                        against strata.compile on the suite's projections, MLP, decoder block
+    train.py            `python -m strata.bench.train`: one AdamW step, eager / Inductor / strata
 
 Everything GPU-only is imported lazily: `import strata.bench.*` works on a CPU machine.
 """
