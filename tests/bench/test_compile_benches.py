@@ -1,0 +1,43 @@
+"""The torch.compile benchmarks (generate_compile.py, backend_overhead.py, train.py): their
+argument errors in one sentence, the per-token clock, and a whole short generate run on a tiny
+checkpoint (the report's rows, that ids agree and nothing compiles twice; not its speed)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from strata.bench import backend_overhead, generate_compile as G, train
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+from model_helpers import hf_model, write_checkpoint  # noqa: E402
+
+
+@pytest.mark.parametrize("main,argv,says", [
+    (G.main, ["--cache", "paged"], "--cache 'paged': choose static, dynamic or both"),
+    (G.main, ["--new-tokens", "1"], "--new-tokens 1 is too small"),
+    (train.main, ["--dtype", "bf16"], "only f32 training is measured yet"),
+    (train.main, ["--ops", "conv"], "unknown op 'conv'"),
+    (backend_overhead.main, ["--ops", "conv"], "unknown op 'conv'"),
+])
+def test_bad_arguments_are_one_sentence(main, argv, says, capsys):
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_a_token_is_timed_from_the_streamer():
+    s = G.Stamps()
+    s.times = [0.0, 1.0, 1.5, 2.0, 2.5]          # the prompt, then four tokens 0.5 s apart
+    assert s.per_token_ms() == pytest.approx(500.0)
+
+
+def test_whole_short_generate_run(tmp_path):
+    d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "tiny")
+    assert G.main([str(d), "--dtype", "fp32", "--cache", "static", "--rounds", "1",
+                   "--prompt-len", "4", "--new-tokens", "3", "--out", str(tmp_path / "out")]) == 0
+    [report] = (tmp_path / "out").glob("generate-compile-tiny-fp32-*.md")
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| static |")]
+    assert [r.split(" | ")[1] for r in rows] == ["eager", "inductor", "strata"]
+    assert all(" | yes | " in r for r in rows)                 # ids equal eager's
+    assert rows[1].endswith("| 0 |") and rows[2].endswith("| 0 |")   # nothing compiled again
