@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
 
 from .. import progress
 from ..api import compile as strata_compile
 from ..command import guarded
 from . import cases as C
 from .cpu_bench import interleaved
-from .env import collect_cpu_env, cpu_class, slug
+from .env import collect_cpu_env
+from .table_report import write_report
 from .threads_option import use_threads
 
 OPS = ("qkv_proj", "mlp", "decoder_block")
@@ -63,11 +62,7 @@ def measure(case, rounds: int) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
     def command() -> int:
         import torch
@@ -86,27 +81,13 @@ def main(argv=None) -> int:
                 own = ms[BACKEND] - ms["strata.compile"] - ms[ALONE]
                 body.append([case.name, *(f"{v:.3f}" for v in ms.values()),
                              f"{ms[BACKEND] / ms['strata.compile']:.3f}x", f"{own:+.3f}"])
-        t = Table(title=f"torch.compile(backend='strata') against strata.compile ({env.device}, "
-                        f"median of {args.rounds} interleaved rounds)")
-        for h in head:
-            t.add_column(h, justify="left" if h == "case" else "right")
-        for r in body:
-            t.add_row(*r)
-        console.print(t)
-        lines = ["# torch.compile(backend='strata') against strata.compile", "",
-                 f"- device: {env.device}", f"- date: {env.date}",
-                 f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
-                 f"- median of {args.rounds} interleaved rounds; `python -m "
-                 f"strata.bench.backend_overhead --ops {args.ops} --seq {args.seq} --dtype "
-                 f"{args.dtype}`; above 1.000x the backend is slower", "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r) + " |" for r in body]
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / (f"backend-overhead-{slug(env.device)}-{cpu_class()}-"
-                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
-        path.write_text("\n".join(lines) + "\n")
-        console.print(f"wrote {path}")
+        write_report(head, body, title=f"torch.compile(backend='strata') against strata.compile, "
+                                       f"median of {args.rounds} interleaved rounds",
+                     heading="torch.compile(backend='strata') against strata.compile", env=env,
+                     notes=[f"median of {args.rounds} interleaved rounds; `python -m "
+                            f"strata.bench.backend_overhead --ops {args.ops} --seq {args.seq} "
+                            f"--dtype {args.dtype}`; above 1.000x the backend is slower"],
+                     out=args.out, stem="backend-overhead")
         return 0
     return guarded(command, args.debug)
 

@@ -19,13 +19,17 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 from .. import progress
 from ..command import guarded
 from ..errors import StrataError
+from ..models.build import DTYPES, build
+from ..models.decode import compile_decoder, new_caches
 from ..runtime.threads import THREADS, set_threads
+from .decode import prompt_ids
+from .decode_loops import strata_greedy
+from .env import collect_cpu_env, slug
+from .table_report import write_report
 
 DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 SETTLE_S = 0.5            # a new busy process is spinning before a row starts
@@ -78,10 +82,6 @@ def variants(cores: int) -> dict[str, int | None]:
 
 
 def run(args, say) -> tuple[list[dict], str]:
-    from ..models.build import DTYPES, build
-    from ..models.decode import compile_decoder, new_caches
-    from .decode import prompt_ids
-    from .decode_loops import strata_greedy
     levels = busy_levels(args.busy)
     say(f"building {args.model}")
     built = build(args.model, dtype=args.dtype, materialise=True)
@@ -133,30 +133,11 @@ def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def markdown(rows, what: str, args, env) -> str:
-    head, body = table(rows)
-    lines = [f"# strata decode beside busy processes: {what}", "",
-             f"- device: {env.device}", f"- date: {env.date}",
-             f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
-             f"- {args.dtype}, {args.prompt_len}-token prompt, {args.new_tokens} new tokens, "
-             f"{args.rounds} interleaved rounds (medians); `python -m strata.bench.busy "
-             f"{args.model} --busy {args.busy}`", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
     def command() -> int:
         import torch
-
-        from .env import collect_cpu_env, cpu_class, slug
         busy_levels(args.busy)
         for flag, value in (("--prompt-len", args.prompt_len), ("--new-tokens", args.new_tokens),
                             ("--rounds", args.rounds)):
@@ -166,19 +147,13 @@ def main(argv=None) -> int:
         with progress.status("starting") as status:
             rows, what = run(args, status.update)
         head, body = table(rows)
-        t = Table(title=f"{what}: decode tokens/s beside busy processes ({env.device})")
-        for h in head:
-            t.add_column(h, justify="right")
-        for r in body:
-            t.add_row(*r)
-        console.print(t)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        name = args.model.rstrip("/").split("/")[-1]
-        path = out / (f"busy-{slug(name)}-{args.dtype}-{slug(env.device)}-{cpu_class()}-"
-                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
-        path.write_text(markdown(rows, what, args, env))
-        console.print(f"wrote {path}")
+        name = slug(args.model.rstrip("/").split("/")[-1])
+        write_report(head, body, title=f"{what}: decode tokens/s beside busy processes",
+                     heading=f"strata decode beside busy processes: {what}", env=env, notes=[
+                         f"{args.dtype}, {args.prompt_len}-token prompt, {args.new_tokens} new "
+                         f"tokens, {args.rounds} interleaved rounds (medians); `python -m "
+                         f"strata.bench.busy {args.model} --busy {args.busy}`"],
+                     out=args.out, stem=f"busy-{name}-{args.dtype}")
         return 0
     return guarded(command, args.debug)
 

@@ -20,12 +20,13 @@ import copy
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 from .. import progress
 from ..command import guarded
 from ..errors import StrataError
+from ..models.build import build
+from .env import collect_cpu_env, slug
+from .table_report import write_report
 from .threads_option import use_threads
 
 DEFAULT_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
@@ -82,7 +83,6 @@ class Counted:
 
 
 def build_model(args):
-    from ..models.build import build
     built = build(args.model, dtype=args.dtype, materialise=True)
     lm = built.model.eval()
     if args.layers is not None:
@@ -151,31 +151,11 @@ def table(results: dict) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def markdown(results, what: str, args, env) -> str:
-    head, body = table(results)
-    layers = f", first {args.layers} layers" if args.layers else ""
-    lines = [f"# transformers' generate through torch.compile: {what}{layers}", "",
-             f"- device: {env.device}", f"- date: {env.date}",
-             f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
-             f"- {args.dtype}, {args.prompt_len}-token prompt, {args.new_tokens} new tokens, "
-             f"{args.rounds} interleaved rounds (medians), `model.forward = torch.compile("
-             f"model.forward, backend=...)` then `generate`", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
     def command() -> int:
         import torch
-
-        from .env import collect_cpu_env, cpu_class, slug
         caches = [c.strip() for c in args.cache.split(",") if c.strip()]
         if not caches or set(caches) - {"static", "dynamic"}:
             raise StrataError(f"--cache {args.cache!r}: choose static, dynamic or both")
@@ -191,19 +171,15 @@ def main(argv=None) -> int:
                 results[cache] = run(args, cache, status.update)
                 what = results[cache].pop("what")
         head, body = table(results)
-        t = Table(title=f"{what}: generate through torch.compile ({env.device})")
-        for h in head:
-            t.add_column(h, justify="right")
-        for r in body:
-            t.add_row(*r)
-        console.print(t)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        name = args.model.rstrip("/").split("/")[-1]
-        path = out / (f"generate-compile-{slug(name)}-{args.dtype}-{slug(env.device)}-{cpu_class()}-"
-                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
-        path.write_text(markdown(results, what, args, env))
-        console.print(f"wrote {path}")
+        layers = f", first {args.layers} layers" if args.layers else ""
+        write_report(head, body, title=f"{what}: generate through torch.compile",
+                     heading=f"transformers' generate through torch.compile: {what}{layers}",
+                     env=env, notes=[
+                         f"{args.dtype}, {args.prompt_len}-token prompt, {args.new_tokens} new "
+                         f"tokens, {args.rounds} interleaved rounds (medians), `model.forward = "
+                         f"torch.compile(model.forward, backend=...)` then `generate`"],
+                     out=args.out, stem=f"generate-compile-"
+                                        f"{slug(args.model.rstrip('/').split('/')[-1])}-{args.dtype}")
         return 0
     return guarded(command, args.debug)
 

@@ -18,14 +18,13 @@ import copy
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 from .. import progress
 from ..command import guarded
 from ..errors import StrataError
 from . import cases as C
-from .env import collect_cpu_env, cpu_class, slug
+from .env import collect_cpu_env
+from .table_report import write_report
 from .threads_option import use_threads
 
 VARIANTS = ("eager", "inductor", "strata")
@@ -88,11 +87,7 @@ def measure(case, rounds: int, say) -> dict:
 
 
 def main(argv=None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
     def command() -> int:
         import torch
@@ -116,25 +111,12 @@ def main(argv=None) -> int:
                          for n in ("eager", "inductor")]
                 body.append([case.name, *(f"{rate[n]:.1f}" if rate[n] else res[n][1] for n in VARIANTS),
                              *ratio, "yes" if agree else "NO"])
-        t = Table(title=f"one training step, AdamW ({env.device}, median of {args.rounds} rounds)")
-        for h in head:
-            t.add_column(h, justify="left" if h == "case" else "right")
-        for r in body:
-            t.add_row(*r)
-        console.print(t)
-        lines = ["# One training step through torch.compile: eager, Inductor, strata", "",
-                 f"- device: {env.device}", f"- date: {env.date}",
-                 f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
-                 f"- {args.seq} tokens per step, AdamW, median of {args.rounds} interleaved rounds; "
-                 f"`python -m strata.bench.train --ops {args.ops} --seq {args.seq}`", "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r) + " |" for r in body]
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / (f"train-{slug(env.device)}-{cpu_class()}-"
-                      f"{datetime.now(timezone.utc):%Y-%m-%d-%H%M}.md")
-        path.write_text("\n".join(lines) + "\n")
-        console.print(f"wrote {path}")
+        write_report(head, body, title=f"one training step, AdamW, median of {args.rounds} rounds",
+                     heading="One training step through torch.compile: eager, Inductor, strata",
+                     env=env, notes=[f"{args.seq} tokens per step, AdamW, median of {args.rounds} "
+                                     f"interleaved rounds; `python -m strata.bench.train --ops "
+                                     f"{args.ops} --seq {args.seq}`"],
+                     out=args.out, stem="train")
         return 0
     return guarded(command, args.debug)
 
