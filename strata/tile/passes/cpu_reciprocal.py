@@ -22,11 +22,10 @@ def cpu_reciprocal(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode is not Mode.ROWS:
         return k
     sums, out, made = {}, [], []
+    inverse: dict = {}      # sum -> its reciprocal, made once before the first loop dividing by it
     for s in k.body:
         if isinstance(s, Loop):
-            inverse = {}
-
-            def fn(x, inverse=inverse):
+            def fn(x):
                 d = x.value.args[1] if isinstance(x, Let) and isinstance(x.value, Op) \
                     and x.value.op == "divide" else None
                 if not isinstance(d, Var) or d.name not in sums:
@@ -34,9 +33,10 @@ def cpu_reciprocal(k: TileKernel, ctx: Context) -> TileKernel:
                 inv = inverse.setdefault(d.name, Var(f"{d.name}_inv", d.dtype))
                 return Let(x.var, call("multiply", x.value.args[0], inv))
             s = replace(s, body=map_body(s.body, fn))
-            out += [Let(inv.name, call("divide", Const(1.0, inv.dtype), Var(n, inv.dtype)))
-                    for n, inv in inverse.items()]
-            made += [n for n in inverse]
+            out += [Let(inverse[n].name, call("divide", Const(1.0, inverse[n].dtype),
+                                              Var(n, inverse[n].dtype)))
+                    for n in inverse if n not in made]
+            made += [n for n in inverse if n not in made]
             sums.update({a.acc: a.dtype for a in s.accs if a.op == "sum" and dtypes.is_float(a.dtype)})
         out.append(s)
     if not made:
