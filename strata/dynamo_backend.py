@@ -38,6 +38,7 @@ from .api import Program, check_device, on_device
 from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .dynamo_programs import CompiledGraph
+from .dynamo_training import forward_and_backward, training
 from .frontend.capture import capture
 from .frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
                                     mutated_weights, placeholder_names, weight_positions)
@@ -102,57 +103,17 @@ def strata_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     and ignored (strata has one schedule heuristic; knobs pin the rest)."""
     opts = options_of(options)
     if training(example_inputs):
-        return _forward_and_backward(gm, example_inputs, opts)
+        return forward_and_backward(gm, example_inputs, lambda g, inputs: _first_entry(g, inputs, opts))
     graph = StrataGraph(gm, opts)
     entry = graph.entry([concrete(a) for a in example_inputs])
     return gm.forward if isinstance(entry, _Eager) else graph
 
 
-def training(example_inputs) -> bool:
-    """Whether dynamo's graph is traced for a backward: autograd on, and an input (a parameter,
-    usually) that requires grad."""
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
-
-
-def _forward_and_backward(gm, example_inputs, opts):
-    """AOTAutograd splits the graph into a forward graph, whose outputs include the activations
-    the backward saves (its default partition), and a backward graph; strata compiles each as it
-    compiles an inference graph, here from zeros of the traced shapes (AOTAutograd traces with
-    fake tensors). All their inputs are inputs: parameters change at every optimizer step."""
-    from torch._functorch._aot_autograd.utils import make_boxed_func
-    from torch._decomp import core_aten_decompositions
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch import config as functorch_config
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    def compile_graph(g, inputs):
-        with unset_fake_temporarily():
-            zeros = [torch.zeros(a.shape, dtype=a.dtype, device=a.device)
-                     if isinstance(a, torch.Tensor) else concrete(a) for a in inputs]
-            graph = StrataGraph(g, opts)
-            graph.entry(zeros)
-        return make_boxed_func(graph)
-    # the backward compiled now too, not at the first backward: an op strata lacks is named at
-    # compile time, as for an inference graph
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target in _SDPA:
-            n.target = _sdpa_as_math
-    gm.recompile()
-    with functorch_config.patch(force_non_lazy_backward_lowering=True):
-        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
-                            decompositions=core_aten_decompositions())(gm, example_inputs)
-
-
-def _sdpa_as_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-                  enable_gqa=False):
-    """SDPA as its math (matmuls and a softmax) in a graph to train: the fused CPU kernel's own
-    backward op is one strata has no rule for; the math's backward is plain ops."""
-    return torch.ops.aten._scaled_dot_product_attention_math(
-        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-_SDPA = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
+def _first_entry(g, inputs, opts) -> StrataGraph:
+    """A StrataGraph for an AOTAutograd graph, its program compiled now for `inputs`."""
+    graph = StrataGraph(g, opts)
+    graph.entry(inputs)
+    return graph
 
 
 def register() -> None:

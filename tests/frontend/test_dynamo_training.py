@@ -101,6 +101,43 @@ def test_causal_sdpa_trains_as_eager_does(compiled):
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
 
 
+def test_a_small_cnn_trains_as_eager_does(compiled):
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    batch = (torch.randn(4, 3, 11, 10), torch.randint(0, 4, (4,)))
+    got, want = _train_both(model, batch, lambda run, b: nn.functional.cross_entropy(run(b[0]), b[1]))
+    assert len(compiled) == 2
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
+
+
+@pytest.mark.parametrize("conv", [
+    nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2),
+    nn.Conv1d(3, 5, 4, stride=3, padding=2),
+    nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1),
+], ids=["conv2d-strided-dilated-grouped", "conv1d", "conv-transpose-input-grad"])
+def test_convolution_gradients_pass_the_float64_check(conv, compiled):
+    """convolution_backward as convolutions (strata/dynamo_training.py); a transposed
+    convolution's weight gradient is not decomposed, so only its input's gradient is asked."""
+    torch.manual_seed(4)
+    x = torch.randn(2, conv.in_channels, *((9, 8) if isinstance(conv, nn.Conv2d) else
+                                           (13,) if isinstance(conv, nn.Conv1d) else (5, 4)),
+                    requires_grad=True)
+    transposed = isinstance(conv, nn.ConvTranspose2d)
+    conv.requires_grad_(not transposed)
+    torch.compile(conv, backend="strata")(x).pow(2).sum().backward()
+    ref = copy.deepcopy(conv).double()
+    xd = x.detach().double().requires_grad_(True)
+    ref(xd).pow(2).sum().backward()
+    pairs = [("input", x.grad, xd.grad)]
+    if not transposed:
+        pairs += [(n, p.grad, r.grad) for (n, p), r in zip(conv.named_parameters(), ref.parameters())]
+    for name, g, r in pairs:
+        res = check.compare(name, "f32", g.numpy(), r.numpy(), check.tolerance("f32", True))
+        assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
+
+
 def test_a_tiny_llama_trains_as_eager_does(compiled):
     pytest.importorskip("transformers")
     sys.path.insert(0, str(REPO / "tests" / "models"))

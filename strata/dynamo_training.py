@@ -1,0 +1,94 @@
+"""Training through `torch.compile(model, backend="strata")` (dynamo_backend.py): AOTAutograd
+splits a graph traced with autograd on into a forward graph, whose outputs include the
+activations the backward saves (its default partition), and a backward graph; strata compiles
+each as it compiles an inference graph, both at compile time, so an op either lacks is named
+before any step. The optimizer step runs as the user wrote it.
+
+What the backward needs beyond AOTAutograd's core ATen decompositions is here: SDPA traced as
+its math (the fused CPU kernel's backward op has no strata rule) and convolution's backward as
+convolutions (torch has no decomposition of it for the CPU).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def training(example_inputs) -> bool:
+    """Whether dynamo's graph is traced for a backward: autograd on, and an input (a parameter,
+    usually) that requires grad."""
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+
+
+def forward_and_backward(gm, example_inputs, compile_graph):
+    """AOTAutograd over `gm`; compile_graph(graph, inputs) -> a callable of the graph's inputs
+    compiles each of the two graphs, here from zeros of the traced shapes (AOTAutograd traces
+    with fake tensors). Every input is an input, parameters too: they change at every step."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.utils import make_boxed_func
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def compile_now(g, inputs):
+        with unset_fake_temporarily():
+            zeros = [torch.zeros(a.shape, dtype=a.dtype, device=a.device)
+                     if isinstance(a, torch.Tensor) else a for a in inputs]
+            return make_boxed_func(compile_graph(g, zeros))
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in _SDPA:
+            n.target = sdpa_as_math
+    gm.recompile()
+    table = {**core_aten_decompositions(), aten.convolution_backward.default: convolution_backward}
+    # the backward compiled now too, not at the first backward
+    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+        return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
+                            decompositions=table)(gm, example_inputs)
+
+
+def sdpa_as_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                 enable_gqa=False):
+    """SDPA as its math (matmuls and a softmax) in a graph to train: the math's backward is
+    plain ops."""
+    return aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+_SDPA = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
+
+
+def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    """(grad_input, grad_weight, grad_bias) of a convolution as convolutions: the input's is
+    the transposed convolution of grad by w (an output padding restores the input's size); the
+    weight's, per group, is x convolved with grad as the kernel (batch and channels swapped;
+    stride and dilation trade places), cut to the kernel's size. A transposed convolution's
+    weight gradient is left to torch's op (strata names it unsupported)."""
+    if transposed and output_mask[1]:
+        return NotImplemented
+    n = x.dim() - 2
+    k = w.shape[2:]
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        if transposed:
+            grad_input = aten.convolution(grad, w, None, stride, padding, dilation, False,
+                                          [0] * n, groups)
+        else:
+            extra = [x.shape[2 + i] + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1
+                     - (grad.shape[2 + i] - 1) * stride[i] for i in range(n)]
+            grad_input = aten.convolution(grad, w, None, stride, padding, dilation, True,
+                                          extra, groups)
+    if output_mask[1]:
+        per_in, per_out = x.shape[1] // groups, grad.shape[1] // groups
+        parts = []
+        for g in range(groups):
+            xg = x[:, g * per_in:(g + 1) * per_in].transpose(0, 1)
+            dg = grad[:, g * per_out:(g + 1) * per_out].transpose(0, 1)
+            wg = aten.convolution(xg, dg, None, dilation, padding, stride, False, [0] * n, 1)
+            parts.append(wg.transpose(0, 1)[(..., *(slice(0, k[i]) for i in range(n)))])
+        grad_weight = parts[0] if groups == 1 else torch.cat(parts, 0)
+    if output_mask[2]:
+        grad_bias = grad.sum([0, *range(2, grad.dim())])
+    return grad_input, grad_weight, grad_bias
