@@ -31,32 +31,20 @@ def forward_and_backward(gm, example_inputs, compile_graph):
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.utils import make_boxed_func
     from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def compile_now(g, inputs):
         with unset_fake_temporarily():
             zeros = [torch.zeros(a.shape, dtype=a.dtype, device=a.device)
                      if isinstance(a, torch.Tensor) else a for a in inputs]
             return make_boxed_func(compile_graph(g, zeros))
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target in _SDPA:
-            n.target = sdpa_as_math
-    gm.recompile()
     table = {**core_aten_decompositions(), aten.convolution_backward.default: convolution_backward}
-    # the backward compiled now too, not at the first backward
-    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+    # SDPA traced as its math (F.multi_head_attention_forward's call too); the backward
+    # compiled now, not at the first backward
+    with sdpa_kernel(SDPBackend.MATH), \
+            functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
                             decompositions=table)(gm, example_inputs)
-
-
-def sdpa_as_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-                 enable_gqa=False):
-    """SDPA as its math (matmuls and a softmax) in a graph to train: the math's backward is
-    plain ops."""
-    return aten._scaled_dot_product_attention_math(
-        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-_SDPA = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 
 
 def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,

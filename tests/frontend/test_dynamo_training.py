@@ -107,7 +107,7 @@ def test_a_small_cnn_trains_as_eager_does(compiled):
                           nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
     batch = (torch.randn(4, 3, 11, 10), torch.randint(0, 4, (4,)))
-    got, want = _train_both(model, batch, lambda run, b: nn.functional.cross_entropy(run(b[0]), b[1]))
+    got, want = _train_both(model, batch, _classify)
     assert len(compiled) == 2
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
 
@@ -138,6 +138,39 @@ def test_convolution_gradients_pass_the_float64_check(conv, compiled):
         assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
 
 
+class TinyViT(nn.Module):
+    """Patches by a strided convolution, a class token, two pre-norm encoder layers
+    (nn.MultiheadAttention: torch calls its SDPA inside F.multi_head_attention_forward)."""
+
+    def __init__(self, dim=32, patch=4, classes=5):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
+        self.blocks = nn.Sequential(*[nn.TransformerEncoderLayer(
+            dim, 4, 64, dropout=0.0, batch_first=True, norm_first=True, activation="gelu")
+            for _ in range(2)])
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(t.shape[0], -1, -1), t], 1) + self.pos
+        return self.head(self.norm(self.blocks(t))[:, 0])
+
+
+def _classify(run, batch):
+    return nn.functional.cross_entropy(run(batch[0]), batch[1])
+
+
+def test_a_tiny_vit_trains_as_eager_does(compiled):
+    torch.manual_seed(5)
+    model = TinyViT()
+    batch = (torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,)))
+    got, want = _train_both(model, batch, _classify)
+    assert len(compiled) == 2
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
+
+
 def test_a_tiny_llama_trains_as_eager_does(compiled):
     pytest.importorskip("transformers")
     sys.path.insert(0, str(REPO / "tests" / "models"))
@@ -154,3 +187,38 @@ def test_a_backward_op_strata_lacks_is_named_at_compile_time():
     x = torch.randn(1, 1, 4, 6, requires_grad=True)
     with pytest.raises(Exception, match=r"unsupported op aten\.max_pool2d_with_indices_backward"):
         torch.compile(lambda x: nn.functional.max_pool2d(x, 2).sum(), backend="strata")(x)
+
+
+def _cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+
+def _llama():
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(REPO / "tests" / "models"))
+    from model_helpers import hf_model
+    return hf_model("llama").train()
+
+
+@pytest.mark.parametrize("name", ["cnn", "vit", "llama"])
+def test_the_models_gradients_pass_the_float64_check(name, compiled):
+    """One backward of each done-when model: every parameter's gradient against float64 eager,
+    at docs/design.md's fp32 tolerance."""
+    torch.manual_seed(6)
+    model = {"cnn": _cnn, "vit": TinyViT, "llama": _llama}[name]()
+    if name == "llama":
+        ids = torch.randint(0, model.config.vocab_size, (2, 12))
+        loss_of = lambda m, b: m(ids, labels=ids, use_cache=False).loss    # noqa: E731
+        batch, batch64 = None, None
+    else:
+        x = torch.randn(4, 3, 16, 16) if name == "vit" else torch.randn(4, 3, 11, 10)
+        y = torch.randint(0, 5 if name == "vit" else 4, (4,))
+        loss_of, batch, batch64 = _classify, (x, y), (x.double(), y)
+    ref = copy.deepcopy(model).double()
+    loss_of(torch.compile(model, backend="strata"), batch).backward()
+    loss_of(ref, batch64).backward()
+    for (pname, p), r in zip(model.named_parameters(), ref.parameters()):
+        res = check.compare(pname, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
+        assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
