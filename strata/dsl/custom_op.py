@@ -31,8 +31,12 @@ _LIBRARIES: dict = {}             # namespace -> torch.library.Library (kept ali
 
 
 def custom_op(name: str, kernel: KernelFunction, *, grid, block, out_shape, out_dtype=None,
-              out: str = "out", constexprs: dict | None = None):
-    """Register `kernel` as the torch operator `name` ("namespace::op"); returns the op."""
+              out: str = "out", constexprs: dict | None = None, backward=None):
+    """Register `kernel` as the torch operator `name` ("namespace::op"); returns the op.
+
+    backward(grad, *args) -> one gradient per argument of the op (None for a scalar or one that
+    needs none): torch ops, other custom ops included. It is the op's autograd formula, eagerly
+    and under torch.compile(backend="strata"), which compiles it into the backward program."""
     if not isinstance(kernel, KernelFunction):
         raise StrataError("st.custom_op takes a @strata.kernel function")
     if "::" not in name:
@@ -45,7 +49,27 @@ def custom_op(name: str, kernel: KernelFunction, *, grid, block, out_shape, out_
     lib.impl(op, spec.eager, "CompositeExplicitAutograd")
     torch.library.register_fake(name, lib=lib)(spec.fake)
     CUSTOM_OPS[f"{ns}.{op}.default"] = spec
+    if backward is not None:
+        _register_backward(name, lib, len(spec.args), backward)
     return getattr(getattr(torch.ops, ns), op)
+
+
+def _register_backward(name: str, lib, n_args: int, backward) -> None:
+    """The op's autograd formula: its tensor arguments saved, backward(grad, *args) called."""
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*(a for a in inputs if isinstance(a, torch.Tensor)))
+        ctx.scalars = {i: a for i, a in enumerate(inputs) if not isinstance(a, torch.Tensor)}
+
+    def formula(ctx, grad):
+        saved = iter(ctx.saved_tensors)
+        args = [ctx.scalars[i] if i in ctx.scalars else next(saved) for i in range(n_args)]
+        grads = backward(grad, *args)
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+        if len(grads) != n_args:
+            raise StrataError(f"the backward of {name} returned {len(grads)} gradients; the op "
+                              f"takes {n_args} arguments (give None for a scalar)")
+        return grads
+    torch.library.register_autograd(name, formula, setup_context=setup_context, lib=lib)
 
 
 class CustomKernel:
