@@ -5,8 +5,9 @@ each as it compiles an inference graph, both at compile time, so an op either la
 before any step. The optimizer step runs as the user wrote it.
 
 What the backward needs beyond AOTAutograd's core ATen decompositions is here: SDPA traced as
-its math (the fused CPU kernel's backward op has no strata rule) and convolution's backward as
-convolutions (torch has no decomposition of it for the CPU).
+its math (the fused CPU kernel's backward op has no strata rule), convolution's backward as
+convolutions (torch has no decomposition of it for the CPU) and max pooling's as an
+accumulating index_put.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def forward_and_backward(gm, example_inputs, compile_graph):
             zeros = [torch.zeros(a.shape, dtype=a.dtype, device=a.device)
                      if isinstance(a, torch.Tensor) else a for a in inputs]
             return make_boxed_func(compile_graph(g, zeros))
-    table = {**core_aten_decompositions(), aten.convolution_backward.default: convolution_backward}
+    table = {**core_aten_decompositions(), aten.convolution_backward.default: convolution_backward,
+             aten.max_pool2d_with_indices_backward.default: max_pool_backward}
     # SDPA traced as its math (F.multi_head_attention_forward's call too); the backward
     # compiled now, not at the first backward
     with sdpa_kernel(SDPBackend.MATH), \
@@ -80,3 +82,14 @@ def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tran
     if output_mask[2]:
         grad_bias = grad.sum([0, *range(2, grad.dim())])
     return grad_input, grad_weight, grad_bias
+
+
+def max_pool_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Each window's gradient added at its maximum's position: `indices` (flat within a channel's
+    plane) offset by the plane's start, one accumulating index_put over all planes."""
+    area = x.shape[-2] * x.shape[-1]
+    planes = x.numel() // area
+    start = torch.arange(planes, device=x.device).mul(area).view(*x.shape[:-2], 1, 1)
+    flat = torch.zeros(planes * area, dtype=grad.dtype, device=grad.device)
+    flat = flat.index_put(((indices + start).reshape(-1),), grad.reshape(-1), accumulate=True)
+    return flat.view(x.shape)
