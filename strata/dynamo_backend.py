@@ -71,6 +71,14 @@ class UnsupportedGraph(UnsupportedOp):
         self.op, self.where = self.ops[0], ops[self.ops[0]]
 
 
+class StrataManyShapesWarning(UserWarning):
+    """A shape-dynamic graph has been compiled for many shapes (strata has no shape-generic
+    programs yet): said once per graph."""
+
+
+MANY_SHAPES = 8             # programs of one graph before StrataManyShapesWarning
+
+
 class StrataFallbackWarning(UserWarning):
     """A graph strata could not compile runs eagerly (fallback was asked for)."""
 
@@ -167,6 +175,11 @@ class StrataGraph:
                 return twin.moved(twin.tensor_positions, tensors)
         compiled = _compile(self.gm, args, self.names, self.opts)
         compiled.tensor_positions = tensors
+        if len(self.entries) + 1 == MANY_SHAPES:
+            warnings.warn(f"strata has compiled {MANY_SHAPES} programs for one shape-dynamic graph "
+                          f"of {count_ops(self.gm)} torch ops, one per shape it met (a dynamic KV "
+                          f"cache gives one per length); with transformers' generate pass "
+                          f"cache_implementation='static'", StrataManyShapesWarning, stacklevel=2)
         if key is not None:
             _SHARED[key] = compiled
         return compiled

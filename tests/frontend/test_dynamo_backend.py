@@ -162,6 +162,15 @@ def test_dynamic_shapes_get_a_program_per_shape(_fresh_dynamo):
     assert _fresh_dynamo[0].slots == [0] and _fresh_dynamo[-1].slots == [1]   # a SymInt input first
 
 
+def test_many_shapes_of_one_graph_are_said_once(_fresh_dynamo, monkeypatch):
+    monkeypatch.setattr(dynamo_backend, "MANY_SHAPES", 3)
+    compiled = torch.compile(lambda x: torch.relu(x) * 2, backend="strata")
+    with pytest.warns(dynamo_backend.StrataManyShapesWarning, match="cache_implementation='static'") as w:
+        for rows in (2, 3, 4, 5, 6, 7):
+            compiled(torch.randn(rows, 4))
+    assert len([m for m in w if m.category is dynamo_backend.StrataManyShapesWarning]) == 1
+
+
 def test_output_structure_aliases_and_constants():
     """The backend on a hand-made graph: an input returned as is stays that very tensor, a
     constant stays a constant, a value returned twice is computed once."""
