@@ -64,7 +64,7 @@ class CompiledGraph:
         twin.slots = [at[i] for i in self.slots]
         twin.weights = {at[i]: name for i, name in self.weights.items()}
         twin.plan = OutputPlan()
-        twin.plan.spec = self.plan.spec
+        twin.plan.spec, twin.plan.plain = self.plan.spec, self.plan.plain
         twin.plan.leaves = [(kind, at[v]) if kind == "input" else (kind, v)
                             for kind, v in self.plan.leaves]
         return twin
@@ -76,8 +76,7 @@ class CompiledGraph:
         flat = self.program.run_flat(tensors) if self.program is not None else []
         if self.device == "sim" and tensors and tensors[0].device.type != "cpu":
             flat = [t.to(tensors[0].device) for t in flat]
-        if self.plan.leaves == [("out", k) for k in range(len(flat))] and \
-                self.plan.spec.type is tuple:       # dynamo's usual (out, ...): nothing to place
+        if self.plan.plain:                 # dynamo's usual (out, ...): nothing to place
             return tuple(flat)
         leaves = [flat[v] if kind == "out" else args[v] if kind == "input" else v
                   for kind, v in self.plan.leaves]

@@ -59,6 +59,7 @@ class OutputPlan:
     module's attributes and containers after tracing, not the attributes of this)."""
     leaves: list | None = None
     spec = None
+    plain = False           # leaves are the program's outputs in order, in a tuple
 
 
 def weight_positions(gm, args) -> list[int]:
@@ -118,6 +119,7 @@ class SpecialisedGraph(nn.Module):
                     k = len(computed) - 1
                 plan.append(("out", k))
         self.plan.leaves, self.plan.spec = plan, spec
+        self.plan.plain = spec.type is tuple and plan == [("out", k) for k in range(len(plan))]
         return tuple(computed)
 
 
