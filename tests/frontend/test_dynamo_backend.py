@@ -3,6 +3,7 @@ and match eager in float64; unsupported ops raise a strata error naming them (ea
 explicit opt-in, with a warning); the backend is found with and without `import strata`."""
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ def _fresh_dynamo(monkeypatch):
     """A clean dynamo cache per test, no fallback from the environment, and a record of every
     graph strata compiled (so a test can tell strata ran it, not eager)."""
     torch._dynamo.reset()
+    # programs another test compiled (kept while not yet collected) are not this test's
+    monkeypatch.setattr(dynamo_backend, "_SHARED", weakref.WeakValueDictionary())
     monkeypatch.delenv("STRATA_FALLBACK", raising=False)
     compiled = []
     real = dynamo_backend._compile

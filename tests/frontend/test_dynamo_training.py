@@ -4,6 +4,7 @@ eager's within 1e-4 (fp32) at every step, one step's gradients pass the float64 
 backward op strata lacks is named at compile time, in one sentence."""
 import copy
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: strata's CPU 
 def compiled(monkeypatch):
     """A clean dynamo cache, and the graphs strata compiled (so a test can tell it ran them)."""
     torch._dynamo.reset()
+    # programs another test compiled (kept while not yet collected) are not this test's
+    monkeypatch.setattr(dynamo_backend, "_SHARED", weakref.WeakValueDictionary())
     seen, real = [], dynamo_backend._compile
     monkeypatch.setattr(dynamo_backend, "_compile", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     yield seen
