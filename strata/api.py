@@ -211,10 +211,31 @@ class Program:
                     given.copy_(torch.from_numpy(np.ascontiguousarray(result[name])).reshape(given.shape))
         return [result[o] if o in result else feed[o] for o in kp.outputs]
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, out=None):
+        """`out`: a tensor (or a sequence, one per output) to write the results into; on "cuda"
+        the kernels write there and nothing is allocated."""
+        if out is not None:
+            return self._call_into(inputs, [out] if isinstance(out, torch.Tensor) else list(out))
         if self.grad_params is not None and torch.is_grad_enabled():     # autograd.py
             return without_backward(self._call(inputs), self.grad_params, inputs)
         return self._call(inputs)
+
+    def _call_into(self, inputs, out: list):
+        kp = self.lowered.kernel
+        if kp is None or any(kp.buffer(name).kind != "output" for name in kp.outputs):
+            raise StrataError("out= needs a program whose outputs are all computed (none an input "
+                              "or weight returned as it is)")
+        if len(out) != len(kp.outputs):
+            raise InputMismatch(f"out= has {len(out)} tensors for {len(kp.outputs)} outputs")
+        inputs = self._bound(inputs)
+        if self.device == "cuda":
+            self.runtime.run(inputs, out=out)
+        else:
+            check_args({name: kp.buffer(name) for name in kp.outputs}, out, out[0].device, "out=")
+            with torch.no_grad():
+                for o, r in zip(out, self.run_flat(inputs)):
+                    o.copy_(r)
+        return out[0] if len(out) == 1 else tuple(out)
 
     def _call(self, inputs):
         if self._plain_run is not None:        # a decode step's case: nothing to check or rebuild

@@ -23,25 +23,26 @@ def _device_matches(actual: torch.device, wanted: torch.device) -> bool:
     return actual.type == wanted.type and (wanted.index is None or actual.index == wanted.index)
 
 
-def check_args(spec: Mapping, values: Sequence, device: torch.device | str | None = None) -> None:
+def check_args(spec: Mapping, values: Sequence, device: torch.device | str | None = None,
+               role: str = "input") -> None:
     """Raise InputMismatch, naming the argument, unless `values` match `spec` (name -> an object
     with .shape and .dtype, e.g. TorchType or Buffer) in count, type, shape, dtype and, when
-    `device` is given, device."""
+    `device` is given, device. `role`: what the message calls them (input, out=)."""
     if len(values) != len(spec):
-        raise InputMismatch(f"expected {len(spec)} inputs ({', '.join(spec)}), got {len(values)}")
+        raise InputMismatch(f"expected {len(spec)} {role}s ({', '.join(spec)}), got {len(values)}")
     wanted = torch.device(device) if device is not None else None
     for (name, ty), value in zip(spec.items(), values):
         if not isinstance(value, torch.Tensor):
-            raise InputMismatch(f"input {name!r} must be a tensor, got {type(value).__name__}")
+            raise InputMismatch(f"{role} {name!r} must be a tensor, got {type(value).__name__}")
         if tuple(value.shape) != tuple(ty.shape):
-            raise InputMismatch(f"input {name!r} has shape {tuple(value.shape)}, but the program "
+            raise InputMismatch(f"{role} {name!r} has shape {tuple(value.shape)}, but the program "
                                 f"was compiled for {tuple(ty.shape)}")
         if value.dtype != (want := dtypes.to_torch(ty.dtype)):
             have, want = (str(d).removeprefix("torch.") for d in (value.dtype, want))
-            raise InputMismatch(f"input {name!r} is {have}, but the program was compiled for "
+            raise InputMismatch(f"{role} {name!r} is {have}, but the program was compiled for "
                                 f"{want} ({name}.to(torch.{want}) converts it)")
         if wanted is not None and not _device_matches(value.device, wanted):
-            raise InputMismatch(f"input {name!r} is on {value.device} but the program runs on "
+            raise InputMismatch(f"{role} {name!r} is on {value.device} but the program runs on "
                                 f"{wanted}; move it there first ({name}.to('{wanted}'))")
 
 

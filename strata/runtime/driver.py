@@ -88,9 +88,26 @@ def arch(device) -> str:
 
 def current_stream(device) -> int:
     """The raw handle of torch's current stream on `device` (the capture stream inside
-    torch.cuda.graph)."""
+    torch.cuda.graph); torch's own raw-stream call where the wheel has it (well under 1 µs)."""
     import torch
-    return torch.cuda.current_stream(_index(device)).cuda_stream
+    index = _index(device)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def library() -> str:
+    """The driver library runtime/cuda_launcher.c opens."""
+    return "libcuda.so.1"
+
+
+def handle(obj) -> int:
+    """The raw value of a CUfunction or CUcontext handle, for the C launcher."""
+    return int(obj)
+
+
+def error_text(status: int) -> str:
+    """CUDA_ERROR_... for a CUresult returned as a plain int (by the C launcher)."""
+    return error_name(_cu().CUresult(status))
 
 
 def load_module(image: bytes, what: str = ""):

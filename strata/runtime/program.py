@@ -1,21 +1,21 @@
 """A KernelProgram loaded on a GPU and callable on torch CUDA tensors.
 
 Why: this is the whole runtime a user sees. At construction the program's CUDA is compiled
-(through the persistent cache), loaded with cuModuleLoadData, and its weights are uploaded once.
-A call checks its arguments (one sentence naming a wrong one), allocates the outputs as torch
-tensors and the temps as one slab (planned by liveness, runtime/slab.py), and launches every
-kernel in order on torch's current stream with the tensors' data pointers: no copies except a
-non-contiguous or misaligned argument.
+(through the persistent cache), loaded with cuModuleLoadData, its weights are uploaded once and
+its temps get one slab of its own (planned by liveness, runtime/slab.py). A call checks its
+arguments (a few attribute reads when they are what it was compiled for; else one sentence naming
+a wrong one), allocates its outputs (or takes `out=`) and makes one C call that launches every
+kernel on torch's current stream with the tensors' own pointers (runtime/cuda_launcher.c): no
+Python per kernel and no copies, except of a non-contiguous or misaligned argument and of an
+input or output a TMA tensor map reads (its address is encoded once, so it goes through a static
+buffer, copied on the device).
 
-With use_graph=True the first call launches plainly (so a failing launch says which kernel), the
-second captures the launches into a torch.cuda.CUDAGraph over static input, output and slab
-buffers, and every call from then on copies its inputs into the static buffers, replays the
-graph and returns copies of the static outputs (so results of earlier calls stay valid). Shapes
-are fixed at compile time, so one graph serves every call. use_graph=False keeps plain launches.
-
-An input the program updates in place (a KV cache written with index_copy_, `mutated_inputs`)
-is never copied: the kernels write the caller's tensor, which must be contiguous on the device,
-and a graph is captured over that tensor itself (captured again if a call passes another one).
+With use_graph=True the first call launches plainly (so a failing launch says which kernel) and
+later calls launch one CUDA graph of the program, built once; where a call's pointers differ from
+the last call's, only the kernel nodes that read them are updated. Results of earlier calls stay
+valid (every call has its own outputs). An input the program updates in place (a KV cache written
+with index_copy_, `mutated_inputs`) is the caller's tensor, which must be contiguous on the
+device. Calls share the slab: one program runs on one stream at a time.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ from ..codegen.cfamily import cname
 from ..kernel_ir.ir import KernelProgram, Wgmma, walk
 from ..errors import InputMismatch
 from . import driver
-from .args import prepare_args, prepare_weights
+from .args import POINTER_ALIGN, check_args, prepare_args, prepare_weights
 from .cache import compile_cached
 from .cuda_units import compile_units, plan_units
+from .cuda_launcher import Launcher
 from .launch import Launch, allow_dynamic_smem, bind, launch_all
 from .slab import plan_slab
 
@@ -102,98 +103,123 @@ class CudaProgram:
         self.launches = [Launch(k, functions[self.units.function_of[cname(k.name)]])
                          for k in program.kernels]
         allow_dynamic_smem(self.driver, self.launches)
+        self.slab = (torch.empty(self.plan.total_bytes, dtype=torch.uint8, device=self.device)
+                     if self.plan.total_bytes else None)        # the program's temps, its own
+        self._expect = [(torch.Size(b.shape), dtypes.to_torch(b.dtype)) for b in self.spec.values()]
+        self._input_index = {name: i for i, name in enumerate(self.spec)}
+        self._made_buffers = [b for b in program.buffers if b.kind == "output"]
+        self._made = [(tuple(b.shape), dtypes.to_torch(b.dtype)) for b in self._made_buffers]
+        self._made_index = {b.name: i for i, b in enumerate(self._made_buffers)}
+        index = self.device.index
+        self._on_device = ((lambda v: v.get_device() == index) if self.device.type == "cuda"
+                           else (lambda v: v.device == self.device))
         self.calls = 0
-        self.graph = None
-        self._static = None           # (inputs, outputs, slab) the graph was captured over
+        self._launcher: Launcher | None = None
 
     # ------------------------------------------------------------ calling
 
-    def run(self, inputs) -> list[torch.Tensor]:
-        """Flat outputs, in program output order, as torch tensors on the device."""
+    def run(self, inputs, out=None) -> list[torch.Tensor]:
+        """Flat outputs, in program output order, as torch tensors on the device; `out`: tensors
+        (one per output buffer, in that order) to write them into instead of new ones."""
+        args = inputs if self._as_compiled(inputs, self._expect) else self._checked(inputs)
+        if out is None:
+            outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self._made]
+        elif self._as_compiled(out, self._made):
+            outs = out
+        else:
+            outs = list(out)
+            check_args({b.name: b for b in self._made_buffers}, outs, self.device, role="out=")
+            raise InputMismatch("out= tensors must be contiguous with 16-byte aligned data")
+        self.calls += 1
+        if self.launches:
+            self._launch(args, outs)
+        return self._collect(args, outs)
+
+    __call__ = run
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """New values for some weights (Program.set_weights); the launch plan holding the old
+        pointers is made again."""
+        self.weights.update(prepare_weights(
+            [b for b in self.program.buffers if b.name in weights], weights, self.device))
+        self._launcher = None
+
+    def _as_compiled(self, tensors, expect) -> bool:
+        """Whether each tensor is what the program was compiled for (shape, dtype, device),
+        contiguous and aligned: a few attribute reads each, so a call checks no more."""
+        if len(tensors) != len(expect):
+            return False
+        on_device = self._on_device
+        for (shape, dtype), v in zip(expect, tensors):
+            if not (isinstance(v, torch.Tensor) and v.dtype is dtype and v.shape == shape
+                    and on_device(v) and v.is_contiguous() and not v.data_ptr() % POINTER_ALIGN):
+                return False
+        return True
+
+    def _checked(self, inputs) -> list[torch.Tensor]:
+        """Inputs that are not as compiled: checked in full (one sentence naming a wrong one) and
+        copied where non-contiguous or misaligned, unless the program updates them in place."""
         args = prepare_args(self.spec, list(inputs), self.device)
         for name, given, arg in zip(self.spec, inputs, args):
             if name in self.mutated and arg.data_ptr() != given.data_ptr():
                 raise InputMismatch(f"input {name} is updated in place, so it must be a "
                                     f"contiguous tensor with 16-byte aligned data (as "
                                     f"torch.zeros gives)")
-        self.driver.make_current(self.ctx)
-        self.calls += 1
-        if self.use_graph and self.device.type == "cuda" and self.calls > 1 and self.launches:
-            return self._replay(args)
-        tensors, outs, slab = self._allocate(args)
-        self._launch(tensors, outs, slab)
-        return self._collect(tensors, outs, clone=False)
+        return args
 
-    __call__ = run
-
-    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
-        """New values for some weights (Program.set_weights); a CUDA graph holding the old
-        pointers is captured again."""
-        self.weights.update(prepare_weights(
-            [b for b in self.program.buffers if b.name in weights], weights, self.device))
-        self.graph = None
-
-    def _allocate(self, args):
-        tensors = {**self.weights, **dict(zip(self.spec, args))}
-        outs = {b.name: torch.empty(b.shape, dtype=dtypes.to_torch(b.dtype), device=self.device)
-                for b in self.program.buffers if b.kind == "output"}
-        slab = (torch.empty(self.plan.total_bytes, dtype=torch.uint8, device=self.device)
-                if self.plan.total_bytes else None)
-        return tensors, outs, slab
-
-    def _pointers(self, tensors, outs, slab) -> dict[str, int]:
-        ptrs = {name: t.data_ptr() for name, t in {**tensors, **outs}.items()}
-        if slab is not None:
-            base = slab.data_ptr()
-            ptrs.update({s.name: base + s.offset for s in self.plan.slots})
-        return ptrs
-
-    def _launch(self, tensors, outs, slab, bound=None) -> None:
+    def _launch(self, args, outs) -> None:
+        if self._launcher is None:
+            self._launcher = self._plan()
         if self.poison:
-            for t in outs.values():
+            for t in outs:
                 poison_(t)
-            if slab is not None:
-                slab.fill_(255)       # all-ones bytes: NaN in every float type, -1 in ints
-        bound = bound or bind(self.launches, self._pointers(tensors, outs, slab), self.driver)
-        launch_all(self.driver, bound, self.driver.current_stream(self.device))
+            if self.slab is not None:
+                self.slab.fill_(255)       # all-ones bytes: NaN in every float type, -1 in ints
+        pointers, n = self._launcher.pointers, len(args)
+        for i, t in enumerate(args):
+            pointers[i] = t.data_ptr()
+        for i, t in enumerate(outs):
+            pointers[n + i] = t.data_ptr()
+        for i, static in self._pinned_in:
+            static.copy_(args[i])
+        self._launcher(self.driver.current_stream(self.device),
+                       self.use_graph and self.calls > 1)
+        for i, static in self._pinned_out:
+            (args[i] if i < n else outs[i - n]).copy_(static)
 
-    def _collect(self, tensors, outs, clone: bool) -> list[torch.Tensor]:
+    def _plan(self) -> Launcher:
+        """The C launch plan: inputs and outputs by pointer per call; weights, slab temps and the
+        static buffers of tensor-mapped inputs and outputs fixed."""
+        names = [*self.spec, *(b.name for b in self._made_buffers)]
+        mapped = {p.name for lc in self.launches for p in lc.kernel.params
+                  if p.tensor_map is not None and p.name in names}
+        fixed = {name: t.data_ptr() for name, t in self.weights.items()}
+        if self.slab is not None:
+            fixed.update({s.name: self.slab.data_ptr() + s.offset for s in self.plan.slots})
+        self._pinned_in, self._pinned_out = [], []
+        for name in mapped:             # TMA encodes its address once: copy through a static buffer
+            b, i = self.buffers[name], names.index(name)
+            static = torch.empty(b.shape, dtype=dtypes.to_torch(b.dtype), device=self.device)
+            fixed[name] = static.data_ptr()
+            if i < len(self.spec):
+                self._pinned_in.append((i, static))
+            if i >= len(self.spec) or name in self.mutated:
+                self._pinned_out.append((i, static))
+        return Launcher(self.launches, [None if n in mapped else n for n in names], fixed,
+                        self.driver, self.ctx)
+
+    def _collect(self, args, outs) -> list[torch.Tensor]:
+        made = self._made_index
         result = []
         for name in self.program.outputs:
-            if name in outs:
-                result.append(outs[name].clone() if clone else outs[name])
-            elif name in self.mutated:    # the caller's tensor, updated in place
-                result.append(tensors[name])
+            if name in made:
+                result.append(outs[made[name]])
+            elif name in self._input_index and name in self.mutated:   # the caller's, in place
+                result.append(args[self._input_index[name]])
             else:                     # an input or weight returned as it is
-                result.append(tensors[name].clone().reshape(self.buffers[name].shape))
+                t = args[self._input_index[name]] if name in self._input_index else self.weights[name]
+                result.append(t.clone().reshape(self.buffers[name].shape))
         return result
-
-    def _replay(self, args) -> list[torch.Tensor]:
-        with torch.cuda.device(self.device):
-            if self.graph is not None and any(
-                    s.data_ptr() != a.data_ptr() for name, s, a in zip(self.spec, self._static[0], args)
-                    if name in self.mutated):
-                self.graph = None          # another tensor to update in place: capture again
-            if self.graph is None:
-                self._capture(args)
-            static_in, static_out, _slab = self._static
-            for name, s, a in zip(self.spec, static_in, args):
-                if name not in self.mutated:
-                    s.copy_(a)
-            self.graph.replay()
-            tensors = {**self.weights, **dict(zip(self.spec, static_in))}
-            return self._collect(tensors, static_out, clone=True)
-
-    def _capture(self, args) -> None:
-        static_in = [a if name in self.mutated else
-                     torch.empty_like(a, memory_format=torch.contiguous_format)
-                     for name, a in zip(self.spec, args)]
-        tensors, static_out, slab = self._allocate(static_in)
-        bound = bind(self.launches, self._pointers(tensors, static_out, slab), self.driver)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._launch(tensors, static_out, slab, bound)
-        self.graph, self._static = graph, (static_in, static_out, slab)
 
     # ------------------------------------------------------------ for benchmarks
 
@@ -215,8 +241,12 @@ class CudaProgram:
         launches, no graph, no L2 flush: a benchmark harness adds what it needs)."""
         args = prepare_args(self.spec, list(inputs), self.device)
         self.driver.make_current(self.ctx)
-        tensors, outs, slab = self._allocate(args)
-        bound = bind(self.launches, self._pointers(tensors, outs, slab), self.driver)
+        pointers = {name: t.data_ptr() for name, t in
+                    [*self.weights.items(), *zip(self.spec, args),
+                     *zip(self._made_index, self._outputs(None))]}
+        if self.slab is not None:
+            pointers.update({s.name: self.slab.data_ptr() + s.offset for s in self.plan.slots})
+        bound = bind(self.launches, pointers, self.driver)
         if not bound:
             return []
         with torch.cuda.device(self.device):

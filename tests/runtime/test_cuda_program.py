@@ -26,6 +26,8 @@ from strata.runtime import program as runtime_program
 from strata.runtime.program import CudaProgram
 from strata.codegen.cfamily import cname
 
+from fake_cuda import LauncherCalls, counts
+
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 
@@ -35,12 +37,13 @@ CHAIN2 = ("torch.log_softmax(torch.softmax(torch.randn(8, 64), -1) @ torch.randn
 
 # ---------------------------------------------------------------- CPU: a simulated driver
 
-class SimDriver:
-    """runtime/driver.py's interface over CPU memory; launches run in the simulator."""
+class SimDriver(LauncherCalls):
+    """runtime/driver.py's interface over CPU memory; launches (through the C launcher and
+    fake_libcuda.c) run in the simulator."""
 
     def __init__(self, program):
         self.kernels = {cname(k.name): k for k in program.kernels}
-        self.images, self.launched = [], []
+        self.images, self.launched, self.errors = [], [], []
 
     def context(self, device):
         return "ctx"
@@ -96,6 +99,11 @@ def _on_sim_driver(code, **kw):
     return program, snippet, rt, driver
 
 
+def _functions(rt, program):
+    """The function each kernel launches (a twin launches its first twin's code)."""
+    return [rt.units.function_of[cname(k.name)] for k in program.lowered.kernel.kernels]
+
+
 TWINS = ("torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(64, 64), "
          "torch.nn.ReLU())])(torch.randn(8, 64))")
 
@@ -125,7 +133,7 @@ def test_runtime_on_a_simulated_driver_matches_the_simulator(code, no_nvrtc):
     ref = check.eager_reference(snippet.module, pristine)
     got = rt.run(inputs)
     assert all(torch.equal(x, p) for x, p in zip(inputs, pristine))    # inputs are read-only
-    assert driver.launched == [cname(k.name) for k in program.lowered.kernel.kernels]
+    assert driver.launched == _functions(rt, program)
     kp = program.lowered.kernel
     for name, g, w in zip(kp.outputs, got, want):
         b = kp.buffer(name)
@@ -173,6 +181,56 @@ def test_each_call_gets_fresh_outputs(no_nvrtc):
     a_copy = a.clone()
     b = rt.run([torch.randn(4, 1000)])[0]
     assert a.data_ptr() != b.data_ptr() and torch.equal(a, a_copy) and not torch.equal(a, b)
+
+
+def test_later_calls_launch_one_graph_updating_only_what_changed(no_nvrtc):
+    """The first call launches plainly, the second builds the graph, and a later one updates the
+    kernel nodes whose pointers changed (here: those reading the input, or writing the output)
+    and nothing else; every call's numbers are the simulator's."""
+    program, snippet, rt, driver = _on_sim_driver(TWINS)
+    kernels = program.lowered.kernel.kernels
+    touching = lambda *names: sum(any(p.name in names for p in k.params) for k in kernels)
+    assert len(kernels) == 4 and touching(*rt.spec, *program.lowered.kernel.outputs) == 2
+    xs = [torch.randn(8, 64) for _ in range(4)]
+    before = counts()
+    got = [rt.run([xs[0]])[0], rt.run([xs[1]])[0]]
+    after = counts()
+    assert after["launches"] - before["launches"] == len(kernels)
+    assert (after["graphs"] - before["graphs"], after["graph_launches"] - before["graph_launches"],
+            after["node_updates"] - before["node_updates"]) == (1, 1, 0)
+    out = torch.empty_like(got[0])
+    got.append(rt.run([xs[2]], out=[out])[0])           # new input and output pointers
+    middle = counts()
+    assert middle["node_updates"] - after["node_updates"] == touching(*rt.spec, *program.lowered.kernel.outputs)
+    got.append(rt.run([xs[2]], out=[out])[0])           # the same pointers: nothing to update
+    assert counts()["node_updates"] == middle["node_updates"]
+    assert got[2] is out and driver.errors == []
+    for x, g in zip([*xs[:3], xs[2]], got):
+        np.testing.assert_array_equal(g.numpy(), program.run_numpy([x])[0])
+
+
+def test_a_failing_launch_names_its_kernel(no_nvrtc):
+    from fake_cuda import fake_libcuda
+    program, snippet, rt, driver = _on_sim_driver(CHAIN2)
+    second = rt.launches[1]
+    fake_libcuda()[1].fake_fail(ctypes.c_void_p(driver.handle(second.function)))
+    try:
+        with pytest.raises(strata.errors.CudaError, match=rf"cuLaunchKernel failed with "
+                           rf"CUDA_ERROR_ILLEGAL_ADDRESS launching {second.kernel.name} \(grid"):
+            rt.run(snippet.example_inputs)
+        rt.run(snippet.example_inputs)                  # a graph call fails too, and says so
+    except strata.errors.CudaError as e:
+        assert str(e).startswith("a CUDA graph call failed with CUDA_ERROR_ILLEGAL_ADDRESS")
+    finally:
+        fake_libcuda()[1].fake_fail(None)
+
+
+def test_out_must_match_the_outputs(no_nvrtc):
+    _, snippet, rt, _ = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
+    with pytest.raises(InputMismatch, match=r"has shape \(4, 999\), but"):
+        rt.run(snippet.example_inputs, out=[torch.empty(4, 999)])
+    with pytest.raises(InputMismatch, match="contiguous"):
+        rt.run(snippet.example_inputs, out=[torch.empty(1000, 4).t()])
 
 
 def test_outputs_that_are_inputs_and_tuples(no_nvrtc):
@@ -233,7 +291,7 @@ def test_twins_compile_once_in_units_of_their_own(monkeypatch, tmp_path):
     assert len(driver.images) == 2 and all(i[:4] == b"\x7fELF" for i in driver.images)
     got = rt.run(snippet.example_inputs)[0]
     np.testing.assert_array_equal(to_numpy(got), program.run_numpy(snippet.example_inputs)[0])
-    assert driver.launched == [cname(k.name) for k in program.lowered.kernel.kernels]
+    assert driver.launched == _functions(rt, program)
 
 
 def test_check_and_report_of_a_cuda_program(no_nvrtc, capsys):
@@ -425,3 +483,20 @@ def test_gpu_failing_launch_names_kernel_grid_and_block():
     out = prog(x)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["sim", "cpu"])
+def test_program_writes_into_out(device):
+    """Program(..., out=): the results land in the caller's tensors (on "cuda" the kernels write
+    them; elsewhere they are copied in), with the checks of an input."""
+    norm = torch.nn.RMSNorm(64)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        prog = strata.compile(norm, (x,), device=device)
+        out = torch.empty(3, 64)
+        assert prog(x, out=out) is out
+        torch.testing.assert_close(out, norm(x), rtol=1e-5, atol=1e-5)
+        with pytest.raises(InputMismatch, match=r"has shape \(3, 63\), but"):
+            prog(x, out=torch.empty(3, 63))
+        with pytest.raises(InputMismatch, match="out= has 2 tensors for 1 outputs"):
+            prog(x, out=[out, out])
