@@ -1,12 +1,14 @@
-"""What one call of a compiled Program costs on the host, beside eager: a tiny op (RMSNorm over
-2048 bf16 values, a few µs on the GPU) called back to back, so the time per call is the launch
-path. Then cProfile's heaviest functions over the same calls, to say where that time goes.
-`python -m strata.gpu_check.overhead` prints both; gpu_check quotes it."""
+"""What one call of a compiled Program costs on the host, beside eager and torch.compile's
+reduce-overhead mode: a tiny op (RMSNorm over 2048 bf16 values, a few µs on the GPU) called back
+to back, so the time per call is the launch path. Rounds interleave the variants; the table gives
+each one's median. Then cProfile's heaviest functions over strata's calls, to say where the time
+goes. `python -m strata.gpu_check.overhead` prints both; gpu_check quotes it."""
 from __future__ import annotations
 
 import cProfile
 import io
 import pstats
+import statistics
 import sys
 import time
 
@@ -14,12 +16,10 @@ import torch
 
 import strata
 
-CALLS = 2000
+CALLS, ROUNDS = 1000, 7
 
 
 def per_call_us(fn, x, calls: int = CALLS) -> float:
-    for _ in range(20):
-        fn(x)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -37,13 +37,24 @@ def main() -> int:
     graph = strata.compile(norm, (x,), device="cuda", use_graph=True)
     plain = strata.compile(norm, (x,), device="cuda", use_graph=False)
     xc, gpu_norm = x.cuda(), norm.cuda()
+    out = torch.empty_like(xc)
+    variants = {"eager": gpu_norm, "strata, CUDA graph": graph,
+                "strata, CUDA graph, out=": lambda x: graph(x, out=out),
+                "strata, plain launches": plain,
+                "torch.compile reduce-overhead": torch.compile(gpu_norm, mode="reduce-overhead")}
+    times = {name: [] for name in variants}
     with torch.no_grad():
-        rows = [("eager", per_call_us(gpu_norm, xc)), ("strata, CUDA graph", per_call_us(graph, xc)),
-                ("strata, plain launches", per_call_us(plain, xc))]
-    print("| variant | µs per call (host-bound: the kernel itself takes a few µs) |")
+        for fn in variants.values():
+            for _ in range(20):
+                fn(xc)
+        for _ in range(ROUNDS):
+            for name, fn in variants.items():
+                times[name].append(per_call_us(fn, xc))
+    print(f"| variant | µs per call, median of {ROUNDS} rounds of {CALLS} (host-bound: the kernel "
+          f"itself takes a few µs) |")
     print("| --- | --- |")
-    for name, us in rows:
-        print(f"| {name} | {us:.1f} |")
+    for name, ts in times.items():
+        print(f"| {name} | {statistics.median(ts):.1f} |")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(CALLS):

@@ -278,13 +278,17 @@ def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, de
     sync()
     t_prefill = time.perf_counter() - t0
     pos = len(prompt_ids)
+    # the step's token and position live in two tensors filled in place on the device (no host
+    # copy; on CUDA the step's graph keeps its pointers, so no kernel node is updated)
+    token, position = (torch.empty(shape, dtype=torch.long, device=device) for shape in ((1, 1), (1,)))
     t0 = time.perf_counter()
     steps = 0
     while len(out) < max_new_tokens and not (eos and out[-1] in eos):
         if on_token is not None:
             on_token(len(out))
-        out.append(pick(step(torch.tensor([[out[-1]]], device=device),
-                             torch.tensor([pos], device=device), *u(len(out)), *caches)))
+        token.fill_(out[-1])
+        position.fill_(pos)
+        out.append(pick(step(token, position, *u(len(out)), *caches)))
         pos += 1
         steps += 1
     sync()

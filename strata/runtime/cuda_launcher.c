@@ -9,8 +9,8 @@
    A plan (st_plan) is every launch of a program: its function, grid, block, dynamic shared memory
    and parameters. A parameter is either fixed (a weight, a temp in the program's slab, a tensor
    map: its value or blob is set once) or takes one of the call's pointers (`slot`: the inputs,
-   then the outputs, in the order runtime/cuda_launcher.py writes them). st_call writes those and
-   launches on the caller's stream. With a graph, the graph is built from the plan on the first
+   then the outputs, in the order runtime/cuda_launcher.py writes them). st_launch writes those and
+   launches on the caller's stream; st_graph launches the plan as one CUDA graph. With a graph, the graph is built from the plan on the first
    such call and instantiated; a later call whose pointers differ updates only the kernel nodes
    that read a changed slot (cuGraphExecKernelNodeSetParams), so a caller's tensor is bound in
    place, never copied.
@@ -143,24 +143,30 @@ static CUresult build_graph(Plan *p) {
     return r;
 }
 
-/* One call: `ptrs` holds the n_slots pointers (inputs, then outputs). 0 or the CUresult of the
-   first failing driver call; st_failed then gives the kernel it concerned (-1: none). */
-int st_call(void *plan, const uint64_t *ptrs, uint64_t stream, int use_graph) {
+/* Launch kernels first..last-1 with the call's pointers (`ptrs`: the n_slots pointers, inputs
+   then outputs): 0 or the CUresult of the failing driver call; st_failed names its kernel. */
+int st_launch(void *plan, const uint64_t *ptrs, uint64_t stream, int first, int last) {
     Plan *p = plan;
-    CUstream s = (CUstream)(uintptr_t)stream;
+    CUresult r = cu.ctx_set_current(p->ctx);
+    p->failed = -1;
+    if (r) return r;
+    bind(p, ptrs, NULL);
+    for (int k = first; k < last; k++) {
+        NodeParams *kp = &p->kernel[k];
+        r = cu.launch(kp->func, kp->grid[0], 1, 1, kp->block[0], 1, 1, kp->smem,
+                      (CUstream)(uintptr_t)stream, kp->params, NULL);
+        if (r) return p->failed = k, r;
+    }
+    return 0;
+}
+
+/* Every kernel as one CUDA graph: built and instantiated on the first such call, its nodes
+   updated where the call's pointers differ from the last call's. */
+int st_graph(void *plan, const uint64_t *ptrs, uint64_t stream) {
+    Plan *p = plan;
     CUresult r = cu.ctx_set_current(p->ctx);
     p->failed = -1;
     if (r || !p->n_kernels) return r;
-    if (!use_graph) {
-        bind(p, ptrs, NULL);
-        for (int k = 0; k < p->n_kernels; k++) {
-            NodeParams *kp = &p->kernel[k];
-            r = cu.launch(kp->func, kp->grid[0], 1, 1, kp->block[0], 1, 1, kp->smem, s,
-                          kp->params, NULL);
-            if (r) return p->failed = k, r;
-        }
-        return 0;
-    }
     if (!p->exec) {
         bind(p, ptrs, NULL);
         if ((r = build_graph(p))) return r;
@@ -173,7 +179,7 @@ int st_call(void *plan, const uint64_t *ptrs, uint64_t stream, int use_graph) {
                 return p->failed = k, r;
     }
     memcpy(p->bound, ptrs, p->n_slots * sizeof *ptrs);
-    return cu.graph_launch(p->exec, s);
+    return cu.graph_launch(p->exec, (CUstream)(uintptr_t)stream);
 }
 
 int st_failed(void *plan) { return ((Plan *)plan)->failed; }

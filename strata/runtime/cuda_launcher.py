@@ -31,7 +31,9 @@ def launcher_library(libcuda: str) -> ctypes.CDLL:
         lib.st_plan.restype = ctypes.c_void_p
         lib.st_plan.argtypes = [ctypes.c_int, _U64P, _U32P, _I32P, _I32P, _U64P, _U64P,
                                 ctypes.c_int, ctypes.c_uint64]
-        lib.st_call.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64, ctypes.c_int]
+        lib.st_launch.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64, ctypes.c_int,
+                                  ctypes.c_int]
+        lib.st_graph.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64]
         lib.st_failed.argtypes = lib.st_free.argtypes = [ctypes.c_void_p]
         lib.st_missing_name.restype = ctypes.c_char_p
         status = lib.st_open(libcuda.encode())
@@ -78,17 +80,26 @@ class Launcher:
                                      driver.handle(ctx))
         if not self.plan:
             raise MemoryError("no host memory for a launch plan")
-        weakref.finalize(self, self.lib.st_free, self.plan)
+        weakref.finalize(self, self.lib.st_free, self.plan).atexit = False    # the driver may be gone
         self.pointers = (ctypes.c_uint64 * max(1, len(slots)))()
-        self._call = self.lib.st_call
+        self._launch, self._graph = self.lib.st_launch, self.lib.st_graph
 
     def __call__(self, stream: int, graph: bool) -> None:
-        """Launch every kernel on `stream` with the pointers written in `self.pointers`."""
-        status = self._call(self.plan, self.pointers, stream, graph)
+        """Launch every kernel on `stream` with the pointers written in `self.pointers`: plainly,
+        or as the plan's CUDA graph."""
+        if graph:
+            self._check(self._graph(self.plan, self.pointers, stream), "a CUDA graph call")
+        else:
+            self.launch(stream, 0, len(self.kernels))
+
+    def launch(self, stream: int, first: int, last: int) -> None:
+        """Plain launches of kernels first..last-1 (one of them: a timing harness)."""
+        self._check(self._launch(self.plan, self.pointers, stream, first, last), "cuLaunchKernel")
+
+    def _check(self, status: int, what: str) -> None:
         if status:
             k = self.lib.st_failed(self.plan)
             kernel = self.kernels[k] if k >= 0 else None
-            what = (f" launching {kernel.name} (grid {kernel.grid}, block {kernel.block})"
-                    if kernel else "")
-            raise CudaError(f"{'a CUDA graph call' if graph else 'cuLaunchKernel'} failed with "
-                            f"{self.driver.error_text(status)}{what}")
+            where = (f" launching {kernel.name} (grid {kernel.grid}, block {kernel.block})"
+                     if kernel else "")
+            raise CudaError(f"{what} failed with {self.driver.error_text(status)}{where}")

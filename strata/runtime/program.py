@@ -33,7 +33,7 @@ from .args import POINTER_ALIGN, check_args, prepare_args, prepare_weights
 from .cache import compile_cached
 from .cuda_units import compile_units, plan_units
 from .cuda_launcher import Launcher
-from .launch import Launch, allow_dynamic_smem, bind, launch_all
+from .launch import Launch, allow_dynamic_smem
 from .slab import plan_slab
 
 
@@ -110,6 +110,7 @@ class CudaProgram:
         self._made_buffers = [b for b in program.buffers if b.kind == "output"]
         self._made = [(tuple(b.shape), dtypes.to_torch(b.dtype)) for b in self._made_buffers]
         self._made_index = {b.name: i for i, b in enumerate(self._made_buffers)}
+        self._outputs_made = list(program.outputs) == [b.name for b in self._made_buffers]
         index = self.device.index
         self._on_device = ((lambda v: v.get_device() == index) if self.device.type == "cuda"
                            else (lambda v: v.device == self.device))
@@ -168,6 +169,15 @@ class CudaProgram:
         return args
 
     def _launch(self, args, outs) -> None:
+        launcher = self._bind(args, outs)
+        launcher(self.driver.current_stream(self.device), self.use_graph and self.calls > 1)
+        n = len(args)
+        for i, static in self._pinned_out:
+            (args[i] if i < n else outs[i - n]).copy_(static)
+
+    def _bind(self, args, outs) -> Launcher:
+        """The launch plan with this call's pointers written in (and tensor-mapped inputs copied
+        to their static buffers)."""
         if self._launcher is None:
             self._launcher = self._plan()
         if self.poison:
@@ -182,10 +192,7 @@ class CudaProgram:
             pointers[n + i] = t.data_ptr()
         for i, static in self._pinned_in:
             static.copy_(args[i])
-        self._launcher(self.driver.current_stream(self.device),
-                       self.use_graph and self.calls > 1)
-        for i, static in self._pinned_out:
-            (args[i] if i < n else outs[i - n]).copy_(static)
+        return self._launcher
 
     def _plan(self) -> Launcher:
         """The C launch plan: inputs and outputs by pointer per call; weights, slab temps and the
@@ -209,6 +216,8 @@ class CudaProgram:
                         self.driver, self.ctx)
 
     def _collect(self, args, outs) -> list[torch.Tensor]:
+        if self._outputs_made:          # the usual case: the outputs are the new buffers, in order
+            return outs
         made = self._made_index
         result = []
         for name in self.program.outputs:
@@ -239,37 +248,26 @@ class CudaProgram:
     def time_kernels(self, inputs, warmup: int = 3, reps: int = 20) -> list[dict]:
         """Median milliseconds of each launch, timed with CUDA events around each one (plain
         launches, no graph, no L2 flush: a benchmark harness adds what it needs)."""
-        args = prepare_args(self.spec, list(inputs), self.device)
-        self.driver.make_current(self.ctx)
-        pointers = {name: t.data_ptr() for name, t in
-                    [*self.weights.items(), *zip(self.spec, args),
-                     *zip(self._made_index, self._outputs(None))]}
-        if self.slab is not None:
-            pointers.update({s.name: self.slab.data_ptr() + s.offset for s in self.plan.slots})
-        bound = bind(self.launches, pointers, self.driver)
-        if not bound:
+        if not self.launches:
             return []
-        with torch.cuda.device(self.device):
-            return self._time(bound, warmup, reps)
-
-    def _time(self, bound, warmup: int, reps: int) -> list[dict]:
-        stream = self.driver.current_stream(self.device)
+        args = prepare_args(self.spec, list(inputs), self.device)
+        launcher = self._bind(args, [torch.empty(shape, dtype=dtype, device=self.device)
+                                     for shape, dtype in self._made])
+        stream, n = self.driver.current_stream(self.device), len(self.launches)
         for _ in range(warmup):
-            launch_all(self.driver, bound, stream)
-        events = []
+            launcher.launch(stream, 0, n)
+        events = [[] for _ in range(n)]
         for _ in range(reps):
-            for one in bound:
+            for i in range(n):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                launch_all(self.driver, [one], stream)
+                launcher.launch(stream, i, i + 1)
                 end.record()
-                events.append((one[0].kernel.name, start, end))
+                events[i].append((start, end))
         torch.cuda.synchronize(self.device)
-        times: dict[int, list[float]] = {}
-        for i, (_, start, end) in enumerate(events):
-            times.setdefault(i % len(bound), []).append(start.elapsed_time(end))
         return [{"name": lc.kernel.name, "grid": lc.kernel.grid, "block": lc.kernel.block,
-                 "ms": statistics.median(times[i])} for i, (lc, _) in enumerate(bound)]
+                 "ms": statistics.median(s.elapsed_time(e) for s, e in ev)}
+                for lc, ev in zip(self.launches, events)]
 
 
 def _resolve_device(device) -> torch.device:
