@@ -44,9 +44,10 @@ def fake_libcuda() -> tuple[str, ctypes.CDLL]:
 
 def counts() -> dict[str, int]:
     """What the fake driver was asked, since the process started."""
-    out = (ctypes.c_long * 5)()
+    out = (ctypes.c_long * 6)()
     fake_libcuda()[1].fake_counts(out)
-    return dict(zip(("launches", "graphs", "node_updates", "graph_launches", "contexts"), out))
+    return dict(zip(("launches", "graphs", "node_updates", "graph_launches", "contexts",
+                     "programmatic_edges"), out))
 
 
 class LauncherCalls:

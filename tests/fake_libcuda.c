@@ -21,12 +21,19 @@ typedef int (*Callback)(void *func, unsigned grid, unsigned block, unsigned smem
 
 #define MAX_PARAMS 64
 #define MAX_FUNCS 16384
-typedef struct { NodeParams p; uint64_t values[MAX_PARAMS * 16]; void *argv[MAX_PARAMS]; } Node;
+typedef struct {
+    NodeParams p;
+    uint64_t values[MAX_PARAMS * 16];
+    void *argv[MAX_PARAMS];
+    int joined;                 /* 0: no edge from the node before; 1: a full one; 2: programmatic */
+} Node;
 typedef struct { int n; Node *nodes[4096]; } Graph;
+typedef struct { unsigned char from_port, to_port, type, reserved[5]; } EdgeData;
 typedef struct { int n; Node **original; Node *copy; } Exec;
 
 static Callback on_launch;
-static long counts[5];          /* launches, graphs instantiated, node updates, graph launches, contexts set */
+static long counts[6];          /* launches, graphs instantiated, node updates, graph launches,
+                                   contexts set, programmatic edges */
 static void *failing;
 static struct { void *func; int n; int sizes[MAX_PARAMS]; } funcs[MAX_FUNCS];
 static int n_funcs;
@@ -74,14 +81,28 @@ int cuGraphCreate(Graph **g, unsigned flags) { *g = calloc(1, sizeof **g); retur
 
 int cuGraphAddKernelNode_v2(Node **node, Graph *g, Node *const *deps, size_t n_deps,
                             const NodeParams *p) {
-    if (n_deps != (g->n ? 1 : 0) || (n_deps && deps[0] != g->nodes[g->n - 1])) return 1;
+    if (n_deps > 1 || (n_deps && (!g->n || deps[0] != g->nodes[g->n - 1]))) return 1;
     Node *x = calloc(1, sizeof *x);
     if (copy_node(x, p)) return free(x), 400;
+    x->joined = n_deps ? 1 : 0;
     g->nodes[g->n++] = *node = x;
     return 0;
 }
 
+/* Only the edges the launcher makes: node before -> node, programmatic, from its programmatic
+   port (anything else is an error, as a wrong edge would be a race on a GPU). */
+int cuGraphAddDependencies_v2(Graph *g, Node *const *from, Node *const *to, const EdgeData *edge,
+                              size_t n) {
+    if (n != 1 || g->n < 2 || to[0] != g->nodes[g->n - 1] || from[0] != g->nodes[g->n - 2]
+        || to[0]->joined || edge->type != 1 || edge->from_port != 1 || edge->to_port) return 1;
+    to[0]->joined = 2;
+    counts[5]++;
+    return 0;
+}
+
 int cuGraphInstantiateWithFlags(Exec **e, Graph *g, unsigned long long flags) {
+    for (int i = 1; i < g->n; i++)
+        if (!g->nodes[i]->joined) return 1;     /* a kernel that could run before the one before */
     Exec *x = calloc(1, sizeof *x);
     x->n = g->n, x->original = malloc(g->n * sizeof *x->original);
     x->copy = malloc(g->n * sizeof *x->copy);

@@ -39,6 +39,17 @@ PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (devi
 #define NAN __int_as_float(0x7fffffff)
 #endif
 
+// Programmatic dependent launch (sm_90+): every kernel first waits until the kernel before it
+// has finished and its writes are visible, then lets the next one be scheduled; the runtime
+// joins a program's kernels by programmatic edges, so a launch overlaps its predecessor's tail.
+// Launched without that attribute (or before sm_90) both are no-ops.
+__device__ __forceinline__ void st_grid_dependency() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign;
 // a tie (-0.0, 0.0) gives b, as NumPy (the simulator) does.
 """ + torch_math("__device__ __forceinline__") + "\n"
@@ -392,6 +403,7 @@ class CudaEmitter(CFamilyEmitter):
         self.dynamic_smem()
         for name in sorted(self.hoisted):
             self.stmt(self.smem[name], 1)
+        self.emit("st_grid_dependency();", 1)
         self.body(k.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines)

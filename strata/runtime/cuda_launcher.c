@@ -26,6 +26,11 @@
 typedef int CUresult;
 typedef void *CUfunction, *CUstream, *CUcontext, *CUgraph, *CUgraphExec, *CUgraphNode;
 
+typedef struct {            /* CUgraphEdgeData */
+    unsigned char from_port, to_port, type, reserved[5];
+} EdgeData;
+enum { PORT_PROGRAMMATIC = 1, DEPENDENCY_PROGRAMMATIC = 1 };
+
 typedef struct {            /* CUDA_KERNEL_NODE_PARAMS_v2 */
     CUfunction func;
     unsigned grid[3], block[3], smem;
@@ -46,6 +51,8 @@ static struct {
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_destroy)(CUgraph);
     CUresult (*exec_destroy)(CUgraphExec);
+    CUresult (*graph_add_edges)(CUgraph, const CUgraphNode *, const CUgraphNode *,
+                                const EdgeData *, size_t);      /* optional: CUDA 12.3+ */
 } cu;
 
 static const char *NAMES[] = {"cuCtxSetCurrent", "cuLaunchKernel", "cuGraphCreate",
@@ -61,13 +68,17 @@ int st_open(const char *library) {
     void **table = (void **)&cu;
     for (unsigned i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
         if (!(table[i] = dlsym(lib, NAMES[i]))) return 1 + (int)i;
+    *(void **)&cu.graph_add_edges = dlsym(lib, "cuGraphAddDependencies_v2");
     return 0;
 }
+
+/* Whether graphs can join kernels by programmatic edges (the driver has edge data). */
+int st_has_programmatic_edges(void) { return cu.graph_add_edges != NULL; }
 
 const char *st_missing_name(int i) { return NAMES[i - 1]; }
 
 typedef struct {
-    int n_kernels, n_params, n_slots, failed;
+    int n_kernels, n_params, n_slots, failed, programmatic;
     NodeParams *kernel;     /* per kernel; .params points into argp */
     int *first;             /* per kernel: its first parameter (n_kernels + 1 entries) */
     int *slot;              /* per parameter: -1 fixed, else the call pointer it takes */
@@ -83,14 +94,16 @@ typedef struct {
 /* A plan of n_kernels launches: functions, dims (grid, block, dynamic smem per kernel), first
    (n_kernels + 1 parameter offsets), and per parameter its slot (-1 fixed), its fixed value and
    the address of its blob (a 128-byte tensor map the caller keeps alive; 0: the value is passed).
-   NULL when out of memory. */
+   `programmatic`: its graph joins consecutive kernels by programmatic edges (every kernel waits
+   for its predecessor itself: griddepcontrol.wait). NULL when out of memory. */
 void *st_plan(int n_kernels, const uint64_t *functions, const uint32_t *dims, const int32_t *first,
               const int32_t *slot, const uint64_t *value, const uint64_t *blob, int n_slots,
-              uint64_t ctx) {
+              uint64_t ctx, int programmatic) {
     int n = first[n_kernels];
     Plan *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_kernels = n_kernels, p->n_params = n, p->n_slots = n_slots, p->failed = -1;
+    p->programmatic = programmatic && cu.graph_add_edges;
     p->ctx = (CUcontext)(uintptr_t)ctx;
     p->kernel = calloc(n_kernels + 1, sizeof *p->kernel);
     p->first = malloc((n_kernels + 1) * sizeof *p->first);
@@ -134,10 +147,14 @@ static void bind(Plan *p, const uint64_t *ptrs, char *changed) {
 
 static CUresult build_graph(Plan *p) {
     CUresult r = cu.graph_create(&p->graph, 0);
+    static const EdgeData programmatic = {PORT_PROGRAMMATIC, 0, DEPENDENCY_PROGRAMMATIC, {0}};
     for (int k = 0; !r && k < p->n_kernels; k++) {
+        int after = k && !p->programmatic;     /* a full dependency on the kernel before */
         p->failed = k;
-        r = cu.graph_add_kernel(&p->node[k], p->graph, k ? &p->node[k - 1] : NULL, k ? 1 : 0,
+        r = cu.graph_add_kernel(&p->node[k], p->graph, after ? &p->node[k - 1] : NULL, after,
                                 &p->kernel[k]);
+        if (!r && k && p->programmatic)
+            r = cu.graph_add_edges(p->graph, &p->node[k - 1], &p->node[k], &programmatic, 1);
     }
     if (!r) p->failed = -1, r = cu.graph_instantiate(&p->exec, p->graph, 0);
     return r;

@@ -4,7 +4,9 @@ Why: per kernel and per argument, Python and cuda-bindings cost microseconds, mo
 kernel runs. The C library is built once per process (the native build cache), opens libcuda
 itself and holds a plan of every launch; a call writes its input and output pointers into
 `pointers` and makes one ctypes call: plain launches, or a CUDA graph built on the first graph
-call whose kernel nodes are updated only where a pointer changed.
+call whose kernel nodes are updated only where a pointer changed. `programmatic`: the graph's
+kernels are joined by programmatic edges (sm_90+: each kernel's launch overlaps the tail of the
+one before, which it waits for itself, codegen/cuda.py's st_grid_dependency).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def launcher_library(libcuda: str) -> ctypes.CDLL:
         lib = load_library(build_library(Path(__file__).with_name("cuda_launcher.c").read_text()))
         lib.st_plan.restype = ctypes.c_void_p
         lib.st_plan.argtypes = [ctypes.c_int, _U64P, _U32P, _I32P, _I32P, _U64P, _U64P,
-                                ctypes.c_int, ctypes.c_uint64]
+                                ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
         lib.st_launch.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64, ctypes.c_int,
                                   ctypes.c_int]
         lib.st_graph.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64]
@@ -56,7 +58,8 @@ class Launcher:
     the order of `pointers` (None: a position the plan does not read); `fixed`: the pointer of
     every other parameter (weights, slab temps, the static buffers of tensor-mapped slots)."""
 
-    def __init__(self, launches, slots: list[str | None], fixed: dict[str, int], driver, ctx):
+    def __init__(self, launches, slots: list[str | None], fixed: dict[str, int], driver, ctx,
+                 programmatic: bool = False):
         self.driver, self.kernels = driver, [lc.kernel for lc in launches]
         self.lib = launcher_library(driver.library())
         index = {name: i for i, name in enumerate(slots) if name is not None}
@@ -76,8 +79,9 @@ class Launcher:
                   _array(dims, ctypes.c_uint32, np.uint32), _array(first, ctypes.c_int32, np.int32),
                   _array(slot, ctypes.c_int32, np.int32), _array(value, ctypes.c_uint64, np.uint64),
                   _array(blob, ctypes.c_uint64, np.uint64)]
+        self.programmatic = programmatic and bool(self.lib.st_has_programmatic_edges())
         self.plan = self.lib.st_plan(len(launches), *(p for _, p in arrays), len(slots),
-                                     driver.handle(ctx))
+                                     driver.handle(ctx), self.programmatic)
         if not self.plan:
             raise MemoryError("no host memory for a launch plan")
         weakref.finalize(self, self.lib.st_free, self.plan).atexit = False    # the driver may be gone

@@ -19,6 +19,7 @@ device. Calls share the slab: one program runs on one stream at a time.
 """
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Mapping
 
@@ -88,6 +89,9 @@ class CudaProgram:
         self.ctx = self.driver.context(self.device)
         self.arch = arch or _arch_for(program, self.driver.arch(self.device))
         self.use_graph, self.poison = use_graph, poison
+        # every kernel waits for the one before it on sm_90+ (codegen/cuda.py), so the graph may
+        # join them by programmatic edges; STRATA_PDL=0 keeps full dependencies (to compare)
+        self.programmatic = (int(self.arch[3:5]) >= 90 and os.environ.get("STRATA_PDL") != "0")
         self.spec = dict(inputs) if inputs is not None else {
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}
@@ -213,7 +217,7 @@ class CudaProgram:
             if i >= len(self.spec) or name in self.mutated:
                 self._pinned_out.append((i, static))
         return Launcher(self.launches, [None if n in mapped else n for n in names], fixed,
-                        self.driver, self.ctx)
+                        self.driver, self.ctx, programmatic=self.programmatic)
 
     def _collect(self, args, outs) -> list[torch.Tensor]:
         if self._outputs_made:          # the usual case: the outputs are the new buffers, in order

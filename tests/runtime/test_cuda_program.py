@@ -198,6 +198,8 @@ def test_later_calls_launch_one_graph_updating_only_what_changed(no_nvrtc):
     assert after["launches"] - before["launches"] == len(kernels)
     assert (after["graphs"] - before["graphs"], after["graph_launches"] - before["graph_launches"],
             after["node_updates"] - before["node_updates"]) == (1, 1, 0)
+    # sm_90: the kernels are joined by programmatic edges (each waits for the one before itself)
+    assert rt.programmatic and after["programmatic_edges"] - before["programmatic_edges"] == 3
     out = torch.empty_like(got[0])
     got.append(rt.run([xs[2]], out=[out])[0])           # new input and output pointers
     middle = counts()
@@ -207,6 +209,35 @@ def test_later_calls_launch_one_graph_updating_only_what_changed(no_nvrtc):
     assert got[2] is out and driver.errors == []
     for x, g in zip([*xs[:3], xs[2]], got):
         np.testing.assert_array_equal(g.numpy(), program.run_numpy([x])[0])
+
+
+def test_without_programmatic_launch_the_graph_has_full_edges(no_nvrtc, monkeypatch):
+    monkeypatch.setenv("STRATA_PDL", "0")
+    program, snippet, rt, driver = _on_sim_driver(TWINS)
+    before = counts()
+    for _ in range(2):
+        got = rt.run(snippet.example_inputs)[0]
+    after = counts()
+    assert not rt.programmatic and after["graphs"] - before["graphs"] == 1
+    assert after["programmatic_edges"] == before["programmatic_edges"] and driver.errors == []
+    np.testing.assert_array_equal(got.numpy(), program.run_numpy(snippet.example_inputs)[0])
+
+
+def test_every_kernel_waits_for_the_one_before_it():
+    """What makes programmatic edges safe: each CUDA kernel's first statement waits for its
+    predecessor (griddepcontrol.wait, sm_90+ only), in the PTX NVRTC makes for sm_90."""
+    from strata.runtime import nvrtc
+    program, _ = compile_snippet(CHAIN2)
+    source = program.source("cuda")
+    assert source.count("st_grid_dependency();") == len(program.kernels)
+    for k in program.kernels:
+        body = source.split(f"{cname(k.name)}(", 1)[1].split("{", 1)[1]
+        before = body.split("st_grid_dependency();")[0].strip().splitlines()
+        assert all(ln.strip().startswith(("__shared__", "extern __shared__", "unsigned char* "
+                                          "st_dyn_smem")) for ln in before)    # declarations only
+    ptx = nvrtc.compile_cuda(source, "sm_90", want="ptx").decode()
+    assert ptx.count("griddepcontrol.wait") == len(program.kernels)
+    assert "griddepcontrol" not in nvrtc.compile_cuda(source, "sm_80", want="ptx").decode()
 
 
 def test_a_failing_launch_names_its_kernel(no_nvrtc):
