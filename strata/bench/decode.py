@@ -162,7 +162,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                         kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps,
                         device="cpu" if device == "cpu" else "cuda")
     say(f"weights: {built.weights}")
-    bench.variants.append(measure_strata(lm, args, prompt, device, ctx, say))
+    bench.variants += measure_strata(lm, args, prompt, device, ctx, say)
     if device == "cuda":
         torch.cuda.empty_cache()
     lm = lm.to(device)
@@ -193,10 +193,11 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     return bench
 
 
-def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
+def measure_strata(lm, args, prompt, device: str, ctx, say) -> list[DecodeVariant]:
     """Compile the prefill and step programs (natively for cuda and cpu, else the simulator) and
-    measure them; a compile failure is the row's status. Returning frees their GPU weights and
-    caches."""
+    measure them; a compile failure is the row's status. On CUDA a second row times the same
+    programs with full graph edges instead of programmatic ones (STRATA_PDL=0). Returning frees
+    their GPU weights and caches."""
     from ..models.build import DTYPES
     from ..models.decode import compile_decoder, new_caches
     from .decode_loops import strata_greedy
@@ -205,11 +206,17 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> DecodeVariant:
         prefill, step = compile_decoder(lm, args.prompt_len, max_len,
                                         device if device in ("cuda", "cpu") else "sim", ctx, say)
     except Exception as e:  # noqa: BLE001 - strata's row says why; the baselines still run
-        return DecodeVariant(STRATA, strata_status(e))
+        return [DecodeVariant(STRATA, strata_status(e))]
     caches = new_caches(lm.config, max_len, DTYPES[args.dtype], device)
     say("decoding with strata")
-    return measure(STRATA, lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device),
-                   args.new_tokens, args.repeats)
+    run = lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device)  # noqa: E731
+    rows = [measure(STRATA, run, args.new_tokens, args.repeats)]
+    if device == "cuda" and rows[0].ok and prefill.runtime.programmatic:
+        for program in (prefill, step):
+            program.runtime.set_programmatic(False)
+        rows.append(measure(f"{STRATA}, full graph edges (STRATA_PDL=0)", run, args.new_tokens,
+                            args.repeats))
+    return rows
 
 
 def stem(model: str, env, dtype: str = "") -> str:

@@ -149,6 +149,10 @@ class CudaProgram:
             [b for b in self.program.buffers if b.name in weights], weights, self.device))
         self._launcher = None
 
+    def set_programmatic(self, on: bool) -> None:
+        """Join the graph's kernels by programmatic edges or not (a benchmark compares both)."""
+        self.programmatic, self._launcher = on, None
+
     def _as_compiled(self, tensors, expect) -> bool:
         """Whether each tensor is what the program was compiled for (shape, dtype, device),
         contiguous and aligned: a few attribute reads each, so a call checks no more."""
