@@ -8,8 +8,9 @@ from ..errors import KnobError
 
 
 def choose_pieces(extent: int, blocks: int, ctx: Context, knob: str, min_piece: int,
-                  unit: str) -> tuple[int, str]:
-    """(pieces, why not): a divisor of `extent` giving pieces of at least `min_piece`, the one
+                  unit: str, grain: int = 1) -> tuple[int, str]:
+    """(pieces, why not): a divisor of `extent` giving pieces of at least `min_piece` (and a
+    multiple of `grain` long: slices that start 16-byte aligned keep their vector loads), the one
     closest to fill_blocks // blocks, or 1 and the reason splitting does not pay. `blocks`
     counts the `unit`s (rows, tiles) that already run in parallel; a pinned `knob` wins."""
     pinned = ctx.knob(knob, 0)
@@ -23,7 +24,9 @@ def choose_pieces(extent: int, blocks: int, ctx: Context, knob: str, min_piece: 
     if extent < 2 * min_piece:
         return 1, f"a reduction of {extent} is too short to share (fits one block)"
     want = max(2, fill // blocks)
-    divisors = [d for d in range(2, extent // min_piece + 1) if extent % d == 0]
+    divisors = [d for d in range(2, extent // min_piece + 1)
+                if extent % d == 0 and extent // d % grain == 0]
     if not divisors:
-        return 1, f"{extent} has no divisor giving pieces of at least {min_piece}"
+        return 1, (f"{extent} has no divisor giving pieces of at least {min_piece}"
+                   + (f" in multiples of {grain}" if grain > 1 else ""))
     return min(divisors, key=lambda d: (abs(d - want), d)), ""

@@ -157,15 +157,18 @@ def test_split_k_for_decode_shapes():
     prog = run_and_compare(lambda x, w, b: F.linear(x, w, b), (r(1, 2048), r(64, 2048), r(64)),
                            contraction=True, ctx=ctx)
     first, _ = prog.lowered.tile.kernels
-    assert first.name.endswith("_splitk") and first.mode == "matmul" and "SPLIT_K=8" in str(first)
-    assert "k_linear_reduce_partial[a1_s, a0] = acc0" in str(first)
-    assert any("split_matmul_k" in m and "split 8 ways" in m for m in ctx.messages)
+    assert first.name.endswith("_splitk") and first.mode == "matmul" and "SPLIT_K=32" in str(first)
+    assert "k_linear_reduce_partial[a1_s, a0] = acc0" in str(first)      # one row: slices of 64
+    assert any("split_matmul_k" in m and "split 32 ways" in m for m in ctx.messages)
     prog = run_and_compare(seed_example, (r(7, 99), r(99), r(99, 33)), contraction=True,
                            ctx=Context(knobs={"SPLIT_K": "3"}))
     assert len(prog.kernels) == 2
     ctx = Context()
-    run_and_compare(torch.mm, (r(1, 257), r(257, 7)), contraction=True, ctx=ctx)
+    run_and_compare(torch.mm, (r(1, 127), r(127, 7)), contraction=True, ctx=ctx)
     assert any("split_matmul_k" in m and "too short" in m for m in ctx.messages)
+    ctx = Context()
+    run_and_compare(torch.mm, (r(1, 257), r(257, 7)), contraction=True, ctx=ctx)
+    assert any("split_matmul_k" in m and "no divisor" in m for m in ctx.messages)
     with pytest.raises(ValueError, match="SPLIT_K=2"):
         strata.compile(torch.mm, (r(1, 257), r(257, 7)), ctx=Context(knobs={"SPLIT_K": "2"}))
 

@@ -5,23 +5,31 @@ The kernel becomes two. `<name>_splitk` sums each of SPLIT_K consecutive slices 
 buffer of partials; it is still a contraction, with the slice as one more batch axis, and the
 matmul passes tile it like any other. The original kernel then starts by adding the SPLIT_K
 partials of its point instead of running the K loop, and applies the epilogue. SPLIT_K divides
-K, so no slice has a tail. Declines, saying why, when the tiles already fill the GPU, when K is
-too short to share (less than K_MIN per slice) or has no such divisor, or when the row holds
-more than one reduction.
+K, so no slice has a tail. The tiles counted are those the contraction will get: the tensor-core
+passes' (asked of wgmma_tile and mma_tile themselves, quietly) where one takes it, else the CUDA
+cores'. A slice is at least K_MIN long, shorter for few rows (16 x M, down to GEMV_K_MIN): the
+partials (4 bytes, SPLIT_K x M x N) then cost at most a quarter of the weights' bytes again;
+and a multiple of 16 bytes where K allows, so each slice still takes cp.async, TMA or vectors.
+Declines, saying why, when the tiles already fill the GPU, when K is too short to share (less
+than the shortest slice) or has no such divisor, or when the row holds more than one reduction.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from math import prod
 
+from ... import dtypes
 from ...context import Context
 from ...expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import choose_tiles, match
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
+from .mma_tile import mma_tile
+from .wgmma_tile import wgmma_tile
 
 K_MIN = 256          # the shortest slice of K worth a block of its own
+GEMV_K_MIN = 64      # ... for a contraction of 1 to 4 rows (decode): 2 steps of mma's TILE_K
 
 
 def split_matmul_k(k: TileKernel, ctx: Context):
@@ -32,10 +40,13 @@ def split_matmul_k(k: TileKernel, ctx: Context):
         ctx.log(f"split_matmul_k: {k.name}: declined, the row holds {len(c.loops)} reductions")
         return k
     (loop,) = c.loops
-    mt = choose_tiles(k, c.m, c.n, ctx)
+    tile_m, tile_n = _tile(k, c, ctx)
+    rows = k.extent(c.m)
     blocks = prod(e for v, e in k.domain if v not in (c.m, c.n)) \
-        * -(-k.extent(c.m) // mt.tile_m) * -(-k.extent(c.n) // mt.tile_n)
-    split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", K_MIN, "tiles")
+        * -(-rows // tile_m) * -(-k.extent(c.n) // tile_n)
+    k_min = max(GEMV_K_MIN, min(K_MIN, 16 * rows))
+    split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", k_min, "tiles",
+                               _grain(k, loop))
     if split == 1:
         if why:
             ctx.log(f"split_matmul_k: {k.name}: declined, {why}")
@@ -65,6 +76,26 @@ def split_matmul_k(k: TileKernel, ctx: Context):
                      + (partial,))
     ctx.log(f"split_matmul_k: {k.name}: K={loop.extent} split {split} ways over {blocks} tiles")
     return first.with_knob("SPLIT_K", split), second.with_knob("SPLIT_K", split)
+
+
+def _tile(k: TileKernel, c, ctx: Context) -> tuple[int, int]:
+    """(TILE_M, TILE_N) of the contraction's blocks, as the pass that will tile it chooses."""
+    quiet = replace(ctx, verbosity=0, messages=[])
+    for tile_pass in (wgmma_tile, mma_tile):
+        got = tile_pass(k, quiet)
+        if got.mode in ("wgmma", "mma"):
+            return got.matmul.tile_m, got.matmul.tile_n
+    mt = choose_tiles(k, c.m, c.n, ctx)
+    return mt.tile_m, mt.tile_n
+
+
+def _grain(k: TileKernel, loop) -> int:
+    """Elements of K in 16 bytes of the narrowest operand, when K is a multiple of it (so
+    each slice starts aligned for cp.async, TMA and vector loads), else 1."""
+    sizes = [dtypes.ITEMSIZE[k.dtype_of(s.buf)] for s in walk(loop.body) if isinstance(s, Load)
+             and any(b.name == s.buf for b in k.buffers)]
+    grain = 16 // min(sizes) if sizes else 1
+    return grain if loop.extent % grain == 0 else 1
 
 
 def _loads(body, buf: str) -> bool:

@@ -21,6 +21,7 @@ is then a multiple of 64 (TILE_M always is).
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 
 from ...context import Context
 from ...errors import KnobError
@@ -28,6 +29,8 @@ from ...loop.ir import Load, Loop
 from ..contraction import match
 from ..ir import MmaLoop, MmaTile, TileKernel, walk
 from ..tensor_core import SWIZZLE_OF_TILE_K, edge_guarded, mma_loops, mn_major, tma_dims
+
+DECODE_ROWS = 16         # M of a decode step's GEMV (a batch of up to 16 sequences)
 
 
 def _other_loads(k: TileKernel, loops: list[MmaLoop]) -> set[str]:
@@ -57,14 +60,19 @@ def why_not_tma(k: TileKernel, loops: list[MmaLoop], tile_of) -> str:
 def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context,
                  n_major: bool = False) -> tuple[int, int, int]:
     """(TILE_M, TILE_N, TILE_K) from the knobs: 64 rows per warpgroup (two for tall matrices),
-    N rounded up to 8 and at most 128 (64 for rows with several reductions), K 64 (128B swizzle).
+    N rounded up to 8 and at most 128 (64 for rows with several reductions, or for a decode GEMV
+    of at most DECODE_ROWS rows that 128 leaves under one block per SM), K 64 (128B swizzle).
     With an N-major B (n_major), N is rounded up to 64: such a B tile is TILE_N / 64 boxes of
     64 N-contiguous elements (one 128B-swizzle row) per K."""
     wg_default = 2 if k.extent(m) > 64 else 1
     warpgroups = ctx.knob("WARPGROUPS", ctx.knob("TILE_M", 64 * wg_default) // 64)
     tile_m = ctx.knob("TILE_M", 64 * warpgroups)
     step = 64 if n_major else 8
-    tile_n = ctx.knob("TILE_N", min(-(-k.extent(n) // step) * step, 128 if loops == 1 else 64))
+    tile_n = min(-(-k.extent(n) // step) * step, 128 if loops == 1 else 64)
+    blocks = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
+    if tile_n > 64 and k.extent(m) <= DECODE_ROWS and blocks < ctx.arch.cores:
+        tile_n = 64
+    tile_n = ctx.knob("TILE_N", tile_n)
     tile_k = ctx.knob("TILE_K", 64)
     if tile_m != 64 * warpgroups or not 1 <= warpgroups <= 4:
         raise KnobError(f"TILE_M={tile_m}, WARPGROUPS={warpgroups}: INSTR=wgmma takes 64 rows per "
