@@ -1,0 +1,81 @@
+"""Decode GEMVs at the memory limit, checked in the machine code without a GPU (issue 53 item 3).
+
+Why: whether a GEMV reads its weights with 16-byte loads and spills nothing is decided by ptxas,
+so these tests read NVRTC's cubin through `cuobjdump -sass` (runtime/sass.py) and ptxas -v for
+TinyLlama-shaped projections at M = 1 and 16, bf16 and fp16, on sm_90a: every global load of the
+K-split kernel is 128 bits (cp.async's LDGSTS.128) or TMA (UTMALDG), no spill bytes, one tile
+along M (each weight byte is read by one block), and K split until the grid fills the SMs or
+the slices reach their shortest. The numbers still match eager on the simulator.
+"""
+import pytest
+import torch
+
+pytest.importorskip("cuda.bindings.nvrtc")
+
+import strata  # noqa: E402
+from strata import check  # noqa: E402
+from strata.context import Context  # noqa: E402
+from strata.errors import DeviceUnavailable  # noqa: E402
+from strata.runtime.nvrtc import include_dirs, resource_usage  # noqa: E402
+from strata.runtime.sass import global_loads, sass, tool  # noqa: E402
+from strata.tile.passes.split_matmul_k import GEMV_K_MIN, K_MIN  # noqa: E402
+
+try:
+    tool("cuobjdump"), tool("nvdisasm")
+except DeviceUnavailable as e:
+    pytest.skip(str(e), allow_module_level=True)
+if not include_dirs():
+    pytest.skip("no CUDA headers (cuda_fp16.h) found", allow_module_level=True)
+
+ARCH = "sm_90a"
+PROJECTIONS = [(2048, 2048), (2048, 256), (2048, 5632), (5632, 2048)]     # (K, N), TinyLlama's
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def _compile(layer, x):
+    with torch.no_grad():
+        return strata.compile(layer.eval(), (x,), device="sim", ctx=Context(target=ARCH))
+
+
+@pytest.mark.parametrize("k,n", PROJECTIONS, ids=[f"{k}x{n}" for k, n in PROJECTIONS])
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_decode_gemv_reads_weights_with_128_bit_loads_and_no_spills(dtype, m, k, n):
+    layer = torch.nn.Linear(k, n, bias=False, dtype=DTYPES[dtype])
+    prog = _compile(layer, torch.randn(m, k, dtype=DTYPES[dtype]))
+    source, arch = prog.source("cuda"), Context(target=ARCH).arch
+    (split,) = [t for t in prog.lowered.tile.kernels if t.name.endswith("_splitk")]
+    knobs = dict(split.knobs)
+    assert knobs["INSTR"] in ("mma", "wgmma") and knobs["TILE_M"] >= m     # one tile along M
+    slices = knobs["SPLIT_K"]
+    shortest = max(GEMV_K_MIN, min(K_MIN, 16 * m))
+    assert slices > 1 and (split.grid >= arch.cores or k // (2 * slices) < shortest), \
+        f"{split.grid} blocks on {arch.cores} SMs with K split {slices} ways"
+    loads = global_loads(sass(source, ARCH)[split.name])
+    assert loads and set(loads) <= {128, "tma"}, f"{split.name}'s global loads by width: {loads}"
+    for name, use in resource_usage(source, ARCH).items():
+        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+
+
+@pytest.mark.xfail(strict=True, reason="Q8_0/Q4_0 GEMVs load the weights byte by byte "
+                   "(LDG.E.U8) on the CUDA cores: issue 53 item 3 is open for them")
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt):
+    from strata.quant.formats import QuantLinear
+    layer = QuantLinear.from_linear(torch.nn.Linear(2048, 256, bias=False), fmt)
+    prog = _compile(layer, torch.randn(1, 2048))
+    (split,) = [t for t in prog.lowered.tile.kernels if t.name.endswith("_splitk")]
+    assert set(global_loads(sass(prog.source("cuda"), ARCH)[split.name])) <= {128, "tma"}
+
+
+@pytest.mark.parametrize("m,dtype", [(1, "bf16"), (16, "f16")])
+def test_split_gemv_matches_eager_on_the_simulator(m, dtype):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(512, 128, bias=False, dtype=DTYPES[dtype]).eval()
+    x = torch.randn(m, 512, dtype=DTYPES[dtype])
+    prog = _compile(layer, x)
+    for res in check.verify(prog, layer, (x,), True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    split = prog.lowered.tile.kernels[0]
+    assert split.name.endswith("_splitk") and dict(split.knobs)["SPLIT_K"] > 1
+    assert dict(split.knobs)["INSTR"] == ("mma" if m == 1 else "wgmma")
