@@ -162,7 +162,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                         kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps,
                         device="cpu" if device == "cpu" else "cuda")
     say(f"weights: {built.weights}")
-    bench.variants += measure_strata(lm, args, prompt, device, ctx, say)
+    bench.variants += measure_strata(lm, args, prompt, device, ctx, say, bench)
     if device == "cuda":
         torch.cuda.empty_cache()
     lm = lm.to(device)
@@ -193,11 +193,12 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     return bench
 
 
-def measure_strata(lm, args, prompt, device: str, ctx, say) -> list[DecodeVariant]:
+def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None) -> list[DecodeVariant]:
     """Compile the prefill and step programs (natively for cuda and cpu, else the simulator) and
     measure them; a compile failure is the row's status. On CUDA a second row times the same
-    programs with full graph edges instead of programmatic ones (STRATA_PDL=0). Returning frees
-    their GPU weights and caches."""
+    programs with full graph edges instead of programmatic ones (STRATA_PDL=0), and the step's
+    weight-reading kernels are timed one by one (bench.notes). Returning frees their GPU weights
+    and caches."""
     from ..models.build import DTYPES
     from ..models.decode import compile_decoder, new_caches
     from .decode_loops import strata_greedy
@@ -216,6 +217,12 @@ def measure_strata(lm, args, prompt, device: str, ctx, say) -> list[DecodeVarian
             program.runtime.set_programmatic(False)
         rows.append(measure(f"{STRATA}, full graph edges (STRATA_PDL=0)", run, args.new_tokens,
                             args.repeats))
+    if device == "cuda" and rows[0].ok and bench is not None:
+        import torch
+        from .decode_kernels import weight_bandwidth
+        token = torch.zeros((1, 1), dtype=torch.long, device=device)
+        position = torch.full((1,), args.prompt_len, dtype=torch.long, device=device)
+        bench.notes += weight_bandwidth(step, (token, position, *caches), bench.copy_gbps)
     return rows
 
 

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-STEPS = ("install", "tests", "sanitizer", "suite", "contractions", "overhead", "decode", "ncu")
+STEPS = ("install", "tests", "sanitizer", "suite", "contractions", "overhead", "decode", "decode-q4",
+         "ncu")
 
 
 def main(argv=None) -> int:
@@ -91,7 +92,8 @@ def main(argv=None) -> int:
         for f in [pool.submit(timed, *job[1:]) for job in jobs if job[0] in chosen]:
             f.result()
     for step, name in (("suite", "op suite"), ("contractions", "contractions"),
-                       ("overhead", "call overhead"), ("decode", "decode")):
+                       ("overhead", "call overhead"), ("decode", "decode"),
+                       ("decode-q4", "decode q4_0")):
         if step in chosen:                   # one at a time: they time the GPU
             timed(name, S.bench, name)
     if "ncu" in chosen:

@@ -233,10 +233,14 @@ BENCHES = {
                      "4096³ bf16 mm and decode projections vs cuBLAS, causal attention vs flash SDPA"),
     "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
                "TinyLlama-shaped bf16 greedy decode: tokens/s vs HF eager and torch.compile, "
-               "fraction of the bandwidth limit"),
+               "fraction of the bandwidth limit, with and without programmatic edges; the step's "
+               "weight-reading kernels one by one"),
+    "decode q4_0": (["strata.bench.decode", "--quant", "q4_0", "--new-tokens", "64", "--repeats", "2",
+                     "--no-hf", "--no-compile"], 120,
+                    "the same decode with Q4_0 weights (issue 53: >= 1.8x strata's bf16 decode)"),
 }
 LIST_FLAG = {"op suite": "--list", "contractions": "--list"}
-BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 100,
+BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 80,
                             "host time per call of a tiny program (eager, strata's CUDA graph, "
                             "with out=, plain launches, torch.compile reduce-overhead) and where "
                             "it goes (cProfile)")

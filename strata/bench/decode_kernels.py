@@ -1,0 +1,32 @@
+"""How close each weight-reading kernel of a decode step comes to the memory limit on the GPU.
+
+Why: a decode step at batch 1 is bound by reading its weights once, so the number to watch per
+kernel is the weight bytes it reads over its time, against the device-to-device copy bandwidth
+the same run measured (issue 53: every decode-step GEMV >= 80% of it). Kernel times are CUDA
+events around each plain launch (CudaProgram.time_kernels), so they include no host cost."""
+from __future__ import annotations
+
+from .. import dtypes
+
+
+def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> list[str]:
+    """Report lines: the `top` slowest kernels that read weights, with their GB/s."""
+    kp = program.lowered.kernel
+    weights = {b.name for b in kp.buffers if b.kind == "weight"}
+    rows = []
+    for kernel, timing in zip(kp.kernels, program.runtime.time_kernels(inputs)):
+        nbytes = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in kernel.params if p.name in weights)
+        if nbytes and timing["ms"] > 0:
+            rows.append((timing["ms"], kernel.name, nbytes, nbytes / timing["ms"] / 1e6))
+    if not rows:
+        return []
+    total_ms, total_bytes = sum(r[0] for r in rows), sum(r[2] for r in rows)
+    share = (lambda gbps: f", {gbps / copy_gbps:.0%} of the copy bandwidth") if copy_gbps else \
+        (lambda gbps: "")
+    lines = [f"decode step, {len(rows)} weight-reading kernels: {total_bytes / 1e6:,.1f} MB in "
+             f"{total_ms:.3f} ms of kernel time, {total_bytes / total_ms / 1e6:,.0f} GB/s"
+             f"{share(total_bytes / total_ms / 1e6)}"]
+    for ms, name, nbytes, gbps in sorted(rows, reverse=True)[:top]:
+        lines.append(f"  {name}: {ms * 1e3:.1f} µs, {nbytes / 1e6:.2f} MB of weights, "
+                     f"{gbps:,.0f} GB/s{share(gbps)}")
+    return lines

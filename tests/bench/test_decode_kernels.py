@@ -1,0 +1,32 @@
+"""bench/decode_kernels.py: the weight bytes each kernel of a real program reads, over kernel
+times a stand-in runtime gives (CUDA events need a GPU)."""
+from types import SimpleNamespace
+
+import torch
+
+import strata
+from strata.bench.decode_kernels import weight_bandwidth
+
+
+def test_weight_bandwidth_counts_each_kernels_weights():
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 32, bias=False))
+    with torch.no_grad():
+        prog = strata.compile(mlp, (torch.randn(1, 64),))
+    kernels = prog.lowered.kernel.kernels
+    times = [{"name": k.name, "ms": 0.001 * (i + 1)} for i, k in enumerate(kernels)]
+    fake = SimpleNamespace(lowered=prog.lowered,
+                           runtime=SimpleNamespace(time_kernels=lambda inputs: times))
+    lines = weight_bandwidth(fake, (), copy_gbps=100.0)
+    weight_kernels = [k for k in kernels if any(p.name.endswith("weight") for p in k.params)]
+    assert len(weight_kernels) >= 1
+    total = (64 * 256 + 256 * 32) * 4
+    assert lines[0].startswith(f"decode step, {len(weight_kernels)} weight-reading kernels: "
+                               f"{total / 1e6:,.1f} MB")
+    first = next(k for k in kernels if any(p.name == "p_0_weight" for p in k.params))
+    ms = times[kernels.index(first)]["ms"]
+    gbps = (64 * 256 * 4 + (256 * 32 * 4 if any(p.name == "p_2_weight" for p in first.params)
+                            else 0)) / ms / 1e6
+    assert any(f"{first.name}: {ms * 1e3:.1f} µs" in ln and f"{gbps:,.0f} GB/s, {gbps / 100:.0%}"
+               in ln for ln in lines[1:])
+    assert weight_bandwidth(fake, (), copy_gbps=None)[0].endswith("GB/s")
