@@ -33,6 +33,7 @@ from ..command import guarded
 from ..context import Context
 from ..errors import ModelError, StrataError
 from ..models.source import resolve
+from .decode_kernels import weight_bandwidth
 from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,
                             kv_bytes_per_token, measure, rich_table, weight_bytes, write)
 from .llama_cpp import measure_llama_cpp
@@ -219,7 +220,6 @@ def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None) -> list[
                             args.repeats))
     if device == "cuda" and rows[0].ok and bench is not None:
         import torch
-        from .decode_kernels import weight_bandwidth
         token = torch.zeros((1, 1), dtype=torch.long, device=device)
         position = torch.full((1,), args.prompt_len, dtype=torch.long, device=device)
         bench.notes += weight_bandwidth(step, (token, position, *caches), bench.copy_gbps)

@@ -18,6 +18,7 @@ RMS_NORM = '''\
 extern "C" __global__ void __launch_bounds__(256)
 k_rms_norm_reduce(const float* __restrict__ x, const float* __restrict__ p_weight,
                   float* __restrict__ rms_norm) {
+    st_grid_dependency();
     float v0 = 1.0f / 2048.0f;
     int a1 = blockIdx.x;
     int a0 = threadIdx.x;
