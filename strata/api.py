@@ -30,6 +30,7 @@ from .runtime import driver
 from .runtime.native import NativeProgram
 from .runtime.program import CudaProgram, mutated_inputs
 from .runtime.qemu import QemuProgram
+from .tensor.merge_projections import derive_weights
 from .tune.db import default_db
 from .view import write_page
 
@@ -154,7 +155,10 @@ class Program:
         """New values for weights, by name (a torch.compile'd module's parameters after an
         optimizer step or load_state_dict): the runtime takes them and packs them again; the
         kernels are not rebuilt."""
-        self.torch_program.weights.update({k: v.detach() for k, v in weights.items()})
+        weights = {k: v.detach() for k, v in weights.items()}
+        self.torch_program.weights.update(weights)
+        weights.update(derive_weights(self.torch_program, weights))   # merged projections
+        self.torch_program.weights.update(weights)
         if isinstance(self._runtime, (NativeProgram, CudaProgram)):
             self._runtime.set_weights(weights)
         elif self._runtime is not None:
@@ -167,6 +171,7 @@ class Program:
         twin = copy.copy(self)
         twin.torch_program = dataclasses.replace(self.torch_program, weights={
             **self.torch_program.weights, **{k: v.detach() for k, v in weights.items()}})
+        twin.torch_program.weights.update(derive_weights(twin.torch_program, weights))
         twin._runtime = twin._plain_run = None
         if self._runtime is not None:
             twin.load()

@@ -247,8 +247,10 @@ def _log_unused_knobs(kernels, origin: dict, ctx: Context) -> None:
 def lower_torch_program(torch_program, ctx: Context | None = None, until: str = "cuda") -> Lowered:
     """Lower a captured Torch IR program through every stage up to `until`."""
     from .tensor.decompose import to_tensor_ir
+    from .tensor.merge_projections import merge_projections
 
     ctx = ctx or Context()
+    torch_program = merge_projections(torch_program)
     # the passes recurse along dependence chains: topk(k=256) is a chain of 512 reductions
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     for note in getattr(torch_program, "notes", ()):

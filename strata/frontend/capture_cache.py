@@ -61,7 +61,7 @@ def _to_plain(p: TorchProgram) -> dict:
     return {
         "nodes": [dataclasses.replace(n, target=None) for n in p.nodes],
         "inputs": p.inputs, "weights": p.weights, "weight_types": p.weight_types,
-        "outputs": p.outputs, "mutations": p.mutations,
+        "outputs": p.outputs, "mutations": p.mutations, "derived": p.derived,
         "out_spec": None if p.out_spec is None else _dump_spec(p.out_spec),
     }
 
@@ -85,7 +85,7 @@ def _from_plain(d: dict) -> TorchProgram:
     elif spec is not None:
         spec = pytree.treespec_loads(spec)
     return TorchProgram(None, nodes, d["inputs"], d["weights"], d["weight_types"], d["outputs"], spec,
-                        mutations=d["mutations"])
+                        mutations=d["mutations"], derived=d.get("derived", {}))
 
 
 def load(code: str) -> TorchProgram | None:

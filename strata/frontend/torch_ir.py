@@ -81,6 +81,7 @@ class TorchProgram:
     mutations: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # what capture changed to export it (-v)
     weight_of: dict[str, str] = field(default_factory=dict)   # state-dict key -> weight name
+    derived: dict[str, tuple] = field(default_factory=dict)   # weight -> those it concatenates
 
     @property
     def input_names(self) -> list[str]:
@@ -183,7 +184,8 @@ def format_node(n: TorchNode) -> tuple[str, str]:
 
 def format_program(p: TorchProgram) -> str:
     out = [f"{name}: input {t}" for name, t in p.inputs.items()]
-    out += [f"{name}: weight {t}" for name, t in p.weight_types.items()]
+    out += [f"{name}: weight {t}" + (f" = cat({', '.join(p.derived[name])})" if name in p.derived
+                                     else "") for name, t in p.weight_types.items()]
     rows = [(n, *format_node(n)) for n in p.nodes]
     width = max((len(lhs) for _, lhs, _ in rows), default=0)
     last = None

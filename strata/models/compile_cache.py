@@ -27,10 +27,11 @@ import torch
 
 from ..frontend.capture_cache import _from_plain, _to_plain
 from ..pipeline import Lowered
+from ..tensor.merge_projections import derive_weights
 from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
-FORMAT = 1
+FORMAT = 2                  # 2: derived (concatenated) weights are made again when loaded
 MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cached
 
 
@@ -108,7 +109,9 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
     if not caching_enabled():
         return False
     refs = owner_names(module, lowered.torch.weights)
-    values = {name: t for name, t in lowered.torch.weights.items() if name not in refs}
+    derived = lowered.torch.derived          # concatenated again from the sources when loaded
+    values = {name: t for name, t in lowered.torch.weights.items()
+              if name not in refs and name not in derived}
     if sum(t.numel() * t.element_size() for t in values.values()
            if isinstance(t, torch.Tensor)) > MAX_VALUE_BYTES:
         return False
@@ -139,6 +142,7 @@ def load(key: str, module: torch.nn.Module):
         state = dict(module.named_parameters(remove_duplicate=False))
         state.update(module.named_buffers(remove_duplicate=False))
         program.weights.update({name: state[owner] for name, owner in entry["refs"].items()})
+        program.weights.update(derive_weights(program))
     except FileNotFoundError:
         return None
     except Exception as e:          # truncated, corrupt, incompatible, or a missing weight

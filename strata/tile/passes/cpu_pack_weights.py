@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ...context import Context
-from ...expr import Const, Var, add, call, floordiv, free_vars, mod, mul, substitute
+from ...expr import Const, Var, add, call, evaluate, floordiv, free_vars, mod, mul, substitute
 from ...loop.ir import BufferInfo, Load, Store
 from ..ir import Mode, StageTile, TileKernel, map_body, walk
 
@@ -80,7 +82,13 @@ def cpu_pack_weights(k: TileKernel, ctx: Context):
     for i, (st, load) in enumerate(panels):
         suffix = "_amx" if st.name.endswith("_amx") else "_panel"
         blocks = -(-k.extent(st.x_var) // st.x_extent)
-        buf = BufferInfo(f"{load.buf}{suffix}", (blocks, st.k_extent, st.stride), st.dtype, "temp")
+        # a panel of part of the weight (one projection of several merged into one weight,
+        # tensor/merge_projections.py, read by a kernel of its own) is a buffer of its own
+        origin = [int(evaluate(i, {v: np.zeros((), np.int64) for v in free_vars(i)}))
+                  for i in load.index]
+        part = "_at" + "_".join(map(str, origin)) if any(origin) else ""
+        buf = BufferInfo(f"{load.buf}{part}{suffix}", (blocks, st.k_extent, st.stride), st.dtype,
+                         "temp")
         firsts.append(_pack_kernel(k, st, load, f"{k.name}_pack{i or ''}", buf))
         moved[st.name] = (buf, st)
         ctx.log(f"cpu_pack_weights: {k.name}: the panel of {load.buf} packed for every block into "

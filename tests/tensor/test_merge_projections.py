@@ -1,0 +1,91 @@
+"""tensor/merge_projections.py: sibling linears of one input become one linear over their
+weights concatenated, each former output a slice; results match eager, a source weight changed
+later is seen, and what must not merge does not."""
+import pytest
+import torch
+
+import strata
+
+
+class Attention(torch.nn.Module):
+    """q, k, v of one input (GQA-sized k and v), as a decoder layer has them."""
+
+    def __init__(self, bias=False):
+        super().__init__()
+        self.q = torch.nn.Linear(64, 64, bias=bias)
+        self.k = torch.nn.Linear(64, 16, bias=bias)
+        self.v = torch.nn.Linear(64, 16, bias=bias)
+
+    def forward(self, x):
+        return self.q(x) * 2, self.k(x) + 1, self.v(x)
+
+
+def _linears(prog):
+    return [n for n in prog.lowered.torch.nodes if n.packet == "aten.linear"]
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("device", ["sim", "cpu"])
+def test_siblings_run_as_one_linear_and_match_eager(bias, device):
+    m, x = Attention(bias), torch.randn(3, 5, 64)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device=device)
+        got, want = prog(x), m(x)
+    (linear,) = _linears(prog)
+    tp = prog.lowered.torch
+    assert linear.type.shape == (3, 5, 96) and tp.derived[linear.args[1].name] == (
+        "p_q_weight", "p_k_weight", "p_v_weight")
+    assert "= cat(p_q_weight, p_k_weight, p_v_weight)" in prog.ir("torch")
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_source_weight_changed_later_is_seen():
+    m, x = Attention(), torch.randn(1, 64)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device="cpu")
+        prog(x)
+        m.k.weight.mul_(-3)
+        prog.set_weights({"p_k_weight": m.k.weight})
+        for g, w in zip(prog(x), m(x)):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_what_must_not_merge_stays_apart():
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(64, 8)                  # a bias
+            self.b = torch.nn.Linear(64, 8, bias=False)      # none
+            self.c = torch.nn.Linear(32, 8, bias=False)      # another input
+
+        def forward(self, x, y, w):
+            return self.a(x), self.b(x), self.c(y), torch.nn.functional.linear(x, w)
+
+    m = Mixed()
+    inputs = (torch.randn(2, 64), torch.randn(2, 32), torch.randn(8, 64))  # w: an input
+    with torch.no_grad():
+        prog = strata.compile(m, inputs, device="sim")
+        got, want = prog(*inputs), m(*inputs)
+    assert len(_linears(prog)) == 4 and not prog.lowered.torch.derived
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_compile_sees_a_changed_parameter_of_a_merged_projection():
+    m, x = Attention(), torch.randn(2, 64)
+    compiled = torch.compile(m, backend="strata")
+    with torch.no_grad():
+        compiled(x)
+        m.v.weight.add_(1.0)
+        for g, w in zip(compiled(x), m(x)):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_many_rows_stay_apart():
+    """Above MAX_ROWS rows (a prefill) the projections stay separate: merged they ran slower."""
+    from strata.tensor.merge_projections import MAX_ROWS
+    x = torch.randn(1, MAX_ROWS + 1, 64)
+    with torch.no_grad():
+        prog = strata.compile(Attention(), (x,), device="sim")
+    assert len(_linears(prog)) == 3 and not prog.lowered.torch.derived
