@@ -1,8 +1,15 @@
 """Training through `torch.compile(model, backend="strata")` (dynamo_backend.py): AOTAutograd
 splits a graph traced with autograd on into a forward graph, whose outputs include the
-activations the backward saves (its default partition), and a backward graph; strata compiles
-each as it compiles an inference graph, both at compile time, so an op either lacks is named
-before any step. The optimizer step runs as the user wrote it.
+activations the backward saves, and a backward graph; strata compiles each as it compiles an
+inference graph, both at compile time, so an op either lacks is named before any step. The
+optimizer step runs as the user wrote it.
+
+The split is Inductor's (min-cut rematerialization): what is cheap to recompute from saved
+inputs (a transposed weight, elementwise ops) is recomputed in the backward, where strata fuses
+it into the kernels that read it, rather than written out by the forward and read back. With
+AOTAutograd's default split the forward stored `t(W)` of every linear; a TinyLlama-shaped MLP
+step (128 tokens, f32, Zen 4) ran 342 tokens/s so and 372 with this one, a decoder block 167 and
+207, interleaved in one run.
 
 What the backward needs beyond AOTAutograd's core ATen decompositions is here: SDPA traced as
 its math (the fused CPU kernel's backward op has no strata rule), convolution's backward as
@@ -31,6 +38,7 @@ def forward_and_backward(gm, example_inputs, compile_graph):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.utils import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -46,7 +54,8 @@ def forward_and_backward(gm, example_inputs, compile_graph):
     with sdpa_kernel(SDPBackend.MATH), \
             functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
-                            decompositions=table)(gm, example_inputs)
+                            decompositions=table,
+                            partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
 
 
 def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
