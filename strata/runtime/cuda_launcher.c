@@ -201,6 +201,8 @@ int st_graph(void *plan, const uint64_t *ptrs, uint64_t stream) {
 
 int st_failed(void *plan) { return ((Plan *)plan)->failed; }
 
+int st_has_graph(void *plan) { return ((Plan *)plan)->exec != NULL; }
+
 void st_free(void *plan) {
     Plan *p = plan;
     if (!p) return;

@@ -36,7 +36,7 @@ def launcher_library(libcuda: str) -> ctypes.CDLL:
         lib.st_launch.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64, ctypes.c_int,
                                   ctypes.c_int]
         lib.st_graph.argtypes = [ctypes.c_void_p, _U64P, ctypes.c_uint64]
-        lib.st_failed.argtypes = lib.st_free.argtypes = [ctypes.c_void_p]
+        lib.st_failed.argtypes = lib.st_free.argtypes = lib.st_has_graph.argtypes = [ctypes.c_void_p]
         lib.st_missing_name.restype = ctypes.c_char_p
         status = lib.st_open(libcuda.encode())
         if status < 0:
@@ -95,6 +95,11 @@ class Launcher:
             self._check(self._graph(self.plan, self.pointers, stream), "a CUDA graph call")
         else:
             self.launch(stream, 0, len(self.kernels))
+
+    @property
+    def has_graph(self) -> bool:
+        """Whether the plan's CUDA graph was built (by a graph call)."""
+        return bool(self.lib.st_has_graph(self.plan))
 
     def launch(self, stream: int, first: int, last: int) -> None:
         """Plain launches of kernels first..last-1 (one of them: a timing harness)."""
