@@ -16,6 +16,7 @@ from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, fre
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, flat_index
 from .ir import (WARP, Assign, For, If, Let, Load, LoadVec, ShflXor, Smem, Store, StoreVec, Sync)
+from .lower_gather import gather_body, gathers
 
 def reduce_identity(op: str, dtype: str) -> Const:
     return Const(scalar_ops.reduce_identity(op, dtype), dtype)
@@ -67,7 +68,10 @@ class Lowerer:
             step = s.step if isinstance(s, StridedLoop) else 1
             vec = getattr(s, "vec", 1)
             if vec > 1:
-                body = _vector_body(self, s.body, s.var, vec)
+                if gathers(self, s.body, s.var, vec):          # a byte GEMV's loads
+                    body = gather_body(self, s.body, s.var, vec, s.extent)
+                else:
+                    body = _vector_body(self, s.body, s.var, vec)
                 return init + [For(s.var, mul(start, vec), Const(s.extent), step * vec, tuple(body),
                                    unroll=s.unroll, dtype=self.idx)]
             return init + [For(s.var, start, Const(s.extent), step, tuple(self.stmts(s.body)),
@@ -111,7 +115,7 @@ class Lowerer:
         nwarps = c.threads // WARP
         for a in c.accs:
             arg = a.op in ("argmax", "argmin")
-            out += self.butterfly(a, 16)
+            out += self.butterfly(a, min(16, c.threads // 2))     # a group within a warp: its lanes
             if nwarps > 1:
                 self.has_warp_ids = True
                 lane, warp = Var(self.v["lane"], self.idx), Var(self.v["warp"], self.idx)

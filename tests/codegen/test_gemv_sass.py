@@ -5,7 +5,9 @@ so these tests read NVRTC's cubin through `cuobjdump -sass` (runtime/sass.py) an
 TinyLlama-shaped projections at M = 1 and 16, bf16 and fp16, on sm_90a: every global load of the
 K-split kernel is 128 bits (cp.async's LDGSTS.128) or TMA (UTMALDG), no spill bytes, one tile
 along M (each weight byte is read by one block), and K split until the grid fills the SMs or
-the slices reach their shortest. The numbers still match eager on the simulator.
+the slices reach their shortest. Q8_0/Q4_0 weights at M = 1 (tile/gemv.py): every global load
+of the GEMV 128 bits, quants, scales and activations. The numbers still match eager on the
+simulator.
 """
 import pytest
 import torch
@@ -57,15 +59,45 @@ def test_decode_gemv_reads_weights_with_128_bit_loads_and_no_spills(dtype, m, k,
         assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
 
 
-@pytest.mark.xfail(strict=True, reason="Q8_0/Q4_0 GEMVs load the weights byte by byte "
-                   "(LDG.E.U8) on the CUDA cores: issue 53 item 3 is open for them")
+QUANT = [(2048, 256), (5632, 2048)]         # (K, N): K split at N = 256, not at N = 2048
+
+
+@pytest.mark.parametrize("k,n", QUANT, ids=[f"{k}x{n}" for k, n in QUANT])
+@pytest.mark.parametrize("act", ["f32", "bf16"])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
-def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt):
+def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt, act, k, n):
+    """Q8_0/Q4_0 at M = 1 (tile/gemv.py): the quants, their fp16 scales and the activations all
+    come by 128-bit loads (LDG.E.128), none byte by byte; K split at N = 256 until the grid
+    fills the SMs or every thread takes one block; 0 spills."""
     from strata.quant.formats import QuantLinear
-    layer = QuantLinear.from_linear(torch.nn.Linear(2048, 256, bias=False), fmt)
-    prog = _compile(layer, torch.randn(1, 2048))
-    (split,) = [t for t in prog.lowered.tile.kernels if t.name.endswith("_splitk")]
-    assert set(global_loads(sass(prog.source("cuda"), ARCH)[split.name])) <= {128, "tma"}
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[act]
+    layer = QuantLinear.from_linear(torch.nn.Linear(k, n, bias=False), fmt)
+    prog = _compile(layer, torch.randn(1, k, dtype=dtype))
+    source, arch = prog.source("cuda"), Context(target=ARCH).arch
+    gemv = prog.lowered.tile.kernels[0]
+    knobs = dict(gemv.knobs)
+    assert gemv.mode == "rows" and knobs["VEC"] == 32, f"{gemv.name}: {knobs}"
+    if n == 256:
+        slices = knobs["SPLIT_K"]
+        assert gemv.name.endswith("_splitk") and slices > 1
+        assert gemv.grid >= arch.cores or knobs["GROUP"] * 32 == k // slices, \
+            f"{gemv.grid} blocks on {arch.cores} SMs with K split {slices} ways"
+    loads = global_loads(sass(source, ARCH)[gemv.name])
+    assert loads and set(loads) == {128}, f"{gemv.name}'s global loads by width: {loads}"
+    for name, use in resource_usage(source, ARCH).items():
+        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_quantized_gemv_matches_eager_on_the_simulator(fmt):
+    from strata.quant.formats import QuantLinear
+    torch.manual_seed(0)
+    layer = QuantLinear.from_linear(torch.nn.Linear(1024, 64, bias=True), fmt).eval()
+    x = torch.randn(1, 1024, dtype=torch.bfloat16)
+    prog = _compile(layer, x)
+    for res in check.verify(prog, layer, (x,), True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    assert dict(prog.lowered.tile.kernels[0].knobs)["VEC"] == 32
 
 
 @pytest.mark.parametrize("m,dtype", [(1, "bf16"), (16, "f16")])

@@ -20,6 +20,8 @@ def _round_up(n: int, m: int) -> int:
 def blockify_launch(k: TileKernel, ctx: Context) -> TileKernel:
     if k.mode in ("matmul", "mma", "wgmma", "attention"):   # their tiling pass sized the block
         return k
+    if k.mode == "rows" and "BLOCK" in dict(k.knobs):      # so did tile/gemv.py's
+        return k
     # BLOCK is a multiple of 32 (strata/knobs.py) and GROUP below 64 is 1 or 32: any pin fits
     warp = ctx.arch.warp_size
     if k.mode == "rows" and k.group >= 64:

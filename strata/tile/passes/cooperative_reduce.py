@@ -46,8 +46,8 @@ def default_group(k: TileKernel, warp: int) -> tuple[int, str]:
 
 
 def cooperative_reduce(k: TileKernel, ctx: Context) -> TileKernel:
-    if k.mode != "rows":
-        return k
+    if k.mode != "rows" or k.group != 1 or not any(isinstance(s, Loop) for s in k.body):
+        return k                              # a byte GEMV's rows (tile/gemv.py) are dealt already
     group, why = default_group(k, ctx.arch.warp_size)
     if group >= 64 and ctx.pinned("BLOCK"):     # such a row takes the whole block: a pinned
         group = ctx.knob("BLOCK", group)        # block size is its group unless GROUP is pinned

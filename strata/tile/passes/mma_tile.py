@@ -6,8 +6,10 @@ are staged TILE_K at a time in shared memory (filled with plain loads for now: l
 cp.async, the layout and the pipeline depth). The row statements after the loops (bias,
 activation, residual, SiLU(gate) * up ...) run per accumulator element, guarded at the M and N
 edges. INSTR=mma|fma pins the choice. Declines, saying why, for other dtypes (fp32 keeps the
-CUDA-core path; TF32 is not offered), a target below sm_80, accumulators that are not f32, or a
-prologue computed in f32 whose rounding to 16 bits eager would not do (an f32 output).
+CUDA-core path; TF32 is not offered), a target below sm_80, accumulators that are not f32, a
+prologue computed in f32 whose rounding to 16 bits eager would not do (an f32 output), or one
+row of activations times byte weights (Q8_0, Q4_0: tile/gemv.py reads them by 16-byte loads,
+where mma would stage them a byte at a time).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from math import prod
 from ...context import Context
 from ...errors import KnobError
 from ..contraction import match, pow2_ceil
+from ..gemv import byte_vec
 from ..ir import MmaTile, TileKernel
 from ..tensor_core import edge_guarded, mma_loops
 
@@ -77,6 +80,10 @@ def mma_tile(k: TileKernel, ctx: Context) -> TileKernel:
         return k
     if not ctx.arch.has("mma.sync"):
         ctx.log(f"mma_tile: {k.name}: declined, target {ctx.arch} has no mma.sync (needs sm_80+)")
+        return k
+    if pinned != "mma" and len(c.loops) == 1 and byte_vec(k, c, c.loops[0]):
+        ctx.log(f"mma_tile: {k.name}: declined, one row times byte weights: 16-byte loads on "
+                f"the CUDA cores (tile/gemv.py)")
         return k
     got = mma_loops(k, c)
     if isinstance(got, str):

@@ -10,6 +10,8 @@ passes' (asked of wgmma_tile and mma_tile themselves, quietly) where one takes i
 cores'. A slice is at least K_MIN long, shorter for few rows (16 x M, down to GEMV_K_MIN): the
 partials (4 bytes, SPLIT_K x M x N) then cost at most a quarter of the weights' bytes again;
 and a multiple of 16 bytes where K allows, so each slice still takes cp.async, TMA or vectors.
+A vector times byte weights (tile/gemv.py) counts blocks of 128 threads, a group of up to 32 per
+row taking VEC points of K each, and cuts slices of whole VEC runs, GEMV_K_MIN at least.
 Declines, saying why, when the tiles already fill the GPU, when K is too short to share (less
 than the shortest slice) or has no such divisor, or when the row holds more than one reduction.
 """
@@ -23,6 +25,7 @@ from ...context import Context
 from ...expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import choose_tiles, match
+from ..gemv import byte_vec, group_of
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
 from .mma_tile import mma_tile
@@ -40,13 +43,19 @@ def split_matmul_k(k: TileKernel, ctx: Context):
         ctx.log(f"split_matmul_k: {k.name}: declined, the row holds {len(c.loops)} reductions")
         return k
     (loop,) = c.loops
-    tile_m, tile_n = _tile(k, c, ctx)
-    rows = k.extent(c.m)
-    blocks = prod(e for v, e in k.domain if v not in (c.m, c.n)) \
-        * -(-rows // tile_m) * -(-k.extent(c.n) // tile_n)
-    k_min = max(GEMV_K_MIN, min(K_MIN, 16 * rows))
-    split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", k_min, "tiles",
-                               _grain(k, loop))
+    vec = byte_vec(k, c, loop)
+    if vec:
+        blocks = -(-k.rows * group_of(loop.extent // vec, k.rows) // 128)
+        split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", max(vec, GEMV_K_MIN),
+                                   "blocks", vec)
+    else:
+        tile_m, tile_n = _tile(k, c, ctx)
+        rows = k.extent(c.m)
+        blocks = prod(e for v, e in k.domain if v not in (c.m, c.n)) \
+            * -(-rows // tile_m) * -(-k.extent(c.n) // tile_n)
+        k_min = max(GEMV_K_MIN, min(K_MIN, 16 * rows))
+        split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", k_min, "tiles",
+                                   _grain(k, loop))
     if split == 1:
         if why:
             ctx.log(f"split_matmul_k: {k.name}: declined, {why}")

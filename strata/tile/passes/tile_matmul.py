@@ -6,8 +6,9 @@ columns. For now each point still runs its whole row in turn (register_tile inte
 Points past the edge of M or N read nothing (their loads are predicated) and store nothing (the
 epilogue is guarded), so M and N need not be multiples of the tile. The row statements after the
 reduce loops (the epilogue: bias, activation, residual, cast) and those the loops do not read run
-per point after the loops. Declines, saying why, when the row is not a contraction (see
-tile/contraction.py).
+per point after the loops. One row of activations times a matrix of byte weights (Q8_0, Q4_0)
+stays a rows kernel instead, read by 16-byte loads (tile/gemv.py). Declines, saying why, when
+the row is not a contraction (see tile/contraction.py).
 """
 from __future__ import annotations
 
@@ -16,16 +17,20 @@ from dataclasses import replace
 from ...context import Context
 from ...loop.ir import Load, Loop
 from ..contraction import choose_tiles, conjoin, depends, edge, match
+from ..gemv import gemv_rows
 from ..ir import Guard, Points, TileKernel, map_body
 
 
 def tile_matmul(k: TileKernel, ctx: Context) -> TileKernel:
-    if k.mode != "rows":
+    if k.mode != "rows" or k.group != 1:
         return k
     c = match(k)
     if isinstance(c, str):
         ctx.log(f"tile_matmul: {k.name}: declined, {c}")
         return k
+    gemv = gemv_rows(k, c, ctx)
+    if gemv is not None:
+        return gemv
     mt = choose_tiles(k, c.m, c.n, ctx)
     edges = {c.m: edge(c.m, k.extent(c.m), mt.tile_m), c.n: edge(c.n, k.extent(c.n), mt.tile_n)}
     axes = {v for v, _ in k.domain}

@@ -57,6 +57,9 @@ def _rows(k: TileKernel, ctx: Context) -> TileKernel:
     def one(s):
         if not isinstance(s, StridedLoop):
             return s
+        if s.vec > 1:                       # a byte GEMV's (tile/gemv.py)
+            chosen.add(s.vec)
+            return s
         if any(isinstance(x, (Loop, StridedLoop)) for x in walk(s.body)):
             ctx.log(f"vectorize: {k.name}: declined loop {s.var}, it holds another loop")
             return s

@@ -1,0 +1,75 @@
+"""A vector times a matrix of byte weights (Q8_0, Q4_0 ...) as rows read by 16-byte loads.
+
+Why: the CUDA-core matmul stages every operand element into shared memory by a scalar load, so
+a quantized weight was read a byte at a time (LDG.E.U8) and its fp16 scales two bytes at a
+time. With one row of activations (decode) columns share nothing: each weight row (its slice
+when K is split) goes to a group of GROUP <= 32 threads, each taking VEC points of K at a time
+through the gather plan (tile/gather.py: whole 16-byte windows of the quants, of the activations,
+and the aligned window around a block's scale), multiplying in registers; the group adds its
+partials by warp shuffles. VEC is the shortest run (16, 32 or 64 points) whose byte windows are
+read whole: 32 for both Q8_0 (two loads) and Q4_0 (one load of 32 nibbles).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from math import gcd
+
+from .. import dtypes
+from ..context import Context
+from .gather import Plan, full_windows, moving, plan
+from .ir import Combine, StridedLoop, TileKernel
+
+VECS = (16, 32, 64)
+GROUP_MAX = WARP = 32           # a row's group stays within a warp (shuffles only)
+
+
+def byte_vec(k: TileKernel, c, loop) -> int | None:
+    """VEC when `loop` of contraction `c` (one row of activations) reads 1-byte integer weights
+    that the gather plan can read whole, else None."""
+    if c.m is not None and k.extent(c.m) != 1:
+        return None
+    loads = moving(loop.body, loop.var, k.shape_of)
+    size = lambda b: dtypes.ITEMSIZE[k.dtype_of(b)]
+    if not any(size(s.buf) == 1 and dtypes.is_int(k.dtype_of(s.buf)) for s in loads):
+        return None
+    bounds = {**dict(k.domain), loop.var: loop.extent}
+    for vec in VECS:
+        if loop.extent % vec == 0:
+            p = plan(loads, k.shape_of, k.dtype_of, loop.var, vec, bounds)
+            if isinstance(p, Plan) and full_windows(p, size):
+                return vec
+    return None
+
+
+def group_of(steps: int, rows: int) -> int:
+    """Threads per row: a power of two, one per VEC-point step of the row at most, unless the
+    rows would not fill whole warps (a partial warp's lanes would sit out its shuffles)."""
+    g = 1
+    while g * 2 <= min(steps, GROUP_MAX):
+        g *= 2
+    return max(g, WARP // gcd(rows, WARP))
+
+
+def gemv_rows(k: TileKernel, c, ctx: Context) -> TileKernel | None:
+    """The rows kernel of a byte GEMV, or None when `c` is not one."""
+    if len(c.loops) != 1:
+        return None
+    (loop,) = c.loops
+    vec = byte_vec(k, c, loop)
+    if vec is None:
+        return None
+    group = group_of(loop.extent // vec, k.rows)
+    threads = k.rows * group
+    fits = [b for b in (256, 128, 64) if -(-threads // b) >= ctx.arch.cores]
+    block = ctx.knob("BLOCK", fits[0] if fits else 32)     # whole warps: any BLOCK fits
+    body = []
+    for s in c.body:
+        if s is loop:
+            body += [StridedLoop(loop.var, loop.extent, group, "reduce", loop.body, loop.accs,
+                                 vec=vec), Combine(loop.accs, group)]
+        else:
+            body.append(s)
+    ctx.log(f"tile_matmul: {k.name}: a vector times byte weights: rows of {group} threads, "
+            f"{vec} points of K per thread and step, blocks of {block}", 2)
+    out = replace(k, body=tuple(body), group=group, block=block)
+    return out.with_knob("GROUP", group).with_knob("VEC", vec).with_knob("BLOCK", block)
