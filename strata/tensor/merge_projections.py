@@ -56,13 +56,9 @@ def derive_weights(prog: TorchProgram, changed=None) -> dict[str, torch.Tensor]:
 def _merged(prog: TorchProgram, group: list[TorchNode]) -> tuple[list[TorchNode], dict]:
     """The merged linear and one slice per member (named as the member), and the new weights."""
     first, n = group[0], len(group)
-    derived, types = {}, {}
-    args = []
-    for position in (1, 2):
-        refs = [node.args[position].name for node in group] if len(first.args) > position and \
-            first.args[position] is not None else None
-        if refs is None:
-            continue
+    derived, types, args = {}, {}, []
+    for position in (1, 2) if len(first.args) > 2 and first.args[2] is not None else (1,):
+        refs = [node.args[position].name for node in group]
         name = f"{refs[0]}_and_{n - 1}"
         rows = sum(prog.weight_types[r].shape[0] for r in refs)
         types[name] = TorchType((rows, *prog.weight_types[refs[0]].shape[1:]),
