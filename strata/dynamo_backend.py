@@ -242,6 +242,15 @@ def _capture(gm, args, names):
             module = SpecialisedGraph(gm, args, names, inputs=keep)
             torch_program = capture(module, [args[i] for i in module.slots],
                                     input_names=[names[i] for i in module.slots])
+    # what is still updated in place is held by dynamo's graph itself (an optimizer's parameters
+    # and state: `gm.` attributes), which the program would not write back: refused, not dropped
+    if (left := sorted(mutated_weights(torch_program))) or (
+            torch_program.mutations and not torch_program.outputs):
+        what = ", ".join(t.removeprefix("gm.") for t in left[:3]) + (", ..." if len(left) > 3 else "")
+        raise StrataError(f"strata cannot compile this graph: it updates tensors in place that it "
+                          f"would not write back ({what or 'it returns nothing else'}; an "
+                          f"optimizer's step, for one). Pass options={{'fallback': True}} to "
+                          f"torch.compile or set STRATA_FALLBACK=1 to run such graphs eagerly")
     return module, torch_program
 
 

@@ -127,7 +127,8 @@ def mutated_weights(torch_program) -> set[str]:
     """The attributes of a SpecialisedGraph's weights the graph updates in place (a step counter
     kept in a buffer): they must be inputs, written in the caller's tensor, not packed copies."""
     sig = torch_program.exported.graph_signature
-    return {s.target for s in sig.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
+    return {s.target for s in sig.output_specs
+            if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
 
 
 def placeholder_names(gm) -> list[str]:

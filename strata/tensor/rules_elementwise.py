@@ -254,6 +254,11 @@ def lerp(b, a):
     return b.arith("add", a.self, step, dtype=dt)
 
 
+@rule("prims.fma")      # dynamo's addcmul_/addcdiv_ with a value (an optimizer's step)
+def fma(b, a):
+    return b.arith("fma", a.a, a.b, a.c, dtype=b.out.dtype)
+
+
 @rule("aten.gelu")
 def gelu(b, a):
     dt = b.out.dtype

@@ -1,6 +1,7 @@
 """torch.compile(..., backend="strata"): dynamo's graphs run as strata Programs on the simulator
 and match eager in float64; unsupported ops raise a strata error naming them (eager only on an
 explicit opt-in, with a warning); the backend is found with and without `import strata`."""
+import copy
 import subprocess
 import sys
 import weakref
@@ -352,3 +353,34 @@ def test_import_strata_registers_when_no_entry_point_is_installed():
             "md.entry_points = lambda **kw: md.EntryPoints(()) "
             "if kw.get('group') == 'torch_dynamo_backends' else _real(**kw)\nimport strata\n")
     assert _python(hide + BARE).split() == ["True", "True", "True", "True"]
+
+
+def test_an_optimizer_step_is_refused_not_dropped():
+    """dynamo holds an optimizer's parameters and state as its graph's own attributes; strata
+    would not write their in-place updates back, so it says so (once it ran nothing, silently),
+    and with fallback the step runs eagerly and updates as eager does."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
+    twin = copy.deepcopy(model)
+    opt, twin_opt = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, twin))
+    for m in (model, twin):
+        m(x).pow(2).mean().backward()
+    with pytest.raises(Exception, match="updates tensors in place that it would not write back"):
+        torch.compile(opt.step, backend="strata")()
+    torch._dynamo.reset()
+    step = torch.compile(opt.step, backend="strata", options={"fallback": True})
+    with pytest.warns(StrataFallbackWarning):
+        step()
+    twin_opt.step()
+    torch.testing.assert_close(model.weight, twin.weight)
+
+
+def test_addcmul_with_a_value_runs_as_one_fma():
+    """dynamo writes `t.addcmul_(a, b, value=v)` as prims.fma(a * b, v, t) (an optimizer's step
+    does): strata has its rule."""
+    def f(a, b, c):
+        c = c.clone()
+        c.addcmul_(a, b, value=0.5)
+        return c * 2
+    a, b, c = (torch.randn(5, 7) for _ in range(3))
+    torch.testing.assert_close(torch.compile(f, backend="strata")(a, b, c), f(a, b, c))
