@@ -63,19 +63,27 @@ def gather_body(low, body, inner: str, vec: int, extent: int) -> list:
                 out.append(Let(f"{s.var}_{j}", s.dtype, value))
         elif isinstance(s, LLoad):
             out.extend(low.stmt(s))
-        elif isinstance(s, LLet):
-            if free_vars(s.value) & varying:
-                varying.add(s.var)
-                dt = dtypes.compute_dtype(s.value.dtype)
-                out += [Let(f"{s.var}_{j}", dt, point(s.value, j)) for j in range(vec)]
-            else:
-                out.extend(low.stmt(s))
-        elif isinstance(s, Accum):
-            for j in range(vec):
-                index = None if s.index is None else point(s.index, j)
-                out.extend(low.accumulate(s.acc, s.op, point(s.value, j), index))
+        elif isinstance(s, (LLet, Accum)):
+            out.extend(lane_stmts(low, s, vec, point, varying))
         else:
             raise TypeError(f"a gathered body cannot hold {s!r}")
+    return out
+
+
+def lane_stmts(low, s, vec: int, at, varying: set) -> list:
+    """A Let or an Accum of a body computed VEC points at a time (here and the lowerer's vector
+    body; at(e, j) is e at point j): a Let whose value moves with the points is one Let per point
+    (and its variable moves too), an Accum takes the points in order."""
+    if isinstance(s, LLet):
+        if not free_vars(s.value) & varying:
+            return list(low.stmt(s))
+        varying.add(s.var)
+        dt = dtypes.compute_dtype(s.value.dtype)
+        return [Let(f"{s.var}_{j}", dt, at(s.value, j)) for j in range(vec)]
+    out = []
+    for j in range(vec):
+        index = None if s.index is None else at(s.index, j)
+        out.extend(low.accumulate(s.acc, s.op, at(s.value, j), index))
     return out
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from math import prod
 
 from .. import dtypes, scalar_ops
-from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, free_vars, mod,
+from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, mod,
                     rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, flat_index
 from .ir import (WARP, Assign, For, If, Let, Load, LoadVec, ShflXor, Smem, Store, StoreVec, Sync)
-from .lower_gather import gather_body, gathers
+from .lower_gather import gather_body, gathers, lane_stmts
 
 def reduce_identity(op: str, dtype: str) -> Const:
     return Const(scalar_ops.reduce_identity(op, dtype), dtype)
@@ -197,20 +197,11 @@ def _vector_body(low: Lowerer, body, inner: str, vec: int) -> list:
             else:
                 varying.add(s.var)
                 out.append(LoadVec(tuple(f"{s.var}_{j}" for j in range(vec)), s.buf, flat, s.dtype))
-        elif isinstance(s, LLet):
-            if free_vars(s.value) & varying:
-                varying.add(s.var)
-                for j in range(vec):
-                    out.append(Let(f"{s.var}_{j}", dtypes.compute_dtype(s.value.dtype), at(s.value, j)))
-            else:
-                out.extend(low.stmt(s))
+        elif isinstance(s, (LLet, Accum)):
+            out.extend(lane_stmts(low, s, vec, at, varying))
         elif isinstance(s, LStore):
             flat = low.flat(s.buf, s.index)
             out.append(StoreVec(s.buf, flat, tuple(at(s.value, j) for j in range(vec))))
-        elif isinstance(s, Accum):
-            for j in range(vec):
-                index = None if s.index is None else at(s.index, j)
-                out.extend(low.accumulate(s.acc, s.op, at(s.value, j), index))
         else:
             raise TypeError(f"vectorized body cannot hold {s!r}")
     return out

@@ -20,6 +20,7 @@ device. Calls share the slab: one program runs on one stream at a time.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections.abc import Mapping
 
@@ -91,7 +92,8 @@ class CudaProgram:
         self.use_graph, self.poison = use_graph, poison
         # every kernel waits for the one before it on sm_90+ (codegen/cuda.py), so the graph may
         # join them by programmatic edges; STRATA_PDL=0 keeps full dependencies (to compare)
-        self.programmatic = (int(self.arch[3:5]) >= 90 and os.environ.get("STRATA_PDL") != "0")
+        self.programmatic = (int(re.search(r"\d+", self.arch)[0]) >= 90
+                             and os.environ.get("STRATA_PDL") != "0")
         self.spec = dict(inputs) if inputs is not None else {
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}

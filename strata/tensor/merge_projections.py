@@ -4,9 +4,10 @@ linear over the weights concatenated along N, and each former output a slice of 
 Why: a decoder layer multiplies one normed activation by the q, k and v weights, and another by
 gate and up. As one contraction the activation (and a norm fused into its prologue) is read
 once, a decode step has fewer kernels, and the GPU's small-N projections (k and v: N = 256 for
-TinyLlama) fill the machine: TinyLlama-shaped bf16 decode 1.05x, SmolLM2-135M's 1.07x, the
-op suite's MLP at one row 1.11x (bf16) and 1.20x (f32) on a 2-core Zen 4. The concatenated weight is a weight of its own, `derived` from its
-sources (TorchProgram.derived), so a source changed later (Program.set_weights, the compile cache
+TinyLlama) fill the machine: TinyLlama-shaped bf16 decode 1.05x, SmolLM2-135M's 1.04x, the
+op suite's MLP at one row 1.11x (bf16) and 1.20x (f32) on a 2-core Zen 4 (2026-11-29).
+The concatenated weight is a weight of its own, `derived` from its sources
+(TorchProgram.derived), so a source changed later (Program.set_weights, the compile cache
 binding another model's weights) is concatenated again (derive_weights); its sources stay
 weights, which no node reads any more.
 """
@@ -32,7 +33,8 @@ def _sibling_key(node: TorchNode, prog: TorchProgram):
         return None
     weight, bias = node.args[1], node.args[2] if len(node.args) > 2 else None
     types = prog.weight_types
-    if not isinstance(weight, Ref) or weight.name not in types or len(types[weight.name].shape) != 2:
+    if not isinstance(weight, Ref) or weight.name not in types \
+            or len(types[weight.name].shape) != 2:
         return None
     if bias is not None and (not isinstance(bias, Ref) or bias.name not in types):
         return None
@@ -47,27 +49,30 @@ def derive_weights(prog: TorchProgram, changed=None) -> dict[str, torch.Tensor]:
     for name, sources in prog.derived.items():
         if changed is None or any(s in changed for s in sources):
             values = [prog.weights[s] for s in sources]
-            t = prog.weight_types[name]
-            out[name] = (torch.empty(t.shape, dtype=values[0].dtype, device="meta")
-                         if any(shape_only(v) for v in values) else torch.cat(values))
+            meta = any(map(shape_only, values))
+            out[name] = (torch.empty(prog.weight_types[name].shape, dtype=values[0].dtype,
+                                     device="meta") if meta else torch.cat(values))
     return out
 
 
-def _merged(prog: TorchProgram, group: list[TorchNode]) -> tuple[list[TorchNode], dict]:
-    """The merged linear and one slice per member (named as the member), and the new weights."""
+def _merged(prog: TorchProgram, group: list[TorchNode], taken) -> tuple[list[TorchNode], dict]:
+    """The merged linear and one slice per member (named as the member), and the new weights
+    (named apart from those in `taken`: one weight may head groups of two inputs)."""
     first, n = group[0], len(group)
     derived, types, args = {}, {}, []
     for position in (1, 2) if len(first.args) > 2 and first.args[2] is not None else (1,):
         refs = [node.args[position].name for node in group]
         name = f"{refs[0]}_and_{n - 1}"
+        while name in taken:
+            name += "_"
+        t = prog.weight_types[refs[0]]
         rows = sum(prog.weight_types[r].shape[0] for r in refs)
-        types[name] = TorchType((rows, *prog.weight_types[refs[0]].shape[1:]),
-                                prog.weight_types[refs[0]].dtype)
+        types[name] = TorchType((rows, *t.shape[1:]), t.dtype)
         derived[name] = tuple(refs)
         args.append(Ref(name))
-    out = first.type
-    width = sum(node.type.shape[-1] for node in group)
-    merged = dataclasses.replace(first, name=f"{first.name}_and_{n - 1}", args=(first.args[0], *args),
+    out, width = first.type, sum(node.type.shape[-1] for node in group)
+    merged = dataclasses.replace(first, name=f"{first.name}_and_{n - 1}",
+                                 args=(first.args[0], *args),
                                  type=TorchType((*out.shape[:-1], width), out.dtype))
     nodes, start = [merged], 0
     slice_op = torch.ops.aten.slice.Tensor
@@ -88,14 +93,15 @@ def merge_projections(prog: TorchProgram) -> TorchProgram:
     groups: dict[tuple, list[TorchNode]] = {}
     for node in prog.nodes:
         key = _sibling_key(node, prog)
-        if key is not None:
-            groups.setdefault(key, []).append(node)
+        group = groups.setdefault(key, []) if key is not None else None
+        if group is not None and node.args[1] not in (m.args[1] for m in group):
+            group.append(node)          # (a second linear by a weight of the group stays apart)
     groups = {k: g for k, g in groups.items() if len(g) > 1}
     if not groups:
         return prog
     replaced, types, derived = {}, dict(prog.weight_types), dict(prog.derived)
     for group in groups.values():
-        nodes, new = _merged(prog, group)
+        nodes, new = _merged(prog, group, types)
         replaced[group[0].name] = nodes[:2]
         replaced.update({node.name: [s] for node, s in zip(group[1:], nodes[2:])})
         types.update(new["types"])

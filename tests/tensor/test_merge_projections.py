@@ -89,3 +89,24 @@ def test_many_rows_stay_apart():
     with torch.no_grad():
         prog = strata.compile(Attention(), (x,), device="sim")
     assert len(_linears(prog)) == 3 and not prog.lowered.torch.derived
+
+
+def test_a_weight_shared_by_two_inputs_and_read_twice():
+    """One module applied to two inputs makes two groups headed by the same weight (their merged
+    weights are named apart); a linear repeating a weight of its group stays apart."""
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention()
+
+        def forward(self, x, y):
+            return (*self.attn(x), *self.attn(y), self.attn.q(x) - 1)
+
+    m, inputs = Twice(), (torch.randn(2, 64), torch.randn(3, 64))
+    with torch.no_grad():
+        prog = strata.compile(m, inputs, device="sim")
+        got, want = prog(*inputs), m(*inputs)
+    derived = prog.lowered.torch.derived
+    assert len(derived) == 2 and len(_linears(prog)) == 3
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
