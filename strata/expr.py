@@ -9,6 +9,8 @@ compute.
 """
 from __future__ import annotations
 
+import math
+
 from functools import lru_cache
 
 from dataclasses import dataclass
@@ -280,17 +282,37 @@ def _simplify(e: Expr, bounds: Mapping[str, int] | None) -> Expr:
                 return q
             if not r_terms and kr == 0:
                 return q
+            if (split := _split_by_divisor(terms, k, c, bounds)) is not None:
+                return split[0]
             inner = Op("floordiv", (rest, Const(c)), "i64")
             return from_linear({**{a: v for a, v in q_terms.items()}, inner: 1}, kq) if q_terms or kq else inner
         if fits:
             return rest
         if not r_terms:
             return Const(kr % c)
+        if (split := _split_by_divisor(terms, k, c, bounds)) is not None:
+            return split[1]
         return Op("mod", (rest, Const(c)), "i64")
     lin = _linear(Op(e.op, args, e.dtype))
     if lin is None:
         return Op(e.op, args, e.dtype)
     return from_linear(*lin)
+
+
+def _split_by_divisor(terms: dict, k: int, c: int, bounds):
+    """(x // c, x % c) for x = g*y + r with g a divisor of c and 0 <= r < g (r: the terms g does
+    not divide): y // (c/g) and (y % (c/g)) * g + r. A block inside a block, (32 k_o + k_i) // 256
+    with k_i < 32, is k_o // 8. None where no divisor splits x so."""
+    if not bounds:
+        return None
+    for g in sorted({math.gcd(c, v) for v in terms.values()} - {1, c}, reverse=True):
+        r = from_linear({a: v for a, v in terms.items() if v % g}, k % g)
+        rng = value_range(r, bounds)
+        if rng is not None and rng[0] >= 0 and rng[1] < g:
+            y = from_linear({a: v // g for a, v in terms.items() if v % g == 0}, k // g)
+            return (simplify(Op("floordiv", (y, Const(c // g)), "i64"), bounds),
+                    simplify(add(mul(Op("mod", (y, Const(c // g)), "i64"), g), r), bounds))
+    return None
 
 
 # ---------------------------------------------------------------- traversal

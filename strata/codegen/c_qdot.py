@@ -40,19 +40,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..expr import (Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children,
-                    coefficient, evaluate, free_vars, substitute)
+                    coefficient, evaluate, free_vars, map_expr, substitute)
 from ..kernel_ir.ir import Assign, For, If, Let, Load, Store
 from .cfamily import REL, cname, prelude, strip_parens
 
 LANES = 32                                  # weights per block (strata/quant/formats.py)
-BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16)}
+BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("i8", 16)}
+BLOCK_LANES = {"q6_k": 16}                  # the others: LANES
 
 QDOT_PRELUDE = prelude("c_qdot.h")
 
 
 @dataclass(frozen=True)
 class QuantBlocks:
-    fmt: str                    # q8_0 | q4_0
+    fmt: str                    # q8_0 | q4_0 | q4_k
     scale: Expr                 # the block's scale, free of the lane variable
     qs: str                     # the quantized bytes
     qs_at: Expr                 # the block's first byte
@@ -60,14 +61,15 @@ class QuantBlocks:
     x_at: Expr | None           # the activation of lane 0
     dest: str                   # the row's partial sums, or the dequantized weights (f32, bf16)
     dest_at: Expr               # its element of lane 0
+    low: Expr | None = None     # q4_k: the block's minimum (w = scale * nibble - low)
 
 
 def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
-    """`loop` (over blocks) as Lets of outer values, then a loop of 32 lanes adding
+    """`loop` (over blocks) as Lets of outer values, then a loop of 32 lanes (q6_k: 16) adding
     x[lane] * w(lane) to partial sums, or storing w(lane) (a prefill's weight dequantized once,
-    cpu_prologue), w a q8_0 or q4_0 dequantization (see the module docstring); else None."""
+    cpu_prologue), w a format's dequantization (see the module docstring); else None."""
     *lets, inner = loop.body or (None,)
-    if loop.step != 1 or not isinstance(inner, For) or not _lanes_0_to_32(inner) \
+    if loop.step != 1 or not isinstance(inner, For) or not _lanes(inner) \
             or not all(isinstance(s, Let) for s in lets):
         return None
     outer = _inlined(lets, {})
@@ -77,24 +79,24 @@ def match_quant_blocks(loop: For, bufs: dict) -> QuantBlocks | None:
     found = _lane_sum(inner, outer)
     if found is None:
         store = _lane_store(inner, outer, bufs)
-        fmt = store and _format_of(store[2], inner.var, bufs)
-        return fmt and QuantBlocks(fmt[0], *fmt[1:], None, None, store[0],
-                                   substitute(store[1], zero))
+        fmt = store and _format_of(store[2], inner.var, bufs, _lanes(inner))
+        return fmt and QuantBlocks(*fmt[:4], None, None, store[0], substitute(store[1], zero),
+                                   fmt[4])
     lanes, lanes_at, product = found
     for x, w in ((product.args[0], product.args[1]), (product.args[1], product.args[0])):
         if isinstance(x, Load) and bufs.get(x.buf) in ("f32", "bf16") and x.dtype == "f32" \
                 and coefficient(x.index, inner.var) == 1:
-            fmt = _format_of(w, inner.var, bufs)
+            fmt = _format_of(w, inner.var, bufs, _lanes(inner))
             if fmt is not None:
-                scale, qs, qs_at = fmt[1:]
-                return QuantBlocks(fmt[0], scale, qs, qs_at, x.buf, substitute(x.index, zero),
-                                   lanes, substitute(lanes_at, zero))
+                return QuantBlocks(*fmt[:4], x.buf, substitute(x.index, zero),
+                                   lanes, substitute(lanes_at, zero), fmt[4])
     return None
 
 
-def _lanes_0_to_32(inner: For) -> bool:
+def _lanes(inner: For) -> int | None:
+    """The block's weights, 32 or 16, where `inner` runs over them from 0."""
     trips = [getattr(e, "value", None) for e in (inner.start, inner.stop)]
-    return inner.step == 1 and trips == [0, LANES]
+    return trips[1] if inner.step == 1 and trips[0] == 0 and trips[1] in (16, LANES) else None
 
 
 def _inlined(body, env: dict) -> dict | None:
@@ -156,15 +158,18 @@ def _leaves(e: Expr, stop):
     return [x for c in children(e) for x in _leaves(c, stop)]
 
 
-def _format_of(w: Expr, lane: str, bufs: dict):
-    """(fmt, scale, qs buffer, block start) if w dequantizes one block of a q8_0/q4_0 buffer for
-    every lane, found by evaluating it (see the module docstring); else None. The scale is w's one
-    leaf besides the lane, constants and the bytes: a load of the scales or a variable."""
+def _format_of(w: Expr, lane: str, bufs: dict, lanes: int):
+    """(fmt, scale, qs buffer, block start, low) if w dequantizes one block of a q8_0, q4_0 or
+    q4_k buffer for every lane, found by evaluating it (see the module docstring); else None.
+    The scale is w's one leaf besides the lane, constants and the bytes (a load of the scales or
+    a variable), or else the largest part of w free of the lane and the bytes (q6_k's d * sc);
+    q4_k's two such parts are its scale and its minimum (d * sc and dmin * mn, quant/kquants.py)."""
     leaves = set(_leaves(w, lambda x: isinstance(x, (Load, Var, Const))))
-    qs = {x.buf for x in leaves if isinstance(x, Load) and bufs.get(x.buf) in ("i8", "u8")}
+    qs = {x.buf for x in leaves if isinstance(x, Load) and bufs.get(x.buf) in ("i8", "u8")
+          and lane in free_vars(x.index)}          # the bytes: read per lane (q4_k's scales: not)
     scales = [x for x in leaves if not isinstance(x, Const) and x != Var(lane, x.dtype)
               and getattr(x, "buf", None) not in qs]
-    if len(qs) != 1 or len(scales) != 1 or lane in free_vars(scales[0]):
+    if len(qs) != 1 or not scales or any(lane in free_vars(x) for x in scales):
         return None
     qs = qs.pop()
     indices = [x.index for x in leaves if getattr(x, "buf", None) == qs]
@@ -174,38 +179,62 @@ def _format_of(w: Expr, lane: str, bufs: dict):
     if None in terms or len(starts) != 1 or any(coefficient(i, lane) not in (0, 1) for i in indices):
         return None                         # every byte read from one block start
     consts, start = {t[1] for t in terms}, dict(starts.pop())
-    for fmt, (dtype, nbytes) in BLOCK_BYTES.items():
+    params, formats, original = (scales[0],), ("q8_0", "q4_0", "q6_k"), {}
+    if len(scales) > 1:                     # evaluated as variables, emitted as written
+        params = _block_params(w, lane, qs)
+        original = {Var(f"st_block_param{i}", "f32"): p for i, p in enumerate(params)}
+        w = map_expr(w, {p: v for v, p in original.items()}.get)
+        params, formats = tuple(original), {1: ("q6_k",), 2: ("q4_k",)}.get(len(params), ())
+    for fmt in (f for f in formats if BLOCK_LANES.get(f, LANES) == lanes):
+        dtype, nbytes = BLOCK_BYTES[fmt]
         for c in sorted(consts | {c + nbytes for c in consts}):     # where the block starts
-            if bufs[qs] == dtype and _dequantizes(w, fmt, nbytes, qs, scales[0], lane, c):
-                return fmt, scales[0], qs, from_linear(start, c)
+            for order in ((0, 1), (1, 0)) if len(params) == 2 else ((0,),):
+                ps = tuple(params[i] for i in order)
+                if bufs[qs] == dtype and _dequantizes(w, fmt, nbytes, qs, ps, lane, c):
+                    ps = tuple(original.get(p, p) for p in ps) + (None,)
+                    return fmt, ps[0], qs, from_linear(start, c), ps[1]
     return None
 
 
-def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, scale: Expr, lane: str, base: int) -> bool:
+def _block_params(w: Expr, lane: str, qs: str) -> tuple:
+    """The largest parts of w free of the lane and of the bytes `qs`, constants left out."""
+    if isinstance(w, Const):
+        return ()
+    reads = {x.buf for x in _leaves(w, lambda x: isinstance(x, Load)) if isinstance(x, Load)}
+    if lane not in free_vars(w) and qs not in reads:
+        return (w,)
+    if isinstance(w, Load):
+        return ()
+    return tuple(dict.fromkeys(p for c in children(w) for p in _block_params(c, lane, qs)))
+
+
+def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, params: tuple, lane: str,
+                 base: int) -> bool:
     """w(lane) == fmt's weight `lane` of a random block, for 0 <= lane < 32, exactly or rounded to
-    bf16, at three random scales (bytes read outside the block are noise, so they fail)."""
+    bf16, at three random draws of the block's parameters (its scale, and q4_k's minimum);
+    bytes read outside the block are noise, so they fail."""
     rng = np.random.default_rng(0)
-    dtype = np.int8 if fmt == "q8_0" else np.uint8
+    dtype = np.int8 if BLOCK_BYTES[fmt][0] == "i8" else np.uint8
     for _ in range(3):
         pad = rng.integers(0, 256, 3 * nbytes).astype(np.uint8).view(dtype)
         block = pad[nbytes:2 * nbytes]
-        d = np.float32(rng.normal() * 0.01)
-        if fmt == "q8_0":
-            want = block.astype(np.float32) * d
+        values = [np.float32(rng.normal() * 0.01) for _ in params]
+        if fmt in ("q8_0", "q6_k"):
+            want = block.astype(np.float32) * values[0]
         else:
-            q = np.concatenate([block & 15, block >> 4]).astype(np.float32) - 8
-            want = q * d
+            q = np.concatenate([block & 15, block >> 4]).astype(np.float32)
+            want = q * values[0] - values[1] if fmt == "q4_k" else (q - 8) * values[0]
 
         def extra(e, go):
             if isinstance(e, Load) and e.buf == qs:
                 at = np.asarray(go(e.index), dtype=np.int64) - base + nbytes
                 return pad[np.clip(at, 0, 3 * nbytes - 1)]
-            if e == scale:
-                return d
+            if e in params:
+                return values[params.index(e)]
             raise KeyError(e)
-        env = _Env(lane, scale, d)
+        env = _Env(lane, len(want), params, values)
         try:
-            got = np.broadcast_to(evaluate(w, env, extra), (LANES,)).astype(np.float32)
+            got = np.broadcast_to(evaluate(w, env, extra), want.shape).astype(np.float32)
         except Exception:  # noqa: BLE001 - an expression this evaluation cannot take is no match
             return False
         if not (np.array_equal(got, want) or np.array_equal(got, cast_values(want, "bf16"))):
@@ -214,13 +243,12 @@ def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, scale: Expr, lane: str
 
 
 class _Env(dict):
-    """The lane variable as 0..31, the scale (a Var) as d, and every other outer variable 0: the
-    block is evaluated relative to its start."""
+    """The lane variable as 0..31 (or 15), the block's parameters (Vars) as drawn, and every other outer
+    variable 0: the block is evaluated relative to its start."""
 
-    def __init__(self, lane: str, scale: Expr, d):
-        super().__init__({lane: np.arange(LANES, dtype=np.int64)})
-        if isinstance(scale, Var):
-            self[scale.name] = d
+    def __init__(self, lane: str, lanes: int, params: tuple, values: list):
+        super().__init__({lane: np.arange(lanes, dtype=np.int64)})
+        self.update({p.name: v for p, v in zip(params, values) if isinstance(p, Var)})
 
     def __missing__(self, key):
         return np.int64(0)
@@ -230,7 +258,8 @@ def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
     """Whether QDOT=vnni can run the row: activations read in whole blocks of 32 at a multiple
     of 32, the block's bytes contiguous block after block, its scale an f16 or bf16 load, one
     a block."""
-    if qb.x is None or not isinstance(qb.scale, Load) or bufs.get(qb.scale.buf) not in ("f16", "bf16"):
+    if qb.x is None or qb.fmt not in ("q8_0", "q4_0") or not isinstance(qb.scale, Load) \
+            or bufs.get(qb.scale.buf) not in ("f16", "bf16"):
         return False
     terms = affine_terms(qb.x_at)
     return terms is not None and coefficient(qb.x_at, loop.var) == LANES and terms[1] % LANES == 0 \
@@ -245,7 +274,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
     o, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
     fn = f"st_{qb.fmt}_{'bf16' if em.bufs[qb.x or qb.dest] == 'bf16' else 'f32'}"
-    ctype = "signed char" if qb.fmt == "q8_0" else "unsigned char"
+    ctype = "signed char" if BLOCK_BYTES[qb.fmt][0] == "i8" else "unsigned char"
 
     def at(e: Expr, step: int) -> str:
         if step:
@@ -253,11 +282,18 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
                                             loop.dtype)})
         return strip_parens(em.expr(e))
 
+    def value(e: Expr, step: int) -> str:        # fp16 loads by F16C, which these CPUs have
+        plain, em.to_float = em.to_float, {**em.to_float, "f16": "st_f16_scale"}
+        try:
+            return at(e, step)
+        finally:
+            em.to_float = plain
+
     def scale(step: int) -> str:
-        s = qb.scale
-        if isinstance(s, Load) and em.bufs.get(s.buf) == "f16":
-            return f"st_f16_scale({cname(s.buf)}[{at(s.index, step)}])"
-        return at(s, step)
+        return value(qb.scale, step)
+
+    def low(step: int) -> str:
+        return "" if qb.low is None else f", {value(qb.low, step)}"
 
     def q(step: int) -> str:
         return f"(const {ctype}*)&{cname(qb.qs)}[{at(qb.qs_at, step)}]"
@@ -266,7 +302,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
                 f"blocks stored as vector code (codegen/c_qdot.py)", 0)
         em.emit(f"for ({t} {o} = {strip_parens(em.expr(loop.start))}; {o} < {stop}; {o}++) {{", depth)
         em.emit(f"{fn.replace('_f32', '_to_f32').replace('_bf16', '_to_bf16')}"
-                f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)});", depth + 1)
+                f"(&{cname(qb.dest)}[{at(qb.dest_at, 0)}], {q(0)}, {scale(0)}{low(0)});", depth + 1)
         em.emit("}", depth)
         em.emit("#else", 0)
         as_written()
@@ -274,7 +310,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
 
     def block(acc: str, step: int, d: int) -> None:
         em.emit(f"{acc} = {fn}({acc}, {q(step)}, &{cname(qb.x)}[{at(qb.x_at, step)}], "
-                f"{scale(step)});", d)
+                f"{scale(step)}{low(step)});", d)
     if vnni:
         em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by int8 dot products, activations in int8 "
                 f"(codegen/c_qdot.py)", 0)

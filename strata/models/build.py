@@ -139,7 +139,7 @@ def _quantize(lm: nn.Module, fmt: str, tied: bool) -> str:
     """Quantize lm's float linear layers to `fmt`; the phrase saying so (and about lm_head)."""
     if not any(isinstance(m, nn.Linear) for m in lm.modules()):
         raise ModelError(f"--quant {fmt}: the linear weights are quantized already (a GGUF "
-                         f"file's Q8_0/Q4_0); --quant quantizes float weights")
+                         f"file's Q8_0/Q4_0/Q4_K/Q6_K); --quant quantizes float weights")
     quantize(lm, fmt, skip=("lm_head",) if tied else ())
     head = ("lm_head kept as it is: tied to the embeddings" if tied else "lm_head too")
     return f"; linear weights quantized to {fmt} at load ({head})"

@@ -4,12 +4,13 @@ Why: users run LLMs quantized in GGUF files. A file holds the config as `llama.*
 tensors under llama.cpp's names, quantized ones as blocks of 32 weights (an fp16 scale, then the
 packed values). Reading maps the metadata to a LlamaConfig (source.py makes it the MODEL's config),
 checks every tensor's name, type and shape, and build.py then makes each linear layer whose weight
-is Q8_0 or Q4_0 a QuantLinear (strata/quant/formats.py) holding the file's (qs, d) split from its
-blocks: no float copy of a quantized weight is made. Float tensors (F32, F16, BF16) load as any
+is Q8_0, Q4_0, Q4_K or Q6_K a QuantLinear (strata/quant/formats.py) holding the file's blocks
+split into parts (qs, d; a K-quant's unpacked scales): no float copy of a quantized weight is made. Float tensors (F32, F16, BF16) load as any
 checkpoint does; an embedding stored quantized is dequantized (a lookup table, not a matmul).
-K-quants (Q2_K ... Q6_K: the Q4_K_M files people download) are dequantized at load by the gguf
-package into float weights of the activations' type: they run as bf16 linears, correct but at
-bf16's speed, until strata has fused K-quant rows.
+Q4_K and Q6_K (the Q4_K_M files people download) become QuantLinears of their parts
+(quant/kquants.py: the blocks split and their scales unpacked at load); the other K-quants (Q2_K,
+Q3_K, Q5_K) are dequantized at load by the gguf package into float weights of the activations'
+type: they run as bf16 linears, correct but at bf16's speed.
 llama.cpp's converter permutes the rows of attn_q and attn_k for its rope layout; loading undoes
 it on whole rows, so quantized rows move as they are. The file is memory-mapped (gguf.GGUFReader):
 reading the config touches the header only.
@@ -25,13 +26,14 @@ from torch import nn
 
 from ..errors import CheckpointMismatch, ModelError
 from ..quant.formats import BLOCK, BYTES_PER_BLOCK, QuantLinear, dequantize
+from ..quant.kquants import BYTES, PARTS, QK_K, split_kquant
 from .gguf_names import gguf_name, hf_name, rope_rows
 from .hf import transformers
 
 MAGIC = b"GGUF"
 FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0"}            # GGUF type -> strata.quant.formats name
-KQUANT = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")    # dequantized at load
+QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}   # -> quant.formats
+KQUANT = ("Q2_K", "Q3_K", "Q5_K")                    # dequantized at load
 DTYPE_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 ROPE_FREQS = "rope_freqs.weight"       # Llama-3 rope scaling: per-frequency divisors
 
@@ -143,7 +145,7 @@ class GGUFFile:
         return raw
 
     def _activations(self, kind: str) -> str:
-        """The embedding's float type; bfloat16 where the linear weights are Q8_0/Q4_0: their rows
+        """The embedding's float type; bfloat16 where the linear weights are quantized: Q8_0/Q4_0 rows
         then run as int8 products where the CPU has AVX512-VNNI, or AVX2 without AVX-512, the
         activations rounded to 8 bits a block as llama.cpp rounds them (QDOT=vnni). float32 rows
         keep the float lanes: a TinyLlama Q4_0 decode on Zen 3 ran 18.5 tokens/s so, 35.8 in bf16."""
@@ -176,7 +178,7 @@ class GGUFFile:
         return [n for n in self.tensors if only is None or n.startswith(only)]
 
     def quantized_layout(self, model: nn.Module) -> list[str]:
-        """Make every linear layer whose weight is Q8_0/Q4_0 a QuantLinear with empty (qs, d) on
+        """Make every linear layer whose weight is Q8_0/Q4_0/Q4_K/Q6_K a QuantLinear with empty parts on
         the weight's device (meta or fake: load() fills them); the names of those layers."""
         packed = {"q8_0": (torch.int8, BLOCK), "q4_0": (torch.uint8, BLOCK // 2)}
         done = []
@@ -189,12 +191,19 @@ class GGUFFile:
             w = linear.weight
             n, k = w.shape
             fmt = QUANT[t.tensor_type.name]
-            dtype, width = packed[fmt]
-            qs = torch.empty((n, k // BLOCK, width), dtype=dtype, device=w.device)
-            d = torch.empty((n, k // BLOCK, 1), dtype=torch.float16, device=w.device)
             bias = None if linear.bias is None else linear.bias.detach()
-            setattr(model.get_submodule(parent) if parent else model, child,
-                    QuantLinear(fmt, k, qs, d, bias))
+            if fmt in PARTS:                # the parts' shapes and types, from one row's
+                one = split_kquant(torch.zeros((1, k // QK_K * BYTES[fmt.upper()]), dtype=torch.uint8), fmt)
+                parts = {p: torch.empty((n, *v.shape[1:]), dtype=v.dtype, device=w.device)
+                         for p, v in one.items()}
+                layer = QuantLinear(fmt, k, bias=bias, **parts)
+            else:
+                dtype, width = packed[fmt]
+                layer = QuantLinear(fmt, k, torch.empty((n, k // BLOCK, width), dtype=dtype,
+                                                        device=w.device),
+                                    torch.empty((n, k // BLOCK, 1), dtype=torch.float16,
+                                                device=w.device), bias)
+            setattr(model.get_submodule(parent) if parent else model, child, layer)
             done.append(mod_name)
         return done
 
@@ -219,15 +228,20 @@ class GGUFFile:
                     _dequantize_kquant_into(state[name], rows, t.tensor_type)
                     kquants[kind], dtype = kquants.get(kind, 0) + 1, state[name].dtype
                     continue
-                qs, d = split_blocks(rows, QUANT[kind])
+                fmt = QUANT[kind]
                 if name in state:           # the embedding: a lookup table, dequantized
-                    _dequantize_into(state[name], qs, d, QUANT[kind])
+                    if fmt in PARTS:
+                        _dequantize_kquant_into(state[name], rows, t.tensor_type)
+                    else:
+                        _dequantize_into(state[name], *split_blocks(rows, fmt), fmt)
                     notes.append(f"{gguf_name(name)} is {kind}, dequantized to "
                                  f"{str(state[name].dtype).removeprefix('torch.')} for the lookup")
                     continue
                 prefix = name.removesuffix(".weight")
-                state[prefix + ".qs"].copy_(qs)
-                state[prefix + ".d"].copy_(d)
+                parts = split_kquant(rows, fmt) if fmt in PARTS else \
+                    dict(zip(("qs", "d"), split_blocks(rows, fmt)))
+                for part, value in parts.items():
+                    state[f"{prefix}.{part}"].copy_(value)
         if kquants:
             dtype = str(dtype).removeprefix("torch.")
             notes.append(f"{' and '.join(f'{n} {k}' for k, n in kquants.items())} tensors "

@@ -13,8 +13,9 @@ Formats (blocks of BLOCK = 32 weights along the input dimension K, one fp16 scal
 and, for a Hugging Face checkpoint quantized at load, the same layouts with bf16 scales:
   int8  per output channel: one scale a row, d [N, 1, 1] = max |w| / 127
   int4  per group of 32: q4_0's nibbles, d = max |w| / 7 (symmetric: q in -7..7, stored + 8)
-K is padded with zeros to a multiple of 32 where it is not one (a Hugging Face weight; GGUF's
-are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
+and llama.cpp's K-quants q4_k and q6_k (super-blocks of 256; their layout: quant/kquants.py).
+K is padded with zeros to a multiple of 32 (256 for a K-quant) where it is not one (a Hugging Face
+weight; GGUF's are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
 package gives the same bytes (tests/quant check it).
 """
 from __future__ import annotations
@@ -24,9 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import StrataError
+from .kquants import PARTS, QK_K, dequantize_kquant, quantize_kquant
 
 BLOCK = 32
-FORMATS = ("q8_0", "q4_0", "int8", "int4")
+FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k")
 BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
 INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers
 
@@ -40,7 +42,8 @@ def check_format(fmt: str) -> str:
 
 def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(qs, d) of a 2-d weight [N, K], K padded to a multiple of 32 (see the module docstring)."""
-    check_format(fmt)
+    if check_format(fmt) in PARTS:
+        raise StrataError(f"{fmt} has more parts than (qs, d): QuantLinear.from_linear makes it")
     n, k = w.shape
     w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
     if fmt in INT8:
@@ -85,22 +88,29 @@ class QuantLinear(nn.Module):
     """nn.Linear with a block-quantized weight (buffers `qs` and `d`) and an optional bias."""
 
     def __init__(self, fmt: str, in_features: int, qs: torch.Tensor, d: torch.Tensor,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, **parts: torch.Tensor):
         super().__init__()
         self.fmt, self.in_features = check_format(fmt), in_features
         self.out_features = qs.shape[0]
         self.register_buffer("qs", qs)
         self.register_buffer("d", d)
+        for name, t in parts.items():           # a K-quant's other parts (quant/kquants.py)
+            self.register_buffer(name, t)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, fmt: str) -> "QuantLinear":
-        qs, d = quantize_weight(linear.weight, fmt)
         bias = None if linear.bias is None else linear.bias.detach()
+        if fmt in PARTS:
+            w = linear.weight.detach()
+            parts = quantize_kquant(F.pad(w, (0, -w.shape[1] % QK_K)), fmt)
+            return cls(fmt, linear.in_features, bias=bias, **parts)
+        qs, d = quantize_weight(linear.weight, fmt)
         return cls(fmt, linear.in_features, qs, d, bias)
 
     def weight(self, dtype: torch.dtype) -> torch.Tensor:
-        w = dequantize(self.qs, self.d, self.fmt)
+        w = dequantize_kquant({n: getattr(self, n) for n in PARTS[self.fmt]}, self.fmt) \
+            if self.fmt in PARTS else dequantize(self.qs, self.d, self.fmt)
         return (w if w.shape[1] == self.in_features else w[:, :self.in_features]).to(dtype)
 
     int8_activations = False      # eager only: round x as QDOT=vnni's kernels do (a reference;

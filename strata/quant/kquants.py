@@ -14,6 +14,7 @@ same layout, which the tests check against gguf.quants.dequantize).
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 QK_K = 256
 BYTES = {"Q4_K": 144, "Q6_K": 210}
@@ -74,3 +75,56 @@ def quantize_q6_k(w: np.ndarray) -> np.ndarray:
     out = np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8),
                           d.view(np.uint8).reshape(-1, 2)], axis=1)
     return out.reshape(rows, -1)
+
+
+# How strata holds a K-quant weight: the file's blocks split into tensors (QuantLinear buffers)
+# whose dequantization is a few torch ops that strata fuses into the product reading them, in
+# blocks of 32 or 16 weights as Q8_0/Q4_0's (cpu_block_loops, codegen/c_qdot.py). Both are bit-exact
+# with gguf.quants.dequantize: the same products in the same order.
+#   q4_k  qs u8 [N, K/32, 16]: a block's nibbles in Q4_0's order (the file's 64-weight runs of low
+#         then high nibbles, reordered at load); sc, mn u8 [N, K/32, 1] (the 6-bit scales and mins
+#         unpacked); d, dmin f16 [N, K/256, 1, 1]. w = (d * sc) * q - dmin * mn: 4.6 bits a weight.
+#   q6_k  blocks of 16 (its scales'): qs i8 [N, K/16, 16] (q - 32, a byte each); sc i8 [N, K/16,
+#         1]; d f16 [N, K/256, 1, 1]. w = (d * sc) * q: 8.6 bits a weight (the file's 6.6: its
+#         high bits are unpacked at load).
+PARTS = {"q4_k": ("qs", "sc", "mn", "d", "dmin"), "q6_k": ("qs", "sc", "d")}
+
+
+def split_kquant(rows: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
+    """The parts (PARTS) of GGUF block rows [N, K/256 * bytes] of a Q4_K or Q6_K tensor."""
+    n = rows.shape[0]
+    b = rows.view(torch.uint8).reshape(n, -1, BYTES[fmt.upper()])
+    def f16(at):                                                  # fp16 bytes -> [N, S, 1, 1]
+        return b[..., at:at + 2].contiguous().view(torch.float16)[..., None]
+    if fmt == "q4_k":
+        s = b[..., 4:16]
+        sc = torch.cat([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+        mn = torch.cat([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+        q = b[..., 16:].reshape(n, -1, 4, 1, 32)
+        q = torch.cat([q & 15, q >> 4], 3).reshape(n, -1, 2, 16)   # 32 weights: Q4_0's order
+        return dict(qs=(q[:, :, 0] | (q[:, :, 1] << 4)).contiguous(),
+                    sc=sc.reshape(n, -1, 1), mn=mn.reshape(n, -1, 1), d=f16(0), dmin=f16(2))
+    ql = b[..., :128].reshape(n, -1, 2, 1, 64) >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)
+    qh = b[..., 128:192].reshape(n, -1, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)
+    q = (ql & 15).reshape(n, -1, 2, 4, 32) | ((qh & 3) << 4)
+    return dict(qs=(q.view(torch.int8) - 32).reshape(n, -1, 16),
+                sc=b[..., 192:208].contiguous().view(torch.int8).reshape(n, -1, 1), d=f16(208))
+
+
+def dequantize_kquant(parts: dict[str, torch.Tensor], fmt: str) -> torch.Tensor:
+    """The float32 weight [N, K] of a K-quant's parts, with the ops QuantLinear compiles."""
+    n, s = parts["d"].shape[:2]
+    d = parts["d"].to(torch.float32)
+    if fmt == "q4_k":
+        q = torch.cat([parts["qs"] & 15, parts["qs"] >> 4], -1).to(torch.float32).view(n, s, 8, 32)
+        w = (d * parts["sc"].view(n, s, 8, 1).to(torch.float32)) * q \
+            - parts["dmin"].to(torch.float32) * parts["mn"].view(n, s, 8, 1).to(torch.float32)
+        return w.reshape(n, -1)
+    q = parts["qs"].to(torch.float32).view(n, s, 16, 16)
+    return ((d * parts["sc"].view(n, s, 16, 1).to(torch.float32)) * q).reshape(n, -1)
+
+
+def quantize_kquant(w: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
+    """The parts of a 2-d weight [N, K] quantized round-to-nearest (K a multiple of 256)."""
+    rows = (quantize_q4_k if fmt == "q4_k" else quantize_q6_k)(w.detach().float().numpy())
+    return split_kquant(torch.from_numpy(rows), fmt)

@@ -64,14 +64,22 @@ def test_elementwise_dequantization_and_a_bf16_quant_linear():
     assert_matches(prog, layer, (x,))
 
 
-def test_two_block_sizes_in_one_loop_decline():
-    def two(x):            # x[r, k // 4] and x[r, k // 8] in one loop over k
+def test_blocks_inside_blocks_split_by_the_smaller_and_others_decline():
+    def nested(x):         # x[r, k // 4] and x[r, k // 8] in one loop over k: blocks of 4
         return (x.reshape(3, 8, 4).sum(-1).repeat_interleave(4, -1) *
                 x.reshape(3, 4, 8).amax(-1).repeat_interleave(8, -1)).sum(-1)
     x = torch.randn(3, 32)
-    prog, log = cpu_compile(two, (x,))
-    assert "declined, loop a1 has blocks of [4, 8]" in log
-    assert_matches(prog, two, (x,))
+    prog, log = cpu_compile(nested, (x,))
+    assert "a1 in 8 blocks of 4" in log, log
+    assert_matches(prog, nested, (x,))
+
+    def apart(x):          # blocks of 4 and of 6 do not nest
+        return (x.reshape(3, 3, 4).sum(-1).repeat_interleave(4, -1) *
+                x.reshape(3, 2, 6).amax(-1).repeat_interleave(6, -1)).sum(-1)
+    x = torch.randn(3, 12)
+    prog, log = cpu_compile(apart, (x,))
+    assert "declined, loop a1 has blocks of [4, 6]" in log, log
+    assert_matches(prog, apart, (x,))
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])

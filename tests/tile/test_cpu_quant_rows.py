@@ -96,6 +96,44 @@ def test_a_prefill_weight_is_dequantized_as_vector_blocks(fmt, m, k, n, dtype):
     torch.testing.assert_close(prog(x), slow(x), rtol=2e-2, atol=1e-3)
 
 
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("k,n,bias,dtype", [(512, 37, False, BF16), (256, 1, True, BF16),
+                                            (768, 13, True, torch.float32)], ids=str)
+@pytest.mark.parametrize("target", [None, "cpu-avx2", "cpu"])
+def test_k_quant_rows_run_as_vector_blocks(fmt, k, n, bias, dtype, target):
+    """Q4_K (w = d * sc * q - dmin * mn, blocks of 32 in super-blocks of 256) and Q6_K (blocks of
+    16): the host's vector code, AVX2's, and the loop as written (x86-64: the #else)."""
+    layer, x = quant_linear(fmt, k, n, bias, dtype), torch.randn(1, k).to(dtype)
+    prog, log = cpu_compile(layer, (x,), target=target)
+    assert f"{fmt} blocks as vector code" in prog.source("c")
+    assert f"blocks of {16 if fmt == 'q6_k' else 32}" in log
+    assert_matches(prog, layer, (x,))
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("m,k", [(1, 300), (5, 512)], ids=str)
+def test_k_quant_prefill_and_a_k_past_the_blocks(fmt, m, k):
+    """A prefill dequantizes the weight once as vector blocks; K = 300 is padded to 512 in the
+    blocks and sliced (no whole blocks in the loop: it runs as written)."""
+    layer, x = quant_linear(fmt, k, 11, True, BF16), torch.randn(m, k).to(BF16)
+    prog, _ = cpu_compile(layer, (x,))
+    assert (f"{fmt} blocks stored as vector code" in prog.source("c")) == (m > 1)
+    assert_matches(prog, layer, (x,))
+
+
+def test_a_block_minimum_added_not_taken_is_no_q4_k():
+    def plus_min(x, q, sc, mn, d):       # (d * sc) * q + d * mn: not q4_k's minus
+        w = (d * sc.float()) * torch.cat([q & 15, q >> 4], -1).float() + d * mn.float()
+        return F.linear(x, w.flatten(1))
+    x = torch.randn(1, 64)
+    q = torch.randint(0, 256, (9, 2, 16), dtype=torch.uint8)
+    sc, mn = (torch.randint(0, 64, (9, 2, 1), dtype=torch.uint8) for _ in range(2))
+    d = torch.rand(9, 1, 1) * 0.01
+    prog, _ = cpu_compile(plus_min, (x, q, sc, mn, d))
+    assert "vector code" not in prog.source("c")
+    assert_matches(prog, plus_min, (x, q, sc, mn, d))
+
+
 def test_an_index_split_into_heads_and_joined_again_is_affine():
     import numpy as np
     from strata.expr import Var, add, evaluate, floordiv, mod, mul, simplify, to_str

@@ -24,6 +24,17 @@ static inline __m512 st_qf(const signed char* q) {
     s = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), st_xv_##X(x + 16), s);
 #define ST_Q8_0_BODY(X) \
     __m512 s = _mm512_fmadd_ps(st_qf(q + 16), st_xv_##X(x + 16), _mm512_mul_ps(st_qf(q), st_xv_##X(x)));
+// q4_k: a nibble n is d * n - m, the block's sixteen weights computed once and looked up
+static inline __m512 st_q4_k_values(float d, float m) {
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_set_ps(
+        15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)), _mm512_set1_ps(m));
+}
+#define ST_Q6_K_BODY(X) __m512 s = _mm512_mul_ps(st_qf(q), st_xv_##X(x));      // 16 weights
+#define ST_Q4_K_BODY(X) \
+    const __m512 values = st_q4_k_values(d, m); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(b, values), st_xv_##X(x), acc); \
+    acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), st_xv_##X(x + 16), acc);
 static inline void st_qlanes(float* l, __m512 a, __m512 b) {
     _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(a, b)));
 }
@@ -51,7 +62,18 @@ static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
     const __m512 values = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); \
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
     st_qstore_##X(o, _mm512_mul_ps(_mm512_permutexvar_ps(b, values), _mm512_set1_ps(d)), \
-        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), _mm512_set1_ps(d))); }
+        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values), _mm512_set1_ps(d))); } \
+static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
+    const __m512 values = st_q4_k_values(d, m); \
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
+    st_qstore_##X(o, _mm512_permutexvar_ps(b, values), \
+                  _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values)); }
+static inline void st_q6_k_to_f32(float* o, const signed char* q, float d) {
+    _mm512_storeu_ps(o, _mm512_mul_ps(st_qf(q), _mm512_set1_ps(d)));
+}
+static inline void st_q6_k_to_bf16(uint16_t* o, const signed char* q, float d) {
+    _mm256_storeu_si256((__m256i*)o, st_bf16_rne(_mm512_mul_ps(st_qf(q), _mm512_set1_ps(d))));
+}
 ST_QSTORES(f32, float)
 ST_QSTORES(bf16, uint16_t)
 #else
@@ -76,6 +98,24 @@ static inline __m256 st_nib(__m256i v) { return _mm256_cvtepi32_ps(_mm256_sub_ep
 #define ST_Q8_0_BODY(X) \
     __m256 s = _mm256_mul_ps(st_qf(q), st_xv_##X(x)); \
     for (int j = 8; j < 32; j += 8) s = _mm256_fmadd_ps(st_qf(q + j), st_xv_##X(x + j), s);
+// q4_k: a nibble n is d * n - m (n in 0..15)
+static inline __m256 st_q4_k_w(__m256i n, float d, float m) {
+    return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d), _mm256_set1_ps(m));
+}
+#define ST_Q4_K_NIBBLES \
+    __m128i raw = _mm_loadu_si128((const __m128i*)q); \
+    __m256i b0 = _mm256_cvtepu8_epi32(raw), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)); \
+    __m256i lo = _mm256_set1_epi32(15); \
+    __m256 w0 = st_q4_k_w(_mm256_and_si256(b0, lo), d, m), w1 = st_q4_k_w(_mm256_and_si256(b1, lo), d, m); \
+    __m256 w2 = st_q4_k_w(_mm256_srli_epi32(b0, 4), d, m), w3 = st_q4_k_w(_mm256_srli_epi32(b1, 4), d, m);
+#define ST_Q6_K_BODY(X) \
+    __m256 s = _mm256_fmadd_ps(st_qf(q + 8), st_xv_##X(x + 8), _mm256_mul_ps(st_qf(q), st_xv_##X(x)));
+#define ST_Q4_K_BODY(X) \
+    ST_Q4_K_NIBBLES \
+    acc = _mm256_fmadd_ps(w0, st_xv_##X(x), acc); \
+    acc = _mm256_fmadd_ps(w1, st_xv_##X(x + 8), acc); \
+    acc = _mm256_fmadd_ps(w2, st_xv_##X(x + 16), acc); \
+    acc = _mm256_fmadd_ps(w3, st_xv_##X(x + 24), acc);
 static inline void st_qlanes(float* l, __m256 a, __m256 b) {
     _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), _mm256_add_ps(a, b)));
 }
@@ -110,7 +150,18 @@ static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
     st_qstore_##X(o, _mm256_mul_ps(st_nib(_mm256_and_si256(b0, m)), s), \
                   _mm256_mul_ps(st_nib(_mm256_and_si256(b1, m)), s), \
                   _mm256_mul_ps(st_nib(_mm256_srli_epi32(b0, 4)), s), \
-                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); }
+                  _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); } \
+static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
+    ST_Q4_K_NIBBLES st_qstore_##X(o, w0, w1, w2, w3); }
+static inline void st_q6_k_to_f32(float* o, const signed char* q, float d) {
+    _mm256_storeu_ps(o, _mm256_mul_ps(st_qf(q), _mm256_set1_ps(d)));
+    _mm256_storeu_ps(o + 8, _mm256_mul_ps(st_qf(q + 8), _mm256_set1_ps(d)));
+}
+static inline void st_q6_k_to_bf16(uint16_t* o, const signed char* q, float d) {
+    _mm_storeu_si128((__m128i*)o, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(
+        st_bf16_rne(_mm256_mul_ps(st_qf(q), _mm256_set1_ps(d))),
+        st_bf16_rne(_mm256_mul_ps(st_qf(q + 8), _mm256_set1_ps(d)))), 0xD8)));
+}
 ST_QSTORES(f32, float)
 ST_QSTORES(bf16, uint16_t)
 #endif
@@ -118,7 +169,11 @@ ST_QSTORES(bf16, uint16_t)
 static inline st_qv st_q8_0_##X(st_qv acc, const signed char* q, const T* x, float d) { \
     ST_Q8_0_BODY(X) return st_qfma(s, d, acc); } \
 static inline st_qv st_q4_0_##X(st_qv acc, const unsigned char* q, const T* x, float d) { \
-    ST_Q4_0_BODY(X) return st_qfma(s, d, acc); }
+    ST_Q4_0_BODY(X) return st_qfma(s, d, acc); } \
+static inline st_qv st_q4_k_##X(st_qv acc, const unsigned char* q, const T* x, float d, float m) { \
+    ST_Q4_K_BODY(X) return acc; } \
+static inline st_qv st_q6_k_##X(st_qv acc, const signed char* q, const T* x, float d) { \
+    ST_Q6_K_BODY(X) return st_qfma(s, d, acc); }
 #if defined(__AVX512F__)
 static inline __m512 st_qfma(__m512 s, float d, __m512 acc) { return _mm512_fmadd_ps(s, _mm512_set1_ps(d), acc); }
 #else
