@@ -5,19 +5,21 @@ Each graph is re-exported with torch.export (frontend/dynamo_graph.py) and lower
 (autograd on, an input such as a parameter requiring grad), the graph goes through AOTAutograd:
 its forward graph (which also returns the activations the backward saves) and its backward
 graph are each compiled as an inference graph is, both at compile time, so an op either lacks
-is named then; the optimizer step stays the user's.
+is named then. `torch.compile(opt.step, backend="strata")` compiles the optimizer step: dynamo
+holds its parameters and state as its graph's own attributes, which become inputs the program
+updates in place (_capture), its foreach ops one op per tensor (dynamo_rewrite.py).
 
 The graph inputs dynamo marks static (a module's parameters and buffers) are the program's
 weights, packed once as strata.compile's are, and again when one's storage or version changes
 (frontend/dynamo_graph.py). An input or buffer the graph updates in place (transformers'
-static KV cache and its length counters) is written in the caller's tensor, as strata's own KV
-cache is. Each graph is compiled for its concrete input shapes; a graph dynamo made
-shape-dynamic (after a recompile) gets one Program per shape it is called with, and takes the
-Program of any other graph of the process that computes the same on the same tensors
-(frontend/dynamo_key.py), so a repeated `generate` compiles nothing. A
-graph strata cannot compile raises a strata error naming every unsupported aten op; only an
-explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1) runs such a graph eagerly,
-with a warning naming the ops.
+static KV cache and its length counters, an optimizer's parameters and state) is written in the
+caller's tensor, as strata's own KV cache is, and its version counter bumped. Each graph is
+compiled for its concrete input shapes; a graph dynamo made shape-dynamic (after a recompile)
+gets one Program per shape it is called with, and takes the Program of any other graph of the
+process that computes the same on the same tensors (frontend/dynamo_key.py), so a repeated
+`generate` compiles nothing. A graph strata cannot compile raises a strata error naming every
+unsupported aten op; only an explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1)
+runs such a graph eagerly, with a warning naming the ops.
 
 Registered twice over: a `torch_dynamo_backends` entry point in pyproject.toml (torch finds it
 without `import strata`), and `register()`, called by `import strata` when no entry point names
@@ -38,12 +40,14 @@ from .api import Program, check_device, on_device
 from .context import Context
 from .errors import StrataError, UnsupportedOp
 from .dynamo_programs import CompiledGraph
+from .dynamo_rewrite import foreach_per_tensor, lift_attributes
 from .dynamo_training import forward_and_backward, training
 from .frontend.capture import capture
 from .frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
                                     mutated_weights, placeholder_names, weight_positions)
 from .frontend.dynamo_key import graph_key
 from .pipeline import lower_torch_program
+from .runtime.program import mutated_inputs
 from .tensor.decompose import supported_ops
 
 NAME = "strata"
@@ -180,7 +184,7 @@ class StrataGraph:
                           f"of {count_ops(self.gm)} torch ops, one per shape it met (a dynamic KV "
                           f"cache gives one per length); with transformers' generate pass "
                           f"cache_implementation='static'", StrataManyShapesWarning, stacklevel=2)
-        if key is not None:
+        if key is not None and not compiled.lifted:     # another graph's are other tensors
             _SHARED[key] = compiled
         return compiled
 
@@ -211,47 +215,60 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
     check_device(device)
     with _progress(opts) as say, torch.no_grad():
         say(f"strata: capturing a graph of {count_ops(gm)} torch ops")
-        module, torch_program = _capture(gm, args, names)
+        module, torch_program, lifted = _capture(gm, args, names)
+        if device == "cuda" and not all(t.device.type == "cuda" for t in lifted):
+            raise StrataError("device cuda needs every tensor the graph updates on the GPU; some "
+                              "are on the CPU (an optimizer's step counters made before "
+                              "torch.compile, without capturable=True)")
         _check_supported(torch_program)
         program = None
-        if torch_program.outputs:
+        if torch_program.outputs or torch_program.mutations:
             ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
             ctx.log(describe_options({**opts, "device": device}))
             say(f"strata: lowering {len(torch_program.nodes)} aten ops to kernels")
             program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
                               bool(opts["use_graph"]))
+            _check_no_stale_output(program.lowered.kernel)
             if device in ("cuda", "cpu"):
                 say(f"strata: compiling {len(program.kernels)} kernels "
                     f"({'NVRTC' if device == 'cuda' else 'the C compiler'})")
                 program.load()
     weights = {i: torch_program.weight_of[a] for i, a in module.weights.items()}
-    return CompiledGraph(program, module.plan, module.slots, device, weights, args)
+    written = [i for i, name in zip(module.slots, torch_program.inputs)
+               if name in torch_program.mutations]
+    return CompiledGraph(program, module.plan, module.slots, device, weights, [*args, *lifted],
+                         lifted, written)
 
 
 def _capture(gm, args, names):
-    """(SpecialisedGraph, its Torch IR): parameters and buffers become weights, except a buffer
-    the graph updates in place (captured again with it as an input, which the program writes
-    in place, as a static KV cache or its length counter is)."""
-    module = SpecialisedGraph(gm, args, names)
+    """(SpecialisedGraph, its Torch IR, the tensors it reads after `args`): parameters and buffers
+    become weights, except what the graph updates in place, captured again as an input that the
+    program writes in place: a buffer (a static KV cache or its length counter) or an attribute
+    of dynamo's graph itself (`gm.` in the Torch IR: an optimizer's parameters and state), which
+    becomes an input after the graph's own, its tensor passed at every call."""
+    gm = foreach_per_tensor(gm)
+    module, lifted = SpecialisedGraph(gm, args, names), []
     # export's own fake mode, not dynamo's: whose guards name dynamo's frame locals
     with torch._guards.tracing(None):
         torch_program = capture(module, [args[i] for i in module.slots],
                                 input_names=[names[i] for i in module.slots])
         if mutated := mutated_weights(torch_program):
-            keep = frozenset(i for i, name in module.weights.items() if name in mutated)
-            module = SpecialisedGraph(gm, args, names, inputs=keep)
+            keep = {i for i, name in module.weights.items() if name in mutated}
+            if attrs := sorted(t.removeprefix("gm.") for t in mutated if t.startswith("gm.")):
+                gm, lifted, more = lift_attributes(gm, attrs, names)
+                keep.update(range(len(args), len(args) + len(lifted)))
+                args, names = [*args, *lifted], [*names, *more]
+            module = SpecialisedGraph(gm, args, names, inputs=frozenset(keep))
             torch_program = capture(module, [args[i] for i in module.slots],
                                     input_names=[names[i] for i in module.slots])
-    # what is still updated in place is held by dynamo's graph itself (an optimizer's parameters
-    # and state: `gm.` attributes), which the program would not write back: refused, not dropped
-    if (left := sorted(mutated_weights(torch_program))) or (
-            torch_program.mutations and not torch_program.outputs):
+    # what is still updated in place is not a tensor the program is given (a submodule's buffer
+    # updated inside a call_module): refused, not dropped
+    if left := sorted(mutated_weights(torch_program)):
         what = ", ".join(t.removeprefix("gm.") for t in left[:3]) + (", ..." if len(left) > 3 else "")
         raise StrataError(f"strata cannot compile this graph: it updates tensors in place that it "
-                          f"would not write back ({what or 'it returns nothing else'}; an "
-                          f"optimizer's step, for one). Pass options={{'fallback': True}} to "
+                          f"would not write back ({what}). Pass options={{'fallback': True}} to "
                           f"torch.compile or set STRATA_FALLBACK=1 to run such graphs eagerly")
-    return module, torch_program
+    return module, torch_program, lifted
 
 
 @contextlib.contextmanager
@@ -264,6 +281,17 @@ def _progress(opts):
     from rich.console import Console
     with Console(stderr=True).status("strata") as status:
         yield status.update
+
+
+def _check_no_stale_output(kernel) -> None:
+    """An output that is an input the program updates in place is the input's copy taken before
+    the update (`b = g.clone(); g.add_(b)`: SGD's first nesterov step with foreach), which the
+    runtime would copy after the run, updated: refused, until the lowering keeps that copy."""
+    if stale := sorted(set(kernel.outputs) & set(mutated_inputs(kernel))):
+        raise StrataError(f"strata cannot compile this graph yet: it returns a copy of {stale[0]} "
+                          f"taken before updating {stale[0]} in place, which it would return "
+                          f"updated. Pass options={{'fallback': True}} to torch.compile or set "
+                          f"STRATA_FALLBACK=1 to run such graphs eagerly")
 
 
 def _check_supported(torch_program) -> None:

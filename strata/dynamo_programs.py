@@ -5,8 +5,10 @@ dynamo_backend.py; the graph side is frontend/dynamo_graph.py).
 from __future__ import annotations
 
 import copy
+import weakref
 
 import torch.utils._pytree as pytree
+from torch.autograd.graph import increment_version
 
 from .frontend.dynamo_graph import OutputPlan
 
@@ -22,12 +24,19 @@ class CompiledGraph:
     own, made once (Program.with_weights: the kernels are not rebuilt), so the modules' calls
     never pack each other's weights. A program keeps the weights it was given alive, so a new
     tensor cannot take an old one's address. (A write through `w.data` bumps no version: as for
-    autograd, it is not seen.)"""
+    autograd, it is not seen.)
+
+    lifted: tensors of dynamo's graph itself the program updates in place (an optimizer's
+    parameters and state, dynamo_backend._lift), passed after dynamo's inputs at every call; held
+    weakly, as dynamo's graph drops them with the optimizer. written: the positions of the inputs
+    the program updates in place, whose version counters a call bumps, as an in-place op in eager
+    does (so that a graph holding one as a weight packs it again)."""
 
     SETS = 64          # weight sets kept per graph (the oldest other one is dropped beyond)
 
-    def __init__(self, program, plan, slots, device, weights=None, args=()):
+    def __init__(self, program, plan, slots, device, weights=None, args=(), lifted=(), written=()):
         self.plan, self.slots, self.device = plan, slots, device
+        self.lifted, self.written = [weakref.ref(t) for t in lifted], written
         self.weights = weights if program is not None and weights else {}
         # shared with moved() twins: the program in use, the stamp of the weights it holds, and
         # the programs of the other weight sets met, by their tensors' addresses
@@ -70,10 +79,14 @@ class CompiledGraph:
         return twin
 
     def __call__(self, args):
+        if self.lifted:
+            args = [*args, *(r() for r in self.lifted)]
         if self.weights and (stamp := self._stamp(args)) != self.state["stamp"]:
             self._use_weights(args, stamp)
         tensors = [args[i] for i in self.slots]
         flat = self.program.run_flat(tensors) if self.program is not None else []
+        if self.written:
+            increment_version([args[i] for i in self.written])
         if self.device == "sim" and tensors and tensors[0].device.type != "cpu":
             flat = [t.to(tensors[0].device) for t in flat]
         if self.plan.plain:                 # dynamo's usual (out, ...): nothing to place

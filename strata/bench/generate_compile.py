@@ -23,6 +23,7 @@ import time
 
 from .. import progress
 from ..command import guarded
+from ..dynamo_backend import strata_backend
 from ..errors import StrataError
 from ..models.build import build
 from .env import collect_cpu_env, slug
@@ -76,7 +77,6 @@ class Counted:
     def __call__(self, gm, example_inputs):
         self.graphs += 1
         if self.backend == "strata":
-            from ..dynamo_backend import strata_backend
             return strata_backend(gm, example_inputs)
         from torch._inductor.compile_fx import compile_fx
         return compile_fx(gm, example_inputs)

@@ -6,10 +6,12 @@ strata's backend (issue 58), on the CPU, interleaved in one run.
     python -m strata.bench.train --device cpu --ops mlp --seq 64 --rounds 9
 
 A step is `loss = module(*inputs).float().pow(2).mean(); loss.backward(); opt.step();
-opt.zero_grad()` with torch.optim.AdamW (the optimizer itself runs eagerly in every variant).
-Each variant trains its own copy of the same weights; the last step's losses are compared
-(they must agree within 1e-3 relative, else the row says so). tokens/s = tokens per step / the
-median step. Markdown under --out, named with CPU class and date.
+opt.zero_grad()` with torch.optim.AdamW. The optimizer step is compiled too, as users of
+Inductor's best mode do (`torch.compile(opt.step)`): with Inductor in the Inductor variant, with
+strata in strata's, eager in eager's; --eager-step runs it eagerly in every variant (the rows
+before issue 58's compiled step). Each variant trains its own copy of the same weights; the last
+step's losses are compared (they must agree within 1e-3 relative, else the row says so).
+tokens/s = tokens per step / the median step. Markdown under --out, named with CPU class and date.
 """
 from __future__ import annotations
 
@@ -40,12 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="f32", help="f32 (bf16 training is not measured yet)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds (default 5)")
     p.add_argument("--threads", type=int, default=None, help="torch's and strata's threads")
+    step = p.add_mutually_exclusive_group()
+    step.add_argument("--compile-step", dest="compile_step", action="store_true", default=True,
+                      help="compile opt.step with the variant's backend (the default)")
+    step.add_argument("--eager-step", dest="compile_step", action="store_false",
+                      help="run opt.step eagerly in every variant")
     p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
 
 
-def measure(case, rounds: int, say) -> dict:
+def measure(case, rounds: int, say, compile_step: bool = True) -> dict:
     """{variant: (median step s, last loss)}; a variant that fails is (None, its reason)."""
     import torch
     torch._dynamo.reset()
@@ -54,16 +61,20 @@ def measure(case, rounds: int, say) -> dict:
     runs = {}
     for name in VARIANTS:
         m = copy.deepcopy(module)
-        fn = m if name == "eager" else torch.compile(
-            m, backend="strata" if name == "strata" else "inductor", dynamic=False)
-        runs[name] = (fn, torch.optim.AdamW(m.parameters(), lr=1e-4))
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        if name == "eager":
+            runs[name] = (m, opt.step, opt)
+            continue
+        backend = "strata" if name == "strata" else "inductor"
+        runs[name] = (torch.compile(m, backend=backend, dynamic=False),
+                      torch.compile(opt.step, backend=backend) if compile_step else opt.step, opt)
 
     def step(name) -> tuple[float, float]:
-        fn, opt = runs[name]
+        fn, opt_step, opt = runs[name]
         t0 = time.perf_counter()
         loss = fn(*inputs).float().pow(2).mean()
         loss.backward()
-        opt.step()
+        opt_step()
         opt.zero_grad()
         return time.perf_counter() - t0, loss.item()
     out, times = {}, {name: [] for name in VARIANTS}
@@ -101,9 +112,11 @@ def main(argv=None) -> int:
         head = ["case", *(f"{v} tokens/s" for v in VARIANTS), "strata / eager",
                 "strata / Inductor", "last losses agree"]
         body = []
+        step = ("its step compiled by each variant's backend" if args.compile_step else
+                "its step eager in every variant")
         with progress.status("starting") as status:
             for case in C.cases(("tinyllama",), [args.seq], ["f32"], ops):
-                res = measure(case, args.rounds, status.update)
+                res = measure(case, args.rounds, status.update, args.compile_step)
                 rate = {n: args.seq / t if t else None for n, (t, _) in res.items()}
                 ok = [res[n][1] for n in VARIANTS if rate[n]]
                 agree = all(abs(a - ok[0]) <= 1e-3 * abs(ok[0]) for a in ok)
@@ -113,9 +126,10 @@ def main(argv=None) -> int:
                              *ratio, "yes" if agree else "NO"])
         write_report(head, body, title=f"one training step, AdamW, median of {args.rounds} rounds",
                      heading="One training step through torch.compile: eager, Inductor, strata",
-                     env=env, notes=[f"{args.seq} tokens per step, AdamW, median of {args.rounds} "
-                                     f"interleaved rounds; `python -m strata.bench.train --ops "
-                                     f"{args.ops} --seq {args.seq}`"],
+                     env=env, notes=[f"{args.seq} tokens per step, AdamW ({step}), median of "
+                                     f"{args.rounds} interleaved rounds; `python -m "
+                                     f"strata.bench.train --ops {args.ops} --seq {args.seq}"
+                                     f"{'' if args.compile_step else ' --eager-step'}`"],
                      out=args.out, stem="train")
         return 0
     return guarded(command, args.debug)
