@@ -51,8 +51,9 @@ def add_parser(sub) -> None:
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
     g.add_argument("--quant", metavar="FORMAT",
-                   help="quantize the linear weights at load: q8_0 or q4_0 (GGUF's block formats), "
-                        "int8 (per channel) or int4 (per group of 32), bf16 scales")
+                   help="quantize the linear weights at load: q8_0, q4_0, q4_k, q6_k or the "
+                        "q4_k_m mix (GGUF's block formats), int8 (per channel) or int4 (per group "
+                        "of 32), bf16 scales")
     g.add_argument("--temperature", type=float, metavar="T",
                    help="sample the next token inside the compiled program (default: greedy)")
     g.add_argument("--top-k", type=int, metavar="K",

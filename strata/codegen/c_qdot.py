@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..expr import (Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children,
+from ..expr import (Cast, Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children,
                     coefficient, evaluate, free_vars, map_expr, substitute)
 from ..kernel_ir.ir import Assign, For, If, Let, Load, Store
 from .cfamily import REL, cname, prelude, strip_parens
@@ -258,14 +258,51 @@ def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
     """Whether QDOT=vnni can run the row: activations read in whole blocks of 32 at a multiple
     of 32, the block's bytes contiguous block after block, its scale an f16 or bf16 load, one
     a block."""
-    if qb.x is None or qb.fmt not in ("q8_0", "q4_0") or not isinstance(qb.scale, Load) \
-            or bufs.get(qb.scale.buf) not in ("f16", "bf16"):
+    if qb.x is None or qb.fmt == "q6_k":
+        return False
+    if qb.fmt == "q4_k":
+        parts = k_parts(loop, qb, bufs)
+        scales = parts and parts[::2]
+    else:
+        scales = (qb.scale,) if isinstance(qb.scale, Load) and coefficient(qb.scale.index, loop.var) == 1 \
+            else None
+    if not scales or any(bufs.get(s.buf) not in ("f16", "bf16") for s in scales):
         return False
     terms = affine_terms(qb.x_at)
     return terms is not None and coefficient(qb.x_at, loop.var) == LANES and terms[1] % LANES == 0 \
         and all(c % LANES == 0 for c in terms[0].values()) \
-        and coefficient(qb.qs_at, loop.var) == BLOCK_BYTES[qb.fmt][1] \
-        and coefficient(qb.scale.index, loop.var) == 1
+        and coefficient(qb.qs_at, loop.var) == BLOCK_BYTES[qb.fmt][1]
+
+
+def k_parts(loop: For, qb: QuantBlocks, bufs: dict) -> tuple | None:
+    """(d, sc, dmin, mn) loads of a q4_k row whose scale is d * sc and minimum dmin * mn (in
+    either order), sc and mn one byte a block, d and dmin one a super-block of 8 blocks, the row
+    starting at a super-block; else None (a row of one super-block, whose d is a variable, too)."""
+    if not (isinstance(loop.start, Const) and int(loop.start.value) % 8 == 0):
+        return None
+    found = []
+    for e in (qb.scale, qb.low):
+        if not (isinstance(e, Op) and e.op == "multiply"):
+            return None
+        a, b = e.args
+        a, b = (a, b) if isinstance(a, Load) else (b, a)
+        byte = b.arg if isinstance(b, Cast) else None
+        if not (isinstance(a, Load) and isinstance(byte, Load) and bufs.get(byte.buf) == "u8"
+                and coefficient(byte.index, loop.var) == 1 and _per_8_blocks(a.index, loop)):
+            return None
+        found += [a, byte]
+    return tuple(found)
+
+
+def _per_8_blocks(index: Expr, loop: For) -> bool:
+    """Whether index steps by one every 8 blocks from the row's start (over its first 16)."""
+    trips = loop.stop.value - loop.start.value if isinstance(loop.stop, Const) else 16
+    n = max(1, min(16, int(trips)))
+    try:
+        at = np.asarray(evaluate(index, _Env(loop.var, n, (), [])), dtype=np.int64)
+    except Exception:  # noqa: BLE001 - an index this evaluation cannot take is no match
+        return False
+    return np.array_equal(np.broadcast_to(at, (n,)) - at.flat[0], np.arange(n) // 8)
 
 
 def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vnni=False) -> None:
@@ -315,8 +352,10 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
         em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by int8 dot products, activations in int8 "
                 f"(codegen/c_qdot.py)", 0)
         em.emit(f"{{ {t} {o} = {strip_parens(em.expr(loop.start))};", depth)
+        scales = k_parts(loop, qb, em.bufs) if qb.fmt == "q4_k" else (qb.scale,)
+        where = ", ".join(f"&{cname(s.buf)}[{at(s.index, 0)}]" for s in scales)
         em.emit(f"st_qlanes(&{cname(qb.dest)}[{strip_parens(em.expr(qb.dest_at))}], "
-                f"st_{qb.fmt}_vnni_{em.bufs[qb.scale.buf]}({q(0)}, &{cname(qb.scale.buf)}[{at(qb.scale.index, 0)}], "
+                f"st_{qb.fmt}_vnni_{em.bufs[scales[0].buf]}({q(0)}, {where}, "
                 f"&st_xq_{cname(qb.x)}, ({at(qb.x_at, 0)}) / {LANES}, {stop} - {o}), st_qzero()); }}",
                 depth)
         em.emit(f"#elif defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))    "

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import ModelError
 from ..quant.formats import BLOCK, quantize_weight
-from ..quant.kquants import QK_K, quantize_q4_k, quantize_q6_k
+from ..quant.kquants import QK_K, q4_k_m, quantize_q4_k, quantize_q6_k
 from .gguf_names import gguf_name, rope_rows
 
 FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m")
@@ -110,7 +110,7 @@ def _k_mix(name: str, t: torch.Tensor) -> str:
     """The type of one tensor in a q4_k_m file (the module docstring)."""
     if t.dim() != 2 or t.shape[1] % QK_K:
         return "q8_0"
-    return "q6_k" if name == "lm_head.weight" or name.endswith("down_proj.weight") else "q4_k"
+    return q4_k_m(name.removesuffix(".weight"))
 
 
 def _encode(t: torch.Tensor, fmt: str, gguf):

@@ -25,18 +25,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import StrataError
-from .kquants import PARTS, QK_K, dequantize_kquant, quantize_kquant
+from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, quantize_kquant
 
 BLOCK = 32
 FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k")
+MIXES = {"q4_k_m": q4_k_m}                               # a format per layer, by its name
 BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
 INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers
 
 
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
+def check_format(fmt: str, mixes: bool = True) -> str:
+    if fmt not in FORMATS and not (mixes and fmt in MIXES):
         raise StrataError(f"unknown quantization {fmt!r}: strata quantizes to "
-                          f"{', '.join(FORMATS)}")
+                          f"{', '.join(FORMATS + (tuple(MIXES) if mixes else ()))}")
     return fmt
 
 
@@ -90,7 +91,7 @@ class QuantLinear(nn.Module):
     def __init__(self, fmt: str, in_features: int, qs: torch.Tensor, d: torch.Tensor,
                  bias: torch.Tensor | None = None, **parts: torch.Tensor):
         super().__init__()
-        self.fmt, self.in_features = check_format(fmt), in_features
+        self.fmt, self.in_features = check_format(fmt, mixes=False), in_features
         self.out_features = qs.shape[0]
         self.register_buffer("qs", qs)
         self.register_buffer("d", d)
@@ -128,11 +129,12 @@ class QuantLinear(nn.Module):
 
 def quantize(model: nn.Module, fmt: str, skip: tuple[str, ...] = ()) -> nn.Module:
     """`model` with every nn.Linear (but those whose qualified name ends with one in `skip`)
-    replaced in place by a QuantLinear of format `fmt`; the full-precision weights are dropped."""
-    check_format(fmt)
+    replaced in place by a QuantLinear of format `fmt` (a mix: the format its name gets); the
+    full-precision weights are dropped."""
+    pick = MIXES.get(check_format(fmt), lambda layer: fmt)
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Linear) and not full.endswith(skip):
-                setattr(module, child_name, QuantLinear.from_linear(child, fmt))
+                setattr(module, child_name, QuantLinear.from_linear(child, pick(full)))
     return model

@@ -20,61 +20,69 @@ QK_K = 256
 BYTES = {"Q4_K": 144, "Q6_K": 210}
 
 
-def _blocks(w: np.ndarray) -> np.ndarray:
-    w = np.asarray(w, dtype=np.float32)
-    if w.ndim != 2 or w.shape[1] % QK_K:
-        raise ValueError(f"K-quants take rows of whole {QK_K}-weight blocks, not shape {w.shape}")
-    return w.reshape(-1, QK_K)
+def _blocks(w: torch.Tensor) -> torch.Tensor:
+    if w.dim() != 2 or w.shape[1] % QK_K:
+        raise ValueError(f"K-quants take rows of whole {QK_K}-weight blocks, not shape {tuple(w.shape)}")
+    return w.float().reshape(-1, QK_K)
 
 
-def _fp16(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float16)
+def _over(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a / b where b is not 0, else 0 (an all-zero block)."""
+    return torch.where(b != 0, a / torch.where(b != 0, b, 1), 0)
+
+
+def _bytes(x: torch.Tensor) -> torch.Tensor:
+    """An fp16 vector as its bytes, two a value."""
+    return x.contiguous().view(torch.uint8).reshape(-1, 2)
+
+
+def q4_k_rows(w: torch.Tensor) -> torch.Tensor:
+    """(N, K) floats -> (N, K / 256 * 144) uint8, as GGUF's Q4_K (torch ops: fake tensors too)."""
+    rows = w.shape[0]
+    x = _blocks(w).reshape(-1, 8, 32)
+    lo = x.amin(-1).clamp(max=0.0)
+    scale, mins = (x.amax(-1) - lo) / 15, -lo                    # per 32: w = scale * q - min
+    d, dmin = (scale.amax(-1) / 63).half(), (mins.amax(-1) / 63).half()
+    dd, dm = d.float()[:, None], dmin.float()[:, None]
+    sc = _over(scale, dd).round().clamp(0, 63)                   # round half to even, as np.rint
+    mn = _over(mins, dm).round().clamp(0, 63)
+    step, low = (dd * sc)[..., None], (dm * mn)[..., None]
+    q = _over(x + low, step).round().clamp(0, 15).to(torch.uint8)
+    sc, mn = sc.to(torch.uint8), mn.to(torch.uint8)
+    packed = torch.cat([sc[:, :4] | ((sc[:, 4:] >> 4) << 6),      # get_scale_min_k4's layout
+                        mn[:, :4] | ((mn[:, 4:] >> 4) << 6),
+                        (sc[:, 4:] & 15) | ((mn[:, 4:] & 15) << 4)], 1)
+    pairs = q.reshape(-1, 4, 2, 32)                               # 64 weights: low then high nibbles
+    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(-1, 128)
+    return torch.cat([_bytes(d), _bytes(dmin), packed, qs], 1).reshape(rows, -1)
+
+
+def q6_k_rows(w: torch.Tensor) -> torch.Tensor:
+    """(N, K) floats -> (N, K / 256 * 210) uint8, as GGUF's Q6_K (torch ops: fake tensors too)."""
+    rows = w.shape[0]
+    x = _blocks(w).reshape(-1, 16, 16)
+    at = x.abs().argmax(-1, keepdim=True)                         # the largest maps to q - 32 = -32
+    scale = -x.gather(-1, at)[..., 0] / 32                        # per 16: w = scale * (q - 32)
+    d = (scale.abs().amax(-1) / 127).half()
+    dd = d.float()[:, None]
+    sc = _over(scale, dd).round().clamp(-127, 127)
+    step = (dd * sc)[..., None]
+    q = (_over(x, step).round().clamp(-32, 31) + 32).to(torch.uint8).reshape(-1, 2, 4, 32)
+    ql = torch.cat([q[:, :, 0] & 15 | (q[:, :, 2] & 15) << 4,     # halves of 128: four runs of 32
+                    q[:, :, 1] & 15 | (q[:, :, 3] & 15) << 4], 2).reshape(-1, 128)
+    qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4
+          | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
+    return torch.cat([ql, qh, sc.to(torch.int8).view(torch.uint8), _bytes(d)], 1).reshape(rows, -1)
 
 
 def quantize_q4_k(w: np.ndarray) -> np.ndarray:
     """(N, K) floats -> (N, K / 256 * 144) uint8, as GGUF's Q4_K."""
-    rows = w.shape[0]
-    x = _blocks(w).reshape(-1, 8, 32)
-    lo = np.minimum(x.min(-1), 0.0)
-    scale, mins = (x.max(-1) - lo) / 15, -lo                     # per 32: w = scale * q - min
-    d = _fp16(scale.max(-1) / 63)
-    dmin = _fp16(mins.max(-1) / 63)
-    dd, dm = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
-    sc = np.clip(np.rint(np.divide(scale, dd, out=np.zeros_like(scale), where=dd > 0)), 0, 63)
-    mn = np.clip(np.rint(np.divide(mins, dm, out=np.zeros_like(mins), where=dm > 0)), 0, 63)
-    step, low = (dd * sc)[..., None], (dm * mn)[..., None]
-    q = np.clip(np.rint(np.divide(x + low, step, out=np.zeros_like(x), where=step > 0)), 0, 15)
-    sc, mn, q = sc.astype(np.uint8), mn.astype(np.uint8), q.astype(np.uint8)
-    packed = np.empty((len(x), 12), np.uint8)                    # get_scale_min_k4's layout
-    packed[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
-    packed[:, 4:8] = mn[:, :4] | ((mn[:, 4:] >> 4) << 6)
-    packed[:, 8:12] = (sc[:, 4:] & 15) | ((mn[:, 4:] & 15) << 4)
-    pairs = q.reshape(-1, 4, 2, 32)                               # 64 weights: low then high nibbles
-    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(-1, 128)
-    out = np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2),
-                          packed, qs], axis=1)
-    return out.reshape(rows, -1)
+    return q4_k_rows(torch.from_numpy(np.asarray(w, dtype=np.float32))).numpy()
 
 
 def quantize_q6_k(w: np.ndarray) -> np.ndarray:
     """(N, K) floats -> (N, K / 256 * 210) uint8, as GGUF's Q6_K."""
-    rows = w.shape[0]
-    x = _blocks(w).reshape(-1, 16, 16)
-    at = np.abs(x).argmax(-1)[..., None]                          # the largest maps to q - 32 = -32
-    scale = -np.take_along_axis(x, at, -1)[..., 0] / 32           # per 16: w = scale * (q - 32)
-    d = _fp16(np.abs(scale).max(-1) / 127)
-    dd = d.astype(np.float32)[:, None]
-    sc = np.clip(np.rint(np.divide(scale, dd, out=np.zeros_like(scale), where=dd > 0)), -127, 127)
-    step = (dd * sc)[..., None]
-    q = np.clip(np.rint(np.divide(x, step, out=np.zeros_like(x), where=step != 0)), -32, 31) + 32
-    q = q.astype(np.uint8).reshape(-1, 2, 4, 32)                 # halves of 128: four runs of 32
-    ql = np.concatenate([q[:, :, 0] & 15 | (q[:, :, 2] & 15) << 4,
-                         q[:, :, 1] & 15 | (q[:, :, 3] & 15) << 4], axis=2).reshape(-1, 128)
-    qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4
-          | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
-    out = np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8),
-                          d.view(np.uint8).reshape(-1, 2)], axis=1)
-    return out.reshape(rows, -1)
+    return q6_k_rows(torch.from_numpy(np.asarray(w, dtype=np.float32))).numpy()
 
 
 # How strata holds a K-quant weight: the file's blocks split into tensors (QuantLinear buffers)
@@ -88,6 +96,12 @@ def quantize_q6_k(w: np.ndarray) -> np.ndarray:
 #         1]; d f16 [N, K/256, 1, 1]. w = (d * sc) * q: 8.6 bits a weight (the file's 6.6: its
 #         high bits are unpacked at load).
 PARTS = {"q4_k": ("qs", "sc", "mn", "d", "dmin"), "q6_k": ("qs", "sc", "d")}
+
+
+def q4_k_m(layer: str) -> str:
+    """The format of a linear layer (its qualified name) in llama.cpp's Q4_K_M mix, simplified:
+    Q6_K for the output and the down projections, Q4_K for the rest."""
+    return "q6_k" if layer == "lm_head" or layer.endswith("down_proj") else "q4_k"
 
 
 def split_kquant(rows: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
@@ -126,5 +140,4 @@ def dequantize_kquant(parts: dict[str, torch.Tensor], fmt: str) -> torch.Tensor:
 
 def quantize_kquant(w: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
     """The parts of a 2-d weight [N, K] quantized round-to-nearest (K a multiple of 256)."""
-    rows = (quantize_q4_k if fmt == "q4_k" else quantize_q6_k)(w.detach().float().numpy())
-    return split_kquant(torch.from_numpy(rows), fmt)
+    return split_kquant((q4_k_rows if fmt == "q4_k" else q6_k_rows)(w.detach()), fmt)

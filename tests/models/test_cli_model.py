@@ -45,13 +45,15 @@ def test_compile_bundled_layer_torch_ir_with_timings(capsys):
     assert "decoder layer 3 of 30, fp16" in err and "random weights (seed 0)" in err
 
 
-def test_compile_a_quantized_layer_for_the_cpu(capsys):
+@pytest.mark.parametrize("quant,rows", [("q4_0", ("q4_0",)), ("q4_k_m", ("q4_k", "q6_k"))])
+def test_compile_a_quantized_layer_for_the_cpu(quant, rows, capsys):
+    """q4_k_m: Q6_K for down_proj, Q4_K for the rest (576 = 2.25 super-blocks: padded)."""
     argv = ["compile", "HuggingFaceTB/SmolLM2-135M", "--layer", "1", "--seq-len", "1",
-            "--quant", "q4_0", "--target", "host", "--ir", "c"]
+            "--quant", quant, "--target", "host", "--ir", "c"]
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert "q4_0 blocks as vector code" in out and "_qs" in out           # the decode rows
-    assert "linear weights quantized to q4_0" in err
+    assert all(f"{fmt} blocks as vector code" in out for fmt in rows) and "_qs" in out
+    assert f"linear weights quantized to {quant}" in err
 
 
 @pytest.mark.parametrize("argv,words", [

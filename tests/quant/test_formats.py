@@ -2,7 +2,11 @@
 import pytest
 import torch
 
-from strata.quant.formats import BLOCK, QuantLinear, dequantize, int8_blocks, quantize_weight
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from strata.errors import StrataError
+from strata.quant.formats import BLOCK, QuantLinear, dequantize, int8_blocks, quantize, quantize_weight
+from strata.quant.kquants import q4_k_rows, q6_k_rows
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -39,3 +43,37 @@ def test_int8_activations_round_whole_blocks_as_the_kernels_do():
         plain = layer(x)
         layer.int8_activations = True
         assert torch.equal(layer(x), plain) == (k % 32 != 0)
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
+    """A K-quant QuantLinear's parts dequantize bit for bit as the gguf package dequantizes the
+    GGUF bytes they came from; K = 300 is padded to 512 with zeros and sliced back; an all-zero
+    super-block stays zero; quantizing works on fake tensors (a model compiled without weights)."""
+    gguf = pytest.importorskip("gguf")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(300, 7)
+    with torch.no_grad():
+        linear.weight[2, :256] = 0
+    layer = QuantLinear.from_linear(linear, fmt)
+    padded = torch.nn.functional.pad(linear.weight.detach(), (0, 212))
+    rows = (q4_k_rows if fmt == "q4_k" else q6_k_rows)(padded)
+    want = gguf.quants.dequantize(rows.numpy(), gguf.GGMLQuantizationType[fmt.upper()])
+    assert torch.equal(layer.weight(torch.float32), torch.from_numpy(want)[:, :300])
+    assert layer.weight(torch.float32)[2, :256].abs().max() == 0
+    err = (layer.weight(torch.float32) - linear.weight).abs().max().item()
+    assert err < (0.01 if fmt == "q4_k" else 0.002), err
+    with FakeTensorMode():
+        fake = QuantLinear.from_linear(torch.nn.Linear(512, 3), fmt)
+    assert {n: tuple(b.shape) for n, b in fake.named_buffers()} == \
+        {n: (3, *b.shape[1:]) for n, b in QuantLinear.from_linear(torch.nn.Linear(512, 5), fmt).named_buffers()}
+
+
+def test_q4_k_m_picks_q6_k_for_the_output_and_down_projections():
+    model = torch.nn.ModuleDict({"lm_head": torch.nn.Linear(256, 8),
+                                 "mlp": torch.nn.ModuleDict({"down_proj": torch.nn.Linear(256, 8),
+                                                             "up_proj": torch.nn.Linear(256, 8)})})
+    quantize(model, "q4_k_m")
+    assert [model.lm_head.fmt, model.mlp.down_proj.fmt, model.mlp.up_proj.fmt] == ["q6_k", "q6_k", "q4_k"]
+    with pytest.raises(StrataError, match="unknown quantization 'q5_k'"):
+        quantize(model, "q5_k")

@@ -173,6 +173,22 @@ def test_vnni_rows_of_bf16_activations_match_eager(fmt, k, n):                # 
     assert_matches(prog, layer, (x,))       # bf16's tolerance: int8 activations err ~0.3%
 
 
+@pytest.mark.parametrize("target", [VNNI_TARGET, "cpu-avx2"], ids=["vnni", "avx2"])
+@pytest.mark.parametrize("k,n,dtype", [(512, 37, BF16), (2304, 5, torch.float32), (768, 3, BF16)],
+                         ids=str)                # 2 super-blocks a step, 9 (a tail of 1), 3
+def test_q4_k_int8_rows_match_eager(target, k, n, dtype):
+    """Q4_K rows on int8 activations: its 16 (AVX2: 8) scales and minimums a step from the bytes
+    and the two super-block scales (bf16: a module moved to bf16; f16 as quantized, in an f32
+    row with QDOT=vnni pinned)."""
+    layer = quant_linear("q4_k", k, n, True, dtype)
+    x = torch.randn(1, k).to(dtype)
+    prog, _ = cpu_compile(layer, (x,), {"QDOT": "vnni"}, target=target)
+    scales = "bf16" if layer.d.dtype == BF16 else "f16"
+    assert f"st_q4_k_vnni_{scales}((" in prog.source("c")
+    got, want = prog(x).double(), layer(x).double()
+    assert ((got - want).norm() / want.norm()).item() < 1e-2   # int8 activations: ~0.5%
+
+
 def test_f32_rows_keep_float_lanes_unless_pinned_and_f16_scales_run_too():
     layer, x = quant_linear("q4_0", 512, 40, False, torch.float32), torch.randn(1, 512)
     prog, _ = cpu_compile(layer, (x,), target=VNNI_TARGET)

@@ -280,6 +280,52 @@ ST_QVNNI(q4_0, unsigned char, 16, 8.0f, f16)
 ST_QVNNI(q8_0, signed char, 32, 128.0f, f16)
 ST_QVNNI(q4_0, unsigned char, 16, 8.0f, bf16)
 ST_QVNNI(q8_0, signed char, 32, 128.0f, bf16)
+// q4_k (Q4_0's nibbles, a scale d * sc and a minimum dmin * mn a block, d and dmin one per 8
+// blocks): two super-blocks a step, their 16 scales and minimums made at once; the minimums
+// times the activations' block sums are the offset taken off
+static inline __m512 st_two_s1(float a, float b) {
+    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+static inline __m512 st_u8x16(const unsigned char* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+#define ST_Q4K_VNNI(S) \
+static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
+        const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
+    long b = 0; \
+    for (; b + 16 <= nb; b += 16) { \
+        __m512 dw = _mm512_mul_ps(st_two_s1(st_s1_##S(d[b / 8]), st_s1_##S(d[b / 8 + 1])), st_u8x16(sc + b)); \
+        __m512 mw = _mm512_mul_ps(st_two_s1(st_s1_##S(dmin[b / 8]), st_s1_##S(dmin[b / 8 + 1])), st_u8x16(mn + b)); \
+        off = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x->c + xb + b), off); \
+        __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
+        for (int p = 0; p < 16; p += 4) { \
+            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_q4_0(q + (b + p) * 16), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
+            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_q4_0(q + (b + p + 2) * 16), \
+                                             _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
+                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
+        } \
+    } \
+    __m256 tail = _mm256_setzero_ps(); \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        float dw = st_s1_##S(d[b / 8]) * (float)sc[b]; \
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), st_w1_q4_0(q + b * 16), \
+                                        _mm256_loadu_si256((const __m256i*)(x->q + (xb + b) * 32))); \
+        tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * x->d[xb + b]), tail); \
+        rest += st_s1_##S(dmin[b / 8]) * (float)mn[b] * x->c[xb + b]; \
+    } \
+    tail = _mm256_sub_ps(tail, _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); \
+    return _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), off), \
+                         _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
+ST_Q4K_VNNI(f16)
+ST_Q4K_VNNI(bf16)
 #elif ST_VNNI == 256
 // AVX2: a block's 32 products summed by vpmaddubsw (unsigned by signed bytes, pairs to int16)
 // and vpmaddwd (pairs to int32): q4_0's nibbles 0..15 as they are (offset 8); q8_0 by
@@ -328,4 +374,37 @@ ST_QI8(q4_0, unsigned char, 16, 8.0f, f16)
 ST_QI8(q8_0, signed char, 32, 0.0f, f16)
 ST_QI8(q4_0, unsigned char, 16, 8.0f, bf16)
 ST_QI8(q8_0, signed char, 32, 0.0f, bf16)
+// q4_k (see the AVX-512 branch): a super-block of 8 blocks a step
+static inline __m256 st_u8x8(const unsigned char* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+#define ST_Q4K_I8(S) \
+static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
+        const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
+    long b = 0; \
+    for (; b + 8 <= nb; b += 8) { \
+        __m256 dw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(d[b / 8])), st_u8x8(sc + b)); \
+        __m256 mw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(dmin[b / 8])), st_u8x8(mn + b)); \
+        off = _mm256_fmadd_ps(mw, _mm256_loadu_ps(x->c + xb + b), off); \
+        __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
+        for (int p = 0; p < 8; p += 2) { \
+            __m256i d0 = st_i8dot_q4_0(q + (b + p) * 16, x->q + (xb + b + p) * 32); \
+            __m256i d1 = st_i8dot_q4_0(q + (b + p + 1) * 16, x->q + (xb + b + p + 1) * 32); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p + 1)), acc1); \
+        } \
+    } \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        float dw = st_s1_##S(d[b / 8]) * (float)sc[b]; \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q4_0(q + b * 16, x->q + (xb + b) * 32)), \
+                               _mm256_set1_ps(dw * x->d[xb + b]), acc0); \
+        rest += st_s1_##S(dmin[b / 8]) * (float)mn[b] * x->c[xb + b]; \
+    } \
+    return _mm256_sub_ps(_mm256_sub_ps(_mm256_add_ps(acc0, acc1), off), \
+                         _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
+ST_Q4K_I8(f16)
+ST_Q4K_I8(bf16)
 #endif
