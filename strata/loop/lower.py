@@ -64,12 +64,16 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
             kernels += scatter.scatter_kernels(prog, kp, materialized, kernel_name(kp, taken), alias)
         else:
             kernels.append(build_kernel(prog, kp, materialized, kernel_name(kp, taken)))
-    kernels = scatter.rename_buffers(kernels + scatter.write_back(prog, materialized, alias), alias)
-    outputs = [alias.get(o, o) for o in prog.outputs]    # (a returned scatter: its buffer's)
+    before, copies = scatter.snapshots(prog, materialized)   # an input returned as it was
+    kernels = scatter.rename_buffers(copies + kernels + scatter.write_back(prog, materialized, alias),
+                                     alias)
+    outputs = [before.get(o, alias.get(o, o)) for o in prog.outputs]  # (a scatter: its buffer's)
     buffers = []
     for n in prog.nodes:
         if isinstance(n, Input):
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, n.kind))
+            if n.name in before:
+                buffers.append(BufferInfo(before[n.name], n.type.shape, n.type.dtype, "output"))
         elif n.name in materialized and n.name not in alias:
             kind = "output" if n.name in outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))

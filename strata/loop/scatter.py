@@ -7,6 +7,8 @@ rows written (`values`' shape) and stores `dest[.., pos, ..] = value`, and the p
 destination buffer (for an input: the caller's tensor, updated). Otherwise a copy kernel first
 copies the destination into the Scatter's own buffer. A position is clamped into range so that
 a kernel never writes outside its buffer (callers check positions; the simulator would too).
+Also the copies around an input updated in place: its new value written back last (write_back)
+and, where the program returns it as it was, its old value copied first (snapshots).
 """
 from __future__ import annotations
 
@@ -49,12 +51,31 @@ def aliases(prog: TensorProgram) -> dict[str, str]:
 def write_back(prog: TensorProgram, materialized: set[str], alias: dict[str, str]
                ) -> list[LoopKernel]:
     """A copy kernel per input updated in place whose new value is not already in its buffer
-    (run last: every kernel reading the old value has run)."""
+    (run last: every kernel reading the old value has run; an empty input has nothing to copy)."""
     out = []
     for inp, value in prog.mutations.items():
-        if alias.get(value) != inp:
+        if alias.get(value) != inp and prog.node(inp).type.numel:
             out.append(_copy_kernel(prog, prog.node(value), inp, materialized, f"k_update_{inp}"))
     return out
+
+
+def snapshots(prog: TensorProgram, materialized: set[str]) -> tuple[dict[str, str], list[LoopKernel]]:
+    """{input: output buffer of its own} and their copy kernels (run first), for each input the
+    program returns as it was *before* updating it in place (`b = g.clone(); g.add_(1); return
+    b`: clone is the value itself, so the Tensor IR output is the input). Returned as the input's
+    buffer, it would hold the new value once write_back (or an in-place scatter) has run."""
+    taken, out, kernels = set(prog.by_name), {}, []
+    for o in prog.outputs:
+        if o in prog.mutations and o not in out:
+            name, n = f"{o}_before", 1
+            while name in taken:
+                n += 1
+                name = f"{o}_before{n}"
+            taken.add(name)
+            out[o] = name
+            if prog.node(o).type.numel:
+                kernels.append(_copy_kernel(prog, prog.node(o), name, materialized, f"k_{name}"))
+    return out, kernels
 
 
 def rename_buffers(kernels: list[LoopKernel], alias: dict[str, str]) -> list[LoopKernel]:

@@ -287,6 +287,25 @@ def test_outputs_that_are_inputs_and_tuples(no_nvrtc):
     assert out[2].data_ptr() != inputs[0].data_ptr()            # a copy, not the caller's tensor
 
 
+def test_an_input_returned_as_it_was_before_its_update_in_place(no_nvrtc):
+    """`b = g.clone(); g.mul_(3); return b, g`: b is a buffer of its own, written before the
+    update (loop/scatter.py `snapshots`); the caller's tensor is updated."""
+    def f(g):
+        b = g.clone()
+        g.mul_(3)
+        return b, g
+
+    x = torch.arange(1.0, 7.0).reshape(2, 3)
+    prog = strata.compile(f, (x.clone(),))
+    kp, tp = prog.lowered.kernel, prog.torch_program
+    rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=SimDriver(kp),
+                     poison=True)
+    given = x.clone()
+    b, g = tp.unflatten(rt.run([given]))
+    assert torch.equal(b, x) and torch.equal(g, x * 3) and torch.equal(given, x * 3)
+    assert b.data_ptr() != given.data_ptr()
+
+
 def test_wrong_arguments_are_one_sentence(no_nvrtc):
     _, _, rt, _ = _on_sim_driver("torch.softmax(torch.randn(4, 1000), dim=-1)")
     with pytest.raises(InputMismatch, match=r"input 'x' has shape \(4, 999\), but"):
