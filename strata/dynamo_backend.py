@@ -47,7 +47,6 @@ from .frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_
                                     mutated_weights, placeholder_names, weight_positions)
 from .frontend.dynamo_key import graph_key
 from .pipeline import lower_torch_program
-from .runtime.program import mutated_inputs
 from .tensor.decompose import supported_ops
 
 NAME = "strata"
@@ -228,7 +227,6 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
             say(f"strata: lowering {len(torch_program.nodes)} aten ops to kernels")
             program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
                               bool(opts["use_graph"]))
-            _check_no_stale_output(program.lowered.kernel)
             if device in ("cuda", "cpu"):
                 say(f"strata: compiling {len(program.kernels)} kernels "
                     f"({'NVRTC' if device == 'cuda' else 'the C compiler'})")
@@ -281,17 +279,6 @@ def _progress(opts):
     from rich.console import Console
     with Console(stderr=True).status("strata") as status:
         yield status.update
-
-
-def _check_no_stale_output(kernel) -> None:
-    """An output that is an input the program updates in place is the input's copy taken before
-    the update (`b = g.clone(); g.add_(b)`: SGD's first nesterov step with foreach), which the
-    runtime would copy after the run, updated: refused, until the lowering keeps that copy."""
-    if stale := sorted(set(kernel.outputs) & set(mutated_inputs(kernel))):
-        raise StrataError(f"strata cannot compile this graph yet: it returns a copy of {stale[0]} "
-                          f"taken before updating {stale[0]} in place, which it would return "
-                          f"updated. Pass options={{'fallback': True}} to torch.compile or set "
-                          f"STRATA_FALLBACK=1 to run such graphs eagerly")
 
 
 def _check_supported(torch_program) -> None:

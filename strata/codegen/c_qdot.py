@@ -258,9 +258,9 @@ def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
     """Whether QDOT=vnni can run the row: activations read in whole blocks of 32 at a multiple
     of 32, the block's bytes contiguous block after block, its scale an f16 or bf16 load, one
     a block."""
-    if qb.x is None or qb.fmt == "q6_k":
+    if qb.x is None:
         return False
-    if qb.fmt == "q4_k":
+    if qb.fmt in ("q4_k", "q6_k"):
         parts = k_parts(loop, qb, bufs)
         scales = parts and parts[::2]
     else:
@@ -268,41 +268,43 @@ def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
             else None
     if not scales or any(bufs.get(s.buf) not in ("f16", "bf16") for s in scales):
         return False
-    terms = affine_terms(qb.x_at)
-    return terms is not None and coefficient(qb.x_at, loop.var) == LANES and terms[1] % LANES == 0 \
-        and all(c % LANES == 0 for c in terms[0].values()) \
+    terms, lanes = affine_terms(qb.x_at), BLOCK_LANES.get(qb.fmt, LANES)
+    return terms is not None and coefficient(qb.x_at, loop.var) == lanes and terms[1] % LANES == 0 \
+        and all(c % LANES == 0 for a, c in terms[0].items() if loop.var not in free_vars(a)) \
         and coefficient(qb.qs_at, loop.var) == BLOCK_BYTES[qb.fmt][1]
 
 
 def k_parts(loop: For, qb: QuantBlocks, bufs: dict) -> tuple | None:
-    """(d, sc, dmin, mn) loads of a q4_k row whose scale is d * sc and minimum dmin * mn (in
-    either order), sc and mn one byte a block, d and dmin one a super-block of 8 blocks, the row
-    starting at a super-block; else None (a row of one super-block, whose d is a variable, too)."""
-    if not (isinstance(loop.start, Const) and int(loop.start.value) % 8 == 0):
+    """The loads (d, sc, dmin, mn) of a q4_k row whose scale is d * sc and minimum dmin * mn (in
+    either order), or (d, sc) of a q6_k row: sc and mn one byte a block, d and dmin one a
+    super-block (8 blocks of 32, 16 of 16), the row starting at a super-block; else None (a row
+    of one super-block, whose d is a variable, too)."""
+    per, byte_type = (8, "u8") if qb.fmt == "q4_k" else (16, "i8")
+    if not (isinstance(loop.start, Const) and int(loop.start.value) % per == 0):
         return None
     found = []
-    for e in (qb.scale, qb.low):
+    for e in (qb.scale, qb.low) if qb.fmt == "q4_k" else (qb.scale,):
         if not (isinstance(e, Op) and e.op == "multiply"):
             return None
         a, b = e.args
         a, b = (a, b) if isinstance(a, Load) else (b, a)
         byte = b.arg if isinstance(b, Cast) else None
-        if not (isinstance(a, Load) and isinstance(byte, Load) and bufs.get(byte.buf) == "u8"
-                and coefficient(byte.index, loop.var) == 1 and _per_8_blocks(a.index, loop)):
+        if not (isinstance(a, Load) and isinstance(byte, Load) and bufs.get(byte.buf) == byte_type
+                and coefficient(byte.index, loop.var) == 1 and _per_blocks(a.index, loop, per)):
             return None
         found += [a, byte]
     return tuple(found)
 
 
-def _per_8_blocks(index: Expr, loop: For) -> bool:
-    """Whether index steps by one every 8 blocks from the row's start (over its first 16)."""
-    trips = loop.stop.value - loop.start.value if isinstance(loop.stop, Const) else 16
-    n = max(1, min(16, int(trips)))
+def _per_blocks(index: Expr, loop: For, per: int) -> bool:
+    """Whether index steps by one every `per` blocks from the row's start (over its first 2)."""
+    trips = loop.stop.value - loop.start.value if isinstance(loop.stop, Const) else 2 * per
+    n = max(1, min(2 * per, int(trips)))
     try:
         at = np.asarray(evaluate(index, _Env(loop.var, n, (), [])), dtype=np.int64)
     except Exception:  # noqa: BLE001 - an index this evaluation cannot take is no match
         return False
-    return np.array_equal(np.broadcast_to(at, (n,)) - at.flat[0], np.arange(n) // 8)
+    return np.array_equal(np.broadcast_to(at, (n,)) - at.flat[0], np.arange(n) // per)
 
 
 def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vnni=False) -> None:
@@ -352,7 +354,7 @@ def emit_quant_blocks(em, loop: For, qb: QuantBlocks, depth: int, as_written, vn
         em.emit(f"#if ST_VNNI    // {qb.fmt} blocks by int8 dot products, activations in int8 "
                 f"(codegen/c_qdot.py)", 0)
         em.emit(f"{{ {t} {o} = {strip_parens(em.expr(loop.start))};", depth)
-        scales = k_parts(loop, qb, em.bufs) if qb.fmt == "q4_k" else (qb.scale,)
+        scales = k_parts(loop, qb, em.bufs) if qb.fmt in ("q4_k", "q6_k") else (qb.scale,)
         where = ", ".join(f"&{cname(s.buf)}[{at(s.index, 0)}]" for s in scales)
         em.emit(f"st_qlanes(&{cname(qb.dest)}[{strip_parens(em.expr(qb.dest_at))}], "
                 f"st_{qb.fmt}_vnni_{em.bufs[scales[0].buf]}({q(0)}, {where}, "

@@ -326,6 +326,48 @@ static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
                          _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
 ST_Q4K_VNNI(f16)
 ST_Q4K_VNNI(bf16)
+// q6_k (blocks of 16 int8 weights q in -32..31, a scale d * sc a block, d one per 16 blocks):
+// 4 blocks a vpdpbusd of q + 128 by the activations, less 128 times the activations' sums (a
+// second vpdpbusd), each int32 lane scaled by its block's d * sc * d_x; a super-block a step
+#define ST_Q6K_VNNI(S) \
+static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
+        const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    const __m512i bias = _mm512_set1_epi8((char)0x80); \
+    const __m512i four = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); \
+    const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); \
+    const int8_t* xq = x->q + xb * 32; \
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(); \
+    long b = 0; \
+    for (; b + 16 <= nb; b += 16) { \
+        __m512 sw = _mm512_mul_ps(_mm512_set1_ps(st_s1_##S(d[b / 16])), \
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sc + b))))); \
+        __m512 s16 = _mm512_mul_ps(sw, _mm512_permutexvar_ps(half, \
+            _mm512_castps256_ps512(_mm256_loadu_ps(x->d + xb + b / 2)))); \
+        for (int p = 0; p < 16; p += 8) { \
+            __m512i x0 = _mm512_loadu_si512(xq + (b + p) * 16), x1 = _mm512_loadu_si512(xq + (b + p + 4) * 16); \
+            __m512i i0 = _mm512_sub_epi32( \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(q + (b + p) * 16), bias), x0), \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x0)); \
+            __m512i i1 = _mm512_sub_epi32( \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(q + (b + p + 4) * 16), bias), x1), \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x1)); \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), \
+                _mm512_permutexvar_ps(_mm512_add_epi32(four, _mm512_set1_epi32(p)), s16), acc0); \
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), \
+                _mm512_permutexvar_ps(_mm512_add_epi32(four, _mm512_set1_epi32(p + 4)), s16), acc1); \
+        } \
+    } \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        int dot = 0; \
+        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
+        rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
+    } \
+    return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0, \
+                                                                   0, 0, 0, 0, 0, 0, 0, 0)); }
+ST_Q6K_VNNI(f16)
+ST_Q6K_VNNI(bf16)
 #elif ST_VNNI == 256
 // AVX2: a block's 32 products summed by vpmaddubsw (unsigned by signed bytes, pairs to int16)
 // and vpmaddwd (pairs to int32): q4_0's nibbles 0..15 as they are (offset 8); q8_0 by
@@ -407,4 +449,34 @@ static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
                          _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
 ST_Q4K_I8(f16)
 ST_Q4K_I8(bf16)
+// q6_k (see the AVX-512 branch): two blocks of 16 a vpmaddubsw, by llama.cpp's sign trick
+#define ST_Q6K_I8(S) \
+static inline __m256 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
+        const st_xq8* x, long xb, long nb) { \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    const int8_t* xq = x->q + xb * 32; \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
+    long b = 0; \
+    for (; b + 16 <= nb; b += 16) { \
+        float dw = st_s1_##S(d[b / 16]); \
+        for (int p = 0; p < 16; p += 4) { \
+            __m256 s0 = _mm256_setr_ps(sc[b + p], sc[b + p], sc[b + p], sc[b + p], sc[b + p + 1], \
+                                       sc[b + p + 1], sc[b + p + 1], sc[b + p + 1]); \
+            __m256 s1 = _mm256_setr_ps(sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], \
+                                       sc[b + p + 3], sc[b + p + 3], sc[b + p + 3], sc[b + p + 3]); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q8_0(q + (b + p) * 16, xq + (b + p) * 16)), \
+                                   _mm256_mul_ps(s0, _mm256_set1_ps(dw * x->d[xb + (b + p) / 2])), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q8_0(q + (b + p + 2) * 16, xq + (b + p + 2) * 16)), \
+                                   _mm256_mul_ps(s1, _mm256_set1_ps(dw * x->d[xb + (b + p + 2) / 2])), acc1); \
+        } \
+    } \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        int dot = 0; \
+        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
+        rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
+    } \
+    return _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
+ST_Q6K_I8(f16)
+ST_Q6K_I8(bf16)
 #endif
