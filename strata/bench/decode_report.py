@@ -35,7 +35,8 @@ def weight_bytes(model) -> int:
     """Bytes of every parameter and of every quantized weight's blocks and scales (buffers of a
     QuantLinear); model.parameters() yields a tied embedding once."""
     from ..quant.formats import QuantLinear
-    quantized = [b for m in model.modules() if isinstance(m, QuantLinear) for b in (m.qs, m.d)]
+    quantized = [b for m in model.modules() if isinstance(m, QuantLinear)
+                 for b in m.buffers(recurse=False)]          # qs, d, and a K-quant's sc, mn, dmin
     return sum(p.numel() * p.element_size() for p in (*model.parameters(), *quantized))
 
 
