@@ -65,8 +65,12 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
         else:
             kernels.append(build_kernel(prog, kp, materialized, kernel_name(kp, taken)))
     before, copies = scatter.snapshots(prog, materialized)   # an input returned as it was
-    kernels = scatter.rename_buffers(copies + kernels + scatter.write_back(prog, materialized, alias),
-                                     alias)
+    kernels = copies + kernels
+    if in_place := scatter.stored_in_place(prog, kernels, alias):    # no write-back copy
+        ctx.log("loop: stored in the input it updates: " +
+                ", ".join(f"{v} -> {i}" for v, i in in_place.items()), 2)
+    alias = {**alias, **in_place}
+    kernels = scatter.rename_buffers(kernels + scatter.write_back(prog, materialized, alias), alias)
     outputs = [before.get(o, alias.get(o, o)) for o in prog.outputs]  # (a scatter: its buffer's)
     buffers = []
     for n in prog.nodes:

@@ -8,14 +8,15 @@ destination buffer (for an input: the caller's tensor, updated). Otherwise a cop
 copies the destination into the Scatter's own buffer. A position is clamped into range so that
 a kernel never writes outside its buffer (callers check positions; the simulator would too).
 Also the copies around an input updated in place: its new value written back last (write_back)
-and, where the program returns it as it was, its old value copied first (snapshots).
+and, where the program returns it as it was, its old value copied first (snapshots); none where
+the kernel computing the new value can store it in the input's buffer itself (stored_in_place).
 """
 from __future__ import annotations
 
 from ..expr import Const, Var, call
 from ..tensor.ir import Input, Scatter, TensorProgram
 from .builder import LoopBuilder
-from .ir import Load, Loop, LoopKernel, Store, canonical_names
+from .ir import Load, Loop, LoopKernel, Store, canonical_names, walk
 
 
 def _chain_inputs(prog: TensorProgram) -> set[str]:
@@ -57,6 +58,46 @@ def write_back(prog: TensorProgram, materialized: set[str], alias: dict[str, str
         if alias.get(value) != inp and prog.node(inp).type.numel:
             out.append(_copy_kernel(prog, prog.node(value), inp, materialized, f"k_update_{inp}"))
     return out
+
+
+def stored_in_place(prog: TensorProgram, kernels: list[LoopKernel], alias: dict[str, str]
+                    ) -> dict[str, str]:
+    """{new value: input} for each input updated in place whose new value one kernel stores
+    point by point, reading the input only at the point it stores and before it, and which no
+    later kernel reads (an optimizer's parameters and moments, `p.add_(g)`): that kernel's store
+    goes straight into the input's buffer. Why: a write-back copy reads and writes every updated
+    element once more (AdamW: three of its seven streams again, 1.7x Inductor's step)."""
+    out: dict[str, str] = {}
+    for inp, value in prog.mutations.items():
+        writers = [k for k, kern in enumerate(kernels) if value in kern.writes]
+        if (isinstance(prog.node(value), (Input, Scatter)) or value in alias or value in out
+                or value in prog.outputs or inp in alias.values() or len(writers) != 1):
+            continue
+        at = writers[0]
+        if any(inp in k.reads or inp in k.writes for k in kernels[at + 1:]):
+            continue                            # the old value is read later: keep the copy
+        if _point_update(kernels[at].body, value, inp):
+            out[value] = inp
+    return out
+
+
+def _point_update(body, value: str, inp: str) -> bool:
+    """Whether `body` stores `value` once, and loads `inp` only at that index, in the same loop
+    body before the store (each point's old value read before the point is overwritten)."""
+    found = []
+
+    def visit(stmts):
+        for at, s in enumerate(stmts):
+            if isinstance(s, Store) and s.buf == value:
+                found.append((stmts[:at], s.index))
+            for inner in s.bodies():
+                visit(inner)
+    visit(body)
+    if len(found) != 1:
+        return False
+    before, index = found[0]
+    return all(s.index == index and any(s is t for t in before)
+               for s in walk(body) if isinstance(s, Load) and s.buf == inp)
 
 
 def snapshots(prog: TensorProgram, materialized: set[str]) -> tuple[dict[str, str], list[LoopKernel]]:

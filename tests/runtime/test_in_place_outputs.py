@@ -106,3 +106,40 @@ def test_a_copy_of_a_cache_taken_before_an_index_copy_in_place(device):
 
     cache, pos, v = torch.arange(24.0).reshape(2, 4, 3), torch.tensor([2]), -torch.ones(2, 1, 3)
     _same_as_eager(write, [cache, pos, v], device)
+
+
+def adam_like(p, g, m):
+    m.lerp_(g, 0.1)
+    p.add_(m / (g.abs() + 1), alpha=-0.5)
+    return p * 2
+
+
+def transposed(g):
+    g.copy_(g.t() * 2)
+    return g.sum()
+
+
+def old_read_later(g):
+    b = g.clone()
+    g.add_(1)
+    return b.sum()
+
+
+def centred(g):
+    g.sub_(g.mean())
+    return g * 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn, copied", [(adam_like, set()), (transposed, {"g"}),
+                                        (old_read_later, {"g"}), (centred, None)],
+                         ids=lambda x: getattr(x, "__name__", ""))
+def test_a_new_value_computed_point_by_point_is_stored_in_the_input(fn, copied, device):
+    """loop/scatter.py `stored_in_place`: the kernel computing an input's new value stores it in
+    the input's buffer, no write-back copy (an optimizer's update), unless it reads the input at
+    another point (a transpose) or a later kernel reads the old value."""
+    inputs = [torch.arange(9.0).reshape(3, 3) / 4 + k for k in range(fn.__code__.co_argcount)]
+    prog, _, _ = _same_as_eager(fn, inputs, device)
+    updates = {k.name.removeprefix("k_update_") for k in prog.lowered.loop.kernels
+               if k.name.startswith("k_update_")}
+    assert copied is None or updates == copied
