@@ -190,6 +190,7 @@ ST_QBLOCKS(bf16, uint16_t)
 #define ST_VNNI 0
 #endif
 #if ST_VNNI
+#define ST_QAHEAD 4096     // bytes ahead of a row that its rows prefetch (a few rows on)
 // QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
 // (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
 typedef struct { int8_t* q; float* d; float* c; } st_xq8;
@@ -245,7 +246,7 @@ static inline __m512 st_s16_bf16(const uint16_t* d) {
 }
 #define ST_QVNNI(F, T, NBYTES, OFFSET, S) \
 static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
     long b = 0; \
@@ -292,7 +293,7 @@ static inline __m512 st_u8x16(const unsigned char* p) {
 #define ST_Q4K_VNNI(S) \
 static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
     long b = 0; \
@@ -332,7 +333,7 @@ ST_Q4K_VNNI(bf16)
 #define ST_Q6K_VNNI(S) \
 static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     const __m512i bias = _mm512_set1_epi8((char)0x80); \
     const __m512i four = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); \
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); \
@@ -389,7 +390,7 @@ static inline __m256 st_s8_bf16(const uint16_t* d) {
 // a step, their scales converted at once and d_w * d_x picked per block by vpermps.
 #define ST_QI8(F, T, NBYTES, OFFSET, S) \
 static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 8 <= nb; b += 8) { \
@@ -423,7 +424,7 @@ static inline __m256 st_u8x8(const unsigned char* p) {
 #define ST_Q4K_I8(S) \
 static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 8 <= nb; b += 8) { \
@@ -453,7 +454,7 @@ ST_Q4K_I8(bf16)
 #define ST_Q6K_I8(S) \
 static inline __m256 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + 4096 + l, 0, 3); \
+    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     const int8_t* xq = x->q + xb * 32; \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
     long b = 0; \
