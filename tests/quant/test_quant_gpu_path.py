@@ -1,6 +1,8 @@
 """A QuantLinear compiled for the GPU (sm_90): its dequantization fuses into the product (one
-kernel), the simulator's result matches eager on the same quantized weights, and NVRTC compiles
+kernel, or a split-K pair; no dequantized weight stored), the simulator's result matches eager on the same quantized weights, and NVRTC compiles
 the CUDA (skipped, saying why, where NVRTC is not installed). The GPU itself has not run it."""
+import math
+
 import pytest
 import torch
 
@@ -9,14 +11,17 @@ from strata.check import verify
 from strata.quant.formats import QuantLinear
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("fmt,k", [("q8_0", 96), ("q4_0", 96), ("q4_k", 512), ("q6_k", 512)])
 @pytest.mark.parametrize("m", [1, 37])
-def test_a_quantized_linear_for_the_gpu(fmt, m):
+def test_a_quantized_linear_for_the_gpu(fmt, k, m):
     torch.manual_seed(0)
-    layer = QuantLinear.from_linear(torch.nn.Linear(96, 40), fmt).eval()
-    x = torch.randn(1, m, 96).to(torch.bfloat16)
+    layer = QuantLinear.from_linear(torch.nn.Linear(k, 40), fmt).eval()
+    x = torch.randn(1, m, k).to(torch.bfloat16)
     prog = strata.compile(layer, (x,), device="sim")
-    assert len(prog.lowered.kernel.kernels) == 1
+    kp = prog.lowered.kernel              # fused: no dequantized weight is ever stored
+    assert not any(b.kind not in ("input", "weight", "output") and math.prod(b.shape) >= 40 * k
+                   for b in kp.buffers), [(b.name, b.kind, b.shape) for b in kp.buffers]
+    assert len(kp.kernels) == 1 or any("splitk" in kn.name for kn in kp.kernels)
     assert all(r.passed for r in verify(prog, layer, (x,), True).outputs)
     nvrtc = pytest.importorskip("strata.runtime.nvrtc")
     try:
