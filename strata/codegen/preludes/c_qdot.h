@@ -244,6 +244,19 @@ static inline __m512 st_s16_f16(const uint16_t* d) { return _mm512_cvtph_ps(_mm2
 static inline __m512 st_s16_bf16(const uint16_t* d) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)d)), 16));
 }
+// 16 blocks (b .. b + 15) by their activations: pairs of blocks a vpdpbusd, each pair's int32
+// sums scaled by the pair's two entries of s16 (d_w * d_x), into acc0 and acc1
+#define ST_VNNI16(W2, NBYTES) \
+    for (int p = 0; p < 16; p += 4) { \
+        __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W2(q + (b + p) * (NBYTES)), \
+                                     _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
+        __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W2(q + (b + p + 2) * (NBYTES)), \
+                                     _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
+                               _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
+        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
+                               _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
+    }
 #define ST_QVNNI(F, T, NBYTES, OFFSET, S) \
 static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
     for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
@@ -254,16 +267,7 @@ static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_x
         __m512 dw = st_s16_##S(d + b); \
         off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(x->c + xb + b), off); \
         __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
-        for (int p = 0; p < 16; p += 4) { \
-            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p) * (NBYTES)), \
-                                             _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
-            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_##F(q + (b + p + 2) * (NBYTES)), \
-                                             _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
-                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
-            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
-                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
-        } \
+        ST_VNNI16(st_w2_##F, NBYTES) \
     } \
     __m256 tail = _mm256_setzero_ps(); \
     float rest = 0.0f; \
@@ -302,16 +306,7 @@ static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
         __m512 mw = _mm512_mul_ps(st_two_s1(st_s1_##S(dmin[b / 8]), st_s1_##S(dmin[b / 8 + 1])), st_u8x16(mn + b)); \
         off = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x->c + xb + b), off); \
         __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
-        for (int p = 0; p < 16; p += 4) { \
-            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_q4_0(q + (b + p) * 16), \
-                                             _mm512_loadu_si512(x->q + (xb + b + p) * 32)); \
-            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_w2_q4_0(q + (b + p + 2) * 16), \
-                                             _mm512_loadu_si512(x->q + (xb + b + p + 2) * 32)); \
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), \
-                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p)), s16), acc0); \
-            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), \
-                                   _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(p + 2)), s16), acc1); \
-        } \
+        ST_VNNI16(st_w2_q4_0, 16) \
     } \
     __m256 tail = _mm256_setzero_ps(); \
     float rest = 0.0f; \
@@ -388,6 +383,14 @@ static inline __m256 st_s8_bf16(const uint16_t* d) {
 }
 // Blocks 0..nb of a row by activation blocks xb..: 8 lanes whose sum is the row's part; 8 blocks
 // a step, their scales converted at once and d_w * d_x picked per block by vpermps.
+// 8 blocks (b .. b + 7) by their activations, one a vpmaddubsw, scaled by s8 (d_w * d_x)
+#define ST_I8x8(DOT, NBYTES) \
+    for (int p = 0; p < 8; p += 2) { \
+        __m256i d0 = DOT(q + (b + p) * (NBYTES), x->q + (xb + b + p) * 32); \
+        __m256i d1 = DOT(q + (b + p + 1) * (NBYTES), x->q + (xb + b + p + 1) * 32); \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p)), acc0); \
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p + 1)), acc1); \
+    }
 #define ST_QI8(F, T, NBYTES, OFFSET, S) \
 static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
     for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
@@ -397,12 +400,7 @@ static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_x
         __m256 dw = st_s8_##S(d + b); \
         off = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->c + xb + b), off); \
         __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
-        for (int p = 0; p < 8; p += 2) { \
-            __m256i d0 = st_i8dot_##F(q + (b + p) * (NBYTES), x->q + (xb + b + p) * 32); \
-            __m256i d1 = st_i8dot_##F(q + (b + p + 1) * (NBYTES), x->q + (xb + b + p + 1) * 32); \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p)), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p + 1)), acc1); \
-        } \
+        ST_I8x8(st_i8dot_##F, NBYTES) \
     } \
     float rest = 0.0f; \
     for (; b < nb; b++) { \
@@ -432,12 +430,7 @@ static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
         __m256 mw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(dmin[b / 8])), st_u8x8(mn + b)); \
         off = _mm256_fmadd_ps(mw, _mm256_loadu_ps(x->c + xb + b), off); \
         __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
-        for (int p = 0; p < 8; p += 2) { \
-            __m256i d0 = st_i8dot_q4_0(q + (b + p) * 16, x->q + (xb + b + p) * 32); \
-            __m256i d1 = st_i8dot_q4_0(q + (b + p + 1) * 16, x->q + (xb + b + p + 1) * 32); \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p)), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(p + 1)), acc1); \
-        } \
+        ST_I8x8(st_i8dot_q4_0, 16) \
     } \
     float rest = 0.0f; \
     for (; b < nb; b++) { \
