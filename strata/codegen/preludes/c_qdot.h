@@ -220,6 +220,14 @@ static inline __m256i st_w1_q4_0(const unsigned char* q) {     // (see st_w2_q4_
 }
 static inline float st_s1_f16(uint16_t d) { return _cvtsh_ss(d); }
 static inline float st_s1_bf16(uint16_t d) { return st_bf16_to_float(d); }
+// q6_k's blocks past its last whole super-block, one at a time, summed into `rest`
+#define ST_Q6K_TAIL(S) \
+    float rest = 0.0f; \
+    for (; b < nb; b++) { \
+        int dot = 0; \
+        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
+        rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
+    }
 #endif
 #if ST_VNNI == 512
 // Two blocks' weights as 64 unsigned bytes (q4_0: the 16 low nibbles, then the 16 high, per
@@ -354,12 +362,7 @@ static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, c
                 _mm512_permutexvar_ps(_mm512_add_epi32(four, _mm512_set1_epi32(p + 4)), s16), acc1); \
         } \
     } \
-    float rest = 0.0f; \
-    for (; b < nb; b++) { \
-        int dot = 0; \
-        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
-        rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
-    } \
+    ST_Q6K_TAIL(S) \
     return _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0, \
                                                                    0, 0, 0, 0, 0, 0, 0, 0)); }
 ST_Q6K_VNNI(f16)
@@ -464,12 +467,7 @@ static inline __m256 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, c
                                    _mm256_mul_ps(s1, _mm256_set1_ps(dw * x->d[xb + (b + p + 2) / 2])), acc1); \
         } \
     } \
-    float rest = 0.0f; \
-    for (; b < nb; b++) { \
-        int dot = 0; \
-        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
-        rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
-    } \
+    ST_Q6K_TAIL(S) \
     return _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
 ST_Q6K_I8(f16)
 ST_Q6K_I8(bf16)
