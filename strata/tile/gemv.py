@@ -7,7 +7,8 @@ when K is split) goes to a group of GROUP <= 32 threads, each taking VEC points 
 through the gather plan (tile/gather.py: whole 16-byte windows of the quants, of the activations,
 and the aligned window around a block's scale), multiplying in registers; the group adds its
 partials by warp shuffles. VEC is the shortest run (16, 32 or 64 points) whose byte windows are
-read whole: 32 for both Q8_0 (two loads) and Q4_0 (one load of 32 nibbles).
+read whole: 16 for Q8_0 (one load of its bytes; its block's scale read by both halves) and 32
+for Q4_0 (one load of 32 nibbles).
 """
 from __future__ import annotations
 

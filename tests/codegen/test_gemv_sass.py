@@ -76,7 +76,9 @@ def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt, act, k, n):
     source, arch = prog.source("cuda"), Context(target=ARCH).arch
     gemv = prog.lowered.tile.kernels[0]
     knobs = dict(gemv.knobs)
-    assert gemv.mode == "rows" and knobs["VEC"] == 32, f"{gemv.name}: {knobs}"
+    # q8_0: 16 points are one 16-byte window of its quants (since 32 o + i // 32 simplifies
+    # at VEC 16 too); q4_0: 32 points are one window of its nibbles
+    assert gemv.mode == "rows" and knobs["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt], f"{gemv.name}: {knobs}"
     if n == 256:
         slices = knobs["SPLIT_K"]
         assert gemv.name.endswith("_splitk") and slices > 1
@@ -97,7 +99,7 @@ def test_quantized_gemv_matches_eager_on_the_simulator(fmt):
     prog = _compile(layer, x)
     for res in check.verify(prog, layer, (x,), True).outputs:
         assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
-    assert dict(prog.lowered.tile.kernels[0].knobs)["VEC"] == 32
+    assert dict(prog.lowered.tile.kernels[0].knobs)["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt]
 
 
 @pytest.mark.parametrize("m,dtype", [(1, "bf16"), (16, "f16")])
