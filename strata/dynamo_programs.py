@@ -27,7 +27,7 @@ class CompiledGraph:
     autograd, it is not seen.)
 
     lifted: tensors of dynamo's graph itself the program updates in place (an optimizer's
-    parameters and state, dynamo_backend._lift), passed after dynamo's inputs at every call; held
+    parameters and state, dynamo_rewrite.lift_attributes), passed after dynamo's inputs at every call; held
     weakly, as dynamo's graph drops them with the optimizer. written: the positions of the inputs
     the program updates in place, whose version counters a call bumps, as an in-place op in eager
     does (so that a graph holding one as a weight packs it again)."""

@@ -61,7 +61,7 @@ QDOT_PRELUDE = prelude("c_qdot.h")
 
 @dataclass(frozen=True)
 class QuantBlocks:
-    fmt: str                    # q8_0 | q4_0 | q4_k
+    fmt: str                    # q8_0 | q4_0 | q4_k | q6_k
     scale: Expr                 # the block's scale, free of the lane variable
     qs: str                     # the quantized bytes
     qs_at: Expr                 # the block's first byte
@@ -167,8 +167,8 @@ def _leaves(e: Expr, stop):
 
 
 def _format_of(w: Expr, lane: str, bufs: dict, lanes: int):
-    """(fmt, scale, qs buffer, block start, low) if w dequantizes one block of a q8_0, q4_0 or
-    q4_k buffer for every lane, found by evaluating it (see the module docstring); else None.
+    """(fmt, scale, qs buffer, block start, low) if w dequantizes one block of a q8_0, q4_0, q4_k
+    or q6_k buffer for every lane, found by evaluating it (see the module docstring); else None.
     The scale is w's one leaf besides the lane, constants and the bytes (a load of the scales or
     a variable), or else the largest part of w free of the lane and the bytes (q6_k's d * sc);
     q4_k's two such parts are its scale and its minimum (d * sc and dmin * mn, quant/kquants.py)."""
@@ -251,8 +251,8 @@ def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, params: tuple, lane: s
 
 
 class _Env(dict):
-    """The lane variable as 0..31 (or 15), the block's parameters (Vars) as drawn, and every other outer
-    variable 0: the block is evaluated relative to its start."""
+    """The lane variable as 0..31 (or 15), the block's parameters (Vars) as drawn, and every
+    other outer variable 0: the block is evaluated relative to its start."""
 
     def __init__(self, lane: str, lanes: int, params: tuple, values: list):
         super().__init__({lane: np.arange(lanes, dtype=np.int64)})
@@ -265,7 +265,7 @@ class _Env(dict):
 def vnni_rows(loop: For, qb: QuantBlocks, bufs: dict) -> bool:
     """Whether QDOT=vnni can run the row: activations read in whole blocks of 32 at a multiple
     of 32, the block's bytes contiguous block after block, its scale an f16 or bf16 load, one
-    a block."""
+    a block (a K-quant's: k_parts)."""
     if qb.x is None:
         return False
     if qb.fmt in ("q4_k", "q6_k"):

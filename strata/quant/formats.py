@@ -35,6 +35,7 @@ INT8 = ("q8_0", "int8")                                  # bytes that are the we
 
 
 def check_format(fmt: str, mixes: bool = True) -> str:
+    """fmt, if strata quantizes to it (a mix such as q4_k_m where `mixes`), else one sentence."""
     if fmt not in FORMATS and not (mixes and fmt in MIXES):
         raise StrataError(f"unknown quantization {fmt!r}: strata quantizes to "
                           f"{', '.join(FORMATS + (tuple(MIXES) if mixes else ()))}")
@@ -43,8 +44,8 @@ def check_format(fmt: str, mixes: bool = True) -> str:
 
 def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(qs, d) of a 2-d weight [N, K], K padded to a multiple of 32 (see the module docstring)."""
-    if check_format(fmt) in PARTS:
-        raise StrataError(f"{fmt} has more parts than (qs, d): QuantLinear.from_linear makes it")
+    if check_format(fmt) in PARTS or fmt in MIXES:
+        raise StrataError(f"{fmt} is not one (qs, d) pair: QuantLinear.from_linear makes it")
     n, k = w.shape
     w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
     if fmt in INT8:
@@ -74,6 +75,7 @@ def dequantize(qs: torch.Tensor, d: torch.Tensor, fmt: str) -> torch.Tensor:
         q = torch.cat([qs & 15, qs >> 4], -1).to(torch.float32) - 8
     else:
         check_format(fmt)
+        raise StrataError(f"{fmt} is not one (qs, d) pair: QuantLinear.weight dequantizes it")
     return (q * d.to(torch.float32)).flatten(-2)
 
 

@@ -77,3 +77,8 @@ def test_q4_k_m_picks_q6_k_for_the_output_and_down_projections():
     assert [model.lm_head.fmt, model.mlp.down_proj.fmt, model.mlp.up_proj.fmt] == ["q6_k", "q6_k", "q4_k"]
     with pytest.raises(StrataError, match="unknown quantization 'q5_k'"):
         quantize(model, "q5_k")
+    for fmt in ("q4_k_m", "q6_k"):      # more than one (qs, d) pair: one sentence, not q4_0's
+        with pytest.raises(StrataError, match=rf"{fmt} is not one \(qs, d\) pair"):
+            quantize_weight(torch.zeros(2, 32), fmt)
+    with pytest.raises(StrataError, match=r"q4_k is not one \(qs, d\) pair"):
+        dequantize(torch.zeros(2, 1, 16, dtype=torch.uint8), torch.zeros(2, 1, 1), "q4_k")
