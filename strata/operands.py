@@ -26,8 +26,10 @@ class Operands:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("__annotations__", {})
-        cls._operands = tuple((n, _ROLES[t]) for n, t in own.items() if t in _ROLES)
+        fields = {}                 # a subclass's fields follow its bases' (dataclass order)
+        for base in reversed(cls.__mro__):
+            fields.update(base.__dict__.get("__annotations__", {}))
+        cls._operands = tuple((n, _ROLES[t]) for n, t in fields.items() if t in _ROLES)
         cls._bodies = tuple(n for n, role in cls._operands if role == "body")
 
     def exprs(self) -> tuple:

@@ -23,6 +23,7 @@ from .context import Context
 from .cpu_load import available_bytes
 from .errors import StrataError
 from .kernel_ir.lower import lower as lower_kernels
+from .kernel_ir.lower_cpu import lower_cpu_forms
 from .kernel_ir.thread_loops import to_thread_loops
 from .kernel_ir.verify import verify_program
 from .knobs import KNOBS, show
@@ -271,8 +272,9 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     if stop < 4:
         return out
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
-    if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops
-        out.kernel.kernels = [to_thread_loops(k) for k in out.kernel.kernels]
+    if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops, and
+        out.kernel.kernels = [lower_cpu_forms(to_thread_loops(k))      # the K loops as the CPU's
+                              for k in out.kernel.kernels]             # instruction forms
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out

@@ -22,18 +22,19 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import CompileError
-from ..expr import Const, Expr, Op, Var, nodes
+from ..expr import Expr, Op, Var, nodes
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
-                            LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, While,
-                            walk)
-from .c_amx import AMX_PRELUDE, PANEL, emit_amx, match_amx
-from .c_dot import emit_dot, match_dot
-from .c_outer import emit_outer, match_outer
-from .c_pairs import emit_pairs, match_pairs
+                            LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, walk)
+from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16
+from .c_amx import AMX_PRELUDE, emit_amx
+from .c_dot import emit_dot
+from .c_outer import emit_outer
+from .c_pairs import emit_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
+from ..kernel_ir.lower_cpu import lower_cpu_forms
 from ..kernel_ir.thread_loops import to_thread_loops
 from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
                       numbered, strip_parens)
@@ -65,7 +66,10 @@ def check_kernel(k: Kernel) -> None:
         if p.tensor_map is not None:
             refuse(f"a TMA tensor map (parameter {p.name})")
     for s in walk(k.body):
-        if type(s).__name__ not in PORTABLE:
+        if isinstance(s, CpuForm) and type(s) not in FORMS:
+            raise CompileError(f"kernel {k.name}: the C target has no printer for "
+                               f"{type(s).__name__} ({s.instruction}); add one to codegen/c.py's FORMS")
+        if type(s).__name__ not in PORTABLE and type(s) not in FORMS:
             name = type(s).__name__
             refuse(f"{WHY.get(name, 'a statement')} ({name})")
         for e in s.exprs():
@@ -94,11 +98,7 @@ class CEmitter(CFamilyEmitter):
                 self.types[s.var] = s.dtype
             elif isinstance(s, LoadVec):
                 self.types.update(dict.fromkeys(s.vars, s.dtype))
-        packed = any(p.name.endswith(PANEL) for p in kernel.params)     # cpu_pack_weights
-        panels = packed or any(isinstance(s, Smem) and s.name.endswith(PANEL) for s in walk(kernel.body))
-        self.amx = {id(s): m for s, tiles in _loops(kernel.body) if panels
-                    for m in [match_amx(s, self.bufs, self.types, tiles, packed)] if m}  # c_amx.py
-        self.around = {id(s): outer for s, outer in _loops(kernel.body)}      # c_outer.py
+        self.amx = any(isinstance(s, AmxTiles) for s in walk(kernel.body))     # c_amx.py
         self.quant = {id(s): q for s in walk(kernel.body) if isinstance(s, For)      # c_qdot.py
                       for q in [match_quant_blocks(s, self.bufs)] if q}
         vnni = dict(kernel.knobs).get("QDOT") == "vnni"
@@ -158,20 +158,11 @@ class CEmitter(CFamilyEmitter):
             return self.emit(f"{self.lanes[s.var]} += {strip_parens(self.expr(x))};", depth)
         if not isinstance(s, For):
             return super().stmt(s, depth)
-        if id(s) in self.amx:
-            return emit_amx(self, s, self.amx[id(s)], depth)
+        if isinstance(s, CpuForm):                      # kernel_ir/cpu_ir.py: its printer
+            return FORMS[type(s)](self, s, depth, lambda: self.loop(s, depth))
         qb = self.quant.get(id(s))
         if qb:
             return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth), id(s) in self.vnni)
-        dot = match_dot(s, self.bufs, self.types)
-        if dot:
-            return emit_dot(self, s, dot, depth, lambda: self.loop(s, depth))
-        pairs = match_pairs(s, self.bufs, self.types)
-        if pairs:
-            return emit_pairs(self, s, pairs, depth, lambda: self.loop(s, depth))
-        outer = match_outer(s, self.bufs, self.types)
-        if outer:
-            return emit_outer(self, s, outer, depth, lambda: self.loop(s, depth), self.around.get(id(s)))
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:
@@ -299,6 +290,12 @@ class CEmitter(CFamilyEmitter):
         return "\n".join(self.lines)
 
 
+# The printer of each CPU instruction form (kernel_ir/cpu_ir.py): (emitter, form, depth, the
+# loop as written) -> None.
+FORMS = {DotBf16: emit_dot, PairsBf16: emit_pairs, OuterFma: emit_outer,
+         AmxTiles: lambda em, s, depth, _: emit_amx(em, s, depth)}
+
+
 def runs_in_parallel(k: Kernel) -> bool:
     """Whether the kernel's blocks run on an OpenMP team: THREADS > 1, or THREADS unset and
     enough work to pay for waking the team."""
@@ -330,19 +327,6 @@ def emit_kernel(kernel: Kernel) -> str:
     """C for one kernel (needs the prelude of `emit_program` to compile)."""
     check_kernel(kernel)
     return CEmitter(kernel).kernel()
-
-
-def _loops(body, outer: For | None = None):
-    """(loop, the nearest loop around it with constant bounds, or None) for every For."""
-    for s in body:
-        if isinstance(s, For):
-            yield s, outer
-            fixed = isinstance(s.start, Const) and isinstance(s.stop, Const)
-            yield from _loops(s.body, s if fixed else outer)
-        elif isinstance(s, While):
-            yield from _loops(s.body, outer)
-        elif isinstance(s, If):
-            yield from _loops(s.then + s.orelse, outer)
 
 
 def emit_program(program: KernelProgram, target=None) -> str:
@@ -378,7 +362,7 @@ def emit_source(kernels: list[Kernel]) -> str:
     """Hand-written kernels (@strata.kernel, any block size: their threads become loops) with an
     entry `strata_launch(void** args)` per kernel (suffixed by its name when there are several):
     args holds the parameters' data pointers, then pointers to the scalar arguments."""
-    ones = [to_thread_loops(k) for k in kernels]
+    ones = [lower_cpu_forms(to_thread_loops(k)) for k in kernels]
     parts = [f"// strata: @strata.kernel {', '.join(k.name for k in kernels)} for the CPU (C11, "
              f"OpenMP)", PRELUDE.rstrip()]
     for one in ones:

@@ -1,7 +1,7 @@
-"""A register tile's loop over pairs of K (cpu_matmul FORM=amx) as AMX tile code, for the C target.
+"""An AmxTiles loop (kernel_ir/cpu_ir.py: cpu_matmul FORM=amx) as AMX tile code, for the C target.
 
 Why: the amx form is the pairs form (codegen/c_pairs.py) with register tiles of 16 or 32 rows
-and 16 or 32 columns, and a panel (named `*_amx`) whose rows of K pairs are AMX's B-tile layout
+and 16 or 32 columns, and a panel whose rows of K pairs are AMX's B-tile layout
 (VNNI pairs: two K of a column side by side). One tdpbf16ps does 16 pairs of K for a 16 x 16
 block of fp32 accumulators, 16x a vdpbf16ps; the register tile runs as up to 2 x 2 C tiles
 (tmm0-3), two A tiles of 16 rows x 32 bf16 (tmm4-5, loaded from the M-side rows in place, or
@@ -18,65 +18,19 @@ see strata/codegen/amx_kernel.c) before its blocks and releases the tiles after 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..expr import coefficient
-from ..kernel_ir.ir import For
-from .c_pairs import PairLoop, load_offset, match_pairs
+from ..kernel_ir.cpu_ir import AmxTiles
 from .cfamily import cname, prelude, strip_parens
 
-PANEL = "_amx"                  # the suffix of an amx-form panel's name (tile/passes/cpu_matmul.py)
 
-
-@dataclass(frozen=True)
-class AmxLoop:
-    pairs: PairLoop
-    rows: tuple                 # the M-side load var of each row (16 or 32)
-    cols: tuple                 # per row: ((panel load var, 16 accumulators), ...) (1 or 2)
-    lda: int | None             # elements between rows, None when not constant (copied)
-    ldb: int                    # elements between the panel's pair rows
-    prefetch: tuple = ()        # a packed weight's panels (global): (elements per panel, the
-                                # register tiles' loop var or None, their count)
-
-
-def match_amx(loop: For, bufs: dict, types: dict, tiles: For | None = None,
-              packed: bool = False) -> AmxLoop | None:
-    """The loop as a pairs loop on an amx-form panel with 16 or 32 rows of 1 or 2 groups of 16
-    columns, consecutive pairs of K contiguous in every row, and 16 pairs or more; else None."""
-    trips = [getattr(x, "value", None) for x in (loop.start, loop.stop)]
-    pl = match_pairs(loop, bufs, types) if None in trips or trips[1] - trips[0] >= 16 else None
-    if pl is None or not all(pl.loads[w].buf.endswith(PANEL) for _, w, _ in pl.vectors):
-        return None
-    rows: dict = {}
-    for u, w, accs in pl.vectors:
-        rows.setdefault(u, []).append((w, accs))
-    us, cols = tuple(rows), tuple(tuple(r) for r in rows.values())
-    g = len(cols[0])
-    if len(us) not in (16, 32) or g not in (1, 2) or any(len(c) != g for c in cols) \
-            or any(load_offset(pl.loads, cols[0][j][0], c[j][0]) != 0 for c in cols for j in range(g)) \
-            or (g == 2 and load_offset(pl.loads, cols[0][0][0], cols[0][1][0]) != 32):
-        return None
-    w0, step = pl.loads[cols[0][0][0]], [coefficient(pl.loads[u].index, loop.var) for u in us]
-    ldb = coefficient(w0.index, loop.var)
-    if any(s != 2 for s in step) or ldb is None or ldb < 2 * 16 * g:
-        return None
-    gaps = [load_offset(pl.loads, us[0], u) for u in us]
-    lda = gaps[1] if None not in gaps and all(x == i * gaps[1] for i, x in enumerate(gaps)) else None
-    prefetch = ()
-    if packed and None not in trips:        # the block's panel is ldb x the loop's pairs
-        n = getattr(tiles.stop, "value", None) if tiles is not None else None
-        prefetch = (ldb * (trips[1] - trips[0]), tiles.var if n else None, n or 1)
-    return AmxLoop(pl, us, cols, lda if lda and lda >= 32 else None, ldb, prefetch)
-
-
-def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
-    """Print `loop` as tile code for 16 pairs of K a step, then its remaining pairs as written."""
+def emit_amx(em, amx: AmxTiles, depth: int) -> None:
+    """Print `amx` as tile code for 16 pairs of K a step, then its remaining pairs as written."""
+    loop, loads = amx, amx.loads()
     v, t, d = cname(loop.var), em.ctype(loop.var, loop.dtype), depth + 1
     halves, g = len(amx.rows) // 16, len(amx.cols[0])
     width = 16 * g
 
     def at(var: str) -> str:
-        e = amx.pairs.loads[var]
+        e = loads[var]
         return f"&{cname(e.buf)}[{strip_parens(em.expr(e.index))}]"
     em.emit(f"{{   // AMX: {halves}x{g} tiles of 16x16 fp32, 32 K a step (codegen/c_amx.py)", depth)
     em.emit(f"float st_c[{16 * halves * width}] __attribute__((aligned(64)));", d)
@@ -119,7 +73,7 @@ def emit_amx(em, loop: For, amx: AmxLoop, depth: int) -> None:
     em.emit("}", depth)
 
 
-def _prefetch(em, loop: For, amx: AmxLoop, b: str, depth: int) -> None:
+def _prefetch(em, loop: AmxTiles, amx: AmxTiles, b: str, depth: int) -> None:
     """Prefetch into L2 this K step's share of the next block's panel (the next panel of a packed
     weight; an OpenMP thread's blocks are consecutive), spread over the block's register tiles:
     the next block then finds its weights in L2 instead of waiting on DRAM for them (a 128 x 2048

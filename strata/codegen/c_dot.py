@@ -1,4 +1,4 @@
-"""A bf16 dot-product loop as AVX512-BF16 instructions (vdpbf16ps), for the C target.
+"""A DotBf16 loop (kernel_ir/cpu_ir.py) as AVX512-BF16 instructions (vdpbf16ps), for the C target.
 
 Why: a K loop whose every step multiplies bf16 values loaded contiguously along K and adds the
 products to float accumulators (a dot-form register tile of cpu_matmul; a matrix-vector row
@@ -14,87 +14,31 @@ loop's as `omp simd`'s does, and the instruction flushes subnormal inputs and pr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..expr import Op, Var, free_vars
-from ..kernel_ir.ir import Assign, For, Let, Load
+from ..kernel_ir.cpu_ir import DotBf16
 from .cfamily import REL, cname, strip_parens
-
-
-@dataclass(frozen=True)
-class DotLoop:
-    loads: dict                 # variable -> the bf16 Load it holds (contiguous along the loop)
-    products: dict              # variable -> (a, b): the two loaded variables it multiplies
-    accs: tuple                 # (accumulator, product variable) in order
-
-
-def match_dot(loop: For, bufs: dict, types: dict) -> DotLoop | None:
-    """The loop as bf16 loads, their products and float sums of them, or None (any other
-    statement, a non-unit step, a load not contiguous along the loop or indexed by a value the
-    loop computes)."""
-    if loop.step != 1:
-        return None
-    found = products_and_sums(loop, bufs, types, lambda v, loads: _unit_stride(v.index, loop.var)
-                              and not free_vars(v.index) & loads.keys())
-    if not found or len({acc for acc, _ in found[2]}) != len(found[2]):
-        return None                     # (an accumulator summing two products: c_pairs.py)
-    return DotLoop(found[0], found[1], tuple(found[2])) if found[2] else None
-
-
-def products_and_sums(loop: For, bufs: dict, types: dict, load_ok):
-    """The loop's body as bf16 loads (those load_ok(load, loads so far) takes), float products of
-    two of them and float sums of products, in order: (loads, products: var -> (a, b), sums:
-    [(accumulator, product var)]), or None for any other statement."""
-    loads, products, sums = {}, {}, []
-    for s in loop.body:
-        v = getattr(s, "value", None)
-        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "bf16" and load_ok(v, loads):
-            loads[s.var] = v
-        elif isinstance(s, Let) and isinstance(v, Op) and v.op == "multiply" and s.dtype == "f32" \
-                and all(isinstance(x, Var) and x.name in loads for x in v.args):
-            products[s.var] = tuple(x.name for x in v.args)
-        elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "add" and types.get(s.var) == "f32" \
-                and v.args[0] == Var(s.var, "f32") and isinstance(v.args[1], Var) \
-                and v.args[1].name in products:
-            sums.append((s.var, v.args[1].name))
-        else:
-            return None
-    return loads, products, sums
-
-
-def _unit_stride(index, var: str) -> bool:
-    """index is var plus terms free of it (clamped rows included, which expr's affine forms
-    do not take)."""
-    if isinstance(index, Var):
-        return index.name == var
-    if isinstance(index, Op) and index.op == "add":
-        a, b = index.args
-        return any(_unit_stride(x, var) and var not in free_vars(y) for x, y in ((a, b), (b, a)))
-    return False
 
 
 CHAINS = 4         # vdpbf16ps chains in flight: one accumulator alone waits on its latency
 
 
-def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
+def emit_dot(em, loop: DotBf16, depth: int, as_written) -> None:
     """Print `loop` as vdpbf16ps code when the compiler targets AVX512-BF16, else `as_written()`.
     With fewer than CHAINS accumulators (a matrix-vector row has one) each is split into
     independent partial sums over consecutive steps, added together after the loop."""
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
     stop = em.expr(loop.stop, REL + 1)
-    ways = max(1, CHAINS // len(dot.accs))
+    ways = max(1, CHAINS // len(loop.accs))
 
     def step(d: int, load: str, way: int = 0) -> None:
-        for var, e in dot.loads.items():
+        for var, e in loop.loads().items():
             at = f"&{cname(e.buf)}[{strip_parens(em.expr(e.index))}]" + (f" + {32 * way}" if way else "")
             em.emit(f"__m512bh {cname(var)}_{way} = {load.format(at)};", d)
-        for acc, p in dot.accs:
-            a, b = dot.products[p]
+        for acc, a, b in loop.accs:
             em.emit(f"{cname(acc)}_v{way} = _mm512_dpbf16_ps({cname(acc)}_v{way}, {cname(a)}_{way}, "
                     f"{cname(b)}_{way});", d)
     em.emit("#if defined(__AVX512BF16__)    // vdpbf16ps: 32 bf16 products a step (codegen/c_dot.py)", 0)
     em.emit("{", depth)
-    for acc, _ in dot.accs:
+    for acc in loop.accumulators():
         for w in range(ways):
             em.emit(f"__m512 {cname(acc)}_v{w} = _mm512_setzero_ps();", depth + 1)
     em.emit(f"{t} {v} = {strip_parens(em.expr(loop.start))};", depth + 1)
@@ -110,7 +54,7 @@ def emit_dot(em, loop: For, dot: DotLoop, depth: int, as_written) -> None:
     em.emit(f"__mmask32 st_rest = (__mmask32)((1ull << ({stop} - {v})) - 1);", depth + 2)
     step(depth + 2, "st_bf16x32_masked(st_rest, {})")
     em.emit("}", depth + 1)
-    for acc, _ in dot.accs:
+    for acc in loop.accumulators():
         total = " + ".join(f"{cname(acc)}_v{w}" for w in range(ways))
         em.emit(f"{cname(acc)} += _mm512_reduce_add_ps({total});", depth + 1)
     em.emit("}", depth)

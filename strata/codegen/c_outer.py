@@ -1,4 +1,4 @@
-"""A register tile's K loop of f32 multiply-adds (cpu_matmul FORM=outer) as explicit vectors.
+"""An OuterFma loop (kernel_ir/cpu_ir.py: cpu_matmul FORM=outer) as explicit vector FMAs.
 
 Why: each K step of an outer-form register tile loads THREAD_M values of the M-side operand and
 TILE_N consecutive values of the packed panel, then does THREAD_M x TILE_N `acc = fma(a, b, acc)`
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..expr import Op, Var, add, call, coefficient, free_vars, substitute
-from ..kernel_ir.ir import Assign, For, Let, Load
-from .c_pairs import lanes_back, load_offset
+from ..expr import Var, add, call, coefficient, free_vars, substitute
+from ..kernel_ir.cpu_ir import VECTOR_ISAS, OuterFma, fits
+from .c_pairs import lanes_back
 from .cfamily import REL, cname, strip_parens
 
 
@@ -37,66 +37,20 @@ class Isa:
 
 
 ISAS = (
-    Isa("defined(__AVX512F__)", 16, 32, "__m512", "_mm512_setr_ps({})", "_mm512_loadu_ps({})",
+    Isa("defined(__AVX512F__)", *VECTOR_ISAS[0], "__m512", "_mm512_setr_ps({})", "_mm512_loadu_ps({})",
         "_mm512_set1_ps({})", "_mm512_fmadd_ps({a}, {b}, {c})", "_mm512_storeu_ps({p}, {v})"),
-    Isa("defined(__AVX2__) && defined(__FMA__)", 8, 16, "__m256", "_mm256_setr_ps({})",
+    Isa("defined(__AVX2__) && defined(__FMA__)", *VECTOR_ISAS[1], "__m256", "_mm256_setr_ps({})",
         "_mm256_loadu_ps({})", "_mm256_set1_ps({})", "_mm256_fmadd_ps({a}, {b}, {c})",
         "_mm256_storeu_ps({p}, {v})"),
-    Isa("defined(__aarch64__) && defined(__ARM_NEON)", 4, 32, "float32x4_t", "(float32x4_t){{{}}}",
+    Isa("defined(__aarch64__) && defined(__ARM_NEON)", *VECTOR_ISAS[2], "float32x4_t", "(float32x4_t){{{}}}",
         "vld1q_f32({})", "vdupq_n_f32({})", "vfmaq_f32({c}, {a}, {b})", "vst1q_f32({p}, {v})"),
 )
-
-
-@dataclass(frozen=True)
-class OuterLoop:
-    loads: dict                 # variable -> its f32 Load
-    rows: tuple                 # (row value's variable, ((accumulator, panel variable), ...)):
-                                # the panel variables are consecutive elements of one buffer
-
-
-def match_outer(loop: For, bufs: dict, types: dict) -> OuterLoop | None:
-    """The loop as f32 loads followed by `acc = fma(u, w, acc)` where each row value u meets a
-    run of consecutive panel values w (see the module docstring); None for anything else."""
-    if loop.step != 1:
-        return None
-    loads, fmas = {}, []
-    for s in loop.body:
-        v = getattr(s, "value", None)
-        if isinstance(s, Let) and isinstance(v, Load) and bufs.get(v.buf) == "f32" and not fmas \
-                and not free_vars(v.index) & loads.keys():
-            loads[s.var] = v
-        elif isinstance(s, Assign) and isinstance(v, Op) and v.op == "fma" and types.get(s.var) == "f32" \
-                and v.args[2] == Var(s.var, "f32") \
-                and all(isinstance(x, Var) and x.name in loads for x in v.args[:2]):
-            fmas.append((s.var, v.args[0].name, v.args[1].name))
-        else:
-            return None
-    if len({acc for acc, _, _ in fmas}) != len(fmas) or len(fmas) < 2:
-        return None
-    for row_first in (True, False):
-        rows: dict[str, list] = {}
-        for acc, a, b in fmas:
-            u, w = (a, b) if row_first else (b, a)
-            rows.setdefault(u, []).append((acc, w))
-        if all(load_offset(loads, points[0][1], w) == t
-               for points in rows.values() for t, (_, w) in enumerate(points)) and len(rows) < len(fmas):
-            return OuterLoop(loads, tuple((u, tuple(p)) for u, p in rows.items()))
-    return None
-
-
-def fits(outer: OuterLoop, isa: Isa) -> bool:
-    """Whether every row is whole vectors of the ISA and the tile fits its registers."""
-    widths = {len(points) for _, points in outer.rows}
-    if len(widths) != 1 or widths.pop() % isa.lanes:
-        return False
-    vectors = len(outer.rows[0][1]) // isa.lanes
-    return len(outer.rows) * vectors + vectors + 1 <= isa.registers
 
 
 LINE = 16                       # floats in a 64-byte cache line
 
 
-def next_panel(em, loop: For, outer: OuterLoop, tiles: For | None):
+def next_panel(em, loop: OuterFma):
     """The element each K step of the vector loop prefetches, or None. Why: a block's first
     register tile reads its packed panel from DRAM while the others find it in L2; the block after
     it (the same thread's, in a static schedule) reads the panel `row` elements per K step further
@@ -105,8 +59,8 @@ def next_panel(em, loop: For, outer: OuterLoop, tiles: For | None):
     FMAs. Where the schedule asks for it (PREFETCH, tile/passes/cpu_matmul.py), for a panel that
     is a kernel parameter (packed once, cpu_pack_weights) indexed by the block's first column, at
     least a cache line a row."""
-    e = outer.loads[outer.rows[0][1][0][1]]
-    if tiles is None or e.buf in em.smem or not dict(em.k.knobs).get("PREFETCH"):
+    e = loop.loads()[loop.rows[0][1][0][1]]
+    if loop.tiles is None or e.buf in em.smem or not dict(em.k.knobs).get("PREFETCH"):
         return None
     row = coefficient(e.index, loop.var)
     others = free_vars(e.index) - {loop.var}
@@ -116,27 +70,26 @@ def next_panel(em, loop: For, outer: OuterLoop, tiles: For | None):
     chunk = dict(em.k.knobs).get("K_CHUNK", 0)
     nxt = add(e.index, chunk * row) if chunk else substitute(e.index, {n0: add(Var(n0, "i32"), row)})
     at = add(nxt,
-             call("multiply", call("mod", Var(tiles.var, tiles.dtype), row // LINE), LINE))
+             call("multiply", call("mod", Var(loop.tiles, loop.tiles_dtype), row // LINE), LINE))
     return f"{cname(e.buf)}[{strip_parens(em.expr(at))}]"
 
 
-def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written, tiles: For | None = None) -> None:
-    """Print `loop` as vector FMAs for each ISA of ISAS the tile fits, else `as_written()`;
-    `tiles`: the loop over the block's register tiles around it (see next_panel)."""
-    isas = [isa for isa in ISAS if fits(outer, isa)]
-    if not isas:
-        return as_written()
+def emit_outer(em, loop: OuterFma, depth: int, as_written) -> None:
+    """Print `loop` as vector FMAs for each ISA of ISAS the tile fits (lower_cpu chose the form
+    where one does), then `as_written()` for any other compiler target."""
+    isas = [isa for isa in ISAS if fits(loop.rows, isa.lanes, isa.registers)]
     v, t = cname(loop.var), em.ctype(loop.var, loop.dtype)
-    ahead = next_panel(em, loop, outer, tiles)
+    ahead = next_panel(em, loop)
+    loads = loop.loads()
 
     def at(var: str) -> str:
-        e = outer.loads[var]
+        e = loads[var]
         return f"{cname(e.buf)}[{strip_parens(em.expr(e.index))}]"
     for i, isa in enumerate(isas):
         em.emit(f"#{'el' if i else ''}if {isa.guard}    // {isa.lanes}-lane FMAs (codegen/c_outer.py)", 0)
         em.emit("{", depth)
         vectors = []            # (vector name, its accumulators, panel variable, row variable)
-        for u, points in outer.rows:
+        for u, points in loop.rows:
             for first in range(0, len(points), isa.lanes):
                 group = points[first:first + isa.lanes]
                 vectors.append((f"{cname(group[0][0])}_v", [a for a, _ in group], group[0][1], u))
@@ -148,7 +101,7 @@ def emit_outer(em, loop: For, outer: OuterLoop, depth: int, as_written, tiles: F
             em.emit(f"__builtin_prefetch(&{ahead}, 0, 2);    // the next panel rows, into L2", depth + 2)
         for w in dict.fromkeys(x[2] for x in vectors):
             em.emit(f"{isa.vec} {cname(w)}_v = {isa.load.format('&' + at(w))};", depth + 2)
-        for u, _ in outer.rows:
+        for u, _ in loop.rows:
             em.emit(f"{isa.vec} {cname(u)}_b = {isa.bcast.format(at(u))};", depth + 2)
             for name, _, w, row in vectors:
                 if row == u:

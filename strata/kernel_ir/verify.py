@@ -10,6 +10,7 @@ from math import prod
 from .. import dtypes
 from ..expr import Expr, Var, children, free_vars, nodes
 from ..targets import GPUS, STATIC_SMEM_BYTES
+from .cpu_ir import CpuForm
 from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, CpAsync, CpAsyncWait, For, If,
                  Kernel, KernelProgram, LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit,
                  MbarTryWait, Mma, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
@@ -105,6 +106,12 @@ def verify_kernel(k: Kernel, gpu: bool = True) -> None:
                 scope |= set(s.vars)
                 tainted |= set(s.vars)
             elif isinstance(s, For):
+                if isinstance(s, CpuForm):          # its rule, and sums declared before it
+                    problem = s.check() or (f"{s.instruction} adds to undeclared "
+                                            f"{sorted(set(s.accumulators()) - scope)}"
+                                            if set(s.accumulators()) - scope else None)
+                    if problem:
+                        fail(problem)
                 varying = _thread_dependent(s.start, tainted) or _thread_dependent(s.stop, tainted)
                 inner_t = tainted | ({s.var} if varying else set())
                 check(s.body, scope | {s.var}, inner_t, divergent or varying)

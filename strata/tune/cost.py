@@ -28,8 +28,7 @@ from ..expr import Expr, Op, children
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 from ..codegen.c import runs_in_parallel
-from ..codegen.c_dot import match_dot
-from ..codegen.c_outer import ISAS, fits, match_outer
+from ..kernel_ir.cpu_ir import VECTOR_ISAS, DotBf16, OuterFma, fits
 from ..codegen.c_simd import plan_loop
 from . import static_cost
 
@@ -169,11 +168,10 @@ def estimate_ms(k: Kernel, m: Machine, loop: tuple[float, float] | None = None) 
     its hot loop's (cycles, FLOPs) per iteration from llvm-mca (static_cost.py), which then
     gives the compute term."""
     sizes, types = _sizes_types(k)
-    bufs = {p.name: p.dtype for p in k.params}
     loops = [s for s in walk(k.body) if isinstance(s, For)]
-    dots = {id(s) for s in loops if m.dot_bf16 and match_dot(s, bufs, types)}
-    explicit = {id(s) for s in loops for o in [match_outer(s, bufs, types)]     # codegen/c_outer.py
-                if o and any(isa.lanes == m.vector and fits(o, isa) for isa in ISAS)}
+    dots = {id(s) for s in loops if m.dot_bf16 and isinstance(s, DotBf16)}    # kernel_ir/cpu_ir.py
+    explicit = {id(s) for s in loops if isinstance(s, OuterFma)
+                and any(lanes == m.vector and fits(s.rows, lanes, r) for lanes, r in VECTOR_ISAS)}
     c = Counts()
     _count(k.body, sizes, types, c, 1.0, False, dots, explicit)
     parallel = runs_in_parallel(k)

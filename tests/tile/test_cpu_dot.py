@@ -13,8 +13,9 @@ from conftest import HAS_CC
 from strata import check
 from strata.context import Context
 from strata.expr import Const, Var, add, call
-from strata.kernel_ir.ir import Assign, For, Let, Load
-from strata.codegen.c_dot import match_dot
+from strata.kernel_ir.cpu_ir import DotBf16
+from strata.kernel_ir.ir import Assign, For, Kernel, Let, Load, Param, Store
+from strata.kernel_ir.lower_cpu import lower_cpu_forms
 from strata.targets import host
 from strata.tile.ir import format_kernel
 
@@ -225,14 +226,25 @@ def _dot_body(index_a=None):
     return a, b, p, Assign("acc", call("add", Var("acc", "f32"), Var("p", "f32")))
 
 
+def _chosen(loop: For, x: str = "bf16", form=None):
+    """The statement lower_cpu_forms makes of `loop` in a row kernel (no FORM) or a FORM one."""
+    params = (Param("x", x, 140, False), Param("w", "bf16", 70, False), Param("y", "f32", 1, True))
+    body = (Let("acc", "f32", Const(0.0, "f32")), loop, Store("y", Const(0), Var("acc", "f32")))
+    k = Kernel("k", params, 1, 1, body, knobs=(("FORM", form),) if form else ())
+    return lower_cpu_forms(k).body[1]
+
+
 def test_only_a_loop_of_contiguous_bf16_products_and_sums_becomes_vdpbf16ps():
-    bufs, types = {"x": "bf16", "w": "bf16", "y": "f32"}, {"acc": "f32"}
-    assert match_dot(_loop(*_dot_body()), bufs, types) is not None
-    assert match_dot(_loop(*_dot_body(), step=2), bufs, types) is None
-    assert match_dot(_loop(*_dot_body(call("multiply", Var("k", "i32"), Const(2)))), bufs, types) is None
-    assert match_dot(_loop(*_dot_body()), {**bufs, "x": "f32"}, types) is None       # not bf16
-    other = Let("e", "f32", call("exp", Var("a", "f32")))
-    assert match_dot(_loop(*_dot_body(), other), bufs, types) is None
+    dot = _chosen(_loop(*_dot_body()))
+    assert isinstance(dot, DotBf16) and dot.accs == (("acc", "a", "b"),) and dot.check() is None
+    assert "dotbf16 1 sums (vdpbf16ps along K) for k = 0; < 70" in dot.to_text(str)
+    assert isinstance(_chosen(_loop(*_dot_body()), form="dot"), DotBf16)
+    for loop, x, form in ((_loop(*_dot_body(), step=2), "bf16", None),
+                          (_loop(*_dot_body(call("multiply", Var("k", "i32"), Const(2)))), "bf16", None),
+                          (_loop(*_dot_body()), "f32", None),                    # not bf16
+                          (_loop(*_dot_body(), Let("e", "f32", call("exp", Var("a", "f32")))), "bf16", None),
+                          (_loop(*_dot_body()), "bf16", "outer")):       # not the kernel's FORM
+        assert type(_chosen(loop, x, form)) is For
 
 
 @pytest.mark.parametrize("m,form", [(16, "dot"), (37, "dot"), (100, "outer")], ids=str)

@@ -1,0 +1,118 @@
+"""The CPU's instruction forms as Kernel IR statements (kernel_ir/cpu_ir.py, chosen by
+kernel_ir/lower_cpu.py from the kernel's FORM): `--ir kernel` prints them, the verifier checks
+them, the simulator runs a CPU program's Kernel IR with them against float64 eager, and the C
+emitter prints each from its table, for every form there is."""
+import io
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strata
+from strata import check
+from strata.api import to_numpy
+from strata.codegen.c import FORMS as C_PRINTERS
+from strata.context import Context
+from strata.errors import CompileError
+from strata.kernel_ir.cpu_ir import FORMS, AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16
+from strata.kernel_ir.ir import walk
+from strata.kernel_ir.sim import simulate
+from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
+from strata.targets import TARGETS
+
+BF16 = torch.bfloat16
+AVX512 = replace(TARGETS["cpu"], name="cpu-avx512", vector_bytes=64, features=frozenset(
+    {"sse2", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}))
+AMX = replace(AVX512, name="cpu-amx", features=AVX512.features | {"amx_tile", "amx_bf16"})
+
+
+def _compile(fn, inputs, target, **knobs):
+    ctx = Context(knobs=knobs, stream=io.StringIO(), target=target)
+    return strata.compile(fn, inputs, device="cpu", until="c", ctx=ctx)
+
+
+def _simulated(prog, inputs) -> list:
+    """The program's outputs computed by the simulator from its Kernel IR (no C compiled)."""
+    feed = {name: to_numpy(x) for name, x in zip(prog.torch_program.inputs, inputs)}
+    feed.update({k: to_numpy(v) for k, v in prog.torch_program.weights.items()})
+    out = simulate(prog.lowered.kernel, feed)
+    return [out[o] for o in prog.lowered.kernel.outputs]
+
+
+def _forms(prog) -> list:
+    return [s for k in prog.lowered.kernel.kernels for s in walk(k.body) if isinstance(s, CpuForm)]
+
+
+CASES = {   # form -> (target, knobs, dtype, (m, n, k)): small, for the simulator
+    AmxTiles: (AMX, {"FORM": "amx"}, BF16, (32, 32, 40)),
+    PairsBf16: (AVX512, {"FORM": "pairs"}, BF16, (7, 16, 38)),
+    DotBf16: (AVX512, {"FORM": "dot"}, BF16, (3, 5, 67)),
+    OuterFma: (AVX512, {"FORM": "outer"}, torch.float32, (7, 32, 13)),
+}
+
+
+@pytest.mark.parametrize("form", list(CASES), ids=lambda f: f.__name__)
+def test_each_form_is_kernel_ir_and_the_simulator_runs_it_as_eager(form):
+    target, knobs, dtype, (m, n, k) = CASES[form]
+    x, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+    prog = _compile(F.linear, (x, w), target, **knobs)
+    forms = _forms(prog)
+    assert forms and all(type(s) is form for s in forms), [type(s).__name__ for s in forms]
+    assert f"{form.__name__.lower()} " in prog.lowered.text("kernel")     # what --ir kernel shows
+    ref = check.eager_reference(F.linear, (x, w))[0]
+    got = check.compare("out", "bf16" if dtype == BF16 else "f32", _simulated(prog, (x, w))[0], ref,
+                        check.tolerance("bf16" if dtype == BF16 else "f32", True))
+    assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"
+
+
+def test_amx_tiles_print_as_tile_code_and_a_short_k_stays_a_loop():
+    prog = _compile(F.linear, (torch.randn(32, 64).to(BF16), torch.randn(32, 64).to(BF16)), AMX,
+                    FORM="amx")
+    (amx,) = {s for s in _forms(prog)}
+    assert (len(amx.rows), len(amx.cols[0])) == (32, 2) and amx.check() is None
+    assert "st_tile_dp(st_amx, 3, 5, 7);" in prog.lowered.c
+    prog = _compile(F.linear, (torch.randn(16, 20).to(BF16), torch.randn(16, 20).to(BF16)), AMX,
+                    FORM="amx")          # 10 pairs of K: fewer than a tile's 16, so pairs
+    assert {type(s) for s in _forms(prog)} == {PairsBf16} and "st_tile_dp" not in prog.lowered.c
+
+
+def test_the_verifier_checks_a_forms_operands():
+    prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
+                    FORM="dot")
+    kernel = next(k for k in prog.lowered.kernel.kernels if any(isinstance(s, DotBf16) for s in walk(k.body)))
+    verify_kernel(kernel, gpu=False)
+
+    def broken(body, change):
+        return tuple(change(s) if isinstance(s, DotBf16) else s.map_bodies(lambda b: broken(b, change))
+                     for s in body)
+    acc, a, b = next(s for s in walk(kernel.body) if isinstance(s, DotBf16)).accs[0]
+    for change, says in ((lambda s: replace(s, accs=((acc, a, "nowhere"),)), "does not load"),
+                         (lambda s: replace(s, accs=(("nothing", a, b),)), "undeclared"),
+                         (lambda s: replace(s, step=2), "step 2")):
+        with pytest.raises(KernelVerifyError, match=says):
+            verify_kernel(replace(kernel, body=broken(kernel.body, change)), gpu=False)
+
+
+def test_every_form_has_a_c_printer_and_a_missing_one_is_named():
+    assert set(FORMS) == set(C_PRINTERS) == set(CASES)
+    prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
+                    FORM="dot")
+    from strata.codegen import c
+    saved = c.FORMS.pop(DotBf16)
+    try:
+        with pytest.raises(CompileError, match="no printer for DotBf16"):
+            c.emit_program(prog.lowered.kernel, AVX512)
+    finally:
+        c.FORMS[DotBf16] = saved
+
+
+def test_a_row_kernel_takes_the_dot_form_and_f32_stays_a_loop():
+    """No FORM (a matrix-vector row, cpu_rows): bf16 products along K are a DotBf16; f32 ones
+    are the loop the C compiler vectorises."""
+    prog = _compile(F.linear, (torch.randn(1, 64).to(BF16), torch.randn(9, 64).to(BF16)), AVX512)
+    assert [type(s) for s in _forms(prog)] == [DotBf16]
+    prog = _compile(F.linear, (torch.randn(1, 64), torch.randn(9, 64)), AVX512)
+    assert _forms(prog) == []
+    np.testing.assert_allclose(_simulated(prog, (torch.ones(1, 64), torch.ones(9, 64)))[0], 64.0)
