@@ -26,12 +26,12 @@ from ..expr import Expr, Op, Var, nodes
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
                             LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, walk)
-from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16
+from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16, QuantRow
 from .c_amx import AMX_PRELUDE, emit_amx
 from .c_dot import emit_dot
 from .c_outer import emit_outer
 from .c_pairs import emit_pairs
-from .c_qdot import QDOT_PRELUDE, emit_quant_blocks, match_quant_blocks, vnni_rows
+from .c_qdot import QDOT_PRELUDE, emit_quant_blocks
 from .c_prelude import PRELUDE
 from .c_simd import plan_loop
 from ..kernel_ir.lower_cpu import lower_cpu_forms
@@ -99,11 +99,7 @@ class CEmitter(CFamilyEmitter):
             elif isinstance(s, LoadVec):
                 self.types.update(dict.fromkeys(s.vars, s.dtype))
         self.amx = any(isinstance(s, AmxTiles) for s in walk(kernel.body))     # c_amx.py
-        self.quant = {id(s): q for s in walk(kernel.body) if isinstance(s, For)      # c_qdot.py
-                      for q in [match_quant_blocks(s, self.bufs)] if q}
-        vnni = dict(kernel.knobs).get("QDOT") == "vnni"
-        self.vnni = {id(s): self.quant[id(s)].x for s in walk(kernel.body) if vnni and id(s) in self.quant
-                     and vnni_rows(s, self.quant[id(s)], self.bufs)}     # their activations, in int8
+        self.xq = sorted({s.x for s in walk(kernel.body) if isinstance(s, QuantRow) and s.vnni})
 
     # ------------------------------------------------------------ expressions
 
@@ -160,9 +156,6 @@ class CEmitter(CFamilyEmitter):
             return super().stmt(s, depth)
         if isinstance(s, CpuForm):                      # kernel_ir/cpu_ir.py: its printer
             return FORMS[type(s)](self, s, depth, lambda: self.loop(s, depth))
-        qb = self.quant.get(id(s))
-        if qb:
-            return emit_quant_blocks(self, s, qb, depth, lambda: self.loop(s, depth), id(s) in self.vnni)
         self.loop(s, depth)
 
     def loop(self, s: For, depth: int) -> None:
@@ -250,7 +243,7 @@ class CEmitter(CFamilyEmitter):
         if self.amx:        # tiles or their emulation, asked once per call (c_amx.py)
             self.emit("const int st_amx = st_amx_mode();", 1)
         numel = {p.name: p.numel for p in k.params}
-        xq = sorted(set(self.vnni.values()))
+        xq = self.xq            # QuantRows' activations in int8
         if xq:              # QDOT=vnni: the rows' activations as int8 blocks, once per call (c_qdot.py)
             self.emit("#if ST_VNNI", 0)
             for x in xq:
@@ -292,7 +285,7 @@ class CEmitter(CFamilyEmitter):
 
 # The printer of each CPU instruction form (kernel_ir/cpu_ir.py): (emitter, form, depth, the
 # loop as written) -> None.
-FORMS = {DotBf16: emit_dot, PairsBf16: emit_pairs, OuterFma: emit_outer,
+FORMS = {DotBf16: emit_dot, PairsBf16: emit_pairs, OuterFma: emit_outer, QuantRow: emit_quant_blocks,
          AmxTiles: lambda em, s, depth, _: emit_amx(em, s, depth)}
 
 

@@ -1,20 +1,20 @@
 """An AmxTiles loop (kernel_ir/cpu_ir.py: cpu_matmul FORM=amx) as AMX tile code, for the C target.
 
-Why: the amx form is the pairs form (codegen/c_pairs.py) with register tiles of 16 or 32 rows
-and 16 or 32 columns, and a panel whose rows of K pairs are AMX's B-tile layout
-(VNNI pairs: two K of a column side by side). One tdpbf16ps does 16 pairs of K for a 16 x 16
-block of fp32 accumulators, 16x a vdpbf16ps; the register tile runs as up to 2 x 2 C tiles
-(tmm0-3), two A tiles of 16 rows x 32 bf16 (tmm4-5, loaded from the M-side rows in place, or
-copied first when the rows are clamped at an M edge) and two B tiles (tmm6-7) per 32 K. The C
-tiles are stored to a local fp32 array and added to the points' accumulators, so the kernel's
-epilogue runs on them as in every form; K pairs past a multiple of 16 run as written.
+Why: the amx form is the pairs form (codegen/c_pairs.py) with register tiles of 16 or 32 rows and
+16 or 32 columns, and a panel whose rows of K pairs are AMX's B-tile layout (VNNI pairs: two K of a
+column side by side). One tdpbf16ps does 16 pairs of K for a 16 x 16 block of fp32 accumulators,
+16x a vdpbf16ps; the register tile runs as up to 2 x 2 C tiles (tmm0-3), two A tiles of 16 rows x
+32 bf16 (tmm4-5, loaded from the M-side rows in place, or copied first when the rows are clamped at
+an M edge) and two B tiles (tmm6-7) per 32 K. The C tiles are stored to a local fp32 array and
+added to the points' accumulators, so the kernel's epilogue runs on them as in every form; K pairs
+past a multiple of 16 run as written.
 
 The tile ops are the prelude's `st_tile_*` (AMX_PRELUDE): the instructions where the compiler
 targets AMX and Linux grants the process tile data, else a C emulation with their semantics
-(docs/amx-probe-2026-11-26.md: bit-exact on the probe's CPU), which STRATA_AMX_EMULATE=1 forces.
-A kernel asks which once per call before its threads start (`st_amx_mode`: the permission is
-requested once, on the first call), and each thread loads its tile configuration (gcc-12-safe,
-see strata/codegen/amx_kernel.c) before its blocks and releases the tiles after them.
+(docs/amx-probe-2026-11-26.md: bit-exact on the probe's CPU), which STRATA_AMX_EMULATE=1 forces. A
+kernel asks which once per call before its threads start (`st_amx_mode`: the permission is
+requested once, on the first call), and each thread loads its tile configuration (gcc-12-safe, see
+strata/codegen/amx_kernel.c) before its blocks and releases the tiles after them.
 """
 from __future__ import annotations
 

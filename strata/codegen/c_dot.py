@@ -1,14 +1,14 @@
 """A DotBf16 loop (kernel_ir/cpu_ir.py) as AVX512-BF16 instructions (vdpbf16ps), for the C target.
 
 Why: a K loop whose every step multiplies bf16 values loaded contiguously along K and adds the
-products to float accumulators (a dot-form register tile of cpu_matmul; a matrix-vector row
-of two bf16 operands too) is what vdpbf16ps does 32 elements at a time: two products per lane, no
+products to float accumulators (a dot-form register tile of cpu_matmul; a matrix-vector row of two
+bf16 operands too) is what vdpbf16ps does 32 elements at a time: two products per lane, no
 widening, twice the multiply-adds of an fp32 FMA. gcc does not pick the instruction itself.
 
 The loop is printed twice, under `#if defined(__AVX512BF16__)`: as vector code for a compiler
 targeting that extension (32 elements a step, then one masked step for the rest), and as written
-(with its `omp simd` pragma) otherwise, so the C is the same for every CPU. Each accumulator's
-16 lanes are summed after the loop and added to it: the order of the sum differs from the scalar
+(with its `omp simd` pragma) otherwise, so the C is the same for every CPU. Each accumulator's 16
+lanes are summed after the loop and added to it: the order of the sum differs from the scalar
 loop's as `omp simd`'s does, and the instruction flushes subnormal inputs and products to zero
 (bf16 values under 1.2e-38), where the tolerances of a bf16 result are far larger.
 """

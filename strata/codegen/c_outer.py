@@ -2,16 +2,16 @@
 
 Why: each K step of an outer-form register tile loads THREAD_M values of the M-side operand and
 TILE_N consecutive values of the packed panel, then does THREAD_M x TILE_N `acc = fma(a, b, acc)`
-on scalars. gcc's SLP vectoriser turns those into vector FMAs only up to a point: a 6 x 64 tile
-(24 zmm accumulators, what AVX-512's 32 registers hold) it spilled, and the kernel ran 1.25x
-slower than 6 x 32. Printed with intrinsics the tile is what the schedule chose on every CPU: one
+on scalars. gcc's SLP vectoriser turns those into vector FMAs only up to a point: a 6 x 64 tile (24
+zmm accumulators, what AVX-512's 32 registers hold) it spilled, and the kernel ran 1.25x slower
+than 6 x 32. Printed with intrinsics the tile is what the schedule chose on every CPU: one
 broadcast per row and K step, one vector load per LANES columns of the panel, one vector FMA per
 row and vector.
 
 Each lane runs the scalar code's fmaf calls in the same order, so the results are the same bits.
 The loop is printed once per vector ISA the tile fits (AVX-512: 16 lanes, 32 registers; AVX2 with
-FMA: 8 lanes, 16 registers; AArch64 NEON: 4 lanes, 32 registers), under `#if`, and as written
-for any other compiler target: the C stays one source for every CPU.
+FMA: 8 lanes, 16 registers; AArch64 NEON: 4 lanes, 32 registers), under `#if`, and as written for
+any other compiler target: the C stays one source for every CPU.
 """
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """A PairsBf16 loop (kernel_ir/cpu_ir.py: cpu_matmul FORM=pairs) as vdpbf16ps, for the C target.
 
-Why: in the pairs form each K step of a register tile reads two consecutive K of every row of
-the M-side operand (adjacent bf16 values) and the two K rows of a panel that holds them side by
-side per column, and adds both products to each point's float accumulator. vdpbf16ps does that
-for 16 columns at once: the row's pair broadcast as one 32-bit lane, the panel's 32 values as
-the other operand. gcc does not pick the instruction itself (it widens both to floats).
+Why: in the pairs form each K step of a register tile reads two consecutive K of every row of the
+M-side operand (adjacent bf16 values) and the two K rows of a panel that holds them side by side
+per column, and adds both products to each point's float accumulator. vdpbf16ps does that for 16
+columns at once: the row's pair broadcast as one 32-bit lane, the panel's 32 values as the other
+operand. gcc does not pick the instruction itself (it widens both to floats).
 
 The loop is printed twice, under `#if defined(__AVX512BF16__)`: as vector code (one 16-lane
-accumulator per row and 16 columns, added to the points' scalar accumulators after the loop),
-and as written otherwise. The order of the sums is the scalar loop's per point (two products
-a step); the instruction flushes subnormal inputs and products to zero, as in codegen/c_dot.py.
+accumulator per row and 16 columns, added to the points' scalar accumulators after the loop), and
+as written otherwise. The order of the sums is the scalar loop's per point (two products a step);
+the instruction flushes subnormal inputs and products to zero, as in codegen/c_dot.py.
 """
 from __future__ import annotations
 

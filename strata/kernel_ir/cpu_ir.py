@@ -1,23 +1,22 @@
 """The CPU's instruction forms as Kernel IR statements: what a register tile's K loop runs as.
 
-Why statements: the GPU's Mma and Wgmma are Kernel IR, printed by `--ir kernel`, checked by the
-verifier and run by the simulator; the CPU's vdpbf16ps rows, AMX tiles and explicit FMA vectors
-are chosen once, in Kernel IR (kernel_ir/lower_cpu.py, from the schedule's FORM), and the C
-emitter prints each with a printer of its own instead of recognising loop shapes.
+Why: the GPU's Mma and Wgmma are Kernel IR, printed by `--ir kernel`, checked by the verifier and
+run by the simulator; so are the CPU's vdpbf16ps rows, AMX tiles, vector FMAs and quantized rows,
+chosen once (kernel_ir/lower_cpu.py, from the schedule's FORM and QDOT) and printed each by its
+own printer (codegen/c.py's FORMS), not recognised from loop shapes by the emitter.
 
-Each form is a `For` (a subclass): the loop as written is its meaning. The simulator runs it so,
-the verifier checks it as a loop plus the form's rule (`check`), and the C printer prints the
-instruction under `#if` with the loop as written after `#else` (one C source for every CPU).
-Where the instruction's result differs from the loop's it is only in the order of float sums and
-in bf16 subnormals flushed to zero (vdpbf16ps, tdpbf16ps), both inside a bf16 result's tolerance.
-Operands are named by the variables the loop defines (its loads) and the accumulators it adds to,
-so renaming and substitution passes keep them valid. Adding a form: a class here, its choice in
-lower_cpu.py, its printer in codegen/c.py's FORMS table.
+Each form is a `For` whose loop, as written, is its meaning: the simulator runs it so, the
+verifier checks it as a loop plus the form's rule (`check`), the C printer prints the instruction
+under `#if` and the loop after `#else`. The instruction differs from the loop only in the order of
+float sums, bf16 subnormals flushed (vdpbf16ps, tdpbf16ps) and QuantRow.vnni's int8 activations.
+Operands are the variables the loop's loads define and the sums it adds to. A new form is a class
+here, its choice in lower_cpu.py and its printer in codegen/c.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from ..operands import BufName
 from .ir import For, Let, Load
 
 
@@ -26,6 +25,11 @@ class CpuForm(For):
     """A loop that runs as one CPU instruction form; subclasses name its operands."""
 
     instruction = "a CPU instruction form"
+
+    @classmethod
+    def of(cls, loop: For, **operands):
+        """`loop` as this form, with `operands`."""
+        return cls(**{f.name: getattr(loop, f.name) for f in fields(For)}, **operands)
 
     def loads(self) -> dict:
         """variable -> the Load it holds, for each load the loop's body makes."""
@@ -40,7 +44,7 @@ class CpuForm(For):
         return ()
 
     def summary(self) -> str:
-        return ""
+        return f"{len(self.accumulators())} sums"
 
     def check(self) -> str | None:
         """What is wrong with the form's operands, or None (the verifier's rule)."""
@@ -70,9 +74,6 @@ class DotBf16(CpuForm):
     def accumulators(self):
         return tuple(acc for acc, _, _ in self.accs)
 
-    def summary(self):
-        return f"{len(self.accs)} sums"
-
 
 @dataclass(frozen=True)
 class PairsBf16(CpuForm):
@@ -88,9 +89,6 @@ class PairsBf16(CpuForm):
 
     def accumulators(self):
         return tuple(a for _, _, accs in self.vectors for a in accs)
-
-    def summary(self):
-        return f"{len(self.vectors)} x 16 sums"
 
     def check(self):
         if any(len(accs) != 16 for _, _, accs in self.vectors):
@@ -118,14 +116,10 @@ class AmxTiles(CpuForm):
     def accumulators(self):
         return tuple(a for c in self.cols for _, accs in c for a in accs)
 
-    def summary(self):
-        return f"{len(self.rows) // 16} x {len(self.cols[0]) if self.cols else 0} tiles"
-
     def check(self):
         if len(self.rows) not in (16, 32) or len(self.cols) != len(self.rows) \
                 or len({len(c) for c in self.cols}) != 1 or len(self.cols[0]) not in (1, 2):
-            return f"{self.instruction}: {len(self.rows)} rows of {len(self.cols[0]) if self.cols else 0} " \
-                   f"column tiles (16 or 32 rows of 1 or 2)"
+            return f"{self.instruction}: not 16 or 32 rows of 1 or 2 column tiles"
         return super().check()
 
 
@@ -147,11 +141,45 @@ class OuterFma(CpuForm):
     def accumulators(self):
         return tuple(a for _, points in self.rows for a, _ in points)
 
+
+LANES = 32                                  # weights per block (strata/quant/formats.py)
+BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("i8", 16)}
+BLOCK_LANES = {"q6_k": 16}                  # the others: LANES
+
+
+@dataclass(frozen=True)
+class QuantRow(CpuForm):
+    """A loop over blocks of a quantized weight (kernel_ir/lower_quant.py): each step adds
+    x[lane] * w(lane) for the block's 32 lanes (q6_k: 16) to the row's partial sums, w the
+    format's dequantization of its bytes (scale * q, q4_k's scale * q - low), in vector lanes, the
+    scale applied to the block's sum; with `vnni` the activations are int8 blocks and the bytes
+    run on int8 dot products (vpdpbusd, vpmaddubsw). With no activations (x None) each block's
+    weights are stored dequantized (a prefill's, once). The expressions are in the loop's scope
+    (its variable, the Lets its body starts with), so they are no operands of the statement."""
+    fmt: str = ""               # q8_0 | q4_0 | q4_k | q6_k
+    scale: object = None        # the block's scale, free of the lane variable
+    qs: BufName = ""            # the quantized bytes
+    qs_at: object = None        # the block's first byte
+    x: str | None = None        # the activations (f32 or bf16); None: the weights are stored
+    x_at: object = None         # the activation of lane 0
+    dest: BufName = ""          # the row's partial sums, or the dequantized weights (f32, bf16)
+    dest_at: object = None      # its element of lane 0
+    low: object = None          # q4_k: the block's minimum (w = scale * nibble - low)
+    vnni: tuple = ()            # QDOT=vnni: the scale loads (a K-quant's (d, sc[, dmin, mn]));
+                                # (): float lanes
+
+    instruction = "quantized blocks"
+
     def summary(self):
-        return f"{len(self.rows)} rows x {len(self.rows[0][1]) if self.rows else 0}"
+        return f"{self.fmt} into {self.dest}" + (" (int8 activations)" if self.vnni else "")
+
+    def check(self):
+        if self.fmt not in BLOCK_BYTES:
+            return f"{self.instruction}: unknown format {self.fmt!r}"
+        return super().check()
 
 
-FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma)
+FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma, QuantRow)
 # (lanes, vector registers) of each vector ISA an OuterFma tile may run on: AVX-512, AVX2 with
 # FMA, AArch64 NEON (codegen/c_outer.py prints each under its `#if`)
 VECTOR_ISAS = ((16, 32), (8, 16), (4, 32))

@@ -8,23 +8,26 @@ class, so no emitter looks at a loop's shape or a buffer's name to pick an instr
 The form of a kernel's K loops follows its FORM knob: amx (AmxTiles where the tile is 16 or 32
 rows of 16-column pair vectors, else PairsBf16), pairs (PairsBf16), outer (OuterFma where a
 vector ISA's registers hold the tile), dot (DotBf16 for bf16 operands). A kernel with no FORM (a
-matrix-vector row: cpu_rows) takes DotBf16 for a row of bf16 products. A loop that does not have
-its form's operands (f32 in the dot form, a remainder of fewer than 16 pairs) stays a loop.
+matrix-vector row: cpu_rows) takes DotBf16 for a row of bf16 products. In any kernel a loop over
+blocks of a quantized weight that dequantizes a format's blocks is a QuantRow (lower_quant.py;
+QDOT picks its int8 form). A loop that does not have its form's operands (f32 in the dot form, a
+remainder of fewer than 16 pairs) stays a loop.
 """
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from ..expr import Const, Op, Var, affine_terms, coefficient, free_vars, sub
 from .cpu_ir import VECTOR_ISAS, AmxTiles, DotBf16, OuterFma, PairsBf16, fits
 from .ir import Assign, For, If, Kernel, Let, Load, Smem, While, walk
+from .lower_quant import quant_row
 
 LANES = 16                      # a pairs vector: 16 columns of one row
 
 
 def lower_cpu_forms(k: Kernel) -> Kernel:
     """`k` with each K loop its FORM runs as a CPU instruction form (see the module docstring)."""
-    form = dict(k.knobs).get("FORM")
+    form, qdot = dict(k.knobs).get("FORM"), dict(k.knobs).get("QDOT")
     bufs = {p.name: p.dtype for p in k.params}
     bufs.update({s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)})
     types = {s.var: s.dtype for s in walk(k.body) if isinstance(s, (Let, For))}
@@ -35,18 +38,21 @@ def lower_cpu_forms(k: Kernel) -> Kernel:
             amx = _amx(loop, bufs, types, tiles, params)
             if amx:
                 return amx
+        row = quant_row(loop, bufs, qdot)          # (lower_quant.py: found by evaluation)
+        if row:
+            return row
         if form in ("amx", "pairs"):
             pairs = _pairs(loop, bufs, types)
             if pairs:
-                return _as(PairsBf16, loop, vectors=pairs)
+                return PairsBf16.of(loop, vectors=pairs)
         if form in ("dot", None):
             accs = _dot(loop, bufs, types)
             if accs:
-                return _as(DotBf16, loop, accs=accs)
+                return DotBf16.of(loop, accs=accs)
         if form == "outer":
             rows = _outer(loop, bufs, types)
             if rows and any(fits(rows, lanes, regs) for lanes, regs in VECTOR_ISAS):
-                return _as(OuterFma, loop, rows=rows, tiles=tiles.var if tiles else None,
+                return OuterFma.of(loop, rows=rows, tiles=tiles.var if tiles else None,
                            tiles_dtype=tiles.dtype if tiles else "i32")
         return None
 
@@ -65,11 +71,6 @@ def lower_cpu_forms(k: Kernel) -> Kernel:
             out.append(s)
         return out
     return replace(k, body=tuple(body(k.body, None)))
-
-
-def _as(cls, loop: For, **operands):
-    """The loop as form `cls` with `operands`."""
-    return cls(**{f.name: getattr(loop, f.name) for f in fields(For)}, **operands)
 
 
 # ---------------------------------------------------------------- bf16 products along K
@@ -185,7 +186,7 @@ def _amx(loop: For, bufs: dict, types: dict, tiles: For | None, params: set) -> 
     if w0.buf in params and None not in trips:      # the block's panel is ldb x the loop's pairs
         n = getattr(tiles.stop, "value", None) if tiles is not None else None
         prefetch = (ldb * (trips[1] - trips[0]), tiles.var if n else None, n or 1)
-    return _as(AmxTiles, loop, rows=us, cols=cols, lda=lda if lda and lda >= 32 else None, ldb=ldb,
+    return AmxTiles.of(loop, rows=us, cols=cols, lda=lda if lda and lda >= 32 else None, ldb=ldb,
                prefetch=prefetch)
 
 

@@ -16,15 +16,16 @@ from strata.api import to_numpy
 from strata.codegen.c import FORMS as C_PRINTERS
 from strata.context import Context
 from strata.errors import CompileError
-from strata.kernel_ir.cpu_ir import FORMS, AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16
+from strata.kernel_ir.cpu_ir import FORMS, AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16, QuantRow
 from strata.kernel_ir.ir import walk
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
+from strata.quant.formats import QuantLinear
 from strata.targets import TARGETS
 
 BF16 = torch.bfloat16
 AVX512 = replace(TARGETS["cpu"], name="cpu-avx512", vector_bytes=64, features=frozenset(
-    {"sse2", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}))
+    {"sse2", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}))
 AMX = replace(AVX512, name="cpu-amx", features=AVX512.features | {"amx_tile", "amx_bf16"})
 
 
@@ -96,7 +97,7 @@ def test_the_verifier_checks_a_forms_operands():
 
 
 def test_every_form_has_a_c_printer_and_a_missing_one_is_named():
-    assert set(FORMS) == set(C_PRINTERS) == set(CASES)
+    assert set(FORMS) == set(C_PRINTERS) == set(CASES) | {QuantRow}
     prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
                     FORM="dot")
     from strata.codegen import c
@@ -116,3 +117,19 @@ def test_a_row_kernel_takes_the_dot_form_and_f32_stays_a_loop():
     prog = _compile(F.linear, (torch.randn(1, 64), torch.randn(9, 64)), AVX512)
     assert _forms(prog) == []
     np.testing.assert_allclose(_simulated(prog, (torch.ones(1, 64), torch.ones(9, 64)))[0], 64.0)
+
+
+@pytest.mark.parametrize("fmt,qdot", [("q4_0", "vnni"), ("q8_0", "float"), ("q4_k", "vnni"),
+                                      ("q6_k", "float")])
+def test_a_quantized_row_is_a_quant_row_and_the_simulator_runs_it_as_eager(fmt, qdot):
+    torch.manual_seed(1)
+    layer = QuantLinear.from_linear(torch.nn.Linear(512, 7, bias=True), fmt).eval().to(BF16)
+    x = torch.randn(1, 512).to(BF16)
+    prog = _compile(layer, (x,), AMX, QDOT=qdot)
+    (row,) = _forms(prog)
+    assert isinstance(row, QuantRow) and row.fmt == fmt and bool(row.vnni) == (qdot == "vnni")
+    assert f"quantrow {fmt} into" in prog.lowered.text("kernel")
+    assert ("blocks by int8 dot products" in prog.lowered.c) == (qdot == "vnni")
+    ref = check.eager_reference(layer, (x,))[0]
+    got = check.compare("out", "bf16", _simulated(prog, (x,))[0], ref, check.tolerance("bf16", True))
+    assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"
