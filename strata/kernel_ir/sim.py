@@ -39,7 +39,9 @@ from . import sim_mma, sim_profile
 from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                  KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
                  StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
+from .cpu_ir import CpuForm
 from .sim_async import AsyncCopies
+from .sim_cpu import MEANINGS
 from .sim_tma import TMA_STMTS, TmaState
 from .sim_wgmma import WGMMA_STMTS, WgmmaState
 from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
@@ -455,6 +457,10 @@ class _Batch:
             elif isinstance(s, StoreVec):
                 index = self.vec_index(s.buf, s.index, len(s.values), idx, "store")
                 self.store(s.buf, index, [self.eval(v, idx) for v in s.values], idx, "vector store")
+            elif isinstance(s, CpuForm):         # its meaning (sim_cpu.py)
+                if type(s) not in MEANINGS:
+                    self.launch.fail(f"the simulator has no meaning for {type(s).__name__}")
+                MEANINGS[type(s)](self, s, idx)
             elif isinstance(s, For):
                 self.run_for(s, idx)
             elif isinstance(s, If):

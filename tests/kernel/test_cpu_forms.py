@@ -14,6 +14,7 @@ import strata
 from strata import check
 from strata.api import to_numpy
 from strata.codegen.c import FORMS as C_PRINTERS
+from strata.kernel_ir.sim_cpu import MEANINGS, int8_blocks
 from strata.context import Context
 from strata.errors import CompileError
 from strata.kernel_ir.cpu_ir import FORMS, AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16, QuantRow
@@ -21,7 +22,10 @@ from strata.kernel_ir.ir import walk
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
 from strata.quant.formats import QuantLinear
-from strata.targets import TARGETS
+from strata.targets import TARGETS, host
+
+HOST_VNNI = all(map(host().has, ("avx512_vnni", "avx512bw", "avx512vl"))) or \
+    not host().has("avx512f") and all(map(host().has, ("avx2", "fma", "f16c")))
 
 BF16 = torch.bfloat16
 AVX512 = replace(TARGETS["cpu"], name="cpu-avx512", vector_bytes=64, features=frozenset(
@@ -96,8 +100,8 @@ def test_the_verifier_checks_a_forms_operands():
             verify_kernel(replace(kernel, body=broken(kernel.body, change)), gpu=False)
 
 
-def test_every_form_has_a_c_printer_and_a_missing_one_is_named():
-    assert set(FORMS) == set(C_PRINTERS) == set(CASES) | {QuantRow}
+def test_every_form_has_a_c_printer_and_a_simulator_meaning_and_a_missing_one_is_named():
+    assert set(FORMS) == set(C_PRINTERS) == set(MEANINGS) == set(CASES) | {QuantRow}
     prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
                     FORM="dot")
     from strata.codegen import c
@@ -107,6 +111,13 @@ def test_every_form_has_a_c_printer_and_a_missing_one_is_named():
             c.emit_program(prog.lowered.kernel, AVX512)
     finally:
         c.FORMS[DotBf16] = saved
+    x = torch.randn(3, 40).to(BF16)
+    saved = MEANINGS.pop(DotBf16)
+    try:
+        with pytest.raises(Exception, match="no meaning for DotBf16"):
+            _simulated(prog, (x, torch.randn(5, 40).to(BF16)))
+    finally:
+        MEANINGS[DotBf16] = saved
 
 
 def test_a_row_kernel_takes_the_dot_form_and_f32_stays_a_loop():
@@ -131,5 +142,31 @@ def test_a_quantized_row_is_a_quant_row_and_the_simulator_runs_it_as_eager(fmt, 
     assert f"quantrow {fmt} into" in prog.lowered.text("kernel")
     assert ("blocks by int8 dot products" in prog.lowered.c) == (qdot == "vnni")
     ref = check.eager_reference(layer, (x,))[0]
-    got = check.compare("out", "bf16", _simulated(prog, (x,))[0], ref, check.tolerance("bf16", True))
+    simulated = _simulated(prog, (x,))[0]
+    got = check.compare("out", "bf16", simulated, ref, check.tolerance("bf16", True))
     assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"
+
+
+@pytest.mark.skipif(not HOST_VNNI, reason="this CPU runs no int8 rows (neither AVX512-VNNI nor AVX2 "
+                                          "without AVX-512)")
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+def test_the_simulator_models_the_int8_activations_of_a_vnni_row(fmt):
+    """The int8 activations are the CPU's own error: the simulator models it, so a native row
+    (f32 out: no output rounding hides it) is far nearer the simulator than eager."""
+    torch.manual_seed(2)
+    layer = QuantLinear.from_linear(torch.nn.Linear(256, 9, bias=False), fmt).eval()
+    x = torch.randn(1, 256)
+    native = strata.compile(layer, (x,), device="cpu", ctx=Context(knobs={"QDOT": "vnni"}, stream=io.StringIO()))
+    (row,) = _forms(native)
+    assert row.vnni
+    got, ref = native(x).numpy(), check.eager_reference(layer, (x,))[0]
+    simulated = _simulated(native, (x,))[0]
+    assert np.abs(got - simulated).max() < np.abs(got - ref).max() / 20
+
+
+def test_int8_blocks_round_as_the_c_prelude():
+    x = np.array([0.0] * 32 + [1.0, -2.54] + [0.5] * 30 + [3.0], np.float32)
+    y = int8_blocks(x)
+    d = np.float32(2.54) / np.float32(127)
+    assert (y[:32] == 0).all() and y[-1] == 3.0                    # a zero block; the rest as it is
+    np.testing.assert_array_equal(y[32:34], [np.rint(1 / d) * d, -127 * d])

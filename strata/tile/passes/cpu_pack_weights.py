@@ -80,7 +80,7 @@ def cpu_pack_weights(k: TileKernel, ctx: Context):
         return k.with_knob("PACK", "call")
     firsts, moved = [], {}
     for i, (st, load) in enumerate(panels):
-        suffix = "_amx" if st.name.endswith("_amx") else "_panel"
+        suffix = st.name[len(st.value):]            # the panel's name for it: _panel, _amx
         blocks = -(-k.extent(st.x_var) // st.x_extent)
         # a panel of part of the weight (one projection of several merged into one weight,
         # tensor/merge_projections.py, read by a kernel of its own) is a buffer of its own
