@@ -11,7 +11,7 @@ provenance comments); CEmitter adds what is C's:
     pointer of KernelProgram.buffers[k] (one ctypes call per program run);
   - bf16 and f16 are uint16_t in memory, converted in registers by the prelude (c_prelude.py);
   - vector loads/stores (load.v4 ...) are plain element accesses: the compiler vectorises;
-  - `#pragma omp simd [reduction(...)]` on the innermost loops c_simd.py proves safe,
+  - `#pragma omp simd [reduction(...)]` on the innermost loops kernel_ir/simd_plan.py proves safe,
     `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count;
   - a block's "shared memory" (Smem, a packed GEMM panel) is a scratch array each OpenMP thread
     allocates once (64-byte aligned) and reuses for all its blocks; a barrier is a no-op.
@@ -26,14 +26,14 @@ from ..expr import Expr, Op, Var, nodes
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
                             LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, walk)
-from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16, QuantRow
+from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow
 from .c_amx import AMX_PRELUDE, emit_amx
 from .c_dot import emit_dot
 from .c_outer import emit_outer
 from .c_pairs import emit_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks
 from .c_prelude import PRELUDE
-from .c_simd import plan_loop
+from ..kernel_ir.simd_plan import plan_loop
 from ..kernel_ir.lower_cpu import lower_cpu_forms
 from ..kernel_ir.thread_loops import to_thread_loops
 from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
@@ -44,7 +44,6 @@ C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
 TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}      # the prelude's
 TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
-LANED_SUM = (32, 512)   # a float sum over a row this short adds into lanes, then a tree (loop())
 SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays on one thread:
                          # waking the OpenMP team costs 1.5 to 2 us; `strata tune` found kernels
                          # of 20k to 68k statements 1.4x to 3.9x faster on one thread, one of 625k
@@ -141,7 +140,7 @@ class CEmitter(CFamilyEmitter):
                       f"{cname(s.value.buf)}[{strip_parens(self.expr(s.value.index))}];", depth)
             return self.emit(f"float {cname(s.var)} = {TO_FLOAT[self.raw[s.var]]}"
                              f"(st_raw_{cname(s.var)});", depth)
-        if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (c_simd.py)
+        if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (simd_plan.py)
             acc, (a, b) = cname(s.var), s.value.args
             x = strip_parens(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
             cmp = ">" if s.value.op == "maximum" else "<"
@@ -160,10 +159,10 @@ class CEmitter(CFamilyEmitter):
 
     def loop(self, s: For, depth: int) -> None:
         plan = plan_loop(s, self.types)
-        lanes = self._sum_lanes(s, plan)
+        lanes = getattr(s, "lanes", 0)          # a LaneSum, or a form's fallback (lower_cpu.py)
         if lanes:
             return self.laned_sum(s, plan, lanes, depth)
-        flags = {v: cname(f"{v}_nan") for v in plan.nan_flags}   # see c_simd.py
+        flags = {v: cname(f"{v}_nan") for v in plan.nan_flags}   # see simd_plan.py
         for v, flag in flags.items():
             self.emit(f"int {flag} = {cname(v)} != {cname(v)};", depth)
         pragma = plan.pragma(cname)
@@ -182,17 +181,6 @@ class CEmitter(CFamilyEmitter):
         self.emit("}", depth)
         for v, flag in flags.items():
             self.emit(f"if ({flag}) {cname(v)} = NAN;", depth)
-
-    def _sum_lanes(self, s: For, plan) -> int:
-        """32 or 16 where `s` only sums floats over a short row of a multiple of 16, else 0.
-        Why: gcc adds the vector lanes of `reduction(+:acc)` one after another after the loop
-        (32 dependent adds for a row of 128), which a softmax or norm row of 128 then waits on."""
-        trips = s.trip_count
-        if not (plan.simd and plan.reductions and s.step == 1 and trips and trips % 16 == 0
-                and LANED_SUM[0] <= trips <= LANED_SUM[1]
-                and all(op == "+" and self.types.get(v) == "f32" for op, v in plan.reductions)):
-            return 0
-        return 32 if trips % 32 == 0 else 16
 
     def laned_sum(self, s: For, plan, lanes: int, depth: int) -> None:
         """`s` (innermost) in chunks of `lanes` iterations, each adding into its own lane of each
@@ -286,7 +274,8 @@ class CEmitter(CFamilyEmitter):
 # The printer of each CPU instruction form (kernel_ir/cpu_ir.py): (emitter, form, depth, the
 # loop as written) -> None.
 FORMS = {DotBf16: emit_dot, PairsBf16: emit_pairs, OuterFma: emit_outer, QuantRow: emit_quant_blocks,
-         AmxTiles: lambda em, s, depth, _: emit_amx(em, s, depth)}
+         AmxTiles: lambda em, s, depth, _: emit_amx(em, s, depth),
+         LaneSum: lambda em, s, depth, as_written: as_written()}     # CEmitter.laned_sum
 
 
 def runs_in_parallel(k: Kernel) -> bool:

@@ -23,6 +23,8 @@ from .ir import For, Let, Load
 @dataclass(frozen=True)
 class CpuForm(For):
     """A loop that runs as one CPU instruction form; subclasses name its operands."""
+    lanes: int = 0              # > 0: the loop as written adds its float sums into this many
+                                # vector lanes, then a tree (LaneSum; a form's fallback too)
 
     instruction = "a CPU instruction form"
 
@@ -142,6 +144,21 @@ class OuterFma(CpuForm):
         return tuple(a for _, points in self.rows for a, _ in points)
 
 
+@dataclass(frozen=True)
+class LaneSum(CpuForm):
+    """A loop that only sums floats over a short row (a multiple of 16): each sum adds into
+    `lanes` lanes (16 or 32), added as a tree after the loop. Why: gcc adds the vector lanes of
+    `reduction(+:acc)` one after another (32 dependent adds for a row of 128), which a softmax or
+    norm row then waits on."""
+
+    instruction = "float sums in vector lanes"
+
+    def check(self):
+        if self.lanes not in (16, 32) or (self.trip_count or 1) % self.lanes:
+            return f"{self.instruction}: {self.lanes} lanes over {self.trip_count} iterations"
+        return super().check()
+
+
 LANES = 32                                  # weights per block (strata/quant/formats.py)
 BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("i8", 16)}
 BLOCK_LANES = {"q6_k": 16}                  # the others: LANES
@@ -179,7 +196,7 @@ class QuantRow(CpuForm):
         return super().check()
 
 
-FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma, QuantRow)
+FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma, QuantRow, LaneSum)
 # (lanes, vector registers) of each vector ISA an OuterFma tile may run on: AVX-512, AVX2 with
 # FMA, AArch64 NEON (codegen/c_outer.py prints each under its `#if`)
 VECTOR_ISAS = ((16, 32), (8, 16), (4, 32))

@@ -11,18 +11,21 @@ vector ISA's registers hold the tile), dot (DotBf16 for bf16 operands). A kernel
 matrix-vector row: cpu_rows) takes DotBf16 for a row of bf16 products. In any kernel a loop over
 blocks of a quantized weight that dequantizes a format's blocks is a QuantRow (lower_quant.py;
 QDOT picks its int8 form). A loop that does not have its form's operands (f32 in the dot form, a
-remainder of fewer than 16 pairs) stays a loop.
+remainder of fewer than 16 pairs) stays a loop, or a LaneSum where it only sums floats over a
+short row (the dot and pairs forms' loops as written sum in lanes so too).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..expr import Const, Op, Var, affine_terms, coefficient, free_vars, sub
-from .cpu_ir import VECTOR_ISAS, AmxTiles, DotBf16, OuterFma, PairsBf16, fits
+from .cpu_ir import VECTOR_ISAS, AmxTiles, DotBf16, LaneSum, OuterFma, PairsBf16, fits
 from .ir import Assign, For, If, Kernel, Let, Load, Smem, While, walk
 from .lower_quant import quant_row
+from .simd_plan import plan_loop
 
 LANES = 16                      # a pairs vector: 16 columns of one row
+LANED_SUM = (32, 512)           # a float sum over a row this short adds into lanes, then a tree
 
 
 def lower_cpu_forms(k: Kernel) -> Kernel:
@@ -44,17 +47,18 @@ def lower_cpu_forms(k: Kernel) -> Kernel:
         if form in ("amx", "pairs"):
             pairs = _pairs(loop, bufs, types)
             if pairs:
-                return PairsBf16.of(loop, vectors=pairs)
+                return PairsBf16.of(loop, vectors=pairs, lanes=_sum_lanes(loop, types))
         if form in ("dot", None):
             accs = _dot(loop, bufs, types)
             if accs:
-                return DotBf16.of(loop, accs=accs)
+                return DotBf16.of(loop, accs=accs, lanes=_sum_lanes(loop, types))
         if form == "outer":
             rows = _outer(loop, bufs, types)
             if rows and any(fits(rows, lanes, regs) for lanes, regs in VECTOR_ISAS):
                 return OuterFma.of(loop, rows=rows, tiles=tiles.var if tiles else None,
                            tiles_dtype=tiles.dtype if tiles else "i32")
-        return None
+        lanes = _sum_lanes(loop, types)
+        return LaneSum.of(loop, lanes=lanes) if lanes else None
 
     def body(stmts, tiles):
         out = []
@@ -71,6 +75,16 @@ def lower_cpu_forms(k: Kernel) -> Kernel:
             out.append(s)
         return out
     return replace(k, body=tuple(body(k.body, None)))
+
+
+def _sum_lanes(loop: For, types: dict) -> int:
+    """32 or 16 where `loop` only sums floats over a short row of a multiple of 16, else 0."""
+    plan, trips = plan_loop(loop, types), loop.trip_count
+    if not (plan.simd and plan.reductions and loop.step == 1 and trips and trips % 16 == 0
+            and LANED_SUM[0] <= trips <= LANED_SUM[1]
+            and all(op == "+" and types.get(v) == "f32" for op, v in plan.reductions)):
+        return 0
+    return 32 if trips % 32 == 0 else 16
 
 
 # ---------------------------------------------------------------- bf16 products along K

@@ -10,7 +10,7 @@ the measured best), which `strata tune` prints. A roofline of three terms, per k
     row read twice), at the per-core cache bandwidth, over the cores that run it;
   - compute: every arithmetic operation (an exp, a tanh ... as ten), at the per-core scalar
     rate, divided by the vector width inside loops the C target vectorises (`#pragma omp
-    simd`, codegen/c_simd.py; a register tile's explicit vectors, codegen/c_outer.py), and by
+    simd`, kernel_ir/simd_plan.py; a register tile's explicit vectors, codegen/c_outer.py), and by
     two more in its vdpbf16ps loops (codegen/c_dot.py);
 plus the cost of waking the OpenMP team when the kernel runs in parallel (the same decision as
 codegen/c.py: THREADS, else enough work). DRAM bandwidth is measured once per process (a large
@@ -29,7 +29,7 @@ from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 from ..codegen.c import runs_in_parallel
 from ..kernel_ir.cpu_ir import VECTOR_ISAS, DotBf16, OuterFma, fits
-from ..codegen.c_simd import plan_loop
+from ..kernel_ir.simd_plan import plan_loop
 from . import static_cost
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)

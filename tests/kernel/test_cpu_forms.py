@@ -17,7 +17,8 @@ from strata.codegen.c import FORMS as C_PRINTERS
 from strata.kernel_ir.sim_cpu import MEANINGS, int8_blocks
 from strata.context import Context
 from strata.errors import CompileError
-from strata.kernel_ir.cpu_ir import FORMS, AmxTiles, CpuForm, DotBf16, OuterFma, PairsBf16, QuantRow
+from strata.kernel_ir.cpu_ir import (FORMS, AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16,
+                                    QuantRow)
 from strata.kernel_ir.ir import walk
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
@@ -101,7 +102,7 @@ def test_the_verifier_checks_a_forms_operands():
 
 
 def test_every_form_has_a_c_printer_and_a_simulator_meaning_and_a_missing_one_is_named():
-    assert set(FORMS) == set(C_PRINTERS) == set(MEANINGS) == set(CASES) | {QuantRow}
+    assert set(FORMS) == set(C_PRINTERS) == set(MEANINGS) == set(CASES) | {QuantRow, LaneSum}
     prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
                     FORM="dot")
     from strata.codegen import c
@@ -120,13 +121,13 @@ def test_every_form_has_a_c_printer_and_a_simulator_meaning_and_a_missing_one_is
         MEANINGS[DotBf16] = saved
 
 
-def test_a_row_kernel_takes_the_dot_form_and_f32_stays_a_loop():
-    """No FORM (a matrix-vector row, cpu_rows): bf16 products along K are a DotBf16; f32 ones
-    are the loop the C compiler vectorises."""
+def test_a_row_kernel_takes_the_dot_form_and_f32_sums_in_lanes():
+    """No FORM (a matrix-vector row, cpu_rows): bf16 products along K are a DotBf16 (its loop as
+    written summing in lanes); f32 ones a LaneSum."""
     prog = _compile(F.linear, (torch.randn(1, 64).to(BF16), torch.randn(9, 64).to(BF16)), AVX512)
-    assert [type(s) for s in _forms(prog)] == [DotBf16]
+    assert [(type(s), s.lanes) for s in _forms(prog)] == [(DotBf16, 32)]
     prog = _compile(F.linear, (torch.randn(1, 64), torch.randn(9, 64)), AVX512)
-    assert _forms(prog) == []
+    assert [(type(s), s.lanes) for s in _forms(prog)] == [(LaneSum, 32)]
     np.testing.assert_allclose(_simulated(prog, (torch.ones(1, 64), torch.ones(9, 64)))[0], 64.0)
 
 
@@ -137,7 +138,7 @@ def test_a_quantized_row_is_a_quant_row_and_the_simulator_runs_it_as_eager(fmt, 
     layer = QuantLinear.from_linear(torch.nn.Linear(512, 7, bias=True), fmt).eval().to(BF16)
     x = torch.randn(1, 512).to(BF16)
     prog = _compile(layer, (x,), AMX, QDOT=qdot)
-    (row,) = _forms(prog)
+    (row,) = [s for s in _forms(prog) if isinstance(s, QuantRow)]
     assert isinstance(row, QuantRow) and row.fmt == fmt and bool(row.vnni) == (qdot == "vnni")
     assert f"quantrow {fmt} into" in prog.lowered.text("kernel")
     assert ("blocks by int8 dot products" in prog.lowered.c) == (qdot == "vnni")
@@ -157,7 +158,7 @@ def test_the_simulator_models_the_int8_activations_of_a_vnni_row(fmt):
     layer = QuantLinear.from_linear(torch.nn.Linear(256, 9, bias=False), fmt).eval()
     x = torch.randn(1, 256)
     native = strata.compile(layer, (x,), device="cpu", ctx=Context(knobs={"QDOT": "vnni"}, stream=io.StringIO()))
-    (row,) = _forms(native)
+    (row,) = [s for s in _forms(native) if isinstance(s, QuantRow)]
     assert row.vnni
     got, ref = native(x).numpy(), check.eager_reference(layer, (x,))[0]
     simulated = _simulated(native, (x,))[0]
@@ -170,3 +171,18 @@ def test_int8_blocks_round_as_the_c_prelude():
     d = np.float32(2.54) / np.float32(127)
     assert (y[:32] == 0).all() and y[-1] == 3.0                    # a zero block; the rest as it is
     np.testing.assert_array_equal(y[32:34], [np.rint(1 / d) * d, -127 * d])
+
+
+@pytest.mark.parametrize("cols,lanes", [(128, 32), (48, 16), (40, 0), (1024, 0)])
+def test_a_short_row_sum_is_a_lane_sum_and_the_simulator_runs_it_as_eager(cols, lanes):
+    """A softmax row of a multiple of 16, 32 to 512 long, sums in vector lanes; other rows stay
+    loops (omp simd's reduction)."""
+    x = torch.randn(3, cols)
+    fn = lambda t: torch.softmax(t, -1)        # noqa: E731
+    prog = _compile(fn, (x,), AVX512)
+    sums = [s for s in _forms(prog) if isinstance(s, LaneSum)]
+    assert {s.lanes for s in sums} == ({lanes} if lanes else set())
+    assert (f"st_lane_sum{lanes}(" in prog.lowered.c) == bool(lanes)
+    got = check.compare("out", "f32", _simulated(prog, (x,))[0], check.eager_reference(fn, (x,))[0],
+                        check.tolerance("f32", False))
+    assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"

@@ -1,4 +1,4 @@
-"""Which loops of a one-thread-per-block kernel get `#pragma omp simd`, and with what reductions.
+"""Which loops of a one-thread-per-block kernel may run as SIMD (`#pragma omp simd`), with what reductions.
 
 Why: without -ffast-math gcc and clang keep a float reduction (`acc += x[i]`) in source order, so
 they do not vectorise it; `#pragma omp simd reduction(+:acc)` is the programmer's permission to
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..expr import Const, Expr, Op, Var, affine_terms, free_vars, nodes, substitute
-from ..kernel_ir.ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
+from .ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
 
 _CLAUSE = {"add": "+", "multiply": "*", "maximum": "max", "minimum": "min"}
 
