@@ -29,16 +29,14 @@ class CpuForm(For):
     instruction = "a CPU instruction form"
 
     @classmethod
-    def of(cls, loop: For, **operands):
-        """`loop` as this form, with `operands`."""
+    def of(cls, loop: For, **operands):             # `loop` as this form, with `operands`
         return cls(**{f.name: getattr(loop, f.name) for f in fields(For)}, **operands)
 
     def loads(self) -> dict:
         """variable -> the Load it holds, for each load the loop's body makes."""
         return {s.var: s.value for s in self.body if isinstance(s, Let) and isinstance(s.value, Load)}
 
-    def operands(self) -> tuple[str, ...]:
-        """Every load variable the form reads (each must be one of loads())."""
+    def operands(self) -> tuple[str, ...]:          # the load variables the form reads
         return ()
 
     def accumulators(self) -> tuple[str, ...]:
@@ -152,6 +150,9 @@ class LaneSum(CpuForm):
     norm row then waits on."""
 
     instruction = "float sums in vector lanes"
+
+    def summary(self):
+        return f"{self.lanes} lanes"
 
     def check(self):
         if self.lanes not in (16, 32) or (self.trip_count or 1) % self.lanes:
