@@ -25,7 +25,7 @@ from ..errors import CompileError
 from ..expr import Expr, Op, Var, nodes
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
-                            LoadVec, ShflIdx, ShflXor, Smem, Store, ThreadIdx, WgmmaDesc, walk)
+                            LoadVec, Smem, Store, ThreadIdx, walk)
 from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow
 from .c_amx import AMX_PRELUDE, emit_amx
 from .c_dot import emit_dot
@@ -36,7 +36,7 @@ from .c_prelude import PRELUDE
 from ..kernel_ir.simd_plan import plan_loop
 from ..kernel_ir.lower_cpu import lower_cpu_forms
 from ..kernel_ir.thread_loops import to_thread_loops
-from .cfamily import (ATOM, INDENT, PORTABLE, REL, WHY, CFamilyEmitter, cname, distinct_kernels,
+from .cfamily import (ATOM, INDENT, REL, CFamilyEmitter, cname, distinct_kernels, refuse_unprintable,
                       numbered, strip_parens)
 
 # Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
@@ -52,30 +52,24 @@ CALL_WORK = 16           # ... a tanh, exp, erf counted as this many more (libmv
                          # cycles an element on Zen 3, a vectorised statement a fraction of one)
 
 
+REFUSED = ("the C target cannot run: it runs one thread per block (block=1), with no warp "
+           "shuffles, tensor cores or asynchronous copies")
+
+
 def check_kernel(k: Kernel) -> None:
     """Raise CompileError unless the C target can run `k` (see the module docstring)."""
-    def refuse(what: str):
-        raise CompileError(f"kernel {k.name} uses {what}, which the C target cannot run: it runs "
-                           f"one thread per block (block=1), with no warp shuffles, tensor "
-                           f"cores or asynchronous copies")
     if k.block != 1:
         raise CompileError(f"kernel {k.name} has block={k.block}: the C target runs one thread "
                            f"per block (block=1); schedule it for the CPU")
     for p in k.params:
         if p.tensor_map is not None:
-            refuse(f"a TMA tensor map (parameter {p.name})")
+            raise CompileError(f"kernel {k.name} uses a TMA tensor map (parameter {p.name}), which "
+                               f"{REFUSED}")
     for s in walk(k.body):
         if isinstance(s, CpuForm) and type(s) not in FORMS:
             raise CompileError(f"kernel {k.name}: the C target has no printer for "
                                f"{type(s).__name__} ({s.instruction}); add one to codegen/c.py's FORMS")
-        if type(s).__name__ not in PORTABLE and type(s) not in FORMS:
-            name = type(s).__name__
-            refuse(f"{WHY.get(name, 'a statement')} ({name})")
-        for e in s.exprs():
-            for x in nodes(e):
-                if isinstance(x, (ShflXor, ShflIdx, WgmmaDesc)):
-                    name = type(x).__name__
-                    refuse(f"{WHY[name]} ({name})")
+    refuse_unprintable(k, "c", REFUSED)
 
 
 class CEmitter(CFamilyEmitter):

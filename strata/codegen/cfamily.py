@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes, scalar_ops
-from ..expr import Cast, Const, Expr, Op, Var, add, children
-from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, KernelProgram, Let,
-                            LdMatrix, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store, StoreVec,
-                            Sync, ThreadIdx, WgmmaDesc, While, walk)
+from ..errors import CompileError
+from ..expr import Cast, Const, Expr, Op, Var, add, children, nodes
+from ..kernel_ir.ir import (LANGUAGES, Assign, Atomic, BlockIdx, Comment, For, If, Kernel,
+                            KernelProgram, Let, LdMatrix, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem,
+                            Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
 
 INDENT = "    "
 LINE = 100          # wrap the parameter list beyond this width
@@ -61,16 +62,14 @@ _RESERVED |= {fn + suffix for op in scalar_ops.OPS.values()
               for fn in re.findall(r"(\w+)\{f\}\(", op.c_float) for suffix in ("", "f")}
 
 # Statements every language of the family runs (the rest are CUDA's), and how errors name each.
-PORTABLE = ("Let", "Assign", "Store", "LoadVec", "StoreVec", "For", "If", "While", "Atomic",
-            "Comment", "Smem", "Sync")
-WHY = {"ShflXor": "a warp shuffle", "ShflIdx": "a warp shuffle", "Mma": "a tensor-core mma",
-       "LdMatrix": "ldmatrix", "CpAsync": "an asynchronous copy (cp.async)",
-       "CpAsyncCommit": "cp.async.commit_group", "CpAsyncWait": "cp.async.wait_group",
-       "Wgmma": "a wgmma", "WgmmaDesc": "a wgmma descriptor", "WgmmaFence": "wgmma.fence",
-       "WgmmaCommit": "wgmma.commit_group", "WgmmaWait": "wgmma.wait_group",
-       "TmaLoad": "a TMA load", "MbarInit": "an mbarrier", "MbarArrive": "an mbarrier",
-       "MbarTryWait": "an mbarrier", "MbarWait": "an mbarrier",
-       "FenceProxyAsync": "fence.proxy.async"}
+def refuse_unprintable(k: Kernel, language: str, why: str) -> None:
+    """Raise CompileError naming the first statement or expression of `k` that `language` cannot
+    print (its class's `languages`, kernel_ir/ir.py), with `why` after "which"."""
+    for s in walk(k.body):
+        for node in (s, *(x for e in s.exprs() for x in nodes(e))):
+            if language not in getattr(node, "languages", LANGUAGES):
+                raise CompileError(f"kernel {k.name} uses {node.what} ({type(node).__name__}), "
+                                   f"which {why}")
 
 
 def cname(name: str) -> str:

@@ -29,7 +29,7 @@ from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, 
                             WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from ..targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
-                      prelude, strip_parens, torch_math)
+                      prelude, refuse_unprintable, strip_parens, torch_math)
 
 PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (device code only).
 #ifndef INFINITY
@@ -432,6 +432,7 @@ def _buffers_used(s) -> set[str]:
 
 def emit_kernel(kernel: Kernel) -> str:
     """CUDA C for one kernel (needs the includes and prelude of `emit_program` to compile)."""
+    refuse_unprintable(kernel, "cuda", "CUDA cannot run: it is a CPU's (the C target's)")
     return CudaEmitter(kernel).kernel()
 
 

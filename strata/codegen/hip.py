@@ -9,9 +9,8 @@ HIP-on-CUDA header with NVRTC, which is what HIP itself does on NVIDIA GPUs.
 """
 from __future__ import annotations
 
-from ..errors import CompileError
 from ..kernel_ir.ir import Atomic, Kernel, walk
-from .cfamily import PORTABLE
+from .cfamily import refuse_unprintable
 from .cuda import ATOMIC_PRELUDE, PRELUDE, CudaEmitter
 
 HEADER = "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n#include <hip/hip_bf16.h>"
@@ -27,10 +26,7 @@ class HipEmitter(CudaEmitter):
 
 
 def emit_kernel(kernel: Kernel) -> str:
-    for s in walk(kernel.body):
-        if type(s).__name__ not in PORTABLE:
-            raise CompileError(f"kernel {kernel.name} uses {type(s).__name__}, which is "
-                               f"NVIDIA-only (tensor cores, cp.async, TMA): HIP cannot run it")
+    refuse_unprintable(kernel, "hip", "HIP cannot run: tensor cores, cp.async, TMA are NVIDIA-only")
     return HipEmitter(kernel).kernel().replace("__nv_bfloat16", "__hip_bfloat16")
 
 

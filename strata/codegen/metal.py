@@ -88,7 +88,7 @@ class MetalEmitter(OpenCLEmitter):
                 f"kernel void {cname(k.name)}", params)
 
 def emit_kernel(kernel: Kernel) -> str:
-    check_kernel(kernel, "Metal", shuffles=True)
+    check_kernel(kernel, "Metal")
     return MetalEmitter(kernel).kernel().replace("long long", "long")
 
 

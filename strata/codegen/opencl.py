@@ -10,12 +10,11 @@ requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `
 """
 from __future__ import annotations
 
-from ..expr import nodes
 from ..errors import CompileError
-from ..kernel_ir.ir import Atomic, Kernel, Smem, ThreadIdx, walk
+from ..kernel_ir.ir import Atomic, Kernel, Smem, ThreadIdx
 from ..kernel_ir.thread_loops import exchange_shuffles
 from .c import TO_FLOAT, TO_STORAGE
-from .cfamily import PORTABLE, UNARY, WHY, CFamilyEmitter, cname, strip_parens, torch_math
+from .cfamily import UNARY, CFamilyEmitter, cname, refuse_unprintable, strip_parens, torch_math
 
 CL_TYPES = {"f32": "float", "f64": "double", "i64": "long", "i32": "int", "i16": "short",
             "i8": "char", "u8": "uchar", "bool": "uchar", "f16": "ushort", "bf16": "ushort"}
@@ -51,18 +50,10 @@ ST_ATOMIC_F32(st_atomic_max_l, __local, v > cur ? v : cur)
 ST_ATOMIC_F32(st_atomic_min_l, __local, v < cur ? v : cur)"""
 
 
-def check_kernel(k: Kernel, target: str = "OpenCL", shuffles: bool = False) -> None:
-    """Raise CompileError unless `target` can express `k` (shuffles: it has warp shuffles)."""
-    refused = ("WgmmaDesc",) + (() if shuffles else ("ShflXor", "ShflIdx"))
-    for s in walk(k.body):
-        name = type(s).__name__
-        bad = name if name not in PORTABLE else next(
-            (type(x).__name__ for e in s.exprs() for x in nodes(e)
-             if type(x).__name__ in refused), None)
-        if bad:
-            raise CompileError(f"kernel {k.name} uses {WHY.get(bad, bad)} ({bad}), which "
-                               f"{target} cannot run: tensor cores, asynchronous copies and TMA "
-                               f"are CUDA-only")
+def check_kernel(k: Kernel, target: str = "OpenCL") -> None:
+    """Raise CompileError unless `target` (OpenCL or Metal) can express `k`."""
+    refuse_unprintable(k, target.lower(), f"{target} cannot run: tensor cores, asynchronous "
+                                          f"copies and TMA are CUDA-only")
     for p in k.params:
         if p.tensor_map is not None:
             raise CompileError(f"kernel {k.name} takes a TMA tensor map ({p.name}): CUDA-only")

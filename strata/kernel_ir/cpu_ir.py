@@ -27,6 +27,7 @@ class CpuForm(For):
                                 # vector lanes, then a tree (LaneSum; a form's fallback too)
 
     instruction = "a CPU instruction form"
+    languages, what = ("c",), property(lambda self: self.instruction)     # (codegen/c.py prints it)
 
     @classmethod
     def of(cls, loop: For, **operands):             # `loop` as this form, with `operands`

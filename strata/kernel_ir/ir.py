@@ -22,6 +22,17 @@ from ..expr import Const, Expr, to_str
 from ..operands import BufName, Operands
 
 
+LANGUAGES = ("cuda", "c", "opencl", "hip", "metal")     # what prints a node that says no other
+
+
+def printed_in(*languages: str, what: str):
+    """Only `languages` print this node; another's emitter refuses it, naming `what`."""
+    def mark(cls):
+        cls.languages, cls.what = languages, what
+        return cls
+    return mark
+
+
 # ---------------------------------------------------------------- expressions
 # Each defines children() / map_children() / to_text() so that expr.py's generic traversal,
 # substitution and printing work on kernel expressions too.
@@ -71,6 +82,7 @@ class Load(Expr):
         return f"{self.buf}[{fmt(self.index)}]"
 
 
+@printed_in("cuda", "hip", "metal", what="a warp shuffle")
 @dataclass(frozen=True)
 class ShflXor(Expr):
     """__shfl_xor_sync(0xffffffff, value, mask): the value of lane (lane ^ mask)."""
@@ -88,6 +100,7 @@ class ShflXor(Expr):
         return f"shfl_xor({fmt(self.value)}, {self.mask})"
 
 
+@printed_in("cuda", "hip", "metal", what="a warp shuffle")
 @dataclass(frozen=True)
 class ShflIdx(Expr):
     """__shfl_sync(0xffffffff, value, lane): the value of `lane` in this warp."""
@@ -110,6 +123,7 @@ class ShflIdx(Expr):
 class Stmt(Operands):
     """A statement: its operands (exprs(), bodies(), buffers() and their map_*) follow from its
     fields' declared types (operands.py); `to_text(fmt)` is its printed line, as for an Expr."""
+    languages, what = LANGUAGES, "a statement"
 
     def to_text(self, fmt) -> str:
         return type(self).__name__
@@ -264,6 +278,7 @@ class Comment(Stmt):
 # sim_mma.py and sim_async.py spell them out. A fragment *register* is an i32 variable holding
 # the raw 32 bits of two 16-bit elements, the lower-numbered element in the low half.
 
+@printed_in("cuda", what="ldmatrix")
 @dataclass(frozen=True)
 class LdMatrix(Stmt):
     """ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16: the warp loads len(vars) 8x8
@@ -283,6 +298,7 @@ class LdMatrix(Stmt):
                 f"{self.buf}[{fmt(self.row)}]  : i32")
 
 
+@printed_in("cuda", what="a tensor-core mma")
 @dataclass(frozen=True)
 class Mma(Stmt):
     """mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32: per warp D = A @ B + C with
@@ -301,6 +317,7 @@ class Mma(Stmt):
                 f"b=({', '.join(self.b)}) c=({', '.join(self.c)})")
 
 
+@printed_in("cuda", what="an asynchronous copy (cp.async)")
 @dataclass(frozen=True)
 class CpAsync(Stmt):
     """cp.async.{cache}.shared.global: copy `nbytes` (4, 8 or 16) from global
@@ -324,6 +341,7 @@ class CpAsync(Stmt):
                 + ("" if self.src_bytes is None else f", src_bytes={fmt(self.src_bytes)}"))
 
 
+@printed_in("cuda", what="cp.async.commit_group")
 @dataclass(frozen=True)
 class CpAsyncCommit(Stmt):
     """cp.async.commit_group: close this thread's uncommitted copies into one group."""
@@ -332,6 +350,7 @@ class CpAsyncCommit(Stmt):
         return "cp.async.commit_group"
 
 
+@printed_in("cuda", what="cp.async.wait_group")
 @dataclass(frozen=True)
 class CpAsyncWait(Stmt):
     """cp.async.wait_group pending: wait until at most `pending` of this thread's most recent
@@ -369,6 +388,7 @@ class TensorMap:
         return prod(self.box)
 
 
+@printed_in("cuda", what="a wgmma descriptor")
 @dataclass(frozen=True)
 class WgmmaDesc(Expr):
     """The 64-bit wgmma matrix descriptor of shared `buf` at element `index`: start address >> 4
@@ -391,6 +411,7 @@ class WgmmaDesc(Expr):
         return f"desc({self.buf}[{fmt(self.index)}], lbo={self.lbo}, sbo={self.sbo}, {self.swizzle})"
 
 
+@printed_in("cuda", what="a wgmma")
 @dataclass(frozen=True)
 class Wgmma(Stmt):
     """wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}: per warpgroup (128 threads,
@@ -419,6 +440,7 @@ class Wgmma(Stmt):
         return f"{d} <- wgmma.m64n{self.n}k16.{self.dtype} a={fmt(self.a)} b={fmt(self.b)}{scale}{trans}"
 
 
+@printed_in("cuda", what="wgmma.fence")
 @dataclass(frozen=True)
 class WgmmaFence(Stmt):
     """wgmma.fence.sync.aligned: order earlier register (and shared) accesses before the wgmmas
@@ -428,6 +450,7 @@ class WgmmaFence(Stmt):
         return "wgmma.fence"
 
 
+@printed_in("cuda", what="wgmma.commit_group")
 @dataclass(frozen=True)
 class WgmmaCommit(Stmt):
     """wgmma.commit_group.sync.aligned: close this warpgroup's uncommitted wgmmas into a group."""
@@ -436,6 +459,7 @@ class WgmmaCommit(Stmt):
         return "wgmma.commit_group"
 
 
+@printed_in("cuda", what="wgmma.wait_group")
 @dataclass(frozen=True)
 class WgmmaWait(Stmt):
     """wgmma.wait_group.sync.aligned pending: wait until at most `pending` groups are in flight."""
@@ -445,6 +469,7 @@ class WgmmaWait(Stmt):
         return f"wgmma.wait_group {self.pending}"
 
 
+@printed_in("cuda", what="an mbarrier")
 @dataclass(frozen=True)
 class MbarInit(Stmt):
     """mbarrier.init.shared::cta.b64 [bar[index]], count: phase 0 expecting `count` arrivals."""
@@ -456,6 +481,7 @@ class MbarInit(Stmt):
         return f"mbarrier.init {self.bar}[{fmt(self.index)}], count={self.count}"
 
 
+@printed_in("cuda", what="an mbarrier")
 @dataclass(frozen=True)
 class MbarArrive(Stmt):
     """mbarrier.arrive(.expect_tx).shared::cta.b64: one arrival on bar[index]; with tx_bytes, the
@@ -469,6 +495,7 @@ class MbarArrive(Stmt):
                 f"{self.bar}[{fmt(self.index)}]")
 
 
+@printed_in("cuda", what="an mbarrier")
 @dataclass(frozen=True)
 class MbarTryWait(Stmt):
     """var = mbarrier.try_wait.parity.shared::cta.b64 [bar[index]], parity (declares bool var):
@@ -482,6 +509,7 @@ class MbarTryWait(Stmt):
         return f"{self.var} = mbarrier.try_wait.parity {self.bar}[{fmt(self.index)}], {fmt(self.parity)}  : bool"
 
 
+@printed_in("cuda", what="an mbarrier")
 @dataclass(frozen=True)
 class MbarWait(Stmt):
     """Spin on mbarrier.try_wait.parity until the phase with `parity` of bar[index] completes."""
@@ -493,6 +521,7 @@ class MbarWait(Stmt):
         return f"mbarrier.wait.parity {self.bar}[{fmt(self.index)}], {fmt(self.parity)}"
 
 
+@printed_in("cuda", what="a TMA load")
 @dataclass(frozen=True)
 class TmaLoad(Stmt):
     """cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes: copy the
@@ -511,6 +540,7 @@ class TmaLoad(Stmt):
                 f" mbar={self.bar}[{fmt(self.bar_index)}]")
 
 
+@printed_in("cuda", what="fence.proxy.async")
 @dataclass(frozen=True)
 class FenceProxyAsync(Stmt):
     """fence.proxy.async.shared::cta: make this thread's ordinary shared-memory writes visible to

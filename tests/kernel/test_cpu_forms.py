@@ -186,3 +186,20 @@ def test_a_short_row_sum_is_a_lane_sum_and_the_simulator_runs_it_as_eager(cols, 
     got = check.compare("out", "f32", _simulated(prog, (x,))[0], check.eager_reference(fn, (x,))[0],
                         check.tolerance("f32", False))
     assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"
+
+
+def test_every_emitter_refuses_what_its_language_cannot_print_by_the_nodes_own_languages():
+    """One table (each node class's `languages`, kernel_ir/ir.py): a CPU form in CUDA, OpenCL or
+    HIP, a tensor-core statement in C, are refused naming the node and the language."""
+    from strata.codegen import cuda, hip, opencl
+    from strata.kernel_ir.ir import Kernel, Mma, Param
+    prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
+                    FORM="dot")
+    kernel = next(k for k in prog.lowered.kernel.kernels if any(isinstance(s, DotBf16) for s in walk(k.body)))
+    for emit, name in ((cuda.emit_kernel, "CUDA"), (opencl.emit_kernel, "OpenCL"), (hip.emit_kernel, "HIP")):
+        with pytest.raises(CompileError, match=r"uses vdpbf16ps along K \(DotBf16\)"):
+            emit(replace(kernel, block=32))
+    mma = Kernel("k", (Param("x", "f32", 4, True),), 1, 1, (Mma(("d",), ("a",), ("b",), ("c",), "f16"),))
+    from strata.codegen import c
+    with pytest.raises(CompileError, match=r"uses a tensor-core mma \(Mma\), which the C target"):
+        c.emit_kernel(mma)
