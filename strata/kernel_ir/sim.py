@@ -440,66 +440,39 @@ class _Batch:
             if prof is not None:
                 live = self.lanes(idx)
                 prof.issue(s, len(live), len(np.unique(self.warp[live])))
-            if isinstance(s, Let):
-                self.set_var(s.var, s.dtype, self.eval(s.value, idx), idx)
-            elif isinstance(s, Assign):
-                if s.var not in self.types:
-                    self.launch.fail(f"assignment to undeclared variable {s.var}")
-                self.set_var(s.var, self.types[s.var], self.eval(s.value, idx), idx)
-            elif isinstance(s, Store):
-                self.store(s.buf, self.ints(self.eval(s.index, idx), idx),
-                           [self.eval(s.value, idx)], idx)
-            elif isinstance(s, LoadVec):
-                index = self.vec_index(s.buf, s.index, len(s.vars), idx, "load")
-                vals = self.load(s.buf, index, idx, len(s.vars), "vector load")
-                for var, v in zip(s.vars, vals if len(s.vars) > 1 else [vals]):
-                    self.set_var(var, s.dtype, v, idx)
-            elif isinstance(s, StoreVec):
-                index = self.vec_index(s.buf, s.index, len(s.values), idx, "store")
-                self.store(s.buf, index, [self.eval(v, idx) for v in s.values], idx, "vector store")
-            elif isinstance(s, CpuForm):         # its meaning (sim_cpu.py)
-                if type(s) not in MEANINGS:
-                    self.launch.fail(f"the simulator has no meaning for {type(s).__name__}")
-                MEANINGS[type(s)](self, s, idx)
-            elif isinstance(s, For):
-                self.run_for(s, idx)
-            elif isinstance(s, If):
-                cond = self.eval(s.cond, idx)
-                cond = np.broadcast_to(np.asarray(cond) != 0, (self.count(idx),))
-                then, orelse = self.sub(idx, cond), self.sub(idx, ~cond)
-                if s.then and (then is None or len(then)):
-                    self.run(s.then, then)
-                if s.orelse and (orelse is None or len(orelse)):
-                    self.run(s.orelse, orelse)
-            elif isinstance(s, While):
-                cur = self.sub(idx, self.eval(s.cond, idx))
-                while cur is None or len(cur):
-                    self.run(s.body, cur)
-                    cur = self.sub(cur, self.eval(s.cond, cur))
-            elif isinstance(s, Atomic):
-                self.atomic(s, idx)
-            elif isinstance(s, Comment):
-                self.launch.where = s.text
-            elif isinstance(s, Sync):
-                self.sync(idx)
-            elif isinstance(s, LdMatrix):
-                sim_mma.run_ldmatrix(self, s, idx)
-            elif isinstance(s, Mma):
-                sim_mma.run_mma(self, s, idx)
-            elif isinstance(s, CpAsync):
-                self.copies.issue(s, idx)
-            elif isinstance(s, CpAsyncCommit):
-                self.copies.commit(idx)
-            elif isinstance(s, CpAsyncWait):
-                self.copies.wait(s.pending, idx)
-            elif isinstance(s, TMA_STMTS):
-                self.tma.run(s, idx)
-            elif isinstance(s, WGMMA_STMTS):
-                self.wgmma.run(s, idx)
-            elif isinstance(s, Smem):
-                pass
-            else:
-                self.launch.fail(f"cannot simulate statement {s!r}")
+            step = STEPS.get(type(s)) or (MEANINGS.get(type(s), _no_meaning) if isinstance(s, CpuForm)
+                                          else _unknown)
+            step(self, s, idx)
+
+    def assign(self, s: Assign, idx) -> None:
+        if s.var not in self.types:
+            self.launch.fail(f"assignment to undeclared variable {s.var}")
+        self.set_var(s.var, self.types[s.var], self.eval(s.value, idx), idx)
+
+    def load_vec(self, s: LoadVec, idx) -> None:
+        index = self.vec_index(s.buf, s.index, len(s.vars), idx, "load")
+        vals = self.load(s.buf, index, idx, len(s.vars), "vector load")
+        for var, v in zip(s.vars, vals if len(s.vars) > 1 else [vals]):
+            self.set_var(var, s.dtype, v, idx)
+
+    def store_vec(self, s: StoreVec, idx) -> None:
+        index = self.vec_index(s.buf, s.index, len(s.values), idx, "store")
+        self.store(s.buf, index, [self.eval(v, idx) for v in s.values], idx, "vector store")
+
+    def run_if(self, s: If, idx) -> None:
+        cond = self.eval(s.cond, idx)
+        cond = np.broadcast_to(np.asarray(cond) != 0, (self.count(idx),))
+        then, orelse = self.sub(idx, cond), self.sub(idx, ~cond)
+        if s.then and (then is None or len(then)):
+            self.run(s.then, then)
+        if s.orelse and (orelse is None or len(orelse)):
+            self.run(s.orelse, orelse)
+
+    def run_while(self, s: While, idx) -> None:
+        cur = self.sub(idx, self.eval(s.cond, idx))
+        while cur is None or len(cur):
+            self.run(s.body, cur)
+            cur = self.sub(cur, self.eval(s.cond, cur))
 
     def atomic(self, s: Atomic, idx) -> None:
         """Apply the lanes' updates one after another (in lane order): atomics never race with
@@ -561,3 +534,29 @@ class _Batch:
                              f"{counts[b]} of {self.bs} threads reach Sync (thread {t_in} does, "
                              f"thread {t_out} does not)")
         self.epoch[counts == self.bs] += 1
+
+
+def _no_meaning(batch, s, idx) -> None:
+    batch.launch.fail(f"the simulator has no meaning for {type(s).__name__} (kernel_ir/sim_cpu.py)")
+
+
+def _unknown(batch, s, idx) -> None:
+    batch.launch.fail(f"cannot simulate statement {s!r}")
+
+
+# What each statement does, by its class (a CPU form: sim_cpu.MEANINGS); tests check every
+# statement class of kernel_ir/ir.py has one.
+STEPS = {
+    Let: lambda b, s, idx: b.set_var(s.var, s.dtype, b.eval(s.value, idx), idx),
+    Assign: _Batch.assign,
+    Store: lambda b, s, idx: b.store(s.buf, b.ints(b.eval(s.index, idx), idx), [b.eval(s.value, idx)], idx),
+    LoadVec: _Batch.load_vec, StoreVec: _Batch.store_vec, For: _Batch.run_for, If: _Batch.run_if,
+    While: _Batch.run_while, Atomic: _Batch.atomic, Sync: lambda b, s, idx: b.sync(idx),
+    Comment: lambda b, s, idx: setattr(b.launch, "where", s.text), Smem: lambda b, s, idx: None,
+    LdMatrix: sim_mma.run_ldmatrix, Mma: sim_mma.run_mma,
+    CpAsync: lambda b, s, idx: b.copies.issue(s, idx),
+    CpAsyncCommit: lambda b, s, idx: b.copies.commit(idx),
+    CpAsyncWait: lambda b, s, idx: b.copies.wait(s.pending, idx),
+    **{c: lambda b, s, idx: b.tma.run(s, idx) for c in TMA_STMTS},
+    **{c: lambda b, s, idx: b.wgmma.run(s, idx) for c in WGMMA_STMTS},
+}

@@ -203,3 +203,15 @@ def test_every_emitter_refuses_what_its_language_cannot_print_by_the_nodes_own_l
     from strata.codegen import c
     with pytest.raises(CompileError, match=r"uses a tensor-core mma \(Mma\), which the C target"):
         c.emit_kernel(mma)
+
+
+def test_every_statement_class_has_a_simulator_step():
+    """The simulator looks each statement up by its class (sim.STEPS; a CPU form in
+    sim_cpu.MEANINGS): none is missing, and an unknown one is refused by name."""
+    from strata.kernel_ir import ir
+    from strata.kernel_ir.sim import STEPS
+
+    def subclasses(c):
+        return {c, *(x for d in c.__subclasses__() for x in subclasses(d))}
+    statements = {c for c in subclasses(ir.Stmt) if c.__module__.startswith("strata.kernel_ir")}
+    assert statements - set(STEPS) - set(MEANINGS) - {ir.Stmt, CpuForm} == set()
