@@ -15,7 +15,7 @@ from . import dtypes
 from .autograd import warn_inference_only, without_backward
 from .context import Context
 from .errors import DeviceUnavailable, InputMismatch, StrataError
-from .pipeline import Lowered, SOURCE, STAGES, lower_torch_program
+from .pipeline import Lowered, STAGES, lower_torch_program
 from .targets import get_target, gpu_target
 from .runtime.args import check_args
 from .frontend import capture_cache
@@ -115,7 +115,7 @@ class Program:
 
     def source(self, language: str | None = None) -> str:
         """The emitted source: CUDA for a GPU target, C for a CPU one (`language` checks it)."""
-        return self.lowered.text(language or SOURCE[self.lowered.target.kind])
+        return self.lowered.text(language or self.lowered.target.language)
 
     @property
     def kernels(self):

@@ -16,7 +16,6 @@ from contextlib import nullcontext
 
 from .context import Context
 from .errors import StrataError
-from .targets import SOURCE
 
 # What runs after each stage the pipeline logs (its timing line starts with the stage's name).
 NEXT_STEP = {
@@ -57,7 +56,7 @@ def compile_model_command(args, base: Context) -> int:
         program, built = compile_model(args.model, layer=args.layer, seq_len=args.seq_len,
                                        dtype=args.dtype, ctx=ctx, until=args.ir or "cuda",
                                        progress=step, quant=args.quant)
-        args.ir = args.ir or SOURCE[program.lowered.target.kind]
+        args.ir = args.ir or program.lowered.target.language
         text = program_summary(program) if summary else program.ir(args.ir)
     seconds = time.perf_counter() - t0
     ctx.log(f"{'total':<28} {seconds * 1e3:8.2f} ms")
@@ -79,7 +78,7 @@ def program_summary(program) -> str:
     kernels differ only by the number in their names), then how to print each stage."""
     low = program.lowered
     kinds = Counter(re.sub(r"_\d+(?=_|$)", "", k.name) for k in low.kernel.kernels)
-    source = SOURCE[low.target.kind]
+    source = low.target.language
     return "\n".join([f"{len(low.kernel.kernels)} kernels for {low.target}, of {len(kinds)} kinds:",
                       *(f"  {n:5d} x {kind}" for kind, n in kinds.most_common()),
                       f"print a stage with --ir: torch ({len(low.torch.nodes):,} aten ops), tensor, "

@@ -132,9 +132,9 @@ class Lowered:
     def text(self, stage: str) -> str:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-        if stage in SOURCE.values() and self.target is not None and SOURCE[self.target.kind] != stage:
+        if stage in SOURCE.values() and self.target is not None and self.target.language != stage:
             raise StrataError(f"this program was compiled for {self.target}, whose source is "
-                              f"--ir {SOURCE[self.target.kind]}, not {stage}")
+                              f"--ir {self.target.language}, not {stage}")
         if stage == "asm":                    # the C built for the target's -march, disassembled
             if self.target is None or self.target.is_gpu:
                 raise StrataError("--ir asm disassembles the C of a CPU target (--target host, "
@@ -278,7 +278,7 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out
-    language = SOURCE[ctx.arch.kind]            # the field of Lowered that holds it
+    language = ctx.arch.language            # the field of Lowered that holds it
     source, out.timings[language] = _timed(ctx, f"emit -> {language}", emit_program, out.kernel,
                                            ctx.arch)
     setattr(out, language, source)

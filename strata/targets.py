@@ -19,6 +19,7 @@ from .errors import StrataError
 KiB, MiB = 1 << 10, 1 << 20
 STATIC_SMEM_BYTES = 48 * KiB        # CUDA: static __shared__ per block, on every architecture
 DYNAMIC_SMEM_ALIGN = 1024           # dynamic shared memory base alignment the 128B swizzle needs
+SOURCE = {"gpu": "cuda", "cpu": "c"}     # each kind's default Target.language
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class Target:
     core_tops: float = 0.0
     tensor_tflops: float = 0.0
     machine: str = ""                    # a CPU's instruction set family: "x86_64", "aarch64"
+    language: str = ""                   # the source its programs are printed in (codegen's
+                                         # registry): CUDA C for a GPU, C for a CPU unless given
+
+    def __post_init__(self):
+        if not self.language:
+            object.__setattr__(self, "language", SOURCE.get(self.kind, ""))
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -137,7 +144,6 @@ TARGETS = {t.name: t for t in GPUS + CPUS}
 DEFAULT = TARGETS["sm_90"]          # what `strata compile` emits for when nothing says otherwise
 # the stages a program prints (pipeline.py), the last ones the source each kind of target gets
 STAGES = ("torch", "tensor", "loop", "tile", "kernel", "cuda", "c", "asm")
-SOURCE = {"gpu": "cuda", "cpu": "c"}
 NAMES = tuple(TARGETS) + ("host",)
 
 

@@ -1,9 +1,9 @@
 """Kernel IR -> source: one emitter module per language of the C family (cfamily.py is their
-shared walk) and the registry every caller picks one from. A compiled program's language follows
-its Target (CUDA C for a GPU, C for a CPU); hand-written kernels (@strata.kernel) print in any of
-the five. Adding a language is a module here and a line in LANGUAGES."""
+shared walk) and the registry every caller picks one from. A compiled program's language is its
+Target's `language` (CUDA C for a GPU, C for a CPU by default); hand-written kernels
+(@strata.kernel) print in any of the five. Adding a language is a module here and a line in
+LANGUAGES."""
 from ..errors import StrataError
-from ..targets import SOURCE
 from . import c, cuda, hip, metal, opencl
 
 LANGUAGES = {"cuda": cuda, "c": c, "opencl": opencl, "hip": hip, "metal": metal}
@@ -11,7 +11,7 @@ LANGUAGES = {"cuda": cuda, "c": c, "opencl": opencl, "hip": hip, "metal": metal}
 
 def emit_program(program, target) -> str:
     """A compiled program's source in its target's language (one translation unit)."""
-    return LANGUAGES[SOURCE[target.kind]].emit_program(program, target)
+    return LANGUAGES[target.language].emit_program(program, target)
 
 
 def emit_source(kernels: list, language: str) -> str:

@@ -40,7 +40,7 @@ from ..errors import StrataError
 from ..frontend.snippet import parse_snippet
 from ..loop.ir import signature
 from ..models.build import build
-from ..pipeline import SOURCE, lower_torch_program
+from ..pipeline import lower_torch_program
 from .cost import program_ms
 from .search import candidates
 
@@ -80,7 +80,7 @@ class Worker:
             return strata_compile(self.module, self.inputs, device=self.device, ctx=ctx)
         ctx = on_device(ctx, self.device)
         program = Program(lower_torch_program(self.default.torch_program, ctx,
-                                              SOURCE[ctx.arch.kind]), self.device)
+                                              ctx.arch.language), self.device)
         program.constants = self.default.constants
         program.load()
         return program
@@ -191,7 +191,7 @@ class Worker:
         ctx = on_device(self._context(kernel_knobs), self.device)
         try:
             return lower_torch_program(self.default.torch_program, ctx,
-                                       SOURCE[ctx.arch.kind] if self.static else "kernel")
+                                       ctx.arch.language if self.static else "kernel")
         except StrataError:
             return None
 

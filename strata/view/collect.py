@@ -10,7 +10,7 @@ import re
 
 from .. import machine
 from ..version import __version__
-from ..pipeline import SOURCE, schedule_passes
+from ..pipeline import schedule_passes
 from .knob_sources import kernel_sources, knob_rows, tuning_record, tuning_rows
 from .measured import sim_counters
 from .passes import family_of, kernel_histories, parse_log
@@ -45,7 +45,7 @@ def collect(program, verdict=None, title: str = "", profiles=None, bench=None) -
     lowered, ctx = recorded_lowering(program)
     texts = Texts()
     target = lowered.target or ctx.arch
-    stages = ["torch", "tensor", "loop", "tile", "kernel", SOURCE[target.kind]]
+    stages = ["torch", "tensor", "loop", "tile", "kernel", target.language]
     text = {s: lowered.text(s) for s in stages}
     tp = lowered.torch
     loop_kernels = list(lowered.loop.kernels)

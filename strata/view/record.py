@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from ..context import Context
-from ..pipeline import SOURCE, lower_torch_program
+from ..pipeline import lower_torch_program
 
 
 @dataclass
@@ -44,5 +44,5 @@ def recorded_lowering(program):
     rec.shown = 0
     if rec.target is None:
         rec.target = program.lowered.target
-    until = SOURCE[rec.arch.kind]
+    until = rec.arch.language
     return lower_torch_program(program.lowered.torch, rec, until), rec
