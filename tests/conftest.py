@@ -1,7 +1,9 @@
 """Shared test helpers: compile through every stage, run on the simulator, compare with eager."""
+import contextlib
 import os
 import re
 import tempfile
+import types
 
 import numpy as np
 import pytest
@@ -12,8 +14,22 @@ from strata import check
 from strata.context import Context
 from strata.kernel_ir.verify import verify_program
 
-# Persistent caches (captured snippets, kernels) go to a scratch directory, never the user's.
-os.environ["STRATA_CACHE_DIR"] = tempfile.mkdtemp(prefix="strata-test-cache-")
+
+def _run_cache_dir() -> str:
+    """Persistent caches (captured snippets, native libraries, compiled models) go to a scratch
+    directory, never the user's: one for the whole run, shared by the xdist workers (each gets the
+    same PYTEST_XDIST_TESTRUNUID), so a program one test built is a cache hit for every later test
+    on either worker (entries are written atomically: racing workers are safe). A test of the
+    caches themselves takes a fresh one (the cache_dir fixture)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run or not re.fullmatch(r"\w+", run):
+        return tempfile.mkdtemp(prefix="strata-test-cache-")
+    path = os.path.join(tempfile.gettempdir(), f"strata-test-cache-{run}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+os.environ["STRATA_CACHE_DIR"] = _run_cache_dir()
 
 
 def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
@@ -21,14 +37,39 @@ def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
     output (and input updated in place) matches eager float64 within the docs/design.md tolerance,
     with eager's shape and dtype; then again natively on the CPU target (native=False skips
     that; so does a machine without a C compiler). Returns the simulator's Program."""
-    prog = strata.compile(fn, inputs, ctx=ctx or Context())
-    verify_program(prog.lowered.kernel)
-    compile_with_nvrtc(prog)
-    _assert_matches(check.verify(prog, fn, inputs, contraction))   # what the caller gets, as eager
-    if HAS_CC and native:                      # the same program natively on the CPU
-        cpu = strata.compile(fn, inputs, device="cpu")
-        _assert_matches(check.verify(cpu, fn, inputs, contraction), "cpu: ")
+    with _capture_once() as captured:
+        prog = strata.compile(fn, inputs, ctx=ctx or Context())
+        verify_program(prog.lowered.kernel)
+        compile_with_nvrtc(prog)
+        _assert_matches(check.verify(prog, fn, inputs, contraction))   # what the caller gets
+        if HAS_CC and native:                  # the same program natively on the CPU
+            captured.reuse = True
+            cpu = strata.compile(fn, inputs, device="cpu")
+            _assert_matches(check.verify(cpu, fn, inputs, contraction), "cpu: ")
     return prog
+
+
+@contextlib.contextmanager
+def _capture_once():
+    """strata.compile's torch.export done once for run_and_compare's two compiles of one fn and
+    inputs: the CPU compile (after `reuse` is set) lowers the Torch IR the simulator's compile
+    captured; lowering does not change it (each stage builds a new program). The capture's own
+    tests (tests/frontend) call it directly."""
+    from strata import api
+    real, seen, state = api.capture, [], types.SimpleNamespace(reuse=False)
+
+    def capture(fn, tensors, input_names=None):
+        key = ([(t.shape, t.dtype, t.stride()) for t in tensors], input_names)
+        if state.reuse and seen and seen[0][0] == key:
+            return seen[0][1]
+        seen[:] = [(key, real(fn, tensors, input_names=input_names))]
+        return seen[0][1]
+
+    api.capture = capture
+    try:
+        yield state
+    finally:
+        api.capture = real
 
 
 def _assert_matches(report, where: str = "") -> None:

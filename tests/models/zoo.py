@@ -125,12 +125,39 @@ class _WhisperEncoder(nn.Module):
         return self.encoder(features).last_hidden_state
 
 
+# The entries whose layers are not all of one kind keep the two layers the configs above give
+# (gemma2: sliding then full attention; gpt_neo: global then local); every other entry is built
+# with one layer, whose ops are those of all of its layers (test_zoo.py checks that the two-layer
+# config has no second kind of layer), at half the compile and simulation time.
+MIXED_LAYERS = {"gemma2", "gpt_neo"}
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
+
+
+def config_kwargs(name: str, layers: int | None = None) -> dict:
+    """The config fields of one entry, with `layers` layers (default: one, or two for the entries
+    in MIXED_LAYERS)."""
+    kw = ARCHS[name][2]
+    n = layers or (2 if name in MIXED_LAYERS else 1)
+    return {**kw, **{k: n for k in LAYER_COUNTS if k in kw}}
+
+
+def layer_kinds(name: str, layers: int = 2) -> list:
+    """Each layer's kind as the config tells it (attention type, rope or not, MoE or dense)."""
+    import transformers
+    cfg = getattr(transformers, ARCHS[name][1])(**config_kwargs(name, layers))
+    fields = ("layer_types", "attention_layers", "no_rope_layers")
+    per_layer = [list(getattr(cfg, f)) for f in fields if getattr(cfg, f, None) is not None]
+    sparse = [i for i in range(layers) if i in (getattr(cfg, "mlp_only_layers", None) or []) or
+              (i + 1) % (getattr(cfg, "decoder_sparse_step", None) or 1)]
+    return [tuple(p[i] for p in per_layer) + (i in sparse,) for i in range(layers)]
+
+
 def build(name: str, seed: int = 0):
     """(module, example inputs) for one zoo entry."""
     import transformers
-    kind, cfg_name, kw = ARCHS[name]
+    kind, cfg_name, _ = ARCHS[name]
     torch.manual_seed(seed)
-    cfg = getattr(transformers, cfg_name)(**kw)
+    cfg = getattr(transformers, cfg_name)(**config_kwargs(name))
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"      # the reference loop (grouped_mm wants bf16 here)
     if kind == "causal":
