@@ -34,7 +34,7 @@ def test_busy_processes_stop():
 
 
 def test_whole_short_run(tmp_path):
-    d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "tiny")
+    d = write_checkpoint(hf_model("llama", seed=3, num_hidden_layers=1), tmp_path / "tiny")
     assert B.main([str(d), "--dtype", "fp32", "--busy", "0,1", "--rounds", "1", "--prompt-len",
                    "4", "--new-tokens", "3", "--out", str(tmp_path / "out")]) == 0
     [report] = (tmp_path / "out").glob("busy-tiny-fp32-*.md")

@@ -33,7 +33,7 @@ def test_a_token_is_timed_from_the_streamer():
 
 
 def test_whole_short_generate_run(tmp_path):
-    d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "tiny")
+    d = write_checkpoint(hf_model("llama", seed=3, num_hidden_layers=1), tmp_path / "tiny")
     assert G.main([str(d), "--dtype", "fp32", "--cache", "static", "--rounds", "1",
                    "--prompt-len", "4", "--new-tokens", "3", "--out", str(tmp_path / "out")]) == 0
     [report] = (tmp_path / "out").glob("generate-compile-tiny-fp32-*.md")

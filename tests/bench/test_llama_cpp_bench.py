@@ -24,9 +24,9 @@ NO_LLAMA_CPP = "llama-cpp-python is not installed, so llama.cpp's own run is not
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """2 layers, hidden 64, vocabulary 96; Q8_0 linear weights."""
+    """1 layer, hidden 64, vocabulary 96; Q8_0 linear weights."""
     d = tmp_path_factory.mktemp("gguf")
-    return write_gguf(hf_model("llama", seed=3), d / "tiny-q8_0.gguf", "q8_0")
+    return write_gguf(hf_model("llama", seed=3, num_hidden_layers=1), d / "tiny-q8_0.gguf", "q8_0")
 
 
 def test_gguf_run_end_to_end(tiny, tmp_path, capsys):

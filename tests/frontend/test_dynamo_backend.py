@@ -286,7 +286,7 @@ def test_generate_with_either_cache_compiles_nothing_the_second_time(cache, _fre
     pytest.importorskip("transformers")
     sys.path.insert(0, str(REPO / "tests" / "models"))
     from model_helpers import hf_model
-    model = hf_model("llama")
+    model = hf_model("llama", num_hidden_layers=1)     # two layers: the logits test above
     ids = torch.randint(0, model.config.vocab_size, (1, 5))
     kw = dict(max_new_tokens=4, do_sample=False, cache_implementation=cache)
     with torch.no_grad():

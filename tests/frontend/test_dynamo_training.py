@@ -114,7 +114,7 @@ def test_convolution_gradients_pass_the_float64_check(conv, compiled):
 
 
 class TinyViT(nn.Module):
-    """Patches by a strided convolution, a class token, two pre-norm encoder layers
+    """Patches by a strided convolution, a class token, a pre-norm encoder layer
     (nn.MultiheadAttention: torch calls its SDPA inside F.multi_head_attention_forward)."""
 
     def __init__(self, dim=32, patch=4, classes=5):
@@ -124,7 +124,7 @@ class TinyViT(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
         self.blocks = nn.Sequential(*[nn.TransformerEncoderLayer(
             dim, 4, 64, dropout=0.0, batch_first=True, norm_first=True, activation="gelu")
-            for _ in range(2)])
+            for _ in range(1)])
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
 
     def forward(self, x):
@@ -154,7 +154,7 @@ def _llama():
     pytest.importorskip("transformers")
     sys.path.insert(0, str(REPO / "tests" / "models"))
     from model_helpers import hf_model
-    return hf_model("llama").train()
+    return hf_model("llama", num_hidden_layers=1).train()     # each kind of layer once
 
 
 @pytest.mark.parametrize("name", ["cnn", "vit", "llama"])

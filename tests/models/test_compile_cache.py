@@ -14,6 +14,11 @@ from strata.models.decode import compile_decoder, greedy, new_caches  # noqa: E4
 PROMPT, MAX_LEN = [3, 1, 4, 1, 5], 9
 
 
+def _llama(seed):
+    """One layer: what is cached is the same whatever the depth."""
+    return hf_model("llama", seed=seed, num_hidden_layers=1)
+
+
 def _ids(model, device="sim"):
     prefill, step = compile_decoder(model, len(PROMPT), MAX_LEN, device=device)
     caches = new_caches(model.config, MAX_LEN, torch.float32)
@@ -36,7 +41,7 @@ def no_capture(monkeypatch):
 
 
 def test_second_compile_captures_nothing_and_binds_the_models_weights(cache_dir, no_capture):
-    model = hf_model("llama", seed=3)
+    model = _llama(3)
     first, _ = _ids(model)
     assert len(list((cache_dir / "models").rglob("*.pkl"))) == 2          # prefill and step
     no_capture()
@@ -48,16 +53,16 @@ def test_second_compile_captures_nothing_and_binds_the_models_weights(cache_dir,
 
 
 def test_new_weights_of_the_same_architecture_reuse_the_entry(cache_dir, no_capture):
-    _ids(hf_model("llama", seed=3))
+    _ids(_llama(3))
     no_capture()
-    other = hf_model("llama", seed=4)
+    other = _llama(4)
     got, _ = _ids(other)
     assert got == _hf_ids(other)
 
 
 def test_a_changed_config_compiles_again(cache_dir, monkeypatch):
     from strata.models import decode
-    model = hf_model("llama", seed=3)
+    model = _llama(3)
     _ids(model)
     calls = []
     real = decode.capture
@@ -72,7 +77,7 @@ def test_a_changed_config_compiles_again(cache_dir, monkeypatch):
 
 
 def test_a_corrupt_entry_is_compiled_again_and_replaced(cache_dir, caplog):
-    model = hf_model("llama", seed=3)
+    model = _llama(3)
     first, _ = _ids(model)
     for entry in (cache_dir / "models").rglob("*.pkl"):
         entry.write_bytes(b"not a pickle")
@@ -83,7 +88,7 @@ def test_a_corrupt_entry_is_compiled_again_and_replaced(cache_dir, caplog):
 
 def test_no_cache_stores_nothing(cache_dir, monkeypatch):
     monkeypatch.setenv("STRATA_NO_CACHE", "1")
-    _ids(hf_model("llama", seed=3))
+    _ids(_llama(3))
     assert not (cache_dir / "models").exists()
 
 
@@ -93,7 +98,7 @@ def test_more_or_fewer_new_tokens_reuse_the_programs(cache_dir, no_capture):
     from strata.models.decode import cache_positions, generate
     assert [cache_positions(n) for n in (1, 8, 16, 17, 100, 128, 129)] == [16, 16, 16, 32, 128,
                                                                           128, 256]
-    model = hf_model("llama", seed=3)
+    model = _llama(3)
     generate(model, torch.tensor([PROMPT]), max_new_tokens=3)
     no_capture()
     got = generate(model, torch.tensor([PROMPT]), max_new_tokens=9)[0, len(PROMPT):].tolist()
