@@ -78,8 +78,12 @@ def test_unknown_load_keeps_every_core(governor, monkeypatch):
 
 
 @pytest.mark.skipif(len(threads.os.sched_getaffinity(0)) < 2, reason="one core: no team to shrink")
-def test_busy_processes_shrink_the_team():
-    """As many busy processes as cores: the next look leaves one thread (real /proc/stat)."""
+def test_busy_processes_shrink_the_team(monkeypatch):
+    """As many busy processes as cores: the next look leaves one thread (real /proc/stat). Not
+    the number an earlier test's `--threads 2` left in OMP_NUM_THREADS (bench/threads_option.py
+    writes it for the process)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("STRATA_THREADS", raising=False)
     cores = len(threads.os.sched_getaffinity(0))
     busy = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 20\n"
                               "while time.time() < t: pass"]) for _ in range(cores)]
