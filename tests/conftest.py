@@ -2,6 +2,7 @@
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 import types
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import c_pch
 import strata
 from strata import check
 from strata.context import Context
@@ -23,13 +25,32 @@ def _run_cache_dir() -> str:
     caches themselves takes a fresh one (the cache_dir fixture)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not run or not re.fullmatch(r"\w+", run):
-        return tempfile.mkdtemp(prefix="strata-test-cache-")
-    path = os.path.join(tempfile.gettempdir(), f"strata-test-cache-{run}")
+        _MADE.append(tempfile.mkdtemp(prefix="strata-test-cache-"))
+        return _MADE[-1]
+    path = _xdist_cache_dir(run)
     os.makedirs(path, exist_ok=True)
     return path
 
 
+def _xdist_cache_dir(run: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"strata-test-cache-{run}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """The run's caches go when it ends (a precompiled C prelude is 25 MB): xdist's controller
+    removes the workers' shared directory; a process without xdist, the one it made."""
+    if hasattr(session.config, "workerinput"):
+        return
+    dsession = session.config.pluginmanager.getplugin("dsession")
+    run = getattr(getattr(dsession, "nodemanager", None), "testrunuid", None)
+    for path in [*_MADE, *([_xdist_cache_dir(run)] if run and re.fullmatch(r"\w+", run) else [])]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_MADE: list[str] = []         # made by this process (without xdist): removed when its run ends
 os.environ["STRATA_CACHE_DIR"] = _run_cache_dir()
+c_pch.install(os.environ["STRATA_CACHE_DIR"])      # gcc parses the C prelude once per run
 
 
 def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):
