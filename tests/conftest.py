@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-import c_pch
 import strata
 from strata import check
 from strata.context import Context
@@ -50,7 +49,6 @@ def pytest_sessionfinish(session):
 
 _MADE: list[str] = []         # made by this process (without xdist): removed when its run ends
 os.environ["STRATA_CACHE_DIR"] = _run_cache_dir()
-c_pch.install(os.environ["STRATA_CACHE_DIR"])      # gcc parses the C prelude once per run
 
 
 def run_and_compare(fn, inputs, contraction=False, ctx=None, native=True):

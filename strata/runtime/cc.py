@@ -41,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import CompileError, DeviceUnavailable
+from .c_prelude_pch import on_prelude_header
 
 
 @lru_cache(maxsize=1)
@@ -114,12 +115,12 @@ def _version(cmd: tuple[str, ...], exe: str, mtime_ns: int) -> str:
 
 def compile_shared(source: str, cmd: list[str]) -> bytes:
     """The shared library built from `source` with FLAGS (CompileError with the compiler's log
-    when it fails)."""
+    when it fails); gcc reads the prelude precompiled (runtime/c_prelude_pch.py)."""
     global COMPILES
     COMPILES += 1
     with tempfile.TemporaryDirectory(prefix="strata-cc-") as d:
         src, out = Path(d, SOURCE_NAME), Path(d, "strata.so")
-        src.write_text(source)
+        src.write_text(on_prelude_header(source, cmd, FLAGS, compiler_identity(cmd)))
         try:
             res = subprocess.run([*cmd, *FLAGS, "-o", str(out), SOURCE_NAME, *LIBS], cwd=d,
                                  capture_output=True, text=True, check=False)
