@@ -139,15 +139,16 @@ class Program:
         if self.device == "cpu" and _emulated(self.lowered.target):
             self._runtime = QemuProgram(self.lowered.kernel, self.torch_program.weights,
                                         inputs=self.torch_program.inputs, target=self.lowered.target,
-                                        source=self.lowered.c)
+                                        source=self.lowered.source)
         elif self.device == "cpu":
             _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
-                                          source=self.lowered.c or None, threads=self.threads)
+                                          source=self.lowered.source or None, threads=self.threads)
         else:
             self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
-                                        weights=self.torch_program.weights, use_graph=self.use_graph)
+                                        weights=self.torch_program.weights, use_graph=self.use_graph,
+                                        units=self.lowered.units)
         self._plain_run = self._runtime.run if self._one_plain_output() else None
         return self._runtime
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from . import dtypes
-from .codegen import emit_program
+from .codegen import emit_units
 from .context import Context
 from .cpu_load import available_bytes
 from .errors import StrataError
@@ -124,10 +124,15 @@ class Lowered:
     loop: object = None
     tile: object = None
     kernel: object = None
-    cuda: str = ""
-    c: str = ""
+    units: object = None           # codegen.Units: the source as its compiler takes it
     timings: dict = field(default_factory=dict)
     target: object = None          # the targets.Target it was scheduled for
+
+    @property
+    def source(self) -> str:
+        """The source in the target's language: what `--ir <language>` prints and what the
+        runtime compiles (CUDA: unit by unit), emitted once."""
+        return self.units.text() if self.units is not None else ""
 
     def text(self, stage: str) -> str:
         if stage not in STAGES:
@@ -139,7 +144,9 @@ class Lowered:
             if self.target is None or self.target.is_gpu:
                 raise StrataError("--ir asm disassembles the C of a CPU target (--target host, "
                                   "cpu-spr, cpu-rvv ...); for a GPU print --ir cuda")
-            return disassemble(self.c, self.target)
+            return disassemble(self.source, self.target)
+        if stage in SOURCE.values():
+            return self.source
         value = getattr(self, stage)
         return value if isinstance(value, str) else str(value)
 
@@ -278,10 +285,9 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out
-    language = ctx.arch.language            # the field of Lowered that holds it
-    source, out.timings[language] = _timed(ctx, f"emit -> {language}", emit_program, out.kernel,
-                                           ctx.arch)
-    setattr(out, language, source)
+    language = ctx.arch.language
+    out.units, out.timings[language] = _timed(ctx, f"emit -> {language}", emit_units, out.kernel,
+                                              ctx.arch)
     if ctx.arch.is_gpu:
         _record_replay(out, ctx)
     return out
@@ -295,6 +301,6 @@ def _record_replay(out: Lowered, ctx: Context) -> None:
     if not path:
         return
     key = "\0".join([str(out.torch), str(ctx.arch), repr(sorted(ctx.knobs.items()))])
-    digest = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in (key, out.cuda)]
+    digest = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in (key, out.source)]
     with open(path, "a") as f:
         f.write("\t".join(digest) + "\n")

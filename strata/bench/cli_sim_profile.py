@@ -60,7 +60,7 @@ def gpu_columns(program, profiles: dict) -> tuple[dict, str]:
     are empty, if they are."""
     target, why = program.lowered.target, ""
     try:
-        ptxas = resource_usage(program.lowered.cuda, target.isa)
+        ptxas = resource_usage(program.lowered.source, target.isa)
     except ImportError as e:
         ptxas, why = {}, f"NVRTC is not installed ({e.name})"
     except Exception as e:          # noqa: BLE001 - a compile error is a bug, but not this report's

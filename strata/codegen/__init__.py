@@ -5,13 +5,20 @@ Target's `language` (CUDA C for a GPU, C for a CPU by default); hand-written ker
 LANGUAGES."""
 from ..errors import StrataError
 from . import c, cuda, hip, metal, opencl
+from .cfamily import cname, distinct_kernels
+from .cuda_units import Units, plan_units
 
 LANGUAGES = {"cuda": cuda, "c": c, "opencl": opencl, "hip": hip, "metal": metal}
 
 
-def emit_program(program, target) -> str:
-    """A compiled program's source in its target's language (one translation unit)."""
-    return LANGUAGES[target.language].emit_program(program, target)
+def emit_units(program, target) -> Units:
+    """A compiled program's source in its target's language, as the translation units its
+    compiler takes: CUDA's a few kernels each (cuda_units.py), the others' one."""
+    if target.language == "cuda":
+        return plan_units(program, target)
+    names = [cname(k.name) for k in distinct_kernels(program)]
+    return Units([LANGUAGES[target.language].emit_program(program, target)], [names],
+                 {n: n for n in names})
 
 
 def emit_source(kernels: list, language: str) -> str:

@@ -31,7 +31,7 @@ from ..tensor.merge_projections import derive_weights
 from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
-FORMAT = 2                  # 2: derived (concatenated) weights are made again when loaded
+FORMAT = 3                  # 2: derived weights made again when loaded; 3: Lowered.units
 MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cached
 
 
@@ -117,7 +117,7 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
         return False
     program = _to_plain(dataclasses.replace(lowered.torch, weights=values))
     entry = {"format": FORMAT, "key": key, "program": program, "refs": refs,
-             "kernel": lowered.kernel, "c": lowered.c, "cuda": lowered.cuda, "target": lowered.target}
+             "kernel": lowered.kernel, "units": lowered.units, "target": lowered.target}
     path = _path(key)
     try:
         write_atomically(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
@@ -148,5 +148,4 @@ def load(key: str, module: torch.nn.Module):
     except Exception as e:          # truncated, corrupt, incompatible, or a missing weight
         log.warning("compile cache entry %s is unusable (%s); compiling again", path, e)
         return None
-    return Lowered(program, kernel=entry["kernel"], c=entry["c"], cuda=entry["cuda"],
-                   target=entry["target"])
+    return Lowered(program, kernel=entry["kernel"], units=entry["units"], target=entry["target"])

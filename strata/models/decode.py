@@ -184,8 +184,8 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
             say(f"lowering the {label}: {len(torch_program.nodes)} aten ops")
             lowered = lower_torch_program(torch_program, ctx)
             compile_cache.store(key, lowered, module)
-        if device == "cpu" and lowered.c:               # gcc builds it while the next lowers
-            native_build.build_soon(lowered.c)
+        if device == "cpu" and lowered.source:          # gcc builds it while the next lowers
+            native_build.build_soon(lowered.source)
         programs.append((label, Program(lowered, device, threads=threads)))
     for label, program in programs:
         if device in ("cuda", "cpu"):

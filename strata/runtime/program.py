@@ -1,6 +1,7 @@
 """A KernelProgram loaded on a GPU and callable on torch CUDA tensors.
 
-Why: this is the whole runtime a user sees. At construction the program's CUDA is compiled
+Why: this is the whole runtime a user sees. At construction the program's CUDA (the units the
+pipeline printed, `units`, else written here: codegen/cuda_units.py) is compiled
 (through the persistent cache), loaded with cuModuleLoadData, its weights are uploaded once and
 its temps get one slab of its own (planned by liveness, runtime/slab.py). A call checks its
 arguments (a few attribute reads when they are what it was compiled for; else one sentence naming
@@ -33,7 +34,8 @@ from ..errors import InputMismatch
 from . import driver
 from .args import POINTER_ALIGN, check_args, prepare_args, prepare_weights
 from .cache import compile_cached
-from .cuda_units import compile_units, plan_units
+from ..codegen.cuda_units import Units, plan_units
+from .cuda_units import compile_units
 from .cuda_launcher import Launcher
 from .launch import Launch, allow_dynamic_smem
 from .slab import plan_slab
@@ -83,7 +85,8 @@ class CudaProgram:
 
     def __init__(self, program: KernelProgram, arch: str | None = None, *,
                  inputs: Mapping | None = None, weights: Mapping[str, torch.Tensor] | None = None,
-                 device=None, use_graph: bool = True, poison: bool = False, driver=None):
+                 device=None, use_graph: bool = True, poison: bool = False, driver=None,
+                 units: Units | None = None):
         self.program = program
         self.driver = driver or _default_driver()
         self.device = _resolve_device(device)
@@ -100,7 +103,8 @@ class CudaProgram:
         self.mutated = set(mutated_inputs(program))
         self.plan = plan_slab(program)
         self.weights = prepare_weights(program.buffers, weights or {}, self.device)
-        self.units = plan_units(program, self.arch)       # twins compiled once (cuda_units.py)
+        # the units the pipeline printed (Lowered.units), else written here; twins compiled once
+        self.units = units or plan_units(program, self.arch)
         images = compile_units(self.units, lambda src, names: compile_cubin(src, self.arch, names))
         functions = {}
         for image, names in zip(images, self.units.kernels):

@@ -142,15 +142,15 @@ class Worker:
                                       ctx=self._context({}))
         kernels = [k for k in self._kernels() if k["knobs"]]
         low = self.default.lowered
-        default_ms = program_ms(low.kernel.kernels, low.target, low.c)   # unpriced: one sentence
+        default_ms = program_ms(low.kernel.kernels, low.target, low.source)   # unpriced: one sentence
         for k in kernels:
             k["ranked"], k["unpriced"] = [[{}, default_ms]], 0
             for pins in candidates(k["knobs"], low.target.cores):
                 cand = self._lowered({k["signature"]: pins})
-                if cand is None or cand.c == low.c:
+                if cand is None or cand.source == low.source:
                     continue                    # does not fit, or the same program
                 try:
-                    k["ranked"].append([pins, program_ms(cand.kernel.kernels, cand.target, cand.c)])
+                    k["ranked"].append([pins, program_ms(cand.kernel.kernels, cand.target, cand.source)])
                 except StrataError:
                     k["unpriced"] += 1
             k["ranked"].sort(key=lambda pm: pm[1])
@@ -181,7 +181,7 @@ class Worker:
         lowered = self._lowered(kernel_knobs)
         try:
             return program_ms(lowered.kernel.kernels, lowered.target,
-                              lowered.c if self.static else None) if lowered else float("inf")
+                              lowered.source if self.static else None) if lowered else float("inf")
         except StrataError:             # llvm-mca cannot price it
             return float("inf")
 
@@ -238,7 +238,7 @@ class Worker:
 
 def _source(program) -> str:
     lowered = program.lowered
-    return hashlib.sha256((lowered.c or lowered.cuda).encode()).hexdigest()
+    return hashlib.sha256(lowered.source.encode()).hexdigest()
 
 
 def main() -> None:

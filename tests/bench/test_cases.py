@@ -122,4 +122,4 @@ def test_attention_and_decoder_cases_lower_to_c_for_this_cpu(case):
     from strata.context import Context
     module, inputs = case.build("cpu")
     program = strata.compile(module, inputs, ctx=Context(target="host"), until="c")
-    assert "strata_run" in program.lowered.c
+    assert "strata_run" in program.lowered.source

@@ -249,7 +249,7 @@ def test_threads_knob_sets_the_team(code, threads, pragma):
     from strata.api import compile_snippet
     from strata.context import Context
     program, _ = compile_snippet(code, Context(target="host", knobs={"THREADS": threads}), until="c")
-    kernels = program.lowered.c.split("omp_get_max_threads")[-1]     # after the prelude
+    kernels = program.lowered.source.split("omp_get_max_threads")[-1]     # after the prelude
     if pragma is None:
         assert "omp parallel" not in kernels and "static void" in kernels
     else:

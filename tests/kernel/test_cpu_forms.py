@@ -78,10 +78,10 @@ def test_amx_tiles_print_as_tile_code_and_a_short_k_stays_a_loop():
                     FORM="amx")
     (amx,) = {s for s in _forms(prog)}
     assert (len(amx.rows), len(amx.cols[0])) == (32, 2) and amx.check() is None
-    assert "st_tile_dp(st_amx, 3, 5, 7);" in prog.lowered.c
+    assert "st_tile_dp(st_amx, 3, 5, 7);" in prog.lowered.source
     prog = _compile(F.linear, (torch.randn(16, 20).to(BF16), torch.randn(16, 20).to(BF16)), AMX,
                     FORM="amx")          # 10 pairs of K: fewer than a tile's 16, so pairs
-    assert {type(s) for s in _forms(prog)} == {PairsBf16} and "st_tile_dp" not in prog.lowered.c
+    assert {type(s) for s in _forms(prog)} == {PairsBf16} and "st_tile_dp" not in prog.lowered.source
 
 
 def test_the_verifier_checks_a_forms_operands():
@@ -141,7 +141,7 @@ def test_a_quantized_row_is_a_quant_row_and_the_simulator_runs_it_as_eager(fmt, 
     (row,) = [s for s in _forms(prog) if isinstance(s, QuantRow)]
     assert isinstance(row, QuantRow) and row.fmt == fmt and bool(row.vnni) == (qdot == "vnni")
     assert f"quantrow {fmt} into" in prog.lowered.text("kernel")
-    assert ("blocks by int8 dot products" in prog.lowered.c) == (qdot == "vnni")
+    assert ("blocks by int8 dot products" in prog.lowered.source) == (qdot == "vnni")
     ref = check.eager_reference(layer, (x,))[0]
     simulated = _simulated(prog, (x,))[0]
     got = check.compare("out", "bf16", simulated, ref, check.tolerance("bf16", True))
@@ -182,7 +182,7 @@ def test_a_short_row_sum_is_a_lane_sum_and_the_simulator_runs_it_as_eager(cols, 
     prog = _compile(fn, (x,), AVX512)
     sums = [s for s in _forms(prog) if isinstance(s, LaneSum)]
     assert {s.lanes for s in sums} == ({lanes} if lanes else set())
-    assert (f"st_lane_sum{lanes}(" in prog.lowered.c) == bool(lanes)
+    assert (f"st_lane_sum{lanes}(" in prog.lowered.source) == bool(lanes)
     got = check.compare("out", "f32", _simulated(prog, (x,))[0], check.eager_reference(fn, (x,))[0],
                         check.tolerance("f32", False))
     assert got.passed, f"rel err {got.rel:.3g} (tol {got.tol})"

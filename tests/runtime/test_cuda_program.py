@@ -95,7 +95,7 @@ def _on_sim_driver(code, **kw):
     kp, tp = program.lowered.kernel, program.torch_program
     driver = SimDriver(kp)
     rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=driver,
-                     poison=True, **kw)
+                     poison=True, units=program.lowered.units, **kw)
     return program, snippet, rt, driver
 
 
@@ -334,11 +334,13 @@ def test_the_cubin_comes_from_the_compile_cache(monkeypatch, tmp_path):
 def test_twins_compile_once_in_units_of_their_own(monkeypatch, tmp_path):
     """Units of one kernel each (UNIT_KERNELS=1), compiled by NVRTC on two threads: four
     launches, two cubins, and the answer of the simulator."""
-    from strata.runtime import cuda_units
+    from strata.codegen import cuda_units
     monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_units, "UNIT_KERNELS", 1)
     program, snippet, rt, driver = _on_sim_driver(TWINS)
     assert len(program.lowered.kernel.kernels) == 4
+    # one emission: the units compiled are the text --ir cuda prints, one after the other
+    assert len(rt.units.sources) == 2 and "".join(rt.units.sources) == program.source("cuda")
     assert len(driver.images) == 2 and all(i[:4] == b"\x7fELF" for i in driver.images)
     got = rt.run(snippet.example_inputs)[0]
     np.testing.assert_array_equal(to_numpy(got), program.run_numpy(snippet.example_inputs)[0])

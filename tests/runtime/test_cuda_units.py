@@ -1,8 +1,10 @@
-"""runtime/cuda_units.py: twins share one compiled function; units have a fixed size and compile
-side by side (the end-to-end run on a simulated driver is in test_cuda_program.py)."""
+"""codegen/cuda_units.py and runtime/cuda_units.py: twins share one compiled function; units have a
+fixed size and compile side by side; the units are the text --ir cuda prints (the end-to-end run
+on a simulated driver is in test_cuda_program.py)."""
 from strata.api import compile_snippet
-from strata.runtime import cuda_units
-from strata.runtime.cuda_units import compile_units, plan_units
+from strata.codegen import cuda_units
+from strata.codegen.cuda_units import plan_units
+from strata.runtime.cuda_units import compile_units
 
 FOUR_LAYERS = ("torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(64, 64), "
                "torch.nn.ReLU())])(torch.randn(8, 64))")

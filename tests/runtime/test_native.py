@@ -466,5 +466,5 @@ def test_a_16_bit_copy_moves_its_bits():
     def copy(t):
         return t.t().contiguous()
     program = strata.compile(copy, (x,), device="cpu")
-    assert "st_raw_" in program.lowered.c
+    assert "st_raw_" in program.lowered.source
     assert torch.equal(program(x).view(torch.int16), copy(x).view(torch.int16))

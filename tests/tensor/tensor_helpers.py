@@ -110,7 +110,7 @@ def _through_pipeline(prog, feed: dict) -> dict:
     from strata.runtime.nvrtc import compile_cuda
     low = lower_torch_program(prog)
     verify_program(low.kernel)
-    compile_cuda(low.cuda, "sm_90", want="ptx")
+    compile_cuda(low.source, "sm_90", want="ptx")
     feed = {**feed, **{k: to_numpy(v) for k, v in prog.weights.items()}}
     got = simulate(low.kernel, feed)
     outs = [got[o] if o in got else feed[o] for o in low.kernel.outputs]

@@ -128,7 +128,7 @@ def test_bf16_linears_default_to_vdpbf16ps_and_attention_values_do_not():
     x, w = torch.randn(33, 300).to(BF16), torch.randn(24, 300).to(BF16)
     prog, _ = cpu_compile(F.linear, (x, w))
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == "dot"
-    assert "_mm512_dpbf16_ps(" in prog.lowered.c
+    assert "_mm512_dpbf16_ps(" in prog.lowered.source
     assert_matches(prog, F.linear, (x, w))
     for k, form in ((70, "pairs"), (69, "outer")):     # K too short: pairs if K is even
         prog, _ = cpu_compile(F.linear, (x[:, :k], w[:, :k]))
@@ -153,7 +153,7 @@ def test_an_m_side_operand_not_contiguous_along_k_is_stored_once_in_bf16():
     prog, log = cpu_compile(o_proj, (a, w))
     assert "bf16 by" in log, log
     assert any(dict(k.knobs).get("FORM") == "dot" for k in prog.lowered.tile.kernels)
-    assert "_mm512_dpbf16_ps(" in prog.lowered.c
+    assert "_mm512_dpbf16_ps(" in prog.lowered.source
     assert_matches(prog, o_proj, (a, w))
 
 
@@ -196,7 +196,7 @@ def test_the_pairs_form_matches_eager(m, n, k):
     if m > 1:
         kernel = next(k for k in prog.lowered.tile.kernels if k.name == "k_matmul_reduce")
         assert dict(kernel.knobs)["FORM"] == "pairs" and "K pairs" in format_kernel(kernel)
-        assert "vdpbf16ps on pairs of K" in prog.lowered.c
+        assert "vdpbf16ps on pairs of K" in prog.lowered.source
     assert_matches(prog, torch.matmul, (x, w))
 
 

@@ -33,7 +33,7 @@ def assert_matches(prog, fn, inputs):
 
 
 def kernel_source(prog, name: str) -> str:
-    c = prog.lowered.c
+    c = prog.lowered.source
     start = c.index(f"{name}(")
     return c[start:c.index("\n}\n", start)]
 

@@ -49,21 +49,21 @@ def test_a_foreign_cpus_contraction_is_priced_from_its_machine_code():
     the hot loop's FLOPs come from its tile or ymm FMAs, llvm-mca prices it, and a 1-row register
     tile (a load for every FMA) is modelled slower than the default."""
     spr = _lowered("cpu-spr")
-    [(name, loop)] = static_cost.hot_loop_costs(spr.c, spr.target).items()
+    [(name, loop)] = static_cost.hot_loop_costs(spr.source, spr.target).items()
     assert name == spr.kernel.kernels[0].name and loop[1] % (16 * 16 * 32 * 2) == 0 and loop[0] > 0
     low = _lowered("cpu-avx2")
-    [(_, (cycles, flops))] = static_cost.hot_loop_costs(low.c, low.target).items()
+    [(_, (cycles, flops))] = static_cost.hot_loop_costs(low.source, low.target).items()
     assert flops % 16 == 0 and flops >= 64 and cycles > 0
-    default = cost.program_ms(low.kernel.kernels, low.target, low.c)
+    default = cost.program_ms(low.kernel.kernels, low.target, low.source)
     one_row = _lowered("cpu-avx2", THREAD_M=1)
-    assert cost.program_ms(one_row.kernel.kernels, one_row.target, one_row.c) > 1.5 * default
+    assert cost.program_ms(one_row.kernel.kernels, one_row.target, one_row.source) > 1.5 * default
 
 
 @needs_mca
 def test_a_source_the_compiler_hangs_on_is_ranked_last(monkeypatch):
     low = _lowered("cpu-avx2")
     monkeypatch.setattr(static_cost, "COMPILE_S", 0.001)
-    assert cost.program_ms(low.kernel.kernels, low.target, low.c) == float("inf")
+    assert cost.program_ms(low.kernel.kernels, low.target, low.source) == float("inf")
 
 
 def test_cost_mca_without_llvm_is_one_sentence(monkeypatch, capsys, tmp_path):
