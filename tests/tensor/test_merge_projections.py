@@ -51,6 +51,27 @@ def test_a_source_weight_changed_later_is_seen():
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_programs_of_one_module_share_the_concatenated_weights():
+    """One concatenation per set of weights and versions, whatever the number of programs (one per
+    cache length under torch.compile's dynamic KV cache); a weight updated in place since is
+    concatenated again, and a program made before keeps what it was made from."""
+    m = Attention()
+
+    def merged(rows):
+        prog = strata.compile(m, (torch.randn(rows, 64),), device="sim")
+        (name,) = prog.lowered.torch.derived
+        return prog, prog.lowered.torch.weights[name]
+    with torch.no_grad():
+        (_, a), (_, b) = merged(1), merged(3)
+        assert a is b
+        m.k.weight.mul_(-3)
+        _, c = merged(3)
+        assert c is not a and torch.equal(c[64:80], m.k.weight) and not torch.equal(a[64:80], c[64:80])
+        other = Attention()                 # another module's weights: a concatenation of its own
+        prog = strata.compile(other, (torch.randn(1, 64),), device="sim")
+        assert prog.lowered.torch.weights[next(iter(prog.lowered.torch.derived))] is not c
+
+
 def test_what_must_not_merge_stays_apart():
     class Mixed(torch.nn.Module):
         def __init__(self):
