@@ -1,4 +1,4 @@
-"""Kernel IR: a GPU kernel as hardware primitives, independent of the source language.
+"""Kernel IR: a GPU's or a CPU's kernel (cpu_ir.py) as its primitives, whatever the language.
 
 Values are per-thread scalars in their *compute* type (f32 for f16/bf16 data, i64/i32, bool):
 a `Load` from an f16 buffer yields f32 and a `Store` of f32 into a bf16 buffer rounds to
@@ -7,9 +7,9 @@ nearest-even. Shared memory is declared with `Smem`; `Sync` is a block barrier; 
 asynchronous copies (sm_80+) are `LdMatrix`, `Mma` and `CpAsync`/`CpAsyncCommit`/`CpAsyncWait`,
 with the PTX ISA's fragment layouts and group semantics; on sm_90a, `TmaLoad` (from a
 tensor-map `Param`), the `Mbar*` mbarrier statements and `Wgmma` (with `WgmmaDesc` descriptors)
-and its fence/commit/wait. Launches are 1-D:
-`grid` blocks of `block` threads. The CUDA emitter (`codegen/cuda.py`) and the simulator
-(`kernel_ir/sim.py`) are both one walk over these nodes.
+and its fence/commit/wait. Launches are 1-D: `grid` blocks of `block` threads (a CPU's block
+is one thread). The emitters (`codegen/`) and the simulator (`kernel_ir/sim.py`) are each one
+walk over these nodes.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tile IR: a Loop IR kernel scheduled onto the GPU.
+"""Tile IR: a Loop IR kernel scheduled onto a GPU's threads or a CPU's cores (one-thread blocks).
 
 A `TileKernel` keeps the Loop IR statements and adds the schedule:
 
