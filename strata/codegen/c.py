@@ -124,32 +124,36 @@ class CEmitter(CFamilyEmitter):
         self.emit(f"st_atomic_{s.op}_{t}(&{cname(s.buf)}[{strip_parens(self.expr(s.index))}], "
                   f"{strip_parens(self.expr(s.value))});", depth)
 
-    def stmt(self, s, depth: int) -> None:
-        if isinstance(s, (Let, Assign)):
-            self.raw.pop(s.var, None)
-        if isinstance(s, Let) and isinstance(s.value, Load) and s.var in self.copied \
-                and self.bufs.get(s.value.buf) in TO_FLOAT:
+    PRINTERS = {**CFamilyEmitter.PRINTERS, CpuForm: "form"}
+
+    def let(self, s: Let, depth: int) -> None:
+        self.raw.pop(s.var, None)
+        if isinstance(s.value, Load) and s.var in self.copied and self.bufs.get(s.value.buf) in TO_FLOAT:
             self.raw[s.var] = self.bufs[s.value.buf]    # its bits too: a copy is a move, not a
             self.emit(f"uint16_t st_raw_{cname(s.var)} = "  # widening and a rounding (c.py)
                       f"{cname(s.value.buf)}[{strip_parens(self.expr(s.value.index))}];", depth)
             return self.emit(f"float {cname(s.var)} = {TO_FLOAT[self.raw[s.var]]}"
                              f"(st_raw_{cname(s.var)});", depth)
-        if isinstance(s, Assign) and s.var in self.flags:     # a NaN-flagged max/min (simd_plan.py)
+        super().let(s, depth)
+
+    def assign(self, s: Assign, depth: int) -> None:
+        self.raw.pop(s.var, None)
+        if s.var in self.flags:                         # a NaN-flagged max/min (simd_plan.py)
             acc, (a, b) = cname(s.var), s.value.args
             x = strip_parens(self.expr(b if isinstance(a, Var) and a.name == s.var else a))
             cmp = ">" if s.value.op == "maximum" else "<"
             t = self.ctype(s.var, self.types[s.var])
             return self.emit(f"{{ {t} st_x = {x}; {self.flags[s.var]} |= st_x != st_x; "
                              f"{acc} = {acc} {cmp} st_x ? {acc} : st_x; }}", depth)
-        if isinstance(s, Assign) and s.var in self.lanes:    # a laned sum (loop())
+        if s.var in self.lanes:                         # a laned sum (loop())
             a, b = s.value.args
             x = b if isinstance(a, Var) and a.name == s.var else a
             return self.emit(f"{self.lanes[s.var]} += {strip_parens(self.expr(x))};", depth)
-        if not isinstance(s, For):
-            return super().stmt(s, depth)
-        if isinstance(s, CpuForm):                      # kernel_ir/cpu_ir.py: its printer
-            return FORMS[type(s)](self, s, depth, lambda: self.loop(s, depth))
-        self.loop(s, depth)
+        super().assign(s, depth)
+
+    def form(self, s: CpuForm, depth: int) -> None:
+        """A CPU instruction form (kernel_ir/cpu_ir.py): its printer, given its plain loop."""
+        FORMS[type(s)](self, s, depth, lambda: self.loop(s, depth))
 
     def loop(self, s: For, depth: int) -> None:
         plan = plan_loop(s, self.types)

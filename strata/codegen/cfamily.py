@@ -214,6 +214,13 @@ class CFamilyEmitter:
     to_float: dict = {}         # 16-bit storage -> float, by dtype
     to_storage: dict = {}       # float -> 16-bit storage, rounded to nearest even
 
+    # statement class -> the method that prints it; a language's emitter adds the statements only
+    # it has (CUDA's tensor cores, C's CPU forms). tests/codegen: every class a language prints
+    # has one in that language's emitter.
+    PRINTERS = {Let: "let", Assign: "assign", Store: "store", LoadVec: "load_vec",
+                StoreVec: "store_vec", For: "loop", If: "branch", While: "repeat", Atomic: "atomic",
+                Sync: "sync", Smem: "shared_array", Comment: "comment"}
+
     def __init__(self, kernel: Kernel):
         self.k = kernel
         self.wide = needs_64bit_indices(kernel)
@@ -370,59 +377,62 @@ class CFamilyEmitter:
                 self.stmt(s, depth)
 
     def stmt(self, s, depth: int) -> None:
-        if isinstance(s, Let):
-            self.emit(f"{self.ctype(s.var, s.dtype)} {cname(s.var)} = {strip_parens(self.expr(s.value))};", depth)
-        elif isinstance(s, Assign):
-            v = s.value
-            if (isinstance(v, Op) and v.op in ("add", "subtract", "multiply")
-                    and isinstance(v.args[0], Var) and v.args[0].name == s.var):
-                sym = INFIX[v.op][0]
-                self.emit(f"{cname(s.var)} {sym}= {strip_parens(self.expr(v.args[1]))};", depth)
-            else:
-                self.emit(f"{cname(s.var)} = {strip_parens(self.expr(v))};", depth)
-        elif isinstance(s, Store):
-            self.emit(f"{cname(s.buf)}[{self.expr(s.index)}] = {self.stored(s.buf, s.value)};", depth)
-        elif isinstance(s, LoadVec):
-            self.load_vec(s, depth)
-        elif isinstance(s, StoreVec):
-            self.store_vec(s, depth)
-        elif isinstance(s, For):
-            if s.unroll:
-                self.emit("#pragma unroll", depth)
-            v = cname(s.var)
-            t = self.ctype(s.var, s.dtype)
-            inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
-            self.emit(f"for ({t} {v} = {strip_parens(self.expr(s.start))}; {v} < "
-                      f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
-            self.body(s.body, depth + 1)
-            self.emit("}", depth)
-        elif isinstance(s, If):
-            self.emit(f"if ({strip_parens(self.expr(s.cond))}) {{", depth)
-            self.body(s.then, depth + 1)
-            orelse = s.orelse
-            while len(orelse) == 1 and isinstance(orelse[0], If):
-                self.emit(f"}} else if ({strip_parens(self.expr(orelse[0].cond))}) {{", depth)
-                self.body(orelse[0].then, depth + 1)
-                orelse = orelse[0].orelse
-            if orelse:
-                self.emit("} else {", depth)
-                self.body(orelse, depth + 1)
-            self.emit("}", depth)
-        elif isinstance(s, While):
-            self.emit(f"while ({strip_parens(self.expr(s.cond))}) {{", depth)
-            self.body(s.body, depth + 1)
-            self.emit("}", depth)
-        elif isinstance(s, Atomic):
-            self.atomic(s, depth)
-        elif isinstance(s, Sync):
-            self.barrier(depth)
-        elif isinstance(s, Smem):
-            self.shared_array(s, depth)
-        elif isinstance(s, Comment):
-            for line in s.text.splitlines() or [""]:
-                self.emit(f"// {line}", depth)
+        """`s` printed by the method PRINTERS names for its class (or the nearest base class)."""
+        for cls in type(s).__mro__:
+            if cls in self.PRINTERS:
+                return getattr(self, self.PRINTERS[cls])(s, depth)
+        raise TypeError(f"{self.k.name}: {type(self).__name__} has no printer for {type(s).__name__}")
+
+    def let(self, s: Let, depth: int) -> None:
+        self.emit(f"{self.ctype(s.var, s.dtype)} {cname(s.var)} = {strip_parens(self.expr(s.value))};", depth)
+
+    def assign(self, s: Assign, depth: int) -> None:
+        v = s.value
+        if (isinstance(v, Op) and v.op in ("add", "subtract", "multiply")
+                and isinstance(v.args[0], Var) and v.args[0].name == s.var):
+            sym = INFIX[v.op][0]
+            self.emit(f"{cname(s.var)} {sym}= {strip_parens(self.expr(v.args[1]))};", depth)
         else:
-            self.special(s, depth)
+            self.emit(f"{cname(s.var)} = {strip_parens(self.expr(v))};", depth)
+
+    def store(self, s: Store, depth: int) -> None:
+        self.emit(f"{cname(s.buf)}[{self.expr(s.index)}] = {self.stored(s.buf, s.value)};", depth)
+
+    def loop(self, s: For, depth: int) -> None:
+        if s.unroll:
+            self.emit("#pragma unroll", depth)
+        v = cname(s.var)
+        t = self.ctype(s.var, s.dtype)
+        inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
+        self.emit(f"for ({t} {v} = {strip_parens(self.expr(s.start))}; {v} < "
+                  f"{self.expr(s.stop, REL + 1)}; {inc}) {{", depth)
+        self.body(s.body, depth + 1)
+        self.emit("}", depth)
+
+    def branch(self, s: If, depth: int) -> None:
+        self.emit(f"if ({strip_parens(self.expr(s.cond))}) {{", depth)
+        self.body(s.then, depth + 1)
+        orelse = s.orelse
+        while len(orelse) == 1 and isinstance(orelse[0], If):
+            self.emit(f"}} else if ({strip_parens(self.expr(orelse[0].cond))}) {{", depth)
+            self.body(orelse[0].then, depth + 1)
+            orelse = orelse[0].orelse
+        if orelse:
+            self.emit("} else {", depth)
+            self.body(orelse, depth + 1)
+        self.emit("}", depth)
+
+    def repeat(self, s: While, depth: int) -> None:
+        self.emit(f"while ({strip_parens(self.expr(s.cond))}) {{", depth)
+        self.body(s.body, depth + 1)
+        self.emit("}", depth)
+
+    def comment(self, s: Comment, depth: int) -> None:
+        for line in s.text.splitlines() or [""]:
+            self.emit(f"// {line}", depth)
+
+    def sync(self, s: Sync, depth: int) -> None:
+        self.barrier(depth)
 
     def barrier(self, depth: int) -> None:
         raise NotImplementedError
@@ -432,10 +442,6 @@ class CFamilyEmitter:
 
     def atomic(self, s: Atomic, depth: int) -> None:
         raise NotImplementedError
-
-    def special(self, s, depth: int) -> None:
-        """A statement only some languages have (CUDA's tensor cores, copies, TMA)."""
-        raise TypeError(f"{self.k.name}: cannot emit statement {s!r}")
 
     def stored(self, buf: str, value: Expr) -> str:
         conv = self.to_storage.get(self.bufs.get(buf, ""))

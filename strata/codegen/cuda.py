@@ -142,32 +142,35 @@ class CudaEmitter(CFamilyEmitter):
         align = "__align__(1024) " if s.name in self.swizzled else align
         self.emit(f"__shared__ {align}{ct} {cname(s.name)}[{s.size}];", depth)
 
-    def special(self, s, depth: int) -> None:
-        if isinstance(s, LdMatrix):
-            names = [cname(v) for v in s.vars]
-            self.emit(f"int {', '.join(names)};", depth)
-            regs = ", ".join(f"%{k}" for k in range(len(names)))
-            self.asm(f"ldmatrix.sync.aligned.m8n8.x{len(names)}{'.trans' if s.trans else ''}"
-                     f".shared.b16 {{{regs}}}, [%{len(names)}];",
-                     [f'"=r"({n})' for n in names], [f'"r"({self.smem_addr(s.buf, s.row)})'], depth)
-        elif isinstance(s, Mma):
-            self.mma(s, depth)
-        elif isinstance(s, CpAsync):
-            src = f"&{cname(s.src)}[{self.expr(s.src_index)}]"
-            ins = [f'"r"({self.smem_addr(s.dst, s.dst_index)})', f'"l"({src})']
-            size = f"{s.nbytes}"
-            if s.src_bytes is not None:
-                ins.append(f'"r"((unsigned){self.expr(s.src_bytes, UNARY)})')
-                size += ", %2"
-            self.asm(f"cp.async.{s.cache}.shared.global [%0], [%1], {size};", [], ins, depth)
-        elif isinstance(s, CpAsyncCommit):
-            self.asm("cp.async.commit_group;", [], [], depth)
-        elif isinstance(s, CpAsyncWait):
-            self.asm(f"cp.async.wait_group {s.pending};", [], [], depth)
-        elif isinstance(s, HOPPER_STMTS):
-            self.hopper(s, depth)
-        else:
-            super().special(s, depth)
+    PRINTERS = {**CFamilyEmitter.PRINTERS, LdMatrix: "ldmatrix", Mma: "mma", CpAsync: "cp_async",
+                CpAsyncCommit: "cp_async_commit", CpAsyncWait: "cp_async_wait", Wgmma: "wgmma",
+                WgmmaFence: "wgmma_fence", WgmmaCommit: "wgmma_commit", WgmmaWait: "wgmma_wait",
+                FenceProxyAsync: "fence_proxy_async", MbarInit: "mbar_init",
+                MbarArrive: "mbar_arrive", MbarTryWait: "mbar_try_wait", MbarWait: "mbar_wait",
+                TmaLoad: "tma_load"}
+
+    def ldmatrix(self, s: LdMatrix, depth: int) -> None:
+        names = [cname(v) for v in s.vars]
+        self.emit(f"int {', '.join(names)};", depth)
+        regs = ", ".join(f"%{k}" for k in range(len(names)))
+        self.asm(f"ldmatrix.sync.aligned.m8n8.x{len(names)}{'.trans' if s.trans else ''}"
+                 f".shared.b16 {{{regs}}}, [%{len(names)}];",
+                 [f'"=r"({n})' for n in names], [f'"r"({self.smem_addr(s.buf, s.row)})'], depth)
+
+    def cp_async(self, s: CpAsync, depth: int) -> None:
+        src = f"&{cname(s.src)}[{self.expr(s.src_index)}]"
+        ins = [f'"r"({self.smem_addr(s.dst, s.dst_index)})', f'"l"({src})']
+        size = f"{s.nbytes}"
+        if s.src_bytes is not None:
+            ins.append(f'"r"((unsigned){self.expr(s.src_bytes, UNARY)})')
+            size += ", %2"
+        self.asm(f"cp.async.{s.cache}.shared.global [%0], [%1], {size};", [], ins, depth)
+
+    def cp_async_commit(self, s: CpAsyncCommit, depth: int) -> None:
+        self.asm("cp.async.commit_group;", [], [], depth)
+
+    def cp_async_wait(self, s: CpAsyncWait, depth: int) -> None:
+        self.asm(f"cp.async.wait_group {s.pending};", [], [], depth)
 
     def atomic(self, s: Atomic, depth: int) -> None:
         t = self.bufs[s.buf]
@@ -222,43 +225,49 @@ class CudaEmitter(CFamilyEmitter):
                  f"{{{_operands(4, 4)}}}, {{{_operands(8, 2)}}}, {{{c_ops}}};", outs, ins, depth,
                  memory=False)
 
-    def hopper(self, s, depth: int) -> None:
-        """TMA, mbarrier and wgmma: one asm statement each (waits call st_mbar_wait)."""
-        if isinstance(s, Wgmma):
-            self.wgmma(s, depth)
-        elif isinstance(s, WgmmaFence):
-            self.asm("wgmma.fence.sync.aligned;", [], [], depth)
-        elif isinstance(s, WgmmaCommit):
-            self.asm("wgmma.commit_group.sync.aligned;", [], [], depth)
-        elif isinstance(s, WgmmaWait):
-            self.asm(f"wgmma.wait_group.sync.aligned {s.pending};", [], [], depth)
-        elif isinstance(s, FenceProxyAsync):
-            self.asm("fence.proxy.async.shared::cta;", [], [], depth)
-        elif isinstance(s, MbarInit):
-            self.asm("mbarrier.init.shared::cta.b64 [%0], %1;", [],
-                     [f'"r"({self.smem_addr(s.bar, s.index)})', f'"r"({s.count})'], depth)
-        elif isinstance(s, MbarArrive):
-            bar = f'"r"({self.smem_addr(s.bar, s.index)})'
-            if s.tx_bytes is None:
-                self.asm("mbarrier.arrive.shared::cta.b64 _, [%0];", [], [bar], depth)
-            else:
-                self.asm("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;", [],
-                         [bar, f'"r"({s.tx_bytes})'], depth)
-        elif isinstance(s, MbarTryWait):
-            self.emit(f"bool {cname(s.var)} = st_mbar_try_wait({self.smem_addr(s.bar, s.index)}, "
-                      f"(unsigned){self.expr(s.parity, UNARY)});", depth)
-        elif isinstance(s, MbarWait):
-            self.emit(f"st_mbar_wait({self.smem_addr(s.bar, s.index)}, "
-                      f"(unsigned){self.expr(s.parity, UNARY)});", depth)
-        elif isinstance(s, TmaLoad):
-            r = len(s.coords)
-            coords = ", ".join(f"%{2 + j}" for j in range(r))
-            self.asm(f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                     f"[%0], [%1, {{{coords}}}], [%{2 + r}];", [],
-                     [f'"r"({self.smem_addr(s.dst, s.dst_index)})',
-                      f'"l"(reinterpret_cast<unsigned long long>(&{cname(s.tmap)}))',
-                      *(f'"r"((int){self.expr(c, UNARY)})' for c in s.coords),
-                      f'"r"({self.smem_addr(s.bar, s.bar_index)})'], depth)
+    # TMA, mbarrier and wgmma: one asm statement each (waits call st_mbar_wait)
+
+    def wgmma_fence(self, s: WgmmaFence, depth: int) -> None:
+        self.asm("wgmma.fence.sync.aligned;", [], [], depth)
+
+    def wgmma_commit(self, s: WgmmaCommit, depth: int) -> None:
+        self.asm("wgmma.commit_group.sync.aligned;", [], [], depth)
+
+    def wgmma_wait(self, s: WgmmaWait, depth: int) -> None:
+        self.asm(f"wgmma.wait_group.sync.aligned {s.pending};", [], [], depth)
+
+    def fence_proxy_async(self, s: FenceProxyAsync, depth: int) -> None:
+        self.asm("fence.proxy.async.shared::cta;", [], [], depth)
+
+    def mbar_init(self, s: MbarInit, depth: int) -> None:
+        self.asm("mbarrier.init.shared::cta.b64 [%0], %1;", [],
+                 [f'"r"({self.smem_addr(s.bar, s.index)})', f'"r"({s.count})'], depth)
+
+    def mbar_arrive(self, s: MbarArrive, depth: int) -> None:
+        bar = f'"r"({self.smem_addr(s.bar, s.index)})'
+        if s.tx_bytes is None:
+            self.asm("mbarrier.arrive.shared::cta.b64 _, [%0];", [], [bar], depth)
+        else:
+            self.asm("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;", [],
+                     [bar, f'"r"({s.tx_bytes})'], depth)
+
+    def mbar_try_wait(self, s: MbarTryWait, depth: int) -> None:
+        self.emit(f"bool {cname(s.var)} = st_mbar_try_wait({self.smem_addr(s.bar, s.index)}, "
+                  f"(unsigned){self.expr(s.parity, UNARY)});", depth)
+
+    def mbar_wait(self, s: MbarWait, depth: int) -> None:
+        self.emit(f"st_mbar_wait({self.smem_addr(s.bar, s.index)}, "
+                  f"(unsigned){self.expr(s.parity, UNARY)});", depth)
+
+    def tma_load(self, s: TmaLoad, depth: int) -> None:
+        r = len(s.coords)
+        coords = ", ".join(f"%{2 + j}" for j in range(r))
+        self.asm(f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 f"[%0], [%1, {{{coords}}}], [%{2 + r}];", [],
+                 [f'"r"({self.smem_addr(s.dst, s.dst_index)})',
+                  f'"l"(reinterpret_cast<unsigned long long>(&{cname(s.tmap)}))',
+                  *(f'"r"((int){self.expr(c, UNARY)})' for c in s.coords),
+                  f'"r"({self.smem_addr(s.bar, s.bar_index)})'], depth)
 
     def wgmma(self, s: Wgmma, depth: int) -> None:
         """D = A @ B.T + D per warpgroup; scale-d is a predicate set from an int; imm-scale-a/b

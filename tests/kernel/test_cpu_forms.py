@@ -215,3 +215,26 @@ def test_every_statement_class_has_a_simulator_step():
         return {c, *(x for d in c.__subclasses__() for x in subclasses(d))}
     statements = {c for c in subclasses(ir.Stmt) if c.__module__.startswith("strata.kernel_ir")}
     assert statements - set(STEPS) - set(MEANINGS) - {ir.Stmt, CpuForm} == set()
+
+
+def test_every_statement_a_language_prints_has_a_printer_in_its_emitter():
+    """Each emitter looks a statement's printer up by its class (cfamily.PRINTERS and each
+    language's additions): every class a language prints (its `languages`) has one, and a class
+    with none is refused by name."""
+    from strata.codegen import c, cuda, hip, metal, opencl
+    from strata.kernel_ir import ir
+
+    def subclasses(k):
+        return {k, *(x for d in k.__subclasses__() for x in subclasses(d))}
+    emitters = {"c": c.CEmitter, "cuda": cuda.CudaEmitter, "opencl": opencl.OpenCLEmitter,
+                "hip": hip.HipEmitter, "metal": metal.MetalEmitter}
+    statements = {k for k in subclasses(ir.Stmt) - {ir.Stmt} if k.__module__.startswith("strata.kernel_ir")}
+    missing = [(language, k.__name__) for k in statements for language in k.languages
+               if not any(base in emitters[language].PRINTERS for base in k.__mro__)]
+    assert missing == []
+
+    class Unknown(ir.Stmt):
+        pass
+    kernel = ir.Kernel("k", (ir.Param("x", "f32", 4, True),), 1, 1, (Unknown(),))
+    with pytest.raises(TypeError, match="CEmitter has no printer for Unknown"):
+        c.CEmitter(kernel).stmt(Unknown(), 1)
