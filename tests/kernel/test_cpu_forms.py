@@ -238,3 +238,15 @@ def test_every_statement_a_language_prints_has_a_printer_in_its_emitter():
     kernel = ir.Kernel("k", (ir.Param("x", "f32", 4, True),), 1, 1, (Unknown(),))
     with pytest.raises(TypeError, match="CEmitter has no printer for Unknown"):
         c.CEmitter(kernel).stmt(Unknown(), 1)
+
+
+def test_every_statement_class_has_a_verifier_entry():
+    """The verifier finds each statement's rule by its class (verify.RULES, None where the
+    operands are all there is to check): strata's every statement class has an entry."""
+    from strata.kernel_ir import ir
+    from strata.kernel_ir.verify import RULES
+
+    def subclasses(k):
+        return {k, *(x for d in k.__subclasses__() for x in subclasses(d))}
+    statements = {k for k in subclasses(ir.Stmt) - {ir.Stmt} if k.__module__.startswith("strata.kernel_ir")}
+    assert [k.__name__ for k in statements if not any(b in RULES for b in k.__mro__)] == []

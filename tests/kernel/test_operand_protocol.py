@@ -1,6 +1,7 @@
 """The operand protocol (kernel_ir/ir.py): a statement kind written once, as a dataclass with typed
 fields and its printed line, is walked, printed, verified, turned into thread loops, costed and
-renamed by the code that exists; only an emitter that prints it needs a method. The kind here
+renamed by the code that exists; only an emitter that prints it needs a method (and its entry
+in the emitter's PRINTERS). The kind here
 (a prefetch hint) lives in this test alone, so nothing in strata knows it by name."""
 from __future__ import annotations
 
@@ -71,11 +72,13 @@ def test_cost_model_counts_its_buffer_and_twins_rename_it():
 
 def test_an_emitter_prints_it_with_one_method():
     k = kernel(E.Var("i", "i32"))
-    with pytest.raises(TypeError, match="cannot emit statement Prefetch"):
+    with pytest.raises(TypeError, match="CEmitter has no printer for Prefetch"):
         CEmitter(k).kernel()
 
     class WithPrefetch(CEmitter):
-        def special(self, s, depth):
+        PRINTERS = {**CEmitter.PRINTERS, Prefetch: "prefetch"}
+
+        def prefetch(self, s, depth):
             self.emit(f"__builtin_prefetch(&{s.buf}[{self.expr(s.index)}]);", depth)
     assert "__builtin_prefetch(&x[i]);" in WithPrefetch(k).kernel()
 
