@@ -44,7 +44,7 @@ LAYERS = (
      "what their programs do where autograd is on"),
     ("tools", ("check", "models.decode", "tune", "bench"),
      "built on the entry points: checking against eager, KV-cache decoding, the tuner, benchmarks"),
-    ("cli", ("cli", "cli_generate", "cli_model", "cli_tune", "cli_view"),
+    ("cli", ("cli",),
      "the `strata` command over all of it"),
     ("facade", ("",), "`import strata`: the package, whose names resolve on first use"),
     ("acceptance", ("gpu_check",), "the GPU acceptance run: uses strata as its users do"),

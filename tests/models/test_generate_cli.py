@@ -1,4 +1,4 @@
-"""`strata generate MODEL` (strata/cli_generate.py): greedy ids on one line, timings, --compare
+"""`strata generate MODEL` (strata/cli/generate.py): greedy ids on one line, timings, --compare
 against Hugging Face eager, and one sentence with a non-zero exit for each bad input."""
 import json
 
@@ -75,7 +75,7 @@ def test_a_config_without_the_models_sizes_names_them(tiny_dir, tmp_path, capsys
 
 
 def test_the_simulators_size_refusal_names_both_native_devices(tiny_dir, capsys, monkeypatch):
-    monkeypatch.setattr("strata.cli_generate.SIM_MAX_PARAMS", 1000)
+    monkeypatch.setattr("strata.cli.generate.SIM_MAX_PARAMS", 1000)
     rc = main(["generate", str(tiny_dir), "--prompt-ids", "1,2"])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and len(err.splitlines()) == 1, err

@@ -1,4 +1,4 @@
-"""`strata generate --compare` on a bf16 model (strata/cli_generate.py `_verdict`): where strata's
+"""`strata generate --compare` on a bf16 model (strata/cli/generate.py `_verdict`): where strata's
 greedy ids differ from bf16 eager's, float32 eager decides, and the line says so with the margin
 (issue 29: SmolLM2-135M bf16 failed --compare on a near tie that bf16 eager tipped)."""
 import pytest
@@ -9,7 +9,7 @@ import torch  # noqa: E402
 
 from model_helpers import hf_model  # noqa: E402
 from strata.bench.decode_loops import hf_eager_greedy  # noqa: E402
-from strata.cli_generate import _near_ties, _verdict  # noqa: E402
+from strata.cli.generate import _near_ties, _verdict  # noqa: E402
 from strata.quant.formats import quantize  # noqa: E402
 
 PROMPT, N = [3, 1, 4, 1, 5], 6

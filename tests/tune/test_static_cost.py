@@ -91,7 +91,7 @@ def test_tune_ranks_schedules_for_a_cpu_it_does_not_run_on(monkeypatch, capsys, 
 def test_a_cpu_only_a_newer_llvm_models_names_the_llvm_mca_it_needs(monkeypatch, capsys):
     """Issue 51: with Debian's default llvm-mca (LLVM 14) --target cpu-znver4 said only "llvm-mca
     cannot model it on znver3"."""
-    monkeypatch.setattr("strata.cli_tune.llvm_mca", lambda: ("/usr/bin/llvm-mca-14", 14))
+    monkeypatch.setattr("strata.cli.tune.llvm_mca", lambda: ("/usr/bin/llvm-mca-14", 14))
     assert main(["tune", "-c", MATMUL, "--target", "cpu-znver4"]) != 0
     err = capsys.readouterr().err.strip()
     assert err == ("strata: --target cpu-znver4 needs llvm-mca from LLVM 16 or newer (it models "

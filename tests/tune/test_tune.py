@@ -283,7 +283,7 @@ def test_other_load_reads_the_machine():
 
 
 def test_a_busy_machine_is_named_before_tuning():
-    from strata.cli_tune import busy_warning
+    from strata.cli.tune import busy_warning
     assert busy_warning(0.2, 2) is None
     assert "the machine is busy (load 2.5 over the last minute on 2 cores)" in busy_warning(2.5, 2)
 

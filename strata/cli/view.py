@@ -11,7 +11,7 @@ from pathlib import Path
 import sys
 import time
 
-from .errors import StrataError
+from ..errors import StrataError
 
 DEFAULT_OUTPUT = "strata-view.html"
 
@@ -38,9 +38,9 @@ def add_parser(sub, common, model_options) -> None:
 
 
 def view_command(args, ctx) -> int:
-    from .api import check_device, compile_model, compile_snippet
-    from .view import write_page
-    from .view.record import recording
+    from ..api import check_device, compile_model, compile_snippet
+    from ..view import write_page
+    from ..view.record import recording
     if args.model and args.code:
         raise StrataError("give either MODEL or -c CODE, not both")
     if not args.model and (args.layer is not None or args.dtype or args.quant):
@@ -68,12 +68,12 @@ def view_command(args, ctx) -> int:
         program, snippet = compile_snippet(args.code, rec, device=args.device)
         title = ""
         if args.device:
-            from .check import compare_with_eager
-            from .kernel_ir.sim_profile import profiling
+            from ..check import compare_with_eager
+            from ..kernel_ir.sim_profile import profiling
             with profiling() as profiles:            # the simulator's counters, when it runs
                 verdict = compare_with_eager(program, snippet)
         if args.bench and verdict.passed:
-            from .bench.cpu_bench import view_bench
+            from ..bench.cpu_bench import view_bench
             bench = view_bench(program, snippet)
     size = write_page(program, args.output, verdict=verdict, title=title, profiles=profiles,
                       bench=bench)

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from contextlib import nullcontext
 
-from .context import Context
-from .errors import StrataError
+from ..context import Context
+from ..errors import StrataError
 
 # What runs after each stage the pipeline logs (its timing line starts with the stage's name).
 NEXT_STEP = {
@@ -44,7 +44,7 @@ class ProgressContext(Context):
 def compile_model_command(args, base: Context) -> int:
     from rich.console import Console
 
-    from .api import compile_model
+    from ..api import compile_model
     summary = args.ir is None and not args.output     # a whole model's CUDA: 100,000s of lines
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if base.verbosity == 0 else nullcontext()

@@ -9,18 +9,18 @@ import json
 import sys
 import time
 
-from . import machine, progress
-from .bench.threads_option import add_threads_option, use_threads
-from .cli_generate import add_parser as add_generate, generate_command
-from .cli_model import compile_model_command, write_stage
-from .cli_tune import add_parser as add_tune, tune_command
-from .cli_view import add_parser as add_view, view_command
-from .command import guarded
-from .context import Context
-from .errors import DeviceUnavailable, StrataError
-from .knobs import describe_knobs
-from .targets import STAGES, get_target
-from .version import __version__
+from .. import machine, progress
+from ..bench.threads_option import add_threads_option, use_threads
+from .generate import add_parser as add_generate, generate_command
+from .model import compile_model_command, write_stage
+from .tune import add_parser as add_tune, tune_command
+from .view import add_parser as add_view, view_command
+from ..command import guarded
+from ..context import Context
+from ..errors import DeviceUnavailable, StrataError
+from ..knobs import describe_knobs
+from ..targets import STAGES, get_target
+from ..version import __version__
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -102,7 +102,7 @@ def _context(args) -> Context:
 
 
 def cmd_compile(args) -> int:
-    from .api import compile_snippet
+    from ..api import compile_snippet
     if args.model and args.code:
         raise StrataError("give either MODEL or -c CODE, not both")
     if not args.model and (args.layer is not None or args.dtype or args.quant):
@@ -124,8 +124,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .api import check_device, compile_snippet
-    from .check import compare_with_eager, print_report
+    from ..api import check_device, compile_snippet
+    from ..check import compare_with_eager, print_report
     if args.profile and args.device == "cpu":
         raise DeviceUnavailable("--profile counts a GPU schedule's memory accesses: use --device "
                                 "sim (the simulator's counters) or --device cuda (ncu)")
@@ -137,13 +137,13 @@ def cmd_run(args) -> int:
         raise StrataError("nothing to run: give -c CODE")
     ctx = _context(args)
     if args.bench and args.device == "cpu":
-        from .bench.cpu_bench import bench_snippet_cpu
+        from ..bench.cpu_bench import bench_snippet_cpu
         return bench_snippet_cpu(args.code, ctx)
     if args.profile and args.device == "sim":
-        from .bench.cli_sim_profile import profile_snippet_sim
+        from ..bench.cli_sim_profile import profile_snippet_sim
         return profile_snippet_sim(args.code, ctx)
     if args.bench or args.profile:
-        from .bench.cli_bench import bench_snippet
+        from ..bench.cli_bench import bench_snippet
         return bench_snippet(args.code, ctx, profile=args.profile)
     program, snippet = compile_snippet(args.code, ctx, device=args.device)
     report = compare_with_eager(program, snippet)
@@ -169,7 +169,7 @@ def cmd_machine(args) -> int:
     """The cached profile, measured first if there is none or --measure says so."""
     profile = None if args.measure else machine.cached()
     if profile is None:
-        from .bench import machine_probes      # it compiles and times with torch: only here
+        from ..bench import machine_probes      # it compiles and times with torch: only here
         with progress.status("measuring this CPU's ceilings") as status:
             profile = machine_probes.measure(status.update)
         print(f"strata: profile cached in {machine.cache_path(profile)}", file=sys.stderr)
@@ -188,6 +188,3 @@ def cmd_view(args) -> int:
 def cmd_generate(args) -> int:
     return generate_command(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

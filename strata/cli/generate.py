@@ -17,12 +17,12 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from .bench.decode_report import agree
-from .bench.threads_option import add_threads_option
-from .cli_model import ProgressContext
-from .errors import ModelError, StrataError
-from .models.sampling import DEFAULT_TOP_K, Sampling
-from .models.source import hf_config, resolve
+from ..bench.decode_report import agree
+from ..bench.threads_option import add_threads_option
+from .model import ProgressContext
+from ..errors import ModelError, StrataError
+from ..models.sampling import DEFAULT_TOP_K, Sampling
+from ..models.source import hf_config, resolve
 
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).
@@ -75,7 +75,7 @@ def _tokenizer(source):
     d = source.directory
     if d is None or not any((Path(d) / f).is_file() for f in TOKENIZER_FILES):
         return None
-    from .models.hf import transformers
+    from ..models.hf import transformers
     try:
         return transformers().AutoTokenizer.from_pretrained(str(d), local_files_only=True)
     except Exception as e:       # a broken tokenizer file: say which directory
@@ -123,7 +123,7 @@ def _check_lengths(args, prompt_len: int) -> int:
     if args.max_new_tokens < 1:
         raise StrataError(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}")
     need = prompt_len + args.max_new_tokens
-    from .models.decode import cache_positions
+    from ..models.decode import cache_positions
     max_len = args.max_len if args.max_len is not None else cache_positions(need)
     if max_len < 1:
         raise StrataError(f"--max-len must be at least 1, not {max_len}")
@@ -142,14 +142,14 @@ def _line(label: str, t_prefill: float, t_decode: float, steps: int) -> str:
 def _hf_eager(lm, prompt_ids, n, eos, device):
     """Greedy decoding with transformers' own forward and DynamicCache (bench/decode_loops.py,
     shared with `python -m strata.bench.decode`)."""
-    from .bench.decode_loops import hf_eager_greedy
+    from ..bench.decode_loops import hf_eager_greedy
     return hf_eager_greedy(lm, prompt_ids, n, eos, device)
 
 
 def _torch_compile(lm, prompt_ids, n, eos):
     """transformers' StaticCache with the decode step under torch.compile(mode="reduce-overhead")
     on the GPU (bench/decode_loops.py): a warm-up run compiles, the second is timed."""
-    from .bench.decode_loops import StaticCompiled
+    from ..bench.decode_loops import StaticCompiled
     run = StaticCompiled(lm, len(prompt_ids) + n, "cuda")
     run(prompt_ids, n, eos)
     return run(prompt_ids, n, eos)
@@ -173,12 +173,12 @@ def _sampling(args, vocab: int) -> Sampling | None:
 def generate_command(args) -> int:
     from rich.console import Console
 
-    from .api import check_device
-    from .models.build import build
-    from .models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
+    from ..api import check_device
+    from ..models.build import build
+    from ..models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
     check_device(args.device)
     if args.quant is not None:
-        from .quant.formats import check_format
+        from ..quant.formats import check_format
         check_format(args.quant)
     console = Console(stderr=True, highlight=False)
     spinner = console.status("starting") if args.verbose == 0 else nullcontext()
@@ -264,7 +264,7 @@ def _verdict(ids, eager, lm, prompt, total, eos, int8=False) -> tuple[str, bool]
     a CPU) follows no eager trajectory when float32 disagrees too: there `_near_ties` decides."""
     import torch
 
-    from .quant.formats import QuantLinear
+    from ..quant.formats import QuantLinear
     text = _agree(ids, eager)
     low = next(lm.parameters()).dtype
     k = next((i for i, (a, b) in enumerate(zip(ids, eager)) if a != b), None)
@@ -291,7 +291,7 @@ def _near_ties(text, ids, lm, ref, prompt, int8=True) -> tuple[str, bool]:
     the same ids) of its best token: a wrong kernel moves logits by far more than rounding does."""
     import torch
 
-    from .quant.formats import QuantLinear
+    from ..quant.formats import QuantLinear
     seq, n = torch.tensor([list(prompt) + ids]), len(ids)
     noisy = copy.deepcopy(lm).cpu()
     for m in noisy.modules():

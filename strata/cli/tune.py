@@ -16,15 +16,15 @@ from statistics import median
 import sys
 import time
 
-from .bench.threads_option import add_threads_option
-from .context import Context
-from .errors import DeviceUnavailable, StrataError
-from .models.source import resolve
-from .runtime.mca import NEWER, llvm_mca, mcpu
-from .runtime.threads import THREADS, set_threads
-from .targets import get_target
-from .tune.db import TuningDB, db_path
-from .user_cache import caching_enabled
+from ..bench.threads_option import add_threads_option
+from ..context import Context
+from ..errors import DeviceUnavailable, StrataError
+from ..models.source import resolve
+from ..runtime.mca import NEWER, llvm_mca, mcpu
+from ..runtime.threads import THREADS, set_threads
+from ..targets import get_target
+from ..tune.db import TuningDB, db_path
+from ..user_cache import caching_enabled
 
 DEFAULT_BUDGET_S = 60
 
@@ -80,7 +80,7 @@ def tune_command(args) -> int:
         raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
     if args.budget <= 0:
         raise StrataError(f"--budget {args.budget:g}: give a number of seconds above 0")
-    from .api import check_device
+    from ..api import check_device
     check_device(args.device)
     if args.device == "cuda":
         raise DeviceUnavailable("strata tune measures on the CPU target so far: use --device cpu")
@@ -94,7 +94,7 @@ def tune_command(args) -> int:
         set_threads(THREADS.cores)      # the cores a passing load left (runtime/threads.py)
     from rich.console import Console
     console = Console(stderr=True, highlight=False)
-    from .tune.search import tune_program
+    from ..tune.search import tune_program
     total, speedups, failed, t0 = [], [], 0, time.perf_counter()
     for i, (label, req) in enumerate(requests, start=1):
         where = f"[{i}/{len(requests)}] {label}" if len(requests) > 1 else label
@@ -154,8 +154,8 @@ def _rank(args) -> int:
     if target.kind != "cpu":
         raise StrataError(f"--target {args.target} is not a CPU: strata tune ranks CPU schedules")
     pins = dict(item.partition("=")[::2] for item in args.knob)
-    from .tune.search import _show
-    from .tune.worker import Worker
+    from ..tune.search import _show
+    from ..tune.worker import Worker
     for label, req in _requests(args, pins):
         print(f"strata: {label}: compiling each schedule for {target.name} ...", file=sys.stderr)
         reply = Worker().rank({**req, "target": target.name})
@@ -192,7 +192,7 @@ def _requests(args, pins: dict) -> list[tuple[str, dict]]:
     if args.code:
         return [(args.code if len(args.code) <= 40 else args.code[:37] + "...",
                  {**base, "code": args.code})]
-    from .bench.cases import DTYPE_ALIASES, OPS, SEQS, cases, parse_list
+    from ..bench.cases import DTYPE_ALIASES, OPS, SEQS, cases, parse_list
     ops = parse_list(args.ops, tuple(OPS), "op") if args.ops else tuple(OPS)
     seqs = [int(s) for s in parse_list(args.seqs, tuple(str(s) for s in SEQS), "seq")]
     dtypes = parse_list(args.dtypes, ("f32", "bf16"), "dtype", DTYPE_ALIASES)
