@@ -5,7 +5,7 @@
     ids = strata.generate(hf_model, input_ids, max_new_tokens=16)  # KV-cache decoding
     strata.quantize(hf_model, "q8_0")               # linear weights as GGUF's Q8_0 blocks
     print(prog.ir("loop")); print(prog.source("cuda"))
-    fast = torch.compile(model, backend="strata")   # dynamo_backend.py
+    fast = torch.compile(model, backend="strata")   # torch_compile/backend.py
 
 The names below are imported on first use (PEP 562), so that `strata --help` and `--version`
 never import torch.
@@ -36,9 +36,9 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
 
 
-if not any(ep.value == "strata.dynamo_backend:strata_backend"
+if not any(ep.value == "strata.torch_compile.backend:strata_backend"
            for ep in entry_points(group="torch_dynamo_backends")):
-    from .dynamo_backend import register as _register   # no entry point (or a stale one): register now
+    from .torch_compile.backend import register as _register   # no entry point (or a stale one): register now
     _register()
 
 __all__ = ["compile", "generate", "quantize", "set_threads", "Program", "Context", "StrataError",

@@ -7,7 +7,7 @@ sentence. A call made so returns outputs whose backward raises NoBackward, in on
 refusal at the call would break inference run without torch.no_grad() (parameters require grad
 by default), and outputs without history would let a loss mixing them with eager results skip
 their gradients silently. Used by strata.compile (api.py); the torch.compile backend compiles
-the backward too (dynamo_backend.py).
+the backward too (torch_compile/backend.py).
 """
 from __future__ import annotations
 

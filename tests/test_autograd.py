@@ -61,7 +61,7 @@ def test_an_input_that_requires_grad_reaches_the_same_sentence():
 
 
 def test_a_training_step_through_torch_compile_gets_gradients_not_the_sentence():
-    """torch.compile's backend compiles the backward too (tests/frontend/test_dynamo_training.py):
+    """torch.compile's backend compiles the backward too (tests/torch_compile/test_dynamo_training.py):
     nothing there is inference only."""
     torch._dynamo.reset()
     model, x = _linear()

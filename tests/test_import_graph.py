@@ -39,7 +39,7 @@ LAYERS = (
      "database, this CPU's cached profile, the cost model of Kernel IR and of its machine code"),
     ("library", ("view", "models", "quant"),
      "what the entry points build on: the page of a compilation, the models and their weight formats"),
-    ("api", ("api", "dynamo_backend", "dynamo_programs", "dynamo_rewrite", "dynamo_training", "dsl", "autograd"),
+    ("api", ("api", "torch_compile", "dsl", "autograd"),
      "the entry points: strata.compile's Program, torch.compile's backend, @strata.kernel, and "
      "what their programs do where autograd is on"),
     ("tools", ("check", "models.decode", "tune", "bench"),

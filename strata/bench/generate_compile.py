@@ -23,7 +23,7 @@ import time
 
 from .. import progress
 from ..command import guarded
-from ..dynamo_backend import strata_backend
+from ..torch_compile.backend import strata_backend
 from ..errors import StrataError
 from ..models.build import build
 from .env import collect_cpu_env, slug

@@ -1,6 +1,6 @@
-"""A dynamo FX graph as a module strata can capture (torch.compile's backend, dynamo_backend.py):
+"""A dynamo FX graph as a module strata can capture (torch.compile's backend, torch_compile/backend.py):
 its non-tensor inputs fixed, its placeholders named readably, its output structure recorded (to
-be rebuilt around a Program's outputs, dynamo_programs.py), and the inputs dynamo marked static
+be rebuilt around a Program's outputs, torch_compile/programs.py), and the inputs dynamo marked static
 (a module's parameters and buffers) made the program's weights.
 
 Why re-export: dynamo's graph holds torch-level calls (torch.relu, F.linear) with every parameter

@@ -13,8 +13,8 @@ from torch import nn
 import strata  # noqa: F401  (registers the backend when no entry point is installed)
 from strata import check
 from strata.errors import StrataError, UnsupportedOp
-from strata import dynamo_backend
-from strata.dynamo_backend import StrataFallbackWarning, UnsupportedGraph
+from strata.torch_compile import backend as dynamo_backend
+from strata.torch_compile.backend import StrataFallbackWarning, UnsupportedGraph
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -356,7 +356,7 @@ def test_import_strata_registers_when_no_entry_point_is_installed():
 
 def test_a_graph_that_only_updates_in_place_runs_a_program(_fresh_dynamo):
     """A graph returning nothing but updating its input in place compiles a program that writes
-    the caller's tensor (an optimizer's step is one: tests/frontend/test_dynamo_training.py)."""
+    the caller's tensor (an optimizer's step is one: tests/torch_compile/test_dynamo_training.py)."""
     def double(x):
         x.mul_(2)
     x = torch.arange(5.0)

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from conftest import HAS_CC
-from strata import check, dynamo_backend
+from strata import check
+from strata.torch_compile import backend as dynamo_backend
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: strata's CPU programs cannot "
@@ -138,7 +139,7 @@ def _classify(run, batch):
 
 
 def test_a_backward_op_strata_lacks_is_named_at_compile_time():
-    """A transposed convolution's weight gradient is not decomposed (dynamo_training.py)."""
+    """A transposed convolution's weight gradient is not decomposed (torch_compile/training.py)."""
     up, x = nn.ConvTranspose2d(2, 3, 3, stride=2), torch.randn(1, 2, 4, 5)
     with pytest.raises(Exception, match=r"unsupported op aten\.convolution_backward"):
         torch.compile(up, backend="strata")(x)

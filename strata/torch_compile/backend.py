@@ -7,7 +7,7 @@ its forward graph (which also returns the activations the backward saves) and it
 graph are each compiled as an inference graph is, both at compile time, so an op either lacks
 is named then. `torch.compile(opt.step, backend="strata")` compiles the optimizer step: dynamo
 holds its parameters and state as its graph's own attributes, which become inputs the program
-updates in place (_capture), its foreach ops one op per tensor (dynamo_rewrite.py).
+updates in place (_capture), its foreach ops one op per tensor (torch_compile/rewrite.py).
 
 The graph inputs dynamo marks static (a module's parameters and buffers) are the program's
 weights, packed once as strata.compile's are, and again when one's storage or version changes
@@ -36,21 +36,21 @@ from importlib.metadata import entry_points
 
 import torch
 
-from .api import Program, check_device, on_device
-from .context import Context
-from .errors import StrataError, UnsupportedOp
-from .dynamo_programs import CompiledGraph
-from .dynamo_rewrite import foreach_per_tensor, lift_attributes
-from .dynamo_training import forward_and_backward, training
-from .frontend.capture import capture
-from .frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
+from ..api import Program, check_device, on_device
+from ..context import Context
+from ..errors import StrataError, UnsupportedOp
+from .programs import CompiledGraph
+from .rewrite import foreach_per_tensor, lift_attributes
+from .training import forward_and_backward, training
+from ..frontend.capture import capture
+from ..frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
                                     mutated_weights, placeholder_names, weight_positions)
-from .frontend.dynamo_key import graph_key
-from .pipeline import lower_torch_program
-from .tensor.decompose import supported_ops
+from ..frontend.dynamo_key import graph_key
+from ..pipeline import lower_torch_program
+from ..tensor.decompose import supported_ops
 
 NAME = "strata"
-ENTRY_POINT = "strata.dynamo_backend:strata_backend"     # pyproject.toml
+ENTRY_POINT = "strata.torch_compile.backend:strata_backend"     # pyproject.toml
 # options={...} of torch.compile, with their defaults (printed by `describe_options`).
 OPTIONS = {
     "device": "auto",       # auto: cuda for CUDA inputs, else cpu (native C); or "sim" / "cuda" / "cpu"

@@ -1,4 +1,4 @@
-"""Rewrites of dynamo's FX graph before capture, for an optimizer's step (dynamo_backend.py).
+"""Rewrites of dynamo's FX graph before capture, for an optimizer's step (torch_compile/backend.py).
 
 Why: dynamo hands `torch.compile(opt.step)` a graph whose parameters and state are its own
 attributes (get_attr nodes), updated in place, and whose arithmetic is foreach ops over lists of

@@ -1,6 +1,6 @@
 """What dynamo calls for one graph signature: its Program, the weights it holds kept current, and
 dynamo's output structure rebuilt around the Program's outputs (torch.compile's backend,
-dynamo_backend.py; the graph side is frontend/dynamo_graph.py).
+torch_compile/backend.py; the graph side is frontend/dynamo_graph.py).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import weakref
 import torch.utils._pytree as pytree
 from torch.autograd.graph import increment_version
 
-from .frontend.dynamo_graph import OutputPlan
+from ..frontend.dynamo_graph import OutputPlan
 
 
 class CompiledGraph:
@@ -27,7 +27,7 @@ class CompiledGraph:
     autograd, it is not seen.)
 
     lifted: tensors of dynamo's graph itself the program updates in place (an optimizer's
-    parameters and state, dynamo_rewrite.lift_attributes), passed after dynamo's inputs at every call; held
+    parameters and state, rewrite.lift_attributes), passed after dynamo's inputs at every call; held
     weakly, as dynamo's graph drops them with the optimizer. written: the positions of the inputs
     the program updates in place, whose version counters a call bumps, as an in-place op in eager
     does (so that a graph holding one as a weight packs it again)."""

@@ -1,11 +1,11 @@
-"""Training through `torch.compile(model, backend="strata")` (dynamo_backend.py): AOTAutograd
+"""Training through `torch.compile(model, backend="strata")` (torch_compile/backend.py): AOTAutograd
 splits a graph traced with autograd on into a forward graph, whose outputs include the
 activations the backward saves, and a backward graph; strata compiles each as it compiles an
 inference graph, both at compile time, so an op either lacks is named before any step. The
 optimizer step runs eagerly, as the user wrote it, unless compiled too:
 `torch.compile(opt.step, backend="strata")` (AdamW, Adam, SGD with momentum; foreach or not) is
 a graph without autograd, whose parameters and state dynamo holds as its graph's attributes;
-strata reads them as inputs its program updates in place (dynamo_backend._capture).
+strata reads them as inputs its program updates in place (backend._capture).
 
 The split is Inductor's (min-cut rematerialization): what is cheap to recompute from saved
 inputs (a transposed weight, elementwise ops) is recomputed in the backward, where strata fuses
