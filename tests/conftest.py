@@ -117,7 +117,8 @@ def compile_with_nvrtc(prog):
     """Every generated kernel must compile with NVRTC for sm_80 and sm_90."""
     from strata.runtime.nvrtc import compile_cuda
     for arch in ARCHS:
-        compile_cuda(prog.source("cuda"), arch, want="ptx")
+        for unit in prog.lowered.units.sources:      # the translation units NVRTC takes
+            compile_cuda(unit, arch, want="ptx")
 
 
 @pytest.fixture

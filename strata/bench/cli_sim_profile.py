@@ -60,7 +60,10 @@ def gpu_columns(program, profiles: dict) -> tuple[dict, str]:
     are empty, if they are."""
     target, why = program.lowered.target, ""
     try:
-        ptxas = resource_usage(program.lowered.source, target.isa)
+        units, ptxas = program.lowered.units, {}
+        for unit in units.sources:                       # each translation unit; a twin: its own
+            ptxas.update(resource_usage(unit, target.isa))
+        ptxas.update({k: ptxas[f] for k, f in units.function_of.items() if f in ptxas})
     except ImportError as e:
         ptxas, why = {}, f"NVRTC is not installed ({e.name})"
     except Exception as e:          # noqa: BLE001 - a compile error is a bug, but not this report's

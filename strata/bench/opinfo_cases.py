@@ -243,7 +243,8 @@ def _compile_and_check(group: list[Case], contraction: bool, nvrtc: bool, evalua
         program = strata_compile(module, flat)
         verify_program(program.lowered.kernel)
         if nvrtc and program.lowered.kernel.kernels:
-            compile_cuda(program.source("cuda"), "sm_90", want="ptx")
+            for unit in program.lowered.units.sources:     # each translation unit
+                compile_cuda(unit, "sm_90", want="ptx")
         checks = check.verify(program, module, flat, contraction).outputs
     n_out = sum(c.n_out for c in group)
     if len(checks) != n_out:        # a wrong output count (or an input updated in place)

@@ -109,7 +109,8 @@ def test_ptxas_resources_of_emitted_kernels():
     from strata.runtime.nvrtc import resource_usage
     prog = strata.compile(lambda x, w: (x.softmax(-1) @ w).relu(),
                           (torch.randn(128, 256), torch.randn(256, 64)))
-    use = resource_usage(prog.lowered.source, "sm_90")
+    (unit,) = prog.lowered.units.sources
+    use = resource_usage(unit, "sm_90")
     assert set(use) == {k.name for k in prog.kernels}
     for k in prog.kernels:
         assert 0 < use[k.name]["registers"] <= 255

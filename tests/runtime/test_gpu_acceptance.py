@@ -31,7 +31,7 @@ def test_case_compiles_with_nvrtc_for_its_target(name):
     from strata.runtime.nvrtc import compile_cuda
     prog, _, _ = cases.build(name, "sim")
     arch = prog.lowered.target.isa
-    assert len(compile_cuda(prog.source("cuda"), arch, want="ptx")) > 0
+    assert all(len(compile_cuda(unit, arch, want="ptx")) > 0 for unit in prog.lowered.units.sources)
 
 
 def test_a_case_that_takes_another_path_fails(monkeypatch):
