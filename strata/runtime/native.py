@@ -8,7 +8,9 @@ non-contiguous, copied by runtime/args.py), weights prepared once, outputs from 
 temps in one slab planned by liveness (runtime/slab.py). The kernels the program runs once
 (KernelProgram.once: weights packed into a contraction's panel layout) run when the program is
 loaded, and their results are kept as weights, unless they would take more than half of the
-memory available then (they then run on every call, as any kernel). ctypes releases the GIL
+memory available then (they then run on every call, as any kernel); a panel another live program
+packed the same way from the same weights is taken as it is (the prefill programs of one model at
+several prompt lengths: a TinyLlama decoder layer's 88 MB of bf16 panels once, not per program). ctypes releases the GIL
 for the call; the kernels' blocks run on OpenMP threads: as many as runtime/threads.py says (the
 user's number, else the cores other processes leave free). An
 input the program updates in place (`mutated_inputs`) is written in the caller's tensor, which
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import weakref
 from collections.abc import Mapping
 from dataclasses import replace
 from math import prod
@@ -85,31 +88,41 @@ class NativeProgram:
             self._run_once()
             THREADS.start()
 
-    def _run_once(self, weights=None) -> None:
-        """Run the once kernels (weights packed into a contraction's panel layout); given
-        `weights` (names), only those reading one of them."""
+    def _run_once(self, indices=None) -> None:
+        """Run the once kernels (weights packed into a contraction's panel layout), or those of
+        `indices`, but for a panel another program packed already (_shared_panel); each panel
+        made is offered to later programs."""
         ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
         self._team_now()
-        for i in self._once:
-            if weights is None or any(p.name in weights for p in self.program.kernels[i].params):
-                self.library.strata_run_kernel(i, ptrs)
+        for i in self._once if indices is None else indices:
+            if indices is None and i in self._taken:
+                continue
+            self.library.strata_run_kernel(i, ptrs)
+            _offer_panel(self.program.kernels[i], self.weights)
 
     def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
-        """New values for some weights (Program.set_weights): taken by pointer, packed again."""
+        """New values for some weights (Program.set_weights): taken by pointer, packed again
+        into panels of this program's own (another program may hold the old ones)."""
         self.weights.update(prepare_weights(
             [b for b in self.program.buffers if b.name in weights], weights, "cpu"))
+        again = [i for i in self._once if any(p.name in weights for p in self.program.kernels[i].params)]
+        for p in (p for i in again for p in self.program.kernels[i].params if p.output):
+            self.weights[p.name] = torch.empty_like(self.weights[p.name])
         self._plan_call()
         self._spare_calls.clear()                   # their pointer arrays hold the old weights
         if self.library is not None:
-            self._run_once(weights)
+            self._run_once(again)
 
     def _packed_once(self) -> list[int]:
-        """The launch indices of the kernels run once, their outputs made weights; [] when there
-        are none, or their outputs would take over half the memory available."""
+        """The launch indices of the kernels run once, their outputs made weights (a panel
+        another live program packed from the same weights, the same way, is taken as it is:
+        self._taken); [] when there are none, or their outputs would take over half the memory
+        available."""
         once = [i for i, k in enumerate(self.program.kernels) if k.name in self.program.once]
         made = {p.name for i in once for p in self.program.kernels[i].params if p.output}
         size = sum(self.buffers[n].numel * dtypes.ITEMSIZE[self.buffers[n].dtype] for n in made)
         free = available_bytes()
+        self._taken = set()
         if not once or (free is not None and size > free // 2):
             if once:
                 print(f"strata: the packed weights ({size / 2**30:.1f} GiB) would take over half "
@@ -117,6 +130,10 @@ class NativeProgram:
             return []
         for n in made:
             self.weights[n] = torch.empty(self.buffers[n].shape, dtype=dtypes.to_torch(self.buffers[n].dtype))
+        for i in once:
+            if (panel := _shared_panel(self.program.kernels[i], self.weights)) is not None:
+                self.weights[next(p.name for p in self.program.kernels[i].params if p.output)] = panel
+                self._taken.add(i)
         return once
 
     def _team_now(self, n: int | None = None) -> None:
@@ -250,3 +267,38 @@ class NativeProgram:
             ptrs[i] = args[k].data_ptr() or None
         for i, k in self._out_slots:
             ptrs[i] = outs[k].data_ptr() or None
+
+
+# A once kernel (its code, less its name) and where its weights lie -> (weak refs to their
+# storages, their versions, a weak ref to the panel it packed): the prefill programs of one model
+# at several prompt lengths (torch.compile makes one per length) pack the same panels.
+_PANELS: dict[tuple, tuple] = {}
+
+
+def _panel_key(kernel, weights: Mapping) -> tuple | None:
+    ins = [weights.get(p.name) for p in kernel.params if not p.output]
+    if len([p for p in kernel.params if p.output]) != 1 or any(t is None for t in ins):
+        return None
+    return (repr(replace(kernel, name="")),
+            *((id(t.untyped_storage()), t.storage_offset(), t.shape, t.stride(), t.dtype) for t in ins))
+
+
+def _shared_panel(kernel, weights: Mapping):
+    """The panel a live program packed by this kernel's code from these weights at their
+    versions, or None."""
+    if (key := _panel_key(kernel, weights)) is None or key not in _PANELS:
+        return None
+    refs, versions, panel = _PANELS[key]
+    ins = [weights[p.name] for p in kernel.params if not p.output]
+    if versions != [t._version for t in ins] or not all(
+            r() is t.untyped_storage() for r, t in zip(refs, ins)):
+        return None
+    return panel()
+
+
+def _offer_panel(kernel, weights: Mapping) -> None:
+    if (key := _panel_key(kernel, weights)) is not None:
+        ins = [weights[p.name] for p in kernel.params if not p.output]
+        panel = weights[next(p.name for p in kernel.params if p.output)]
+        _PANELS[key] = (tuple(weakref.ref(t.untyped_storage()) for t in ins),
+                        [t._version for t in ins], weakref.ref(panel, lambda _: _PANELS.pop(key, None)))

@@ -18,6 +18,7 @@ import pytest
 from racing_children import race
 import torch
 
+import strata
 from strata import dtypes
 from strata.errors import CompileError, DeviceUnavailable, InputMismatch
 from strata.kernel_ir.lower_cpu import lower_cpu_forms
@@ -468,3 +469,26 @@ def test_a_16_bit_copy_moves_its_bits():
     program = strata.compile(copy, (x,), device="cpu")
     assert "st_raw_" in program.lowered.source
     assert torch.equal(program(x).view(torch.int16), copy(x).view(torch.int16))
+
+
+def test_programs_of_one_weight_share_its_packed_panel():
+    """Prefill programs at several lengths pack the same panel from the same weight: the second
+    and later take the first's (nothing packed again) and compute as eager; a program given new
+    weights packs a panel of its own, and one made after an in-place update takes that one."""
+    m = torch.nn.Linear(512, 1024, bias=False).to(torch.bfloat16)
+    xs = [torch.randn(rows, 512, dtype=torch.bfloat16) for rows in (32, 64, 100)]
+    with torch.no_grad():
+        progs = [strata.compile(m, (x,), device="cpu") for x in xs]
+        panels = [p.runtime.weights["p_weight_panel"] for p in progs]
+        assert panels[0] is panels[1] is panels[2]
+        assert [p.runtime._taken for p in progs] == [set(), {0}, {0}]
+        for p, x in zip(progs, xs):
+            torch.testing.assert_close(p(x), m(x), rtol=2e-2, atol=2e-2)
+        before = m(xs[0])
+        m.weight.mul_(-2)
+        progs[1].set_weights({"p_weight": m.weight})
+        assert progs[1].runtime.weights["p_weight_panel"] is not panels[0]
+        torch.testing.assert_close(progs[1](xs[1]), m(xs[1]), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(progs[0](xs[0]), before, rtol=2e-2, atol=2e-2)  # its own, as given
+        later = strata.compile(m, (torch.randn(16, 512, dtype=torch.bfloat16),), device="cpu")
+        assert later.runtime.weights["p_weight_panel"] is progs[1].runtime.weights["p_weight_panel"]
