@@ -81,7 +81,7 @@ class _Walk:
 
     def __init__(self, k: Kernel):
         self.k, self.globals = k, {p.name: p for p in k.params}
-        self.smem = {s.name for s in walk(k.body) if isinstance(s, Smem)}
+        self.known = self.globals.keys() | {s.name for s in walk(k.body) if isinstance(s, Smem)}
 
     def fail(self, what: str):
         raise KernelVerifyError(f"{self.k.name}: {what}")
@@ -95,8 +95,7 @@ class _Walk:
                 rule(self, s, scope, tainted, divergent)
 
     def operands(self, s, scope: set[str]) -> None:
-        where = _WHERE.get(type(s), lambda s: type(s).__name__)(s)
-        known = self.globals.keys() | self.smem
+        where, known = _WHERE.get(type(s), lambda s: type(s).__name__)(s), self.known
         for e in s.exprs():
             if missing := free_vars(e) - scope:
                 self.fail(f"{where} uses undefined {sorted(missing)}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import weakref
 from collections.abc import Mapping
 from dataclasses import replace
 from math import prod
@@ -32,6 +31,7 @@ from .. import dtypes
 from ..codegen.c import emit_program
 from ..cpu_load import available_bytes
 from ..errors import InputMismatch
+from ..frontend.derived_weights import share, shared
 from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
 from .native_build import build_library, load_library
@@ -90,15 +90,17 @@ class NativeProgram:
 
     def _run_once(self, indices=None) -> None:
         """Run the once kernels (weights packed into a contraction's panel layout), or those of
-        `indices`, but for a panel another program packed already (_shared_panel); each panel
-        made is offered to later programs."""
+        `indices`, but for a panel another program packed already; each panel made is offered
+        to later programs (frontend/derived_weights.py)."""
         ptrs = self._ptrs(*self._fixed)         # weights only: what the once kernels read
         self._team_now()
         for i in self._once if indices is None else indices:
             if indices is None and i in self._taken:
                 continue
             self.library.strata_run_kernel(i, ptrs)
-            _offer_panel(self.program.kernels[i], self.weights)
+            if (panel := self._panel_of(i)) is not None:
+                how, sources, name = panel
+                share(how, sources, self.weights[name])
 
     def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """New values for some weights (Program.set_weights): taken by pointer, packed again
@@ -122,19 +124,32 @@ class NativeProgram:
         made = {p.name for i in once for p in self.program.kernels[i].params if p.output}
         size = sum(self.buffers[n].numel * dtypes.ITEMSIZE[self.buffers[n].dtype] for n in made)
         free = available_bytes()
-        self._taken = set()
+        self._taken, self._how = set(), {}
         if not once or (free is not None and size > free // 2):
             if once:
                 print(f"strata: the packed weights ({size / 2**30:.1f} GiB) would take over half "
                       f"the free memory; they are packed on every call", file=sys.stderr)
             return []
-        for n in made:
-            self.weights[n] = torch.empty(self.buffers[n].shape, dtype=dtypes.to_torch(self.buffers[n].dtype))
+        self._how = {i: repr(replace(self.program.kernels[i], name="")) for i in once}  # its code
         for i in once:
-            if (panel := _shared_panel(self.program.kernels[i], self.weights)) is not None:
-                self.weights[next(p.name for p in self.program.kernels[i].params if p.output)] = panel
+            panel = self._panel_of(i)
+            if panel is not None and (taken := shared(*panel[:2])) is not None:
+                self.weights[panel[2]] = taken
                 self._taken.add(i)
+                continue
+            for n in (p.name for p in self.program.kernels[i].params if p.output):
+                self.weights[n] = torch.empty(self.buffers[n].shape,
+                                              dtype=dtypes.to_torch(self.buffers[n].dtype))
         return once
+
+    def _panel_of(self, i: int) -> tuple | None:
+        """(how, sources, name) of once kernel i's panel for derived_weights: its code and the
+        panel's name, the weights it reads, the panel's name; None unless it makes one output."""
+        params = self.program.kernels[i].params
+        outs = [p.name for p in params if p.output]
+        if len(outs) != 1:
+            return None
+        return (self._how[i], outs[0]), [self.weights[p.name] for p in params if not p.output], outs[0]
 
     def _team_now(self, n: int | None = None) -> None:
         """Tell the library the team its next call runs on (n, else runtime/threads.py's)."""
@@ -267,38 +282,3 @@ class NativeProgram:
             ptrs[i] = args[k].data_ptr() or None
         for i, k in self._out_slots:
             ptrs[i] = outs[k].data_ptr() or None
-
-
-# A once kernel (its code, less its name) and where its weights lie -> (weak refs to their
-# storages, their versions, a weak ref to the panel it packed): the prefill programs of one model
-# at several prompt lengths (torch.compile makes one per length) pack the same panels.
-_PANELS: dict[tuple, tuple] = {}
-
-
-def _panel_key(kernel, weights: Mapping) -> tuple | None:
-    ins = [weights.get(p.name) for p in kernel.params if not p.output]
-    if len([p for p in kernel.params if p.output]) != 1 or any(t is None for t in ins):
-        return None
-    return (repr(replace(kernel, name="")),
-            *((id(t.untyped_storage()), t.storage_offset(), t.shape, t.stride(), t.dtype) for t in ins))
-
-
-def _shared_panel(kernel, weights: Mapping):
-    """The panel a live program packed by this kernel's code from these weights at their
-    versions, or None."""
-    if (key := _panel_key(kernel, weights)) is None or key not in _PANELS:
-        return None
-    refs, versions, panel = _PANELS[key]
-    ins = [weights[p.name] for p in kernel.params if not p.output]
-    if versions != [t._version for t in ins] or not all(
-            r() is t.untyped_storage() for r, t in zip(refs, ins)):
-        return None
-    return panel()
-
-
-def _offer_panel(kernel, weights: Mapping) -> None:
-    if (key := _panel_key(kernel, weights)) is not None:
-        ins = [weights[p.name] for p in kernel.params if not p.output]
-        panel = weights[next(p.name for p in kernel.params if p.output)]
-        _PANELS[key] = (tuple(weakref.ref(t.untyped_storage()) for t in ins),
-                        [t._version for t in ins], weakref.ref(panel, lambda _: _PANELS.pop(key, None)))

@@ -10,18 +10,18 @@ The concatenated weight is a weight of its own, `derived` from its sources
 (TorchProgram.derived), so a source changed later (Program.set_weights, the compile cache
 binding another model's weights) is concatenated again (derive_weights); its sources stay
 weights, which no node reads any more. Programs made from the same weights share one
-concatenation (_concatenated): TinyLlama's first 4 layers through torch.compile's dynamic KV
-cache, one program per length, grew 228 MB a program before, 6 MB after.
+concatenation (frontend/derived_weights.py): TinyLlama's first 4 layers through torch.compile's
+dynamic KV cache, one program per length, grew 228 MB a program before, 6 MB after.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-import weakref
 
 import torch
 
+from ..frontend.derived_weights import share, shared
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, TorchType, shape_only
 
 MAX_ROWS = 16       # merged only where a step reads the weights for a few rows (decode): at 128
@@ -58,26 +58,10 @@ def derive_weights(prog: TorchProgram, changed=None) -> dict[str, torch.Tensor]:
     return out
 
 
-_MADE: dict[tuple, tuple] = {}     # where sources lie -> (their storages, versions, concatenation)
-
-
 def _concatenated(values: list[torch.Tensor]) -> torch.Tensor:
-    """torch.cat(values), the same tensor for every program made from these very weights at these
-    versions: torch.compile makes one program per cache length (a dynamic KV cache), and each held
-    its own copy of every layer's q/k/v and gate/up weights (57 MB a TinyLlama layer in bf16).
-    Held weakly: gone with the last program using it."""
-    stores = [v.untyped_storage() for v in values]       # one Python object per live storage
-    key = tuple((id(st), v.storage_offset(), v.shape, v.stride(), v.dtype)
-                for st, v in zip(stores, values))
-    versions = [v._version for v in values]
-    refs, then, made = _MADE.get(key, ((), None, lambda: None))
-    if then == versions and all(r() is st for r, st in zip(refs, stores)) \
-            and (made := made()) is not None:
-        return made
-    made = torch.cat(values)
-    _MADE[key] = (tuple(map(weakref.ref, stores)), versions,
-                  weakref.ref(made, lambda _: _MADE.pop(key, None)))
-    return made
+    """torch.cat(values), one for every program made from these weights (derived_weights.py)."""
+    made = shared("cat", values)
+    return made if made is not None else share("cat", values, torch.cat(values))
 
 
 def _merged(prog: TorchProgram, group: list[TorchNode], taken) -> tuple[list[TorchNode], dict]:
