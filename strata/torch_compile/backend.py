@@ -15,9 +15,10 @@ weights, packed once as strata.compile's are, and again when one's storage or ve
 static KV cache and its length counters, an optimizer's parameters and state) is written in the
 caller's tensor, as strata's own KV cache is, and its version counter bumped. Each graph is
 compiled for its concrete input shapes; a graph dynamo made shape-dynamic (after a recompile)
-gets one Program per shape it is called with, and takes the Program of any other graph of the
-process that computes the same on the same tensors (frontend/dynamo_key.py), so a repeated
-`generate` compiles nothing. A graph strata cannot compile raises a strata error naming every
+gets one Program per bucket of sizes (torch_compile/buckets.py: the dynamic KV cache's lengths
+share one), or, where it cannot run padded exactly, one per shape it is called with; a static
+graph takes the Program of any other graph of the process that computes the same on the same
+tensors (frontend/dynamo_key.py), so a repeated `generate` compiles nothing. A graph strata cannot compile raises a strata error naming every
 unsupported aten op; only an explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1)
 runs such a graph eagerly, with a warning naming the ops.
 
@@ -39,7 +40,8 @@ import torch
 from ..api import Program, check_device, on_device
 from ..context import Context
 from ..errors import StrataError, UnsupportedOp
-from .programs import CompiledGraph
+from .buckets import Padded, Refused
+from .programs import BucketProgram, CompiledGraph
 from .rewrite import foreach_per_tensor, lift_attributes
 from .training import forward_and_backward, training
 from ..frontend.capture import capture
@@ -75,8 +77,8 @@ class UnsupportedGraph(UnsupportedOp):
 
 
 class StrataManyShapesWarning(UserWarning):
-    """A shape-dynamic graph has been compiled for many shapes (strata has no shape-generic
-    programs yet): said once per graph."""
+    """A shape-dynamic graph that cannot run padded to a bucket (buckets.py) has been compiled
+    for many shapes: said once per graph."""
 
 
 MANY_SHAPES = 8             # programs of one graph before StrataManyShapesWarning
@@ -152,8 +154,32 @@ class StrataGraph:
         self.names = placeholder_names(gm)
         # dynamo's guards hold a static graph's inputs to one signature: no lookup per call
         self.only = None if is_dynamic(gm) else False
+        self.padded = self._padded() if self.only is None else None
+
+    def _padded(self) -> Padded | None:
+        try:
+            return Padded(self.gm)
+        except Refused as e:
+            self._say(f"a program per size for this shape-dynamic graph: {e}")
+            return None
+
+    def _say(self, text: str) -> None:
+        if self.opts["verbosity"]:
+            print(f"strata: {text}", file=sys.stderr)
 
     def entry(self, args):
+        if self.padded is not None:
+            values = self.padded.values(args)
+            caps = self.padded.caps(values)
+            key = ("bucket", *caps)
+            if key not in self.entries:
+                try:
+                    self.entries[key] = self._bucket(args, values, caps)
+                except Refused as e:
+                    self._say(f"a program per size for this shape-dynamic graph: {e}")
+                    self.padded = None
+                    return self.entry(args)
+            return self.entries[key]
         key = args_key(args)
         if key not in self.entries:
             try:
@@ -166,6 +192,20 @@ class StrataGraph:
                               f"(fallback is on): {why}", StrataFallbackWarning, stacklevel=2)
                 self.entries[key] = _Eager(self.gm)
         return self.entries[key]
+
+    def _bucket(self, args, values, caps) -> BucketProgram:
+        """The program of the bucket these sizes fall in (buckets.py)."""
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        gm = self.padded.graph(caps)
+        inputs = self.padded.inputs(args, values, caps, device)
+        try:
+            compiled = _compile(gm, inputs, placeholder_names(gm), self.opts)
+        except StrataError as e:
+            raise Refused(f"its padded graph does not compile ({e})") from None
+        if compiled.lifted or compiled.written:
+            raise Refused("it updates tensors in place")
+        self._say(f"one program for sizes {', '.join(f'{s} <= {c}' for s, c in zip(self.padded.symbols, caps))}")
+        return BucketProgram(self.padded, compiled, caps, device)
 
     def _shared(self, args) -> CompiledGraph:
         """The program another graph of this process compiled for the same computation on the
@@ -180,9 +220,10 @@ class StrataGraph:
         compiled.tensor_positions = tensors
         if len(self.entries) + 1 == MANY_SHAPES:
             warnings.warn(f"strata has compiled {MANY_SHAPES} programs for one shape-dynamic graph "
-                          f"of {count_ops(self.gm)} torch ops, one per shape it met (a dynamic KV "
-                          f"cache gives one per length); with transformers' generate pass "
-                          f"cache_implementation='static'", StrataManyShapesWarning, stacklevel=2)
+                          f"of {count_ops(self.gm)} torch ops, one per shape it met (it cannot run "
+                          f"padded to a bucket of sizes: verbosity 1 says why); with transformers' "
+                          f"generate pass cache_implementation='static'", StrataManyShapesWarning,
+                          stacklevel=2)
         if key is not None and not compiled.lifted:     # another graph's are other tensors
             _SHARED[key] = compiled
         return compiled

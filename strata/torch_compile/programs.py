@@ -94,3 +94,21 @@ class CompiledGraph:
         leaves = [flat[v] if kind == "out" else args[v] if kind == "input" else v
                   for kind, v in self.plan.leaves]
         return pytree.tree_unflatten(leaves, self.plan.spec)
+
+
+class BucketProgram:
+    """A shape-dynamic graph's program for a bucket of sizes (buckets.py): a call's tensors are
+    padded to the bucket's sizes, its sizes passed as values, the outputs narrowed back."""
+
+    def __init__(self, plan, compiled: CompiledGraph, caps: dict, device):
+        self.plan, self.compiled, self.caps, self.device = plan, compiled, caps, device
+
+    @property
+    def program(self):
+        return self.compiled.program
+
+    def __call__(self, args):
+        values = self.plan.values(args)
+        out = self.compiled(self.plan.inputs(args, values, self.caps, self.device))
+        leaves, spec = pytree.tree_flatten(out)
+        return pytree.tree_unflatten(self.plan.outputs(leaves, args, values), spec)

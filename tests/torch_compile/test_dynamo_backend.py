@@ -13,7 +13,7 @@ from torch import nn
 import strata  # noqa: F401  (registers the backend when no entry point is installed)
 from strata import check
 from strata.errors import StrataError, UnsupportedOp
-from strata.torch_compile import backend as dynamo_backend
+from strata.torch_compile import backend as dynamo_backend, buckets
 from strata.torch_compile.backend import StrataFallbackWarning, UnsupportedGraph
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,21 +152,68 @@ def test_graph_break_compiles_each_graph(_fresh_dynamo):
     _assert_matches("graph break", out, fn, (x, w), contraction=True)
 
 
-def test_dynamic_shapes_get_a_program_per_shape(_fresh_dynamo):
-    """After a recompile dynamo hands over a shape-dynamic graph; strata specialises it."""
+@pytest.fixture
+def poisoned_padding(monkeypatch):
+    """Padding that holds NaN: a bucketed program that read it would return NaN."""
+    monkeypatch.setattr(buckets, "FILL", float("nan"))
+
+
+def test_dynamic_shapes_share_a_program_per_bucket(_fresh_dynamo, poisoned_padding):
+    """After a recompile dynamo hands over a shape-dynamic graph; strata runs it padded to a
+    bucket of sizes (a mean over the padded axis divides by the call's count)."""
     def fn(x):
         return torch.relu(x) * 2 - x.mean(0)
     compiled = torch.compile(fn, backend="strata")
-    for rows in (3, 5, 7):
+    for rows, programs in ((3, 1), (5, 2), (7, 2), (64, 2), (65, 3)):
         x = torch.randn(rows, 4)
         _assert_matches(f"rows={rows}", compiled(x), fn, (x,), contraction=False)
+        assert len(_fresh_dynamo) == programs, rows
+    assert _fresh_dynamo[0].slots == [0] and _fresh_dynamo[-1].slots == [0, 1]   # the size last
+
+
+def _decode_step(q, k_past, v_past, k_new, v_new, sdpa):
+    """One decode step under a dynamic KV cache: the cache grows by cat, attention reads it."""
+    k, v = torch.cat([k_past, k_new], dim=-2), torch.cat([v_past, v_new], dim=-2)
+    if sdpa:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    else:
+        out = torch.softmax(q @ k.transpose(-1, -2) / 4, dim=-1) @ v
+    return out, k, v
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_a_growing_kv_cache_runs_one_program_per_bucket(sdpa, _fresh_dynamo, poisoned_padding,
+                                                         monkeypatch):
+    """The padding is never read: keys past the call's length are masked out of the softmax,
+    read as 0 by the products, and the new row lands at the call's length, not the bucket's."""
+    monkeypatch.setattr(buckets, "MIN", 8)
+    compiled = torch.compile(lambda *a: _decode_step(*a, sdpa=sdpa), backend="strata")
+    torch.manual_seed(0)
+    for length in range(3, 20):
+        args = (torch.randn(1, 2, 1, 16), torch.randn(1, 2, length, 16), torch.randn(1, 2, length, 16),
+                torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16))
+        got, want = compiled(*args), _decode_step(*args, sdpa=sdpa)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.is_contiguous()
+            assert torch.allclose(g, w, rtol=1e-5, atol=1e-6), length
+    assert len(_fresh_dynamo) == 4        # length 3 as it is, then buckets of 8, 16 and 32
+
+
+def test_a_graph_that_cannot_run_padded_gets_a_program_per_shape(_fresh_dynamo, capfd):
+    """flip moves the padding into the result: refused, with the reason at verbosity 1."""
+    def fn(x):
+        return torch.flip(x, [0]) * 2
+    compiled = torch.compile(fn, backend="strata", options={"verbosity": 1})
+    for rows in (3, 5, 7):
+        x = torch.randn(rows, 4)
+        assert torch.equal(compiled(x), fn(x))
     assert len(_fresh_dynamo) == 3
-    assert _fresh_dynamo[0].slots == [0] and _fresh_dynamo[-1].slots == [1]   # a SymInt input first
+    assert "a program per size for this shape-dynamic graph: flip" in capfd.readouterr().err
 
 
 def test_many_shapes_of_one_graph_are_said_once(_fresh_dynamo, monkeypatch):
     monkeypatch.setattr(dynamo_backend, "MANY_SHAPES", 3)
-    compiled = torch.compile(lambda x: torch.relu(x) * 2, backend="strata")
+    compiled = torch.compile(lambda x: torch.flip(x, [0]) * 2, backend="strata")
     with pytest.warns(dynamo_backend.StrataManyShapesWarning, match="cache_implementation='static'") as w:
         for rows in (2, 3, 4, 5, 6, 7):
             compiled(torch.randn(rows, 4))
@@ -275,27 +322,47 @@ def test_tiny_causal_lm_logits_match_eager(_fresh_dynamo):
     _assert_matches("logits", logits, CausalLMLogits(model), (ids,), contraction=True)
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
-def test_generate_with_either_cache_compiles_nothing_the_second_time(cache, _fresh_dynamo):
+@pytest.mark.parametrize("cache,attention", [("static", "eager"), ("dynamic", "eager"),
+                                             ("dynamic", "sdpa")])
+def test_generate_with_either_cache_compiles_nothing_the_second_time(cache, attention, _fresh_dynamo,
+                                                                    monkeypatch):
     """transformers' recommended path: model.forward compiled, then generate. The static cache is
     written in place (its zeros made in the first graph, its rows and length counters updated
-    in place after); under the dynamic cache the later, shape-dynamic graph reuses the programs
-    of the static one (frontend/dynamo_key.py). Greedy ids equal eager's; a second generate
-    compiles nothing."""
+    in place after); under the dynamic cache the later, shape-dynamic graph runs one program per
+    bucket of cache lengths (buckets.py; here buckets of 8, so 12 tokens take 2). Greedy ids equal
+    eager's; a second generate compiles nothing."""
     pytest.importorskip("transformers")
+    monkeypatch.setattr(buckets, "MIN", 8)
+    monkeypatch.setattr(buckets, "FILL", float("nan"))
     sys.path.insert(0, str(REPO / "tests" / "models"))
     from model_helpers import hf_model
     model = hf_model("llama", num_hidden_layers=1)     # two layers: the logits test above
+    model.set_attn_implementation(attention)
     ids = torch.randint(0, model.config.vocab_size, (1, 5))
-    kw = dict(max_new_tokens=4, do_sample=False, cache_implementation=cache)
+    kw = dict(max_new_tokens=12, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         want = model.generate(ids, **kw)
-        model.forward = torch.compile(model.forward, backend="strata")
+        eager = model.forward
+        model.forward = compiled = torch.compile(model.forward, backend="strata")
         assert torch.equal(model.generate(ids, **kw), want)
         first = len(_fresh_dynamo)
-        assert first >= 2 and all(c.program is not None for c in _fresh_dynamo)
+        assert all(c.program is not None for c in _fresh_dynamo)
+        # prefill and the first step as they are, then (dynamic) lengths 6..16 in 2 buckets
+        assert first == (2 if cache == "static" else 4)
         assert torch.equal(model.generate(ids, **kw), want)
-    assert len(_fresh_dynamo) == first
+        assert len(_fresh_dynamo) == first
+        if cache == "static":
+            return
+        # other prompt lengths: the prefill graph turns shape-dynamic and takes a bucket of its
+        # own (its last row read at the call's end); a third length in that bucket compiles nothing
+        for length, more in ((7, True), (6, False)):
+            ids = torch.randint(0, model.config.vocab_size, (1, length))
+            model.forward = eager
+            want = model.generate(ids, **kw)
+            model.forward = compiled
+            before = len(_fresh_dynamo)
+            assert torch.equal(model.generate(ids, **kw), want)
+            assert (len(_fresh_dynamo) > before) == more
 
 
 def test_one_graph_called_with_other_modules_weights_runs_each_ones(_fresh_dynamo, monkeypatch):
