@@ -278,10 +278,10 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
     out.tile, out.timings["tile"] = _timed(ctx, "schedule -> tile", run_tile_passes, out.loop, ctx)
     if stop < 4:
         return out
-    out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile)
-    if not ctx.arch.is_gpu:     # a hand-written kernel's threads (st.custom_op) as loops, and
-        out.kernel.kernels = [lower_cpu_forms(to_thread_loops(k))      # the K loops as the CPU's
-                              for k in out.kernel.kernels]             # instruction forms
+    # on a CPU a hand-written kernel's threads (st.custom_op) become loops, and the K loops the
+    # CPU's instruction forms
+    finish = (lambda k: k) if ctx.arch.is_gpu else (lambda k: lower_cpu_forms(to_thread_loops(k)))
+    out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile, finish)
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out

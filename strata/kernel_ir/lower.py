@@ -89,7 +89,8 @@ def lower_kernel(tk: TileKernel) -> Kernel:
     return Kernel(tk.name, params, tk.grid, tk.block, tuple(body), src=tk.src)
 
 
-def lower(tp: TileProgram) -> KernelProgram:
+def lower(tp: TileProgram, finish=lambda k: k) -> KernelProgram:
+    """`finish`: a last step (the CPU's forms) run on the first of twins only, then renamed."""
     lp = tp.loop_program
     buffers = [Buffer(b.name, b.dtype, b.shape, b.kind) for b in lp.buffers]
     known = {b.name for b in buffers}
@@ -106,7 +107,7 @@ def lower(tp: TileProgram) -> KernelProgram:
             kernels.append(twin(k, first, tk))
             twins[tk.name] = first.name
             continue
-        kernels.append(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0), knobs=tk.knobs))
+        kernels.append(finish(replace(lower_kernel(tk), threads=dict(tk.knobs).get("THREADS", 0), knobs=tk.knobs)))
         firsts.setdefault(key, (tk, kernels[-1]))
     return KernelProgram(buffers, kernels, list(lp.outputs), twins, run_once(tp.kernels, buffers))
 

@@ -15,7 +15,7 @@ import re
 from ..tile.ir import TileKernel
 from .ir import Kernel
 
-_RENAMED = ("buf", "src", "dst", "tmap", "bar", "name")     # fields naming a buffer
+_RENAMED = ("buf", "src", "dst", "tmap", "bar", "name", "qs", "dest", "x")   # naming a buffer
 
 
 def tile_key(tk: TileKernel) -> tuple:
