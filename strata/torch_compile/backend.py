@@ -157,10 +157,13 @@ class StrataGraph:
         self.padded = self._padded() if self.only is None else None
 
     def _padded(self) -> Padded | None:
+        """The graph's bucket plan, or None (said at verbosity 1): a graph the plan does not
+        understand, whatever the reason, gets a program per shape, which is always right."""
         try:
             return Padded(self.gm)
-        except Refused as e:
-            self._say(f"a program per size for this shape-dynamic graph: {e}")
+        except Exception as e:  # noqa: BLE001
+            why = str(e) if isinstance(e, Refused) else f"{type(e).__name__}: {e}"
+            self._say(f"a program per size for this shape-dynamic graph: {why}")
             return None
 
     def _say(self, text: str) -> None:
@@ -196,8 +199,13 @@ class StrataGraph:
     def _bucket(self, args, values, caps) -> BucketProgram:
         """The program of the bucket these sizes fall in (buckets.py)."""
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        gm = self.padded.graph(caps)
-        inputs = self.padded.inputs(args, values, caps, device)
+        try:
+            gm = self.padded.graph(caps)
+            inputs = self.padded.inputs(args, values, caps, device)
+        except Refused:
+            raise
+        except Exception as e:  # noqa: BLE001 - as in _padded
+            raise Refused(f"{type(e).__name__}: {e}") from None
         try:
             compiled = _compile(gm, inputs, placeholder_names(gm), self.opts)
         except StrataError as e:
