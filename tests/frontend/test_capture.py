@@ -1,4 +1,5 @@
 """Capture to Torch IR: printing, readable names, provenance, output structure, errors."""
+import numpy as np
 import pytest
 import torch
 
@@ -7,6 +8,7 @@ from strata.errors import UnsupportedOp
 from strata.frontend.capture import capture, capture_snippet
 from strata.frontend.snippet import parse_snippet
 from strata.tensor.decompose import to_tensor_ir
+from strata.tensor.eval import evaluate
 
 RMS = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
 SEED = "torch.relu(torch.matmul(torch.randn(16,64) + torch.randn(64), torch.randn(64,16)))"
@@ -91,3 +93,23 @@ def test_mutation_is_functionalised():
     prog = capture(f, (torch.randn(3),))
     assert all(not n.op.split(".")[1].endswith("_") for n in prog.nodes), str(prog)
     to_tensor_ir(prog).verify()
+
+
+def test_fast_path_keeps_reshape_and_to_and_makes_detach_functional(monkeypatch):
+    """reshape and to (CompositeImplicit, taken by strata's rules as they are) and an in-place
+    detach_ no longer send the graph through run_decompositions; the values are the same."""
+    def f(x):
+        y = (x * 2).reshape(6, 4).to(torch.float64)
+        y.detach_()
+        return y.t().reshape(-1).to(torch.float32) + 1
+    x = torch.randn(4, 6)
+    fast = capture(f, (x,))
+    assert {"aten.reshape", "aten.to"} <= {n.packet for n in fast.nodes}
+    assert not any(n.op.endswith("_.default") for n in fast.nodes), str(fast)
+    monkeypatch.setattr(capture_mod, "FAST_PATH", False)
+    slow = capture(f, (x,))
+    assert "aten.reshape" not in {n.packet for n in slow.nodes}
+    for prog in (fast, slow):
+        tp = to_tensor_ir(prog)
+        [got] = evaluate(tp, {tp.inputs[0].name: x.numpy()}).values()
+        assert np.allclose(got, f(x).numpy())
