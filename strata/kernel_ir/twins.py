@@ -43,17 +43,15 @@ def _rename(x, mapping: dict, memo: dict | None = None):
     key = id(x)
     if key in memo:
         return memo[key]
-    if isinstance(x, tuple):
-        out = tuple(_rename(v, mapping, memo) for v in x)
-    elif type(x) in (str, int, float, bool, type(None)):
-        return x
+    if isinstance(x, tuple):      # (leaves are kept inline: most of what a kernel holds)
+        out = tuple(v if type(v) in _LEAVES else _rename(v, mapping, memo) for v in x)
     else:
         names = _fields(type(x))
         changes = {}
         for name in names or ():
             v = getattr(x, name)
-            new = mapping.get(v, v) if name in _RENAMED and isinstance(v, str) \
-                else _rename(v, mapping, memo)
+            new = (mapping.get(v, v) if name in _RENAMED and type(v) is str else v) \
+                if type(v) in _LEAVES else _rename(v, mapping, memo)
             if new is not v and new != v:
                 changes[name] = new
         out = dataclasses.replace(x, **changes) if changes else x
@@ -62,6 +60,7 @@ def _rename(x, mapping: dict, memo: dict | None = None):
 
 
 _FIELDS: dict = {}
+_LEAVES = (str, int, float, bool, type(None))
 
 
 def _fields(cls) -> tuple | None:
