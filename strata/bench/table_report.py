@@ -27,6 +27,7 @@ def write_report(head: list[str], body: list[list[str]], *, title: str, heading:
     console.print(t)
     lines = [f"# {heading}", "", f"- device: {env.device}", f"- date: {env.date}",
              f"- strata {env.strata}, torch {env.torch}, Python {env.python}",
+             *(f"- {k}: {v}" for k, v in (env.extra or {}).items()),     # threads, compiler, ISA
              *(f"- {n}" for n in notes), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
              *("| " + " | ".join(r) + " |" for r in body)]

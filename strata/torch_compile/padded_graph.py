@@ -194,13 +194,15 @@ class PaddedGraph:
             return self._cat(n, args, kwargs)
         raise Refused(f"{what(n)} on a padded tensor")
 
-    def _check_aligned(self, n, tensors):
+    def _check_aligned(self, n, tensors, along=None):
+        """Each padded axis of each operand (broadcast from the right) is the same padded axis of
+        the result; `along`: an axis a cat joins its pieces on, where they differ."""
         out = padded_axes(n)
         rank = example(n).dim()
         for x in tensors:
             v = example(x)
             for d, e in padded_axes(x).items():
-                if out.get(d + rank - v.dim()) != e:
+                if d != along and out.get(d + rank - v.dim()) != e:
                     raise Refused(f"{what(n)}: padded axes that do not line up")
 
     def _check_whole(self, n, x):
@@ -313,14 +315,16 @@ class PaddedGraph:
         if e is None:
             return self._copy(n, args, kwargs)
         k_rank = example(k).dim()
+        # the padding's keys and values read as 0: a score or a product of NaN is NaN
+        key = self._masked(n, args[1], k, {k_rank - 2: e}, 0)
+        val = self._masked(n, args[2], given["value"], {k_rank - 2: e}, 0)
+        rest = self._args({m: v for m, v in given.items() if m not in names[:4]}, value=False)
         if given.get("is_causal"):
             # query i reads keys up to i: within the call's keys for every query within its own,
             # when both are padded alike (torch takes no mask beside is_causal)
             if padded_axes(given["query"]).get(example(given["query"]).dim() - 2) != e:
                 raise Refused(f"{what(n)}: causal attention over padded keys")
-            return self._copy(n, (args[0], self._masked(n, args[1], k, {k_rank - 2: e}, 0),
-                                  self._masked(n, args[2], given["value"], {k_rank - 2: e}, 0)),
-                              self._args({m: v for m, v in given.items() if m not in names[:3]}, False))
+            return self._copy(n, (args[0], key, val), rest)
         rank = example(n).dim()
         valid = self._valid(n, {rank - 1: e}, rank)
         mask = self._args(given.get("attn_mask"), value=False)
@@ -332,17 +336,13 @@ class PaddedGraph:
             mask = self.g.call_function(operator.and_, (mask, valid))
         else:
             mask = self.g.call_function(torch.where, (valid, mask, float("-inf")))
-        # the padding's keys and values read as 0 too: a score or a product of NaN is NaN
-        key = self._masked(n, args[1], k, {k_rank - 2: e}, 0)
-        val = self._masked(n, args[2], given["value"], {k_rank - 2: e}, 0)
-        rest = {name: v for name, v in given.items() if name not in names[:4]}
-        return self._copy(n, (args[0], key, val), {**self._args(rest, value=False), "attn_mask": mask})
+        return self._copy(n, (args[0], key, val), {**rest, "attn_mask": mask})
 
     def _cat(self, n, args, kwargs):
         pieces = n.args[0]
         dim = kwargs.get("dim", args[1] if len(args) > 1 else 0) % example(n).dim()
         along = [i for i, p in enumerate(pieces) if dim in padded_axes(p)]
-        self._check_aligned_except(n, pieces, dim)
+        self._check_aligned(n, pieces, along=dim)
         if not along:
             return self._copy(n, args, kwargs)
         if len(along) > 1:
@@ -362,13 +362,6 @@ class PaddedGraph:
         rest = self.env[tail[0]] if len(tail) == 1 else self.g.call_function(
             torch.cat, ([self.env[p] for p in tail], dim))
         return self.g.call_method("index_copy", (out, dim, at, rest))
-
-    def _check_aligned_except(self, n, pieces, dim):
-        out = padded_axes(n)
-        for p in pieces:
-            for d, e in padded_axes(p).items():
-                if d != dim and out.get(d) != e:
-                    raise Refused(f"{what(n)}: padded axes that do not line up")
 
 
 def _sizes_only(n) -> bool:

@@ -100,7 +100,7 @@ class BucketProgram:
     """A shape-dynamic graph's program for a bucket of sizes (buckets.py): a call's tensors are
     padded to the bucket's sizes, its sizes passed as values, the outputs narrowed back."""
 
-    def __init__(self, plan, compiled: CompiledGraph, caps: dict, device):
+    def __init__(self, plan, compiled: CompiledGraph, caps: tuple[int, ...], device):
         self.plan, self.compiled, self.caps, self.device = plan, compiled, caps, device
 
     @property
