@@ -11,7 +11,8 @@ few small tensors) is stored by value. The key covers the model's class and conf
 shape and dtype of every parameter and buffer (a quantized model's qs and d too) and its modules'
 classes, the input shapes, the target, knobs and tuning database, the torch and Python versions
 and the source of all of strata, so any change recompiles. Entries are written atomically; an unreadable one
-is recompiled and replaced, never fatal.
+is recompiled and replaced, never fatal. torch.compile's backend keeps its graphs' programs here
+too (store_entry/load_entry, their weights named by graph input: torch_compile/saved_graphs.py).
 """
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ import torch
 
 from ..frontend.capture_cache import _from_plain, _to_plain
 from ..pipeline import Lowered
-from ..tensor.merge_projections import derive_weights
+from ..tensor.merge_projections import derive_weights, merging
 from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
-FORMAT = 3                  # 2: derived weights made again when loaded; 3: Lowered.units
+FORMAT = 4                  # 2: derived weights made again when loaded; 3: Lowered.units; 4: extra
 MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cached
 
 
@@ -56,11 +57,17 @@ def cache_key(model, label: str, example_inputs, ctx, sampling) -> str:
     config = model.config.to_json_string(use_diff=False) if hasattr(model.config, "to_json_string") \
         else repr(model.config)
     shapes = [(tuple(x.shape), str(x.dtype)) for x in example_inputs]
-    parts = [f"format={FORMAT}", f"torch={torch.__version__}", f"python={sys.version_info[:2]}",
-             f"strata={_strata_digest()}", type(model).__qualname__, config, label, repr(shapes),
-             _state_digest(model), repr(sampling), str(ctx.arch),
-             repr(sorted(ctx.knobs.items())), f"tuned={_tuning_digest(ctx)}"]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return digest(ctx, type(model).__qualname__, config, label, repr(shapes), _state_digest(model),
+                  repr(sampling))
+
+
+def digest(ctx, *parts: str) -> str:
+    """The key of an entry: `parts` and what every entry depends on (this format, torch, Python,
+    strata's source, the target, knobs and tuning database, whether projections merge)."""
+    common = [f"format={FORMAT}", f"torch={torch.__version__}", f"python={sys.version_info[:2]}",
+              f"strata={_strata_digest()}", str(ctx.arch), repr(sorted(ctx.knobs.items())),
+              f"tuned={_tuning_digest(ctx)}", f"merge={merging()}"]
+    return hashlib.sha256("\0".join([*common, *parts]).encode()).hexdigest()
 
 
 def _state_digest(model) -> str:
@@ -104,11 +111,25 @@ def _storage(t: torch.Tensor) -> tuple:
 
 
 def store(key: str, lowered, module: torch.nn.Module) -> bool:
-    """Write the entry; False (and no entry) when caching is off, a constant that belongs to no
-    parameter is too big, or the directory is not writable."""
+    """Write the entry, weights named by the parameter or buffer of `module` holding them."""
+    return store_entry(key, lowered, owner_names(module, lowered.torch.weights))
+
+
+def load(key: str, module: torch.nn.Module):
+    """The cached Lowered program with `module`'s weights bound, or None (absent, caching off,
+    unreadable, or a weight the model no longer has)."""
+    state = dict(module.named_parameters(remove_duplicate=False))
+    state.update(module.named_buffers(remove_duplicate=False))
+    got = load_entry(key, state)
+    return got and got[0]
+
+
+def store_entry(key: str, lowered, refs: dict, extra=None) -> bool:
+    """Write the entry: `refs` names the holder of each weight not stored (load_entry's `state`
+    key), `extra` is anything picklable the caller needs back. False (and no entry) when caching
+    is off, a constant that belongs to no holder is too big, or the directory is not writable."""
     if not caching_enabled():
         return False
-    refs = owner_names(module, lowered.torch.weights)
     derived = lowered.torch.derived          # concatenated again from the sources when loaded
     values = {name: t for name, t in lowered.torch.weights.items()
               if name not in refs and name not in derived}
@@ -116,7 +137,7 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
            if isinstance(t, torch.Tensor)) > MAX_VALUE_BYTES:
         return False
     program = _to_plain(dataclasses.replace(lowered.torch, weights=values))
-    entry = {"format": FORMAT, "key": key, "program": program, "refs": refs,
+    entry = {"format": FORMAT, "key": key, "program": program, "refs": refs, "extra": extra,
              "kernel": lowered.kernel, "units": lowered.units, "target": lowered.target}
     path = _path(key)
     try:
@@ -127,9 +148,9 @@ def store(key: str, lowered, module: torch.nn.Module) -> bool:
         return False
 
 
-def load(key: str, module: torch.nn.Module):
-    """The cached Lowered program with `module`'s weights bound, or None (absent, caching off,
-    unreadable, or a weight the model no longer has)."""
+def load_entry(key: str, state: dict):
+    """(the cached Lowered program, its `extra`) with each weight taken from `state` by the
+    holder store_entry named, or None (absent, caching off, unreadable, a holder missing)."""
     if not caching_enabled():
         return None
     path = _path(key)
@@ -139,8 +160,6 @@ def load(key: str, module: torch.nn.Module):
         if entry.get("format") != FORMAT or entry.get("key") != key:
             raise ValueError("stale or foreign entry")
         program = _from_plain(entry["program"])
-        state = dict(module.named_parameters(remove_duplicate=False))
-        state.update(module.named_buffers(remove_duplicate=False))
         program.weights.update({name: state[owner] for name, owner in entry["refs"].items()})
         program.weights.update(derive_weights(program))
     except FileNotFoundError:
@@ -148,4 +167,5 @@ def load(key: str, module: torch.nn.Module):
     except Exception as e:          # truncated, corrupt, incompatible, or a missing weight
         log.warning("compile cache entry %s is unusable (%s); compiling again", path, e)
         return None
-    return Lowered(program, kernel=entry["kernel"], units=entry["units"], target=entry["target"])
+    lowered = Lowered(program, kernel=entry["kernel"], units=entry["units"], target=entry["target"])
+    return lowered, entry["extra"]

@@ -94,10 +94,15 @@ def _merged(prog: TorchProgram, group: list[TorchNode], taken) -> tuple[list[Tor
     return nodes, {"types": types, "derived": derived}
 
 
+def merging() -> bool:
+    """False with STRATA_MERGE_PROJECTIONS=0 (to compare): a compile cache keys on it."""
+    return os.environ.get("STRATA_MERGE_PROJECTIONS") != "0"
+
+
 def merge_projections(prog: TorchProgram) -> TorchProgram:
     """`prog` with every group of sibling linears merged (itself when there is none, or with
     STRATA_MERGE_PROJECTIONS=0, to compare)."""
-    if os.environ.get("STRATA_MERGE_PROJECTIONS") == "0":
+    if not merging():
         return prog
     groups: dict[tuple, list[TorchNode]] = {}
     for node in prog.nodes:

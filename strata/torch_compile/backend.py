@@ -43,6 +43,8 @@ from ..errors import StrataError, UnsupportedOp
 from .buckets import Padded, Refused
 from .programs import BucketProgram, CompiledGraph
 from .rewrite import foreach_per_tensor, lift_attributes
+from .saved_graphs import Saved
+from . import saved_graphs
 from .training import forward_and_backward, training
 from ..frontend.capture import capture
 from ..frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
@@ -261,7 +263,16 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
         raise StrataError("device cuda needs every input of the graph on the GPU; "
                           "some are on the CPU")
     check_device(device)
+    ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
+    key = saved_graphs.key(gm, args, weight_positions(gm, args), opts, ctx)
     with _progress(opts) as say, torch.no_grad():
+        if key is not None and (hit := saved_graphs.load(key, args)) is not None:
+            lowered, saved = hit
+            say("strata: the graph's program from the compile cache")
+            ctx.log("strata: the graph's program from the compile cache (no capture, no lowering)")
+            return CompiledGraph(_loaded(Program(lowered, device, bool(opts["use_graph"])), say),
+                                 saved.plan, saved.slots, device, saved.weights, args, (),
+                                 saved.written)
         say(f"strata: capturing a graph of {count_ops(gm)} torch ops")
         module, torch_program, lifted = _capture(gm, args, names)
         if device == "cuda" and not all(t.device.type == "cuda" for t in lifted):
@@ -271,20 +282,26 @@ def _compile(gm, args, names, opts) -> CompiledGraph:
         _check_supported(torch_program)
         program = None
         if torch_program.outputs or torch_program.mutations:
-            ctx = on_device(Context(verbosity=int(opts["verbosity"]), knobs=dict(opts["knobs"])), device)
             ctx.log(describe_options({**opts, "device": device}))
             say(f"strata: lowering {len(torch_program.nodes)} aten ops to kernels")
-            program = Program(lower_torch_program(torch_program, ctx, "cuda"), device,
-                              bool(opts["use_graph"]))
-            if device in ("cuda", "cpu"):
-                say(f"strata: compiling {len(program.kernels)} kernels "
-                    f"({'NVRTC' if device == 'cuda' else 'the C compiler'})")
-                program.load()
+            program = _loaded(Program(lower_torch_program(torch_program, ctx, "cuda"), device,
+                                      bool(opts["use_graph"])), say)
     weights = {i: torch_program.weight_of[a] for i, a in module.weights.items()}
     written = [i for i, name in zip(module.slots, torch_program.inputs)
                if name in torch_program.mutations]
+    if key is not None and program is not None and not lifted:
+        saved_graphs.store(key, program.lowered, Saved(module.plan, module.slots, weights, written))
     return CompiledGraph(program, module.plan, module.slots, device, weights, [*args, *lifted],
                          lifted, written)
+
+
+def _loaded(program: Program, say) -> Program:
+    """`program` built for its device (the C compiler or NVRTC; the simulator needs nothing)."""
+    if program.device in ("cuda", "cpu"):
+        say(f"strata: compiling {len(program.kernels)} kernels "
+            f"({'NVRTC' if program.device == 'cuda' else 'the C compiler'})")
+        program.load()
+    return program
 
 
 def _capture(gm, args, names):

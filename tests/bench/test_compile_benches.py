@@ -35,9 +35,26 @@ def test_a_token_is_timed_from_the_streamer():
 def test_whole_short_generate_run(tmp_path):
     d = write_checkpoint(hf_model("llama", seed=3, num_hidden_layers=1), tmp_path / "tiny")
     assert G.main([str(d), "--dtype", "fp32", "--cache", "static", "--rounds", "1",
-                   "--prompt-len", "4", "--new-tokens", "3", "--out", str(tmp_path / "out")]) == 0
+                   "--prompt-len", "4", "--new-tokens", "3", "--out", str(tmp_path / "out"),
+                   "--no-new-process"]) == 0
     [report] = (tmp_path / "out").glob("generate-compile-tiny-fp32-*.md")
     rows = [line for line in report.read_text().splitlines() if line.startswith("| static |")]
     assert [r.split(" | ")[1] for r in rows] == ["eager", "inductor", "strata"]
     assert all(" | yes | " in r for r in rows)                 # ids equal eager's
     assert rows[1].endswith("| 0 |") and rows[2].endswith("| 0 |")   # nothing compiled again
+
+
+def test_first_generate_in_a_new_process_finds_the_cache(tmp_path, monkeypatch):
+    """The new process's first generate: strata's backend takes the programs the first process
+    left in the compile cache (nothing captured or lowered: the cache holds an entry per graph,
+    no more after the second run)."""
+    d = write_checkpoint(hf_model("llama", seed=3, num_hidden_layers=1), tmp_path / "tiny")
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "cache"))
+    args = G.build_parser().parse_args([str(d), "--dtype", "fp32", "--prompt-len", "4",
+                                        "--new-tokens", "3"])
+    entries = lambda: sorted((tmp_path / "cache" / "models").rglob("*.pkl"))   # noqa: E731
+    assert G.first_in_new_process(args, "static", "strata") > 0
+    first = entries()
+    assert first
+    assert G.first_in_new_process(args, "static", "strata") > 0
+    assert entries() == first
