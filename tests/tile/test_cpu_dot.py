@@ -258,3 +258,21 @@ def test_f32_linears_with_few_rows_default_to_the_dot_form(m, form):
     prog, _ = cpu_compile(F.linear, (x, w))
     assert knobs_of(prog, "k_linear_reduce")["FORM"] == form
     assert_matches(prog, F.linear, (x, w))
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 96, 64), (37, 45, 68)], ids=str)
+@pytest.mark.parametrize("target", [None, "cpu-avx2"])
+def test_an_f32_weight_cast_to_bf16_is_stored_in_bf16_first(m, n, k, target):
+    """Autocast's product (x and an f32 weight both cast to bf16, as a training step's forward
+    runs): where the CPU multiplies bf16 the cast weight is stored once in bf16 by a kernel of its
+    own and the product takes a bf16 form, not an f32 panel; AVX2 packs the cast into its panel."""
+    def autocast_linear(x, w):
+        return x.to(BF16) @ w.to(BF16).t()
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    prog, log = cpu_compile(autocast_linear, (x, w), target=target)
+    kernels = {kk.name: dict(kk.knobs) for kk in prog.lowered.tile.kernels}
+    stored = any(name.endswith("_prologue_w") for name in kernels)
+    forms = {kn.get("FORM") for kn in kernels.values()} - {None}
+    bf16_cpu = target is None and HAS_DP
+    assert stored == bf16_cpu and (forms <= {"dot", "pairs", "amx"} if bf16_cpu else forms == {"outer"})
+    assert_matches(prog, autocast_linear, (x, w))
