@@ -41,6 +41,7 @@ from ..api import Program, check_device, on_device
 from ..context import Context
 from ..errors import StrataError, UnsupportedOp
 from .buckets import Padded, Refused
+from .floats import float_inputs, specialise
 from .programs import BucketProgram, CompiledGraph
 from .rewrite import foreach_per_tensor, lift_attributes
 from .saved_graphs import Saved
@@ -154,9 +155,11 @@ class StrataGraph:
         self.gm, self.opts = gm, opts
         self.entries: dict = {}
         self.names = placeholder_names(gm)
+        # floats dynamo passes as 0-d tensors read by .item(): a graph per set of their values
+        self.floats = float_inputs(gm)
         # dynamo's guards hold a static graph's inputs to one signature: no lookup per call
-        self.only = None if is_dynamic(gm) else False
-        self.padded = self._padded() if self.only is None else None
+        self.only = None if is_dynamic(gm) or self.floats else False
+        self.padded = self._padded() if self.only is None and not self.floats else None
 
     def _padded(self) -> Padded | None:
         """The graph's bucket plan, or None (said at verbosity 1): a graph the plan does not
@@ -173,6 +176,8 @@ class StrataGraph:
             print(f"strata: {text}", file=sys.stderr)
 
     def entry(self, args):
+        if self.floats:
+            return self._by_value(args).entry(args)
         if self.padded is not None:
             values = self.padded.values(args)
             caps = self.padded.caps(values)
@@ -197,6 +202,18 @@ class StrataGraph:
                               f"(fallback is on): {why}", StrataFallbackWarning, stacklevel=2)
                 self.entries[key] = _Eager(self.gm)
         return self.entries[key]
+
+    def _by_value(self, args) -> StrataGraph:
+        """The graph with its floats read as this call's values (floats.py), made once per set."""
+        values = tuple(float(args[i]) for i in self.floats)
+        if values not in self.entries:
+            if len(self.entries) + 1 == MANY_SHAPES:
+                warnings.warn(f"strata has compiled a graph of {count_ops(self.gm)} torch ops for "
+                              f"{MANY_SHAPES} values of the floats it reads (a value is a constant "
+                              f"of its program); pass a float that changes at every call as a "
+                              f"tensor", StrataManyShapesWarning, stacklevel=3)
+            self.entries[values] = StrataGraph(specialise(self.gm, self.floats, values), self.opts)
+        return self.entries[values]
 
     def _bucket(self, args, values, caps) -> BucketProgram:
         """The program of the bucket these sizes fall in (buckets.py)."""

@@ -71,6 +71,14 @@ def padded_axes(n) -> dict[int, sympy.Expr]:
 SYMBOLIC = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
 
+def fixed(x):
+    """x's number where x is a node of a symbolic int whose value is fixed, else x."""
+    v = example(x)
+    if isinstance(v, torch.SymInt) and not v.node.expr.free_symbols:
+        return int(v.node.expr)
+    return x
+
+
 def is_symbolic(v) -> bool:
     return isinstance(v, SYMBOLIC) or isinstance(v, (tuple, list, torch.Size)) and any(
         isinstance(x, SYMBOLIC) for x in v)
@@ -106,10 +114,19 @@ class PaddedGraph:
         self.module = fx.GraphModule(gm, self.g)
 
     def _copy(self, n, args=None, kwargs=None):
-        new = self.g.node_copy(n, lambda a: self.env[a]) if args is None else self.g.create_node(
+        new = self.g.node_copy(n, self._mapped) if args is None else self.g.create_node(
             n.op, n.target, args, kwargs, n.name)
         new.meta = dict(n.meta)
         return new
+
+    def _mapped(self, a):
+        """A node's copy; a size dynamo left symbolic but fixed (dynamo specialises 0 and 1) is
+        its number, any other size refused (a slice of an unpadded tensor bounded by one)."""
+        if a in self.env:
+            return self.env[a]
+        if (k := fixed(a)) is not a:
+            return k
+        raise Refused(f"{what(a)}, a size, bounds an op")
 
     # -- sizes
     def static(self, e) -> int:
@@ -230,6 +247,8 @@ class PaddedGraph:
         d = out = 0
         tails = []                                        # (output axis, k, the axis's size)
         for j, i in enumerate(index):
+            if isinstance(i, slice):
+                i = index[j] = slice(fixed(i.start), fixed(i.stop), fixed(i.step))
             if i is Ellipsis:
                 d, out = d + rank - used, out + rank - used
             elif i is None:

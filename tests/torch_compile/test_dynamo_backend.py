@@ -365,6 +365,49 @@ def test_generate_with_either_cache_compiles_nothing_the_second_time(cache, atte
             assert (len(_fresh_dynamo) > before) == more
 
 
+def test_generate_under_dynamic_true_buckets_and_reads_module_floats(_fresh_dynamo, monkeypatch):
+    """torch.compile(..., dynamic=True): dynamo passes the modules' floats (RMSNorm's eps, the
+    rotary scaling, the embedding's norm_type) as 0-d tensors read by .item(), which strata reads
+    as constants (floats.py), and every size is symbolic from the first call: the prefill and the
+    decode steps each run one program per bucket."""
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(buckets, "MIN", 8)
+    monkeypatch.setattr(buckets, "FILL", float("nan"))
+    sys.path.insert(0, str(REPO / "tests" / "models"))
+    from model_helpers import hf_model
+    model = hf_model("llama", num_hidden_layers=1)
+    ids = torch.randint(0, model.config.vocab_size, (1, 5))
+    kw = dict(max_new_tokens=12, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        model.forward = torch.compile(model.forward, backend="strata", dynamic=True)
+        assert torch.equal(model.generate(ids, **kw), want)
+        first = len(_fresh_dynamo)
+        assert first == 3                     # the prefill's bucket, the decode's two (8, 16)
+        assert torch.equal(model.generate(ids, **kw), want)
+        assert len(_fresh_dynamo) == first
+
+
+def test_a_float_attribute_changed_between_calls_is_read_anew(_fresh_dynamo):
+    """A float dynamo does not specialise is a constant of each program strata makes: a call
+    with another value takes a program of its own, never the old value's."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.scale = nn.Linear(6, 3), 0.5
+
+        def forward(self, x):
+            return self.lin(x) * self.scale + self.scale
+
+    m, x = Scaled(), torch.randn(4, 6)
+    compiled = torch.compile(m, backend="strata", dynamic=True)
+    with torch.no_grad():
+        for scale in (0.5, 2.0, 0.5):
+            m.scale = scale
+            torch.testing.assert_close(compiled(x), m.lin(x) * scale + scale, rtol=1e-5, atol=1e-5)
+    assert len(_fresh_dynamo) == 2
+
+
 def test_one_graph_called_with_other_modules_weights_runs_each_ones(_fresh_dynamo, monkeypatch):
     """dynamo traces nn.Linear.forward once for every Linear (parameters are inputs it does not
     guard on), as regional compilation of a repeated block does: each module's weights get a
