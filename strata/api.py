@@ -20,6 +20,7 @@ from .targets import get_target, gpu_target
 from .runtime.args import check_args
 from .frontend import capture_cache
 from .frontend.capture import FunctionModule, _param_names, as_forward, capture, capture_snippet
+from .frontend.index_bounds import index_bounds
 from .frontend.snippet import parse_snippet
 from .frontend.torch_ir import shape_only
 from .kernel_ir.sim import simulate
@@ -144,7 +145,8 @@ class Program:
             _check_runs_here(self.lowered.target)
             self._runtime = NativeProgram(self.lowered.kernel, self.torch_program.weights,
                                           inputs=self.torch_program.inputs,
-                                          source=self.lowered.source or None, threads=self.threads)
+                                          source=self.lowered.source or None, threads=self.threads,
+                                          bounds=index_bounds(self.torch_program))
         else:
             self._runtime = CudaProgram(self.lowered.kernel, inputs=self.torch_program.inputs,
                                         weights=self.torch_program.weights, use_graph=self.use_graph,

@@ -52,10 +52,11 @@ class NativeProgram:
 
     def __init__(self, program: KernelProgram, weights: Mapping[str, torch.Tensor] | None = None,
                  *, inputs: Mapping | None = None, poison: bool = False, source: str | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, bounds: Mapping[int, tuple[int, str]] | None = None):
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.program, self.poison, self.fixed_threads = program, poison, threads
+        self.bounds = dict(bounds or {})    # input position -> (rows, what): read as row numbers
         # emit_program refuses kernels a CPU cannot run; `source`: the program's C, emitted already
         self.source = source or emit_program(program)
         self.spec = dict(inputs) if inputs is not None else {
@@ -167,6 +168,8 @@ class NativeProgram:
 
     def run(self, inputs) -> list[torch.Tensor]:
         """The outputs, in program output order, as CPU tensors (0-d buffers have shape ())."""
+        if self.bounds:
+            self._check_rows(inputs)
         slab, ptrs = call = self._spare_calls.pop() if self._spare_calls else self._new_call()
         args = inputs
         if len(inputs) == len(self._in_ready):
@@ -215,6 +218,19 @@ class NativeProgram:
         return args
 
     __call__ = run
+
+    def _check_rows(self, inputs) -> None:
+        """Row numbers a caller passes are read as they are (frontend/index_bounds.py): one out
+        of its table is an error here, not a read outside the table."""
+        names = list(self.spec)
+        for pos, (rows, what) in self.bounds.items():
+            t = inputs[pos]
+            if isinstance(t, Tensor) and t.numel():
+                low, high = (int(v) for v in torch.aminmax(t))
+                if low < 0 or high >= rows:
+                    raise InputMismatch(f"input {names[pos]}: index {low if low < 0 else high} is "
+                                        f"out of range for {what}, which has {rows} rows "
+                                        f"(0..{rows - 1})")
 
     def kernel_runner(self, inputs):
         """A function of k that runs the program's k-th kernel (launch order) alone, on buffers
