@@ -229,8 +229,12 @@ class StrataGraph:
             compiled = _compile(gm, inputs, placeholder_names(gm), self.opts)
         except StrataError as e:
             raise Refused(f"its padded graph does not compile ({e})") from None
-        if compiled.lifted or compiled.written:
-            raise Refused("it updates tensors in place")
+        if compiled.lifted:
+            raise Refused("it updates its own attributes in place")
+        given = [i for i in range(len(args)) if i not in self.padded.sym_positions]
+        # an input updated in place that was padded is written back after the call
+        compiled.write_back = [(w, given[w]) for w in compiled.written
+                               if given[w] in self.padded.pad_inputs]
         self._say(f"one program for sizes {', '.join(f'{s} <= {c}' for s, c in zip(self.padded.symbols, caps))}")
         return BucketProgram(self.padded, compiled, caps, device)
 

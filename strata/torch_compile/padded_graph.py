@@ -49,6 +49,9 @@ REDUCTIONS = {torch.sum: 0, "sum": 0, torch.mean: 0, "mean": 0, torch.amax: "-in
 MATMULS = {torch.matmul, operator.matmul, torch.bmm, torch.mm, "matmul", "bmm", "mm"}
 LINEARS = {F.linear, torch._C._nn.linear}
 CATS = {torch.cat, torch.concat, torch.concatenate}
+# in place on a tensor no padded axis reaches (a cache's length counter: `n.add_(s)`): exact
+IN_PLACE = {"add_", "sub_", "mul_", "fill_", "copy_", "zero_"}
+INDEX_COPIES = {"index_copy_", torch.Tensor.index_copy_}
 
 
 class Refused(Exception):
@@ -173,6 +176,8 @@ class PaddedGraph:
 
     # -- ops
     def _node(self, n):
+        if type(example(n)) in (bool, int, float) and n.op in ("call_function", "call_method"):
+            return example(n)        # a number dynamo fixed (and guards), `not s` among them
         key = n.target if n.op == "call_function" else n.target if n.op == "call_method" else None
         tensors = [x for x in pytree.tree_flatten((n.args, n.kwargs))[0]
                    if isinstance(x, fx.Node) and isinstance(example(x), torch.Tensor)]
@@ -182,10 +187,13 @@ class PaddedGraph:
             return self._copy(n)
         if n.op == "get_attr" or key is None:
             raise Refused(f"{what(n)} on a padded tensor")
+        exact_in_place = key in IN_PLACE and not any(padded_axes(x) for x in tensors)
         if sized and not (key in ELEMENTWISE or key in RESHAPES or key in AXIS_MOVES
-                          or key in CREATES and _sizes_only(n)):
+                          or key in CREATES and _sizes_only(n) or exact_in_place):
             raise Refused(f"{what(n)} takes a size")
-        value = key in ELEMENTWISE
+        value = key in ELEMENTWISE or exact_in_place
+        if exact_in_place:
+            return self._copy(n, self._args(n.args, True), self._args(n.kwargs, True))
         args, kwargs = self._args(n.args, value), self._args(n.kwargs, value)
         if key in CREATES or key in ELEMENTWISE or key in AXIS_MOVES:
             if key in ELEMENTWISE:
@@ -209,6 +217,8 @@ class PaddedGraph:
             return self._attention(n, args, kwargs)
         if key in CATS:
             return self._cat(n, args, kwargs)
+        if key in INDEX_COPIES:
+            return self._index_copy(n, args, kwargs)
         raise Refused(f"{what(n)} on a padded tensor")
 
     def _check_aligned(self, n, tensors, along=None):
@@ -248,7 +258,18 @@ class PaddedGraph:
         tails = []                                        # (output axis, k, the axis's size)
         for j, i in enumerate(index):
             if isinstance(i, slice):
-                i = index[j] = slice(fixed(i.start), fixed(i.stop), fixed(i.step))
+                stop = fixed(i.stop)
+                if d in pads and isinstance(example(stop), torch.SymInt) and fixed(i.start) in (None, 0):
+                    # `:t` (a mask cut to the keys): the bucket's t, its rows past t padding
+                    stop = self.static(example(stop).node.expr)
+                    if stop > self.static(pads[d]):
+                        raise Refused(f"{what(n)} slices past a padded axis")
+                    stop = None if stop == self.static(pads[d]) else stop
+                    if stop is not None:
+                        index[j] = slice(None, stop)
+                        d, out = d + 1, out + 1
+                        continue
+                i = index[j] = slice(fixed(i.start), stop, fixed(i.step))
             if i is Ellipsis:
                 d, out = d + rank - used, out + rank - used
             elif i is None:
@@ -381,6 +402,29 @@ class PaddedGraph:
         rest = self.env[tail[0]] if len(tail) == 1 else self.g.call_function(
             torch.cat, ([self.env[p] for p in tail], dim))
         return self.g.call_method("index_copy", (out, dim, at, rest))
+
+
+    def _index_copy(self, n, args, kwargs):
+        """dest.index_copy_(dim, index, source) (a static KV cache's update) of rows padded along
+        the index: the padded entries repeat the call's last row and its position, so they write
+        again what that row wrote (the same value: nothing else)."""
+        dest, dim, index, source = n.args[:4] if not kwargs else (None,) * 4
+        if dest is None or set(padded_axes(index)) - {0}:
+            raise Refused(f"{what(n)} on a padded tensor")
+        dim %= example(dest).dim()
+        self._check_aligned(n, [dest], along=dim)
+        if not padded_axes(index) and dim not in padded_axes(source):
+            return self._copy(n, args, kwargs)       # real rows at real positions (a decode step)
+        count = padded_axes(index)[0]
+        if set(padded_axes(source)) != {dim} or padded_axes(source)[dim] != count:
+            raise Refused(f"{what(n)}: its rows are not padded as its index is")
+        rows = self.g.call_function(torch.arange, (self.static(count),),
+                                    {"device": example(index).device})
+        last = self.g.call_function(operator.sub, (self.runtime(count), 1))
+        rows = self.g.call_function(torch.clamp, (rows,), {"max": last})
+        index = self.g.call_method("index_select", (args[2], 0, rows))
+        source = self.g.call_method("index_select", (args[3], dim, rows))
+        return self._copy(n, (args[0], dim, index, source), {})
 
 
 def _sizes_only(n) -> bool:

@@ -109,6 +109,9 @@ class BucketProgram:
 
     def __call__(self, args):
         values = self.plan.values(args)
-        out = self.compiled(self.plan.inputs(args, values, self.caps, self.device))
+        inputs = self.plan.inputs(args, values, self.caps, self.device)
+        out = self.compiled(inputs)
+        for w, i in getattr(self.compiled, "write_back", ()):     # (a static cache's rows)
+            args[i].copy_(inputs[w][tuple(slice(0, n) for n in args[i].shape)])
         leaves, spec = pytree.tree_flatten(out)
         return pytree.tree_unflatten(self.plan.outputs(leaves, args, values), spec)
