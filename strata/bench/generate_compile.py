@@ -10,7 +10,9 @@ compile caches (strata's and Inductor's point at a new folder) and in another th
 filled (a script run a second time), then per-token decode ms of
 later generates (interleaved rounds, medians; a token's time is read off a streamer, so the
 prefill is apart), whether the greedy ids equal eager's, and how many graphs the second and
-later calls compiled (nothing, for Inductor and strata, is the goal). MODEL is a bundled name
+later calls compiled (nothing, for Inductor and strata, is the goal), and the seconds of a
+generate at a third prompt length, after a second one made the graphs shape-dynamic (what a
+user's next new prompt costs; ids compared with eager's too). MODEL is a bundled name
 (random weights from a fixed seed) or a local directory; --layers keeps the first N decoder
 layers (a whole model's first compile takes minutes on two cores). Markdown under --out, named
 with model, dtype, CPU class and date.
@@ -53,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch's and strata's threads")
     p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    p.add_argument("--no-new-process", action="store_true",
-                   help="skip the first generate in a new process (a compile per variant less)")
+    p.add_argument("--rounds-only", action="store_true",
+                   help="only the timed rounds: no first generates in new processes, no other "
+                        "prompt lengths (fewer compiles)")
     p.add_argument("--first-generate", choices=VARIANTS, help=argparse.SUPPRESS)  # the new process
     return p
 
@@ -164,7 +167,7 @@ def run(args, cache: str, say) -> dict:
             for name in names:
                 os.environ[name] = os.path.join(folder, name.split("_")[0].lower())
             firsts = {}
-            for name in VARIANTS if not args.no_new_process else ():
+            for name in VARIANTS if not args.rounds_only else ():
                 say(f"{cache} cache: {name}'s first generate in a new process, empty caches")
                 cold = first_in_new_process(args, cache, name)
                 say(f"{cache} cache: {name}'s first generate in a new process, caches filled")
@@ -175,6 +178,7 @@ def run(args, cache: str, say) -> dict:
                 os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
     for name in VARIANTS:
         rows[name]["cold_s"], rows[name]["warm_s"] = firsts.get(name, (None, None))
+        rows[name].setdefault("new_s", None)
     return rows
 
 
@@ -200,16 +204,39 @@ def _run(args, cache: str, say) -> dict:
                 got = m.generate(ids, streamer=stamps, **kw)
                 rows[name]["ms"].append(stamps.per_token_ms())
                 rows[name]["same"] &= torch.equal(got, want)
+        for name, row in rows.items():
+            row["recompiles"] = backends[name].graphs - compiled[name] if name in backends else None
+        if not args.rounds_only:
+            _other_lengths(args, cache, models, rows, say)
     for name, row in rows.items():
         row["ms"] = statistics.median(row["ms"])
-        row["recompiles"] = backends[name].graphs - compiled[name] if name in backends else None
     rows["what"] = what
     return rows
 
 
+def _other_lengths(args, cache: str, models: dict, rows: dict, say) -> None:
+    """Each variant's generate at two other prompt lengths (each a length it has not met): the
+    first may compile (dynamo makes the graphs shape-dynamic), the second's seconds are what a
+    user's next new prompt costs (`new_s`); ids compared with eager's at each."""
+    import torch
+    for length in (args.prompt_len + 8, args.prompt_len + 4):
+        ids = torch.randint(0, models["eager"].config.vocab_size, (1, length),
+                            generator=torch.Generator().manual_seed(length))
+        _, kw = _inputs(args, models["eager"], cache)
+        want = None
+        for name, m in models.items():
+            say(f"{cache} cache: a {length}-token prompt with {name}")
+            t0 = time.perf_counter()
+            got = m.generate(ids, **kw)
+            rows[name]["new_s"] = time.perf_counter() - t0
+            want = got if want is None else want
+            rows[name]["same"] &= torch.equal(got, want)
+
+
 def table(results: dict) -> tuple[list[str], list[list[str]]]:
     head = ["cache", "variant", "first generate s (new process, empty compile caches)",
-            "first generate s (new process, caches filled)", "decode ms/token", "eager / variant",
+            "first generate s (new process, caches filled)",
+            "generate s at a third prompt length", "decode ms/token", "eager / variant",
             "ids equal eager's", "graphs compiled after the first call"]
     body = []
     for cache, rows in results.items():
@@ -217,7 +244,7 @@ def table(results: dict) -> tuple[list[str], list[list[str]]]:
         for name in VARIANTS:
             row = rows[name]
             body.append([cache, name, *("-" if row[k] is None else f"{row[k]:.1f}"
-                                        for k in ("cold_s", "warm_s")),
+                                        for k in ("cold_s", "warm_s", "new_s")),
                          f"{row['ms']:.2f}",
                          f"{eager / row['ms']:.2f}x", "yes" if row["same"] else "NO",
                          "-" if row["recompiles"] is None else str(row["recompiles"])])

@@ -36,7 +36,7 @@ def test_whole_short_generate_run(tmp_path):
     d = write_checkpoint(hf_model("llama", seed=3, num_hidden_layers=1), tmp_path / "tiny")
     assert G.main([str(d), "--dtype", "fp32", "--cache", "static", "--rounds", "1",
                    "--prompt-len", "4", "--new-tokens", "3", "--out", str(tmp_path / "out"),
-                   "--no-new-process"]) == 0
+                   "--rounds-only"]) == 0
     [report] = (tmp_path / "out").glob("generate-compile-tiny-fp32-*.md")
     rows = [line for line in report.read_text().splitlines() if line.startswith("| static |")]
     assert [r.split(" | ")[1] for r in rows] == ["eager", "inductor", "strata"]
