@@ -18,7 +18,10 @@ compiled for its concrete input shapes; a graph dynamo made shape-dynamic (after
 gets one Program per bucket of sizes (torch_compile/buckets.py: the dynamic KV cache's lengths
 share one), or, where it cannot run padded exactly, one per shape it is called with; a static
 graph takes the Program of any other graph of the process that computes the same on the same
-tensors (frontend/dynamo_key.py), so a repeated `generate` compiles nothing. A graph strata cannot compile raises a strata error naming every
+tensors (frontend/dynamo_key.py), so a repeated `generate` compiles nothing, and a later process
+takes it from the compile cache (saved_graphs.py). Floats dynamo passes as 0-d tensors read by
+`.item()` (with dynamic=True) are constants of a graph per set of their values (floats.py).
+A graph strata cannot compile raises a strata error naming every
 unsupported aten op; only an explicit opt-in (options={"fallback": True} or STRATA_FALLBACK=1)
 runs such a graph eagerly, with a warning naming the ops.
 
