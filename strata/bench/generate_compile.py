@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from .. import progress
 from ..command import guarded
@@ -160,22 +161,16 @@ def run(args, cache: str, say) -> dict:
     that finds them filled (a process of its own each: dynamo's record of which sizes changed is
     per process, so a variant compiled after another would be handed other graphs), then the
     timed rounds in this process."""
-    names = ("STRATA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
-    before = {name: os.environ.get(name) for name in names}
-    with tempfile.TemporaryDirectory(prefix="strata-bench-caches-") as folder:
-        try:
-            for name in names:
-                os.environ[name] = os.path.join(folder, name.split("_")[0].lower())
-            firsts = {}
-            for name in VARIANTS if not args.rounds_only else ():
-                say(f"{cache} cache: {name}'s first generate in a new process, empty caches")
-                cold = first_in_new_process(args, cache, name)
-                say(f"{cache} cache: {name}'s first generate in a new process, caches filled")
-                firsts[name] = (cold, first_in_new_process(args, cache, name))
-            rows = _run(args, cache, say)
-        finally:
-            for name, value in before.items():
-                os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+    with tempfile.TemporaryDirectory(prefix="strata-bench-caches-") as folder, mock.patch.dict(
+            os.environ, {"STRATA_CACHE_DIR": os.path.join(folder, "strata"),
+                         "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")}):
+        firsts = {}
+        for name in VARIANTS if not args.rounds_only else ():
+            say(f"{cache} cache: {name}'s first generate in a new process, empty caches")
+            cold = first_in_new_process(args, cache, name)
+            say(f"{cache} cache: {name}'s first generate in a new process, caches filled")
+            firsts[name] = (cold, first_in_new_process(args, cache, name))
+        rows = _run(args, cache, say)
     for name in VARIANTS:
         rows[name]["cold_s"], rows[name]["warm_s"] = firsts.get(name, (None, None))
         rows[name].setdefault("new_s", None)

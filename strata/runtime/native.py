@@ -222,13 +222,12 @@ class NativeProgram:
     def _check_rows(self, inputs) -> None:
         """Row numbers a caller passes are read as they are (frontend/index_bounds.py): one out
         of its table is an error here, not a read outside the table."""
-        names = list(self.spec)
         for pos, (rows, what) in self.bounds.items():
             t = inputs[pos]
             if isinstance(t, Tensor) and t.numel():
                 low, high = (int(v) for v in torch.aminmax(t))
                 if low < 0 or high >= rows:
-                    raise InputMismatch(f"input {names[pos]}: index {low if low < 0 else high} is "
+                    raise InputMismatch(f"input {list(self.spec)[pos]}: index {low if low < 0 else high} is "
                                         f"out of range for {what}, which has {rows} rows "
                                         f"(0..{rows - 1})")
 

@@ -235,11 +235,9 @@ class StrataGraph:
         if compiled.lifted:
             raise Refused("it updates its own attributes in place")
         given = [i for i in range(len(args)) if i not in self.padded.sym_positions]
-        # an input updated in place that was padded is written back after the call
-        compiled.write_back = [(w, given[w]) for w in compiled.written
-                               if given[w] in self.padded.pad_inputs]
         self._say(f"one program for sizes {', '.join(f'{s} <= {c}' for s, c in zip(self.padded.symbols, caps))}")
-        return BucketProgram(self.padded, compiled, caps, device)
+        return BucketProgram(self.padded, compiled, caps, device, [
+            (w, given[w]) for w in compiled.written if given[w] in self.padded.pad_inputs])
 
     def _shared(self, args) -> CompiledGraph:
         """The program another graph of this process compiled for the same computation on the

@@ -16,8 +16,9 @@ import sympy
 import torch
 from torch import fx
 
+from .padded_graph import SYMBOLIC
+
 _READS = ("item",)                     # call_method targets that read a 0-d tensor as a number
-SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def float_inputs(gm: fx.GraphModule) -> list[int]:
@@ -42,9 +43,8 @@ def specialise(gm: fx.GraphModule, positions: list[int], values: tuple[float, ..
     bound = {}
     for i, value in zip(positions, values):
         for read in holders[i].users:
-            symbol = read.meta["example_value"].node.expr
-            bound[symbol] = sympy.Float(value) if isinstance(symbol, sympy.Symbol) else None
-    bound = {s: v for s, v in bound.items() if v is not None}
+            if isinstance(symbol := read.meta["example_value"].node.expr, sympy.Symbol):
+                bound[symbol] = sympy.Float(value)
     folded = []
     for n in graph.nodes:
         v = n.meta.get("example_value")

@@ -259,7 +259,8 @@ class PaddedGraph:
         for j, i in enumerate(index):
             if isinstance(i, slice):
                 stop = fixed(i.stop)
-                if d in pads and isinstance(example(stop), torch.SymInt) and fixed(i.start) in (None, 0):
+                if d in pads and isinstance(example(stop), torch.SymInt) and \
+                        fixed(i.start) in (None, 0) and fixed(i.step) in (None, 1):
                     # `:t` (a mask cut to the keys): the bucket's t, its rows past t padding
                     stop = self.static(example(stop).node.expr)
                     if stop > self.static(pads[d]):
@@ -403,13 +404,14 @@ class PaddedGraph:
             torch.cat, ([self.env[p] for p in tail], dim))
         return self.g.call_method("index_copy", (out, dim, at, rest))
 
-
     def _index_copy(self, n, args, kwargs):
         """dest.index_copy_(dim, index, source) (a static KV cache's update) of rows padded along
         the index: the padded entries repeat the call's last row and its position, so they write
         again what that row wrote (the same value: nothing else)."""
-        dest, dim, index, source = n.args[:4] if not kwargs else (None,) * 4
-        if dest is None or set(padded_axes(index)) - {0}:
+        if kwargs or len(n.args) != 4:
+            raise Refused(f"{what(n)} on a padded tensor, its arguments named")
+        dest, dim, index, source = n.args
+        if set(padded_axes(index)) - {0}:
             raise Refused(f"{what(n)} on a padded tensor")
         dim %= example(dest).dim()
         self._check_aligned(n, [dest], along=dim)

@@ -98,10 +98,13 @@ class CompiledGraph:
 
 class BucketProgram:
     """A shape-dynamic graph's program for a bucket of sizes (buckets.py): a call's tensors are
-    padded to the bucket's sizes, its sizes passed as values, the outputs narrowed back."""
+    padded to the bucket's sizes, its sizes passed as values, the outputs narrowed back.
+    write_back: (padded graph's input, caller's input) pairs of inputs the program updates in
+    place that were padded (a static cache's rows): copied back into the caller's after a call."""
 
-    def __init__(self, plan, compiled: CompiledGraph, caps: tuple[int, ...], device):
+    def __init__(self, plan, compiled: CompiledGraph, caps: tuple[int, ...], device, write_back=()):
         self.plan, self.compiled, self.caps, self.device = plan, compiled, caps, device
+        self.write_back = write_back
 
     @property
     def program(self):
@@ -111,7 +114,7 @@ class BucketProgram:
         values = self.plan.values(args)
         inputs = self.plan.inputs(args, values, self.caps, self.device)
         out = self.compiled(inputs)
-        for w, i in getattr(self.compiled, "write_back", ()):     # (a static cache's rows)
+        for w, i in self.write_back:
             args[i].copy_(inputs[w][tuple(slice(0, n) for n in args[i].shape)])
         leaves, spec = pytree.tree_flatten(out)
         return pytree.tree_unflatten(self.plan.outputs(leaves, args, values), spec)

@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 from functools import reduce
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..frontend.dynamo_graph import OutputPlan
 from ..frontend.dynamo_key import graph_key
 from ..models import compile_cache
+from ..user_cache import caching_enabled
 
 MAX_ATTR_BYTES = 64 << 20      # a graph attribute hashed into the key; above this: not kept
 QUIET = ("verbosity",)         # options that do not change the program
@@ -39,7 +41,9 @@ class Saved:
 
 def key(gm: torch.fx.GraphModule, args, weights: list[int], opts: dict, ctx) -> str | None:
     """The entry's key for `gm` called on `args` (weights: the positions compiled as weights),
-    or None when the graph cannot be keyed."""
+    or None when the graph cannot be keyed or caching is off (no work for a key unused)."""
+    if not caching_enabled():
+        return None
     structure = graph_key(gm, args, set())
     if structure is None:
         return None
@@ -65,7 +69,6 @@ def _bytes_digest(t: torch.Tensor) -> str:
 
 def store(key: str, lowered, saved: Saved) -> bool:
     """Write the entry; False where caching is off or the output structure has no text form."""
-    import torch.utils._pytree as pytree
     try:        # TreeSpec's own pickle warns when loaded; its text form is stable
         spec = None if saved.plan.spec is None else pytree.treespec_dumps(saved.plan.spec)
     except Exception:  # noqa: BLE001 - a container pytree cannot name
@@ -77,7 +80,6 @@ def store(key: str, lowered, saved: Saved) -> bool:
 
 def load(key: str, args):
     """(Lowered with the weights of `args` bound, Saved), or None."""
-    import torch.utils._pytree as pytree
     got = compile_cache.load_entry(key, {i: a for i, a in enumerate(args)
                                          if isinstance(a, torch.Tensor)})
     if got is None:
