@@ -106,8 +106,10 @@ def test_the_cost_model_takes_the_profiles_bandwidths(cache_dir, monkeypatch):
 @pytest.mark.skipif(not ({"avx512f"} <= set(host().features) or {"avx2", "fma"} <= set(host().features)),
                     reason="the register peaks are AVX-512 or AVX2 + FMA code")
 def test_the_register_peak_bounds_the_matmul(cache_dir):
-    peak = probes._peak_gflops(False)
+    # the best of three peaks: with the other test worker busy one probe can lose its core
+    # for part of its run (a CI run read 96.6 GFLOP/s against the matmul's 112.8)
     matmul = probes._matmul_gflops("float32", 48, 256, 256, {"FORM": "outer"})
+    peak = max(probes._peak_gflops(False) for _ in range(3))
     assert 0 < matmul < 1.1 * peak             # no kernel beats the FMAs it is made of
 
 
