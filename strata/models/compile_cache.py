@@ -38,9 +38,14 @@ MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cac
 
 @lru_cache(maxsize=1)
 def _strata_digest() -> str:
+    return source_digest(Path(__file__).resolve().parents[1])
+
+
+def source_digest(root: Path) -> str:
+    """The source under `root`: its Python and the C it emits from (preludes/*.h) or builds (*.c),
+    so that an edited prelude is a new key, not a program built from the old one."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".h", ".c")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

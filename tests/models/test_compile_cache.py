@@ -106,3 +106,19 @@ def test_more_or_fewer_new_tokens_reuse_the_programs(cache_dir, no_capture):
         want = model.generate(torch.tensor([PROMPT]), max_new_tokens=9, do_sample=False,
                               pad_token_id=0)[0, len(PROMPT):].tolist()
     assert got == want
+
+
+def test_an_edited_c_prelude_is_a_new_key(tmp_path):
+    """The key covers the C strata emits from, not only its Python: a program cached before a
+    prelude was edited would otherwise run the old C (found editing c_qdot.h's prefetch)."""
+    from strata.models.compile_cache import source_digest
+    (tmp_path / "codegen" / "preludes").mkdir(parents=True)
+    (tmp_path / "codegen" / "c.py").write_text("X = 1\n")
+    header = tmp_path / "codegen" / "preludes" / "c_qdot.h"
+    header.write_text("#define ST_QAHEAD 4096\n")
+    before = source_digest(tmp_path)
+    header.write_text("#define ST_QAHEAD 1024\n")
+    after = source_digest(tmp_path)
+    assert after != before
+    (tmp_path / "notes.txt").write_text("not source")
+    assert source_digest(tmp_path) == after

@@ -190,7 +190,13 @@ ST_QBLOCKS(bf16, uint16_t)
 #define ST_VNNI 0
 #endif
 #if ST_VNNI
-#define ST_QAHEAD 4096     // bytes ahead of a row that its rows prefetch (a few rows on)
+// A row's step prefetches its bytes ST_QAHEAD on, a line per 64 consumed. Not a burst of the
+// next rows at a row's start: on the Zen 4 that burst (4096 bytes on) made the Q4_K_M decode step
+// 7 to 9% slower (its Q6_K rows are 5632 bytes: 88 prefetches at once), and 1024 bytes on, spread,
+// was no slower than none (bench notes in docs/models.md)
+#define ST_QAHEAD 1024
+#define ST_QFETCH(P, N) \
+    for (int st_l = 0; st_l < (N); st_l += 64) __builtin_prefetch((const char*)(P) + ST_QAHEAD + st_l, 0, 3)
 // QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
 // (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
 typedef struct { int8_t* q; float* d; float* c; } st_xq8;
@@ -267,11 +273,11 @@ static inline __m512 st_s16_bf16(const uint16_t* d) {
     }
 #define ST_QVNNI(F, T, NBYTES, OFFSET, S) \
 static inline __m512 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
+        ST_QFETCH(q + b * (NBYTES), 16 * (NBYTES)); \
         __m512 dw = st_s16_##S(d + b); \
         off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(x->c + xb + b), off); \
         __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
@@ -305,11 +311,11 @@ static inline __m512 st_u8x16(const unsigned char* p) {
 #define ST_Q4K_VNNI(S) \
 static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
+        ST_QFETCH(q + b * 16, 256); \
         __m512 dw = _mm512_mul_ps(st_two_s1(st_s1_##S(d[b / 8]), st_s1_##S(d[b / 8 + 1])), st_u8x16(sc + b)); \
         __m512 mw = _mm512_mul_ps(st_two_s1(st_s1_##S(dmin[b / 8]), st_s1_##S(dmin[b / 8 + 1])), st_u8x16(mn + b)); \
         off = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x->c + xb + b), off); \
@@ -336,7 +342,6 @@ ST_Q4K_VNNI(bf16)
 #define ST_Q6K_VNNI(S) \
 static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     const __m512i bias = _mm512_set1_epi8((char)0x80); \
     const __m512i four = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); \
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); \
@@ -344,6 +349,7 @@ static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, c
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
+        ST_QFETCH(q + b * 16, 256); \
         __m512 sw = _mm512_mul_ps(_mm512_set1_ps(st_s1_##S(d[b / 16])), \
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sc + b))))); \
         __m512 s16 = _mm512_mul_ps(sw, _mm512_permutexvar_ps(half, \
@@ -396,10 +402,10 @@ static inline __m256 st_s8_bf16(const uint16_t* d) {
     }
 #define ST_QI8(F, T, NBYTES, OFFSET, S) \
 static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * (NBYTES); l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 8 <= nb; b += 8) { \
+        ST_QFETCH(q + b * (NBYTES), 8 * (NBYTES)); \
         __m256 dw = st_s8_##S(d + b); \
         off = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->c + xb + b), off); \
         __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
@@ -425,10 +431,10 @@ static inline __m256 st_u8x8(const unsigned char* p) {
 #define ST_Q4K_I8(S) \
 static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 8 <= nb; b += 8) { \
+        ST_QFETCH(q + b * 16, 128); \
         __m256 dw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(d[b / 8])), st_u8x8(sc + b)); \
         __m256 mw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(dmin[b / 8])), st_u8x8(mn + b)); \
         off = _mm256_fmadd_ps(mw, _mm256_loadu_ps(x->c + xb + b), off); \
@@ -450,11 +456,11 @@ ST_Q4K_I8(bf16)
 #define ST_Q6K_I8(S) \
 static inline __m256 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
-    for (long l = 0; l < nb * 16; l += 64) __builtin_prefetch((const char*)q + ST_QAHEAD + l, 0, 3); \
     const int8_t* xq = x->q + xb * 32; \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
+        ST_QFETCH(q + b * 16, 256); \
         float dw = st_s1_##S(d[b / 16]); \
         for (int p = 0; p < 16; p += 4) { \
             __m256 s0 = _mm256_setr_ps(sc[b + p], sc[b + p], sc[b + p], sc[b + p], sc[b + p + 1], \
