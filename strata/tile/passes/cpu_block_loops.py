@@ -16,9 +16,9 @@ per inner position) that are added up after it: summed into one variable, each i
 end in a horizontal vector sum (that GEMV: 4.4 ms so, 1.9 ms with the partial sums). Other
 accumulators stay on the outer loop, set once. BLOCK_LOOPS=0 leaves the loops whole. A row of
 quantized blocks gets QDOT=vnni where the CPU has AVX512-VNNI or AVX2 without AVX-512 (vpmaddubsw)
-and the row writes bf16 or fp16 or rounds its weights to them (codegen/c_qdot.py: int8 activations
-err about as much as 16-bit floats, 0.6% of the norm, so fp32 rows keep the float lanes unless
-QDOT=vnni is pinned).
+and the row writes or rounds its weights to bf16 or fp16 (the last down projection, fused into the
+final norm's upcast, writes f32; c_qdot.py: int8 activations err about as much as 16-bit floats,
+0.6% of the norm; fp32 rows keep the float lanes unless QDOT is pinned).
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ from ...expr import Cast, Const, Op, Var, add, call, free_vars, mul, nodes, simp
 from ...loop.ir import Accum, Let, Load, Loop, Store
 from ..contraction import divisors
 from ..ir import Mode, Scratch, TileKernel, flat_index, map_body, subst_body, walk
+
+
+HALF = ("bf16", "f16")      # a row rounding its weights to these is a 16-bit model's (docstring)
 
 
 def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
@@ -58,7 +61,7 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
         once, body = _per_block(body, inner)
         if _lane_sums(s):
             if any(isinstance(x, Load) and k.dtype_of(x.buf) in ("i8", "u8") for x in walk(body)):
-                rows.append(_rounds_to_half(body))
+                rows.append(any(isinstance(n, Cast) and n.dtype in HALF for e in _exprs(body) for n in nodes(e)))
             return _in_lanes(s, outer, inner, c, once, body, scratch)
         return replace(s, var=outer, extent=s.extent // c,
                        body=once + (Loop(inner, c, s.kind, body, unroll=s.unroll),))
@@ -69,16 +72,9 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
         out = out.with_knob("BLOCK_LOOPS", 1) if ctx.pinned("BLOCK_LOOPS") else out
     if rows and (all(map(ctx.arch.has, ("avx512_vnni", "avx512bw", "avx512vl"))) or not
                       ctx.arch.has("avx512f") and all(map(ctx.arch.has, ("avx2", "fma", "f16c")))):
-        half = all(rows) or all(k.dtype_of(w) in ("bf16", "f16") for w in k.writes)
+        half = all(rows) or all(k.dtype_of(w) in HALF for w in k.writes)     # rows may write f32
         out = out.with_knob("QDOT", ctx.knob("QDOT", "vnni" if half else "float"))
     return out
-
-
-def _rounds_to_half(body) -> bool:
-    """Whether a row rounds its dequantized weight to bf16 or fp16: a 16-bit model's row, whose
-    int8 activations lose what 16 bits do, though it may write f32 (the last layer's down
-    projection fused into the final norm's upcast ran on the float lanes, 1.6x slower)."""
-    return any(isinstance(n, Cast) and n.dtype in ("bf16", "f16") for e in _exprs(body) for n in nodes(e))
 
 
 def _lane_sums(loop: Loop) -> bool:
