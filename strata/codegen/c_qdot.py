@@ -10,7 +10,7 @@ activations, and the sum scaled by the block's scale once: acc += d * (q[0:16] x
 x[16:32]), two accumulators for alternate blocks. After the loop the accumulators are added into
 the row's partial sums, which the kernel sums as written. The K-quants (quant/kquants.py) are
 blocks too: q4_k's 32 nibbles have a scale and a minimum (w = a * q - b), looked up in a table of
-the block's sixteen weights; q6_k's blocks are 16 bytes with one scale. A rounded weight
+the block's sixteen weights; q6_k's blocks are 16 weights in 12 bytes with one scale. A rounded weight
 (QuantLinear's `.to(bf16)`) is not rounded here: the scale is applied to the block's sum instead,
 which is nearer the float64 reference, not farther; the order of the sum differs from the scalar
 loop's as `omp simd`'s does. The loop is printed as written under `#else`, for compilers targeting
@@ -21,7 +21,7 @@ first quantizes the row's activations to int8 blocks of 32 (d = max|x| / 127, q 
 and a row's blocks run 16 at a time on vpdpbusd: the weights' bytes as unsigned (nibbles 0..15, or
 q8_0's bytes + 128) times the activations' int8, two blocks per instruction, each block's int32
 sums scaled by its two scales in one FMA and the offset (8 or 128 times the activations' sum) taken
-off per row; the next rows' bytes are prefetched. A 5632 x 2048 q4_0 row set, weights streamed from
+off per row. A 5632 x 2048 q4_0 row set, weights streamed from
 DRAM, 2 threads, Emerald Rapids: 0.73 ms as float lanes, 0.39 with VNNI (the bytes alone stream in
 0.32). On AVX2 without AVX-512 (Zen 3, Haswell) the same blocks run one at a time on vpmaddubsw +
 vpmaddwd (q8_0 by llama.cpp's sign trick, whose products cannot saturate int16): the same row set
@@ -31,10 +31,11 @@ rounding is llama.cpp's error, not the float path's: QDOT=float keeps the float 
 read whole, aligned blocks of the activations and contiguous bytes and f16 or bf16 scales
 (lower_quant.py decides); the float path takes any other. q4_k and q6_k rows run so too (their
 scale bytes and super-block scales, QuantRow.vnni): q4_k's 16 scales and minimums a step made from
-the bytes, the minimums times the activations' block sums taken off; q6_k's bytes + 128 less 128
-times the activations' sums, a scale per 16. The same 5632 x 2048 row set, 2 threads, Zen 4
-(another process busy): q4_0 0.33 ms, q4_k 0.37 to 0.48, q6_k 0.47 to 0.52 (twice q4's bytes); as
-float lanes 0.61, 1.1 to 1.3 and 1.2 to 1.4.
+the bytes, the minimums times the activations' block sums taken off; q6_k's 6-bit q (four blocks'
+48 bytes unpacked to 64 by a vpermd, shifts and masks) less 32 times the activations' sums, a
+scale per 16. The same 5632 x 2048 row set, 2 threads, Zen 4 (another process busy): q4_0 0.33
+ms, q4_k 0.37 to 0.48, q6_k 0.47 to 0.52 (then a byte a weight); as float lanes 0.61, 1.1 to 1.3
+and 1.2 to 1.4. A row's steps prefetch the bytes 1024 on (c_qdot.h's ST_QFETCH).
 """
 from __future__ import annotations
 

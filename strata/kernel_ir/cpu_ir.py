@@ -162,7 +162,7 @@ class LaneSum(CpuForm):
 
 
 LANES = 32                                  # weights per block (strata/quant/formats.py)
-BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("i8", 16)}
+BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("u8", 12)}
 BLOCK_LANES = {"q6_k": 16}                  # the others: LANES
 
 

@@ -187,8 +187,12 @@ def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, params: tuple, lane: s
         pad = rng.integers(0, 256, 3 * nbytes).astype(np.uint8).view(dtype)
         block = pad[nbytes:2 * nbytes]
         values = [np.float32(rng.normal() * 0.01) for _ in params]
-        if fmt in ("q8_0", "q6_k"):
+        if fmt == "q8_0":
             want = block.astype(np.float32) * values[0]
+        elif fmt == "q6_k":                 # quant/kquants.py's 12 bytes a block of 16
+            high = np.concatenate([block[8:] >> s & 3 for s in (0, 2, 4, 6)])
+            q = np.concatenate([block[:8] & 15, block[:8] >> 4]) | high << 4
+            want = (q.astype(np.float32) - 32) * values[0]
         else:
             q = np.concatenate([block & 15, block >> 4]).astype(np.float32)
             want = q * values[0] - values[1] if fmt == "q4_k" else (q - 8) * values[0]

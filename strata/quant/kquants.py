@@ -92,9 +92,11 @@ def quantize_q6_k(w: np.ndarray) -> np.ndarray:
 #   q4_k  qs u8 [N, K/32, 16]: a block's nibbles in Q4_0's order (the file's 64-weight runs of low
 #         then high nibbles, reordered at load); sc, mn u8 [N, K/32, 1] (the 6-bit scales and mins
 #         unpacked); d, dmin f16 [N, K/256, 1, 1]. w = (d * sc) * q - dmin * mn: 4.6 bits a weight.
-#   q6_k  blocks of 16 (its scales'): qs i8 [N, K/16, 16] (q - 32, a byte each); sc i8 [N, K/16,
-#         1]; d f16 [N, K/256, 1, 1]. w = (d * sc) * q: 8.6 bits a weight (the file's 6.6: its
-#         high bits are unpacked at load).
+#   q6_k  blocks of 16 (its scales'), 12 bytes each: qs u8 [N, K/16, 12], bytes 0..7 weight j's
+#         low 4 bits | weight j + 8's << 4, bytes 8..11 the high 2 bits of weights j, j + 4,
+#         j + 8, j + 12 at bits 0, 2, 4, 6 of byte 8 + j (q in 0..63, the weight q - 32: the file's
+#         bits regrouped per block at load); sc i8 [N, K/16, 1]; d f16 [N, K/256, 1, 1].
+#         w = (d * sc) * (q - 32): 6.6 bits a weight, as the file.
 PARTS = {"q4_k": ("qs", "sc", "mn", "d", "dmin"), "q6_k": ("qs", "sc", "d")}
 
 
@@ -120,9 +122,24 @@ def split_kquant(rows: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
                     sc=sc.reshape(n, -1, 1), mn=mn.reshape(n, -1, 1), d=f16(0), dmin=f16(2))
     ql = b[..., :128].reshape(n, -1, 2, 1, 64) >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)
     qh = b[..., 128:192].reshape(n, -1, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)
-    q = (ql & 15).reshape(n, -1, 2, 4, 32) | ((qh & 3) << 4)
-    return dict(qs=(q.view(torch.int8) - 32).reshape(n, -1, 16),
-                sc=b[..., 192:208].contiguous().view(torch.int8).reshape(n, -1, 1), d=f16(208))
+    q = ((ql & 15).reshape(n, -1, 2, 4, 32) | ((qh & 3) << 4)).reshape(n, -1, 16)   # blocks of 16
+    return dict(qs=q6_k_pack(q), sc=b[..., 192:208].contiguous().view(torch.int8).reshape(n, -1, 1),
+                d=f16(208))
+
+
+def q6_k_pack(q: torch.Tensor) -> torch.Tensor:
+    """Blocks [..., 16] of 6-bit q as strata's 12 bytes each (PARTS' q6_k)."""
+    h = q >> 4
+    return torch.cat([(q[..., :8] & 15) | ((q[..., 8:] & 15) << 4),
+                      h[..., 0:4] | (h[..., 4:8] << 2) | (h[..., 8:12] << 4) | (h[..., 12:] << 6)], -1)
+
+
+def q6_k_unpack(qs: torch.Tensor) -> torch.Tensor:
+    """strata's Q6_K blocks [..., 12] as the float weights q - 32 [..., 16] (torch ops that the
+    product reading them fuses)."""
+    h = qs[..., 8:]
+    high = torch.cat([h & 3, (h >> 2) & 3, (h >> 4) & 3, h >> 6], -1)
+    return (torch.cat([qs[..., :8] & 15, qs[..., :8] >> 4], -1) | (high << 4)).to(torch.float32) - 32
 
 
 def dequantize_kquant(parts: dict[str, torch.Tensor], fmt: str) -> torch.Tensor:
@@ -134,7 +151,7 @@ def dequantize_kquant(parts: dict[str, torch.Tensor], fmt: str) -> torch.Tensor:
         w = (d * parts["sc"].view(n, s, 8, 1).to(torch.float32)) * q \
             - parts["dmin"].to(torch.float32) * parts["mn"].view(n, s, 8, 1).to(torch.float32)
         return w.reshape(n, -1)
-    q = parts["qs"].to(torch.float32).view(n, s, 16, 16)
+    q = q6_k_unpack(parts["qs"]).view(n, s, 16, 16)
     return ((d * parts["sc"].view(n, s, 16, 1).to(torch.float32)) * q).reshape(n, -1)
 
 

@@ -48,7 +48,7 @@ def test_int8_activations_round_whole_blocks_as_the_kernels_do():
 @pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
 def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
     """A K-quant QuantLinear's parts dequantize bit for bit as the gguf package dequantizes the
-    GGUF bytes they came from; K = 300 is padded to 512 with zeros and sliced back; an all-zero
+    GGUF bytes they came from, and hold about as many bytes (q6_k: its 6-bit q, 12 bytes a block); K = 300 is padded to 512 with zeros and sliced back; an all-zero
     super-block stays zero; quantizing works on fake tensors (a model compiled without weights)."""
     gguf = pytest.importorskip("gguf")
     torch.manual_seed(0)
@@ -61,6 +61,8 @@ def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
     want = gguf.quants.dequantize(rows.numpy(), gguf.GGMLQuantizationType[fmt.upper()])
     assert torch.equal(layer.weight(torch.float32), torch.from_numpy(want)[:, :300])
     assert layer.weight(torch.float32)[2, :256].abs().max() == 0
+    held = sum(b.numel() * b.element_size() for b in layer.buffers())
+    assert held <= rows.numel() + 7 * 2 * 512 // 32, held    # q4_k: + its 6-bit scales and mins
     err = (layer.weight(torch.float32) - linear.weight).abs().max().item()
     assert err < (0.01 if fmt == "q4_k" else 0.002), err
     with FakeTensorMode():

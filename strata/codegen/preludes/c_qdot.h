@@ -5,6 +5,24 @@
 // multiplied, summed. st_q8_0_<x>, st_q4_0_<x> for x = f32, bf16; 16 lanes (AVX-512) or 8 (AVX2).
 #include <immintrin.h>
 static inline float st_f16_scale(uint16_t h) { return _cvtsh_ss(h); }    // F16C (AVX2 CPUs have it)
+// q6_k: a block of 16 weights in 12 bytes (quant/kquants.py: 8 bytes of low nibbles, weights j
+// and j + 8; 4 of high 2 bits, weights j + 4s at bits 2s of byte 8 + j) as its 16 q in 0..63,
+// bytes; the weights are q - 32 (st_q6_k_16)
+static inline __m128i st_q6_k_16u(const unsigned char* q) {
+    int h;
+    __builtin_memcpy(&h, q + 8, 4);
+    __m128i lo = _mm_loadl_epi64((const __m128i*)q);
+    __m128i nib = _mm_and_si128(_mm_unpacklo_epi64(lo, _mm_srli_epi16(lo, 4)), _mm_set1_epi8(15));
+    __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(h), _mm_setr_epi32(0, 2, 4, 6)),
+                               _mm_set1_epi8(3));
+    return _mm_or_si128(nib, _mm_slli_epi16(hi, 4));
+}
+static inline __m128i st_q6_k_16(const unsigned char* q) {
+    return _mm_sub_epi8(st_q6_k_16u(q), _mm_set1_epi8(32));
+}
+static inline int st_q6_k_at(const unsigned char* q, int j) {      // weight j, as an int
+    return (((q[j & 7] >> (j & 8 ? 4 : 0)) & 15) | (((q[8 + (j & 3)] >> (2 * (j >> 2))) & 3) << 4)) - 32;
+}
 #if defined(__AVX512F__)
 typedef __m512 st_qv;
 #define st_qzero _mm512_setzero_ps
@@ -29,7 +47,10 @@ static inline __m512 st_q4_k_values(float d, float m) {
     return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_set_ps(
         15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)), _mm512_set1_ps(m));
 }
-#define ST_Q6_K_BODY(X) __m512 s = _mm512_mul_ps(st_qf(q), st_xv_##X(x));      // 16 weights
+static inline __m512 st_q6f(const unsigned char* q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st_q6_k_16(q)));
+}
+#define ST_Q6_K_BODY(X) __m512 s = _mm512_mul_ps(st_q6f(q), st_xv_##X(x));      // 16 weights
 #define ST_Q4_K_BODY(X) \
     const __m512 values = st_q4_k_values(d, m); \
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
@@ -68,11 +89,11 @@ static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
     st_qstore_##X(o, _mm512_permutexvar_ps(b, values), \
                   _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values)); }
-static inline void st_q6_k_to_f32(float* o, const signed char* q, float d) {
-    _mm512_storeu_ps(o, _mm512_mul_ps(st_qf(q), _mm512_set1_ps(d)));
+static inline void st_q6_k_to_f32(float* o, const unsigned char* q, float d) {
+    _mm512_storeu_ps(o, _mm512_mul_ps(st_q6f(q), _mm512_set1_ps(d)));
 }
-static inline void st_q6_k_to_bf16(uint16_t* o, const signed char* q, float d) {
-    _mm256_storeu_si256((__m256i*)o, st_bf16_rne(_mm512_mul_ps(st_qf(q), _mm512_set1_ps(d))));
+static inline void st_q6_k_to_bf16(uint16_t* o, const unsigned char* q, float d) {
+    _mm256_storeu_si256((__m256i*)o, st_bf16_rne(_mm512_mul_ps(st_q6f(q), _mm512_set1_ps(d))));
 }
 ST_QSTORES(f32, float)
 ST_QSTORES(bf16, uint16_t)
@@ -108,8 +129,11 @@ static inline __m256 st_q4_k_w(__m256i n, float d, float m) {
     __m256i lo = _mm256_set1_epi32(15); \
     __m256 w0 = st_q4_k_w(_mm256_and_si256(b0, lo), d, m), w1 = st_q4_k_w(_mm256_and_si256(b1, lo), d, m); \
     __m256 w2 = st_q4_k_w(_mm256_srli_epi32(b0, 4), d, m), w3 = st_q4_k_w(_mm256_srli_epi32(b1, 4), d, m);
+static inline __m256 st_q6f(__m128i w) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w)); }
 #define ST_Q6_K_BODY(X) \
-    __m256 s = _mm256_fmadd_ps(st_qf(q + 8), st_xv_##X(x + 8), _mm256_mul_ps(st_qf(q), st_xv_##X(x)));
+    __m128i w = st_q6_k_16(q); \
+    __m256 s = _mm256_fmadd_ps(st_q6f(_mm_srli_si128(w, 8)), st_xv_##X(x + 8), \
+                               _mm256_mul_ps(st_q6f(w), st_xv_##X(x)));
 #define ST_Q4_K_BODY(X) \
     ST_Q4_K_NIBBLES \
     acc = _mm256_fmadd_ps(w0, st_xv_##X(x), acc); \
@@ -153,14 +177,16 @@ static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
                   _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); } \
 static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
     ST_Q4_K_NIBBLES st_qstore_##X(o, w0, w1, w2, w3); }
-static inline void st_q6_k_to_f32(float* o, const signed char* q, float d) {
-    _mm256_storeu_ps(o, _mm256_mul_ps(st_qf(q), _mm256_set1_ps(d)));
-    _mm256_storeu_ps(o + 8, _mm256_mul_ps(st_qf(q + 8), _mm256_set1_ps(d)));
+static inline void st_q6_k_to_f32(float* o, const unsigned char* q, float d) {
+    __m128i w = st_q6_k_16(q);
+    _mm256_storeu_ps(o, _mm256_mul_ps(st_q6f(w), _mm256_set1_ps(d)));
+    _mm256_storeu_ps(o + 8, _mm256_mul_ps(st_q6f(_mm_srli_si128(w, 8)), _mm256_set1_ps(d)));
 }
-static inline void st_q6_k_to_bf16(uint16_t* o, const signed char* q, float d) {
+static inline void st_q6_k_to_bf16(uint16_t* o, const unsigned char* q, float d) {
+    __m128i w = st_q6_k_16(q);
     _mm_storeu_si128((__m128i*)o, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(
-        st_bf16_rne(_mm256_mul_ps(st_qf(q), _mm256_set1_ps(d))),
-        st_bf16_rne(_mm256_mul_ps(st_qf(q + 8), _mm256_set1_ps(d)))), 0xD8)));
+        st_bf16_rne(_mm256_mul_ps(st_q6f(w), _mm256_set1_ps(d))),
+        st_bf16_rne(_mm256_mul_ps(st_q6f(_mm_srli_si128(w, 8)), _mm256_set1_ps(d)))), 0xD8)));
 }
 ST_QSTORES(f32, float)
 ST_QSTORES(bf16, uint16_t)
@@ -172,7 +198,7 @@ static inline st_qv st_q4_0_##X(st_qv acc, const unsigned char* q, const T* x, f
     ST_Q4_0_BODY(X) return st_qfma(s, d, acc); } \
 static inline st_qv st_q4_k_##X(st_qv acc, const unsigned char* q, const T* x, float d, float m) { \
     ST_Q4_K_BODY(X) return acc; } \
-static inline st_qv st_q6_k_##X(st_qv acc, const signed char* q, const T* x, float d) { \
+static inline st_qv st_q6_k_##X(st_qv acc, const unsigned char* q, const T* x, float d) { \
     ST_Q6_K_BODY(X) return st_qfma(s, d, acc); }
 #if defined(__AVX512F__)
 static inline __m512 st_qfma(__m512 s, float d, __m512 acc) { return _mm512_fmadd_ps(s, _mm512_set1_ps(d), acc); }
@@ -231,7 +257,7 @@ static inline float st_s1_bf16(uint16_t d) { return st_bf16_to_float(d); }
     float rest = 0.0f; \
     for (; b < nb; b++) { \
         int dot = 0; \
-        for (int j = 0; j < 16; j++) dot += q[b * 16 + j] * xq[b * 16 + j]; \
+        for (int j = 0; j < 16; j++) dot += st_q6_k_at(q + b * 12, j) * xq[b * 16 + j]; \
         rest += st_s1_##S(d[b / 16]) * (float)sc[b] * x->d[xb + b / 2] * (float)dot; \
     }
 #endif
@@ -336,20 +362,29 @@ static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
                          _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
 ST_Q4K_VNNI(f16)
 ST_Q4K_VNNI(bf16)
-// q6_k (blocks of 16 int8 weights q in -32..31, a scale d * sc a block, d one per 16 blocks):
-// 4 blocks a vpdpbusd of q + 128 by the activations, less 128 times the activations' sums (a
-// second vpdpbusd), each int32 lane scaled by its block's d * sc * d_x; a super-block a step
+// q6_k (blocks of 16 weights q - 32, q in 0..63 in 12 bytes, a scale d * sc a block, d one per
+// 16 blocks): 4 blocks (48 bytes) unpacked to 64 bytes q, a vpdpbusd of q by the activations
+// less 32 times the activations' sums (a second vpdpbusd), each int32 lane scaled by its
+// block's d * sc * d_x; a super-block a step
+static inline __m512i st_q6_k_64u(const unsigned char* q) {
+    __m512i v = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11),
+                                         _mm512_maskz_loadu_epi8(0xFFFFFFFFFFFFull, q));   // a block a lane
+    __m512i nib = _mm512_and_si512(_mm512_unpacklo_epi64(v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(15));
+    __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xAA),
+        _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6)), _mm512_set1_epi8(3));
+    return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
+}
 #define ST_Q6K_VNNI(S) \
-static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
+static inline __m512 st_q6_k_vnni_##S(const unsigned char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
-    const __m512i bias = _mm512_set1_epi8((char)0x80); \
+    const __m512i bias = _mm512_set1_epi8(32); \
     const __m512i four = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); \
     const __m512i half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0); \
     const int8_t* xq = x->q + xb * 32; \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
-        ST_QFETCH(q + b * 16, 256); \
+        ST_QFETCH(q + b * 12, 192); \
         __m512 sw = _mm512_mul_ps(_mm512_set1_ps(st_s1_##S(d[b / 16])), \
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sc + b))))); \
         __m512 s16 = _mm512_mul_ps(sw, _mm512_permutexvar_ps(half, \
@@ -357,10 +392,10 @@ static inline __m512 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, c
         for (int p = 0; p < 16; p += 8) { \
             __m512i x0 = _mm512_loadu_si512(xq + (b + p) * 16), x1 = _mm512_loadu_si512(xq + (b + p + 4) * 16); \
             __m512i i0 = _mm512_sub_epi32( \
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(q + (b + p) * 16), bias), x0), \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_q6_k_64u(q + (b + p) * 12), x0), \
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x0)); \
             __m512i i1 = _mm512_sub_epi32( \
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(q + (b + p + 4) * 16), bias), x1), \
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), st_q6_k_64u(q + (b + p + 4) * 12), x1), \
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x1)); \
             acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), \
                 _mm512_permutexvar_ps(_mm512_add_epi32(four, _mm512_set1_epi32(p)), s16), acc0); \
@@ -452,24 +487,31 @@ static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
                          _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
 ST_Q4K_I8(f16)
 ST_Q4K_I8(bf16)
-// q6_k (see the AVX-512 branch): two blocks of 16 a vpmaddubsw, by llama.cpp's sign trick
+// q6_k (see the AVX-512 branch): two blocks of 16 a vpmaddubsw of q, less one of 32
+static inline __m256i st_i8dot_q6_k(const unsigned char* q, const int8_t* x) {   // two blocks:
+    __m256i w = _mm256_set_m128i(st_q6_k_16u(q + 12), st_q6_k_16u(q));            // q by x less
+    __m256i v = _mm256_loadu_si256((const __m256i*)x);                              // 32 x, pairs
+    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(w, v),           // in int16
+                                              _mm256_maddubs_epi16(_mm256_set1_epi8(32), v)),
+                             _mm256_set1_epi16(1));
+}
 #define ST_Q6K_I8(S) \
-static inline __m256 st_q6_k_vnni_##S(const signed char* q, const uint16_t* d, const signed char* sc, \
+static inline __m256 st_q6_k_vnni_##S(const unsigned char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
     const int8_t* xq = x->q + xb * 32; \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
-        ST_QFETCH(q + b * 16, 256); \
+        ST_QFETCH(q + b * 12, 192); \
         float dw = st_s1_##S(d[b / 16]); \
         for (int p = 0; p < 16; p += 4) { \
             __m256 s0 = _mm256_setr_ps(sc[b + p], sc[b + p], sc[b + p], sc[b + p], sc[b + p + 1], \
                                        sc[b + p + 1], sc[b + p + 1], sc[b + p + 1]); \
             __m256 s1 = _mm256_setr_ps(sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], \
                                        sc[b + p + 3], sc[b + p + 3], sc[b + p + 3], sc[b + p + 3]); \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q8_0(q + (b + p) * 16, xq + (b + p) * 16)), \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q6_k(q + (b + p) * 12, xq + (b + p) * 16)), \
                                    _mm256_mul_ps(s0, _mm256_set1_ps(dw * x->d[xb + (b + p) / 2])), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q8_0(q + (b + p + 2) * 16, xq + (b + p + 2) * 16)), \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q6_k(q + (b + p + 2) * 12, xq + (b + p + 2) * 16)), \
                                    _mm256_mul_ps(s1, _mm256_set1_ps(dw * x->d[xb + (b + p + 2) / 2])), acc1); \
         } \
     } \
