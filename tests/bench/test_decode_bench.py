@@ -28,8 +28,8 @@ def _hand_count_params(c: dict) -> int:
     per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h       # q,k,v,o, gate/up/down, 2 norms
     if c["model_type"] == "qwen2":
         per_layer += q + 2 * kv                                       # q/k/v bias
-    heads = 1 if c["tie_word_embeddings"] else 2
-    return heads * v * h + layers * per_layer + h                   # embeddings, layers, final norm
+    embeddings = v * h if c["tie_word_embeddings"] else v * h + h  # untied: the head + one row
+    return embeddings + layers * per_layer + h                      # embeddings, layers, final norm
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "llama3"])
