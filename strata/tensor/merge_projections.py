@@ -1,5 +1,7 @@
 """Sibling projections as one: linears of one input with weights of one dtype become a single
-linear over the weights concatenated along N, and each former output a slice of its result.
+linear over the weights concatenated along N, and each former output a slice of its result;
+quantized ones (QuantLinear: a weight computed from its blocks) where their dequantizations
+compute alike, over each block part concatenated (weight_chains.py).
 
 Why: a decoder layer multiplies one normed activation by the q, k and v weights, and another by
 gate and up. As one contraction the activation (and a norm fused into its prologue) is read
@@ -23,26 +25,34 @@ import torch
 
 from ..frontend.derived_weights import share, shared
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, TorchType, shape_only
+from .weight_chains import merged_chain, readers, weight_chain
 
 MAX_ROWS = 16       # merged only where a step reads the weights for a few rows (decode): at 128
                     # rows (prefill) TinyLlama's MLP ran 1-2% slower merged (Zen 4, 2026-11-29)
 
 
-def _sibling_key(node: TorchNode, prog: TorchProgram):
-    """What a linear must share with its siblings (input, weight dtype and K, bias or not), or
-    None when it is not a linear of an input by a 2-d weight of the program."""
+def _sibling_key(node: TorchNode, prog: TorchProgram, users: dict, chains: dict, by_name: dict):
+    """What a linear must share with its siblings (input, weight dtype and K, bias or not; for a
+    weight computed from weights, a QuantLinear's, what it computes: weight_chains.py), or None
+    when it is not a linear of an input by a 2-d weight of the program or such a chain."""
     if node.packet != "aten.linear" or node.kwargs or not isinstance(node.args[0], Ref) \
             or math.prod(node.type.shape[:-1]) > MAX_ROWS:
         return None
     weight, bias = node.args[1], node.args[2] if len(node.args) > 2 else None
     types = prog.weight_types
-    if not isinstance(weight, Ref) or weight.name not in types \
-            or len(types[weight.name].shape) != 2:
-        return None
     if bias is not None and (not isinstance(bias, Ref) or bias.name not in types):
         return None
+    bias = None if bias is None else types[bias.name].dtype
+    if isinstance(weight, Ref) and weight.name not in types:
+        chain = weight_chain(prog, weight.name, users, node.name, by_name)
+        if chain is None or len(chain.nodes[-1].type.shape) != 2:
+            return None
+        chains[node.name] = chain
+        return node.args[0].name, chain.signature, bias
+    if not isinstance(weight, Ref) or len(types[weight.name].shape) != 2:
+        return None
     w = types[weight.name]
-    return node.args[0].name, w.dtype, w.shape[1], None if bias is None else types[bias.name].dtype
+    return node.args[0].name, w.dtype, w.shape[1], bias
 
 
 def derive_weights(prog: TorchProgram, changed=None) -> dict[str, torch.Tensor]:
@@ -64,26 +74,38 @@ def _concatenated(values: list[torch.Tensor]) -> torch.Tensor:
     return made if made is not None else share("cat", values, torch.cat(values))
 
 
-def _merged(prog: TorchProgram, group: list[TorchNode], taken) -> tuple[list[TorchNode], dict]:
-    """The merged linear and one slice per member (named as the member), and the new weights
-    (named apart from those in `taken`: one weight may head groups of two inputs)."""
+def _merged(prog: TorchProgram, group: list[TorchNode], taken, chains: dict) -> tuple[list[TorchNode], dict]:
+    """The merged linear (after its merged weight chain, if any) and one slice per member (named
+    as the member), and the new weights (named apart from those in `taken`: one weight may head
+    groups of two inputs)."""
     first, n = group[0], len(group)
-    derived, types, args = {}, {}, []
-    for position in (1, 2) if len(first.args) > 2 and first.args[2] is not None else (1,):
-        refs = [node.args[position].name for node in group]
+    derived, types, args, refs_of = {}, {}, [], []
+    if first.name in chains:
+        members = [chains[node.name] for node in group]
+        refs_of += [[c.weights[i] for c in members] for i in range(len(members[0].weights))]
+    else:
+        refs_of.append([node.args[1].name for node in group])
+    if len(first.args) > 2 and first.args[2] is not None:
+        refs_of.append([node.args[2].name for node in group])
+    for refs in refs_of:
         name = f"{refs[0]}_and_{n - 1}"
-        while name in taken:
+        while name in taken or name in types:
             name += "_"
         t = prog.weight_types[refs[0]]
         rows = sum(prog.weight_types[r].shape[0] for r in refs)
         types[name] = TorchType((rows, *t.shape[1:]), t.dtype)
         derived[name] = tuple(refs)
         args.append(Ref(name))
+    chain = []
+    if first.name in chains:
+        chain = merged_chain(members, [a.name for a in args[:len(members[0].weights)]],
+                             f"_and_{n - 1}", {m.name for m in prog.nodes})
+        args = [Ref(chain[-1].name), *args[len(members[0].weights):]]
     out, width = first.type, sum(node.type.shape[-1] for node in group)
     merged = dataclasses.replace(first, name=f"{first.name}_and_{n - 1}",
                                  args=(first.args[0], *args),
                                  type=TorchType((*out.shape[:-1], width), out.dtype))
-    nodes, start = [merged], 0
+    nodes, start = [*chain, merged], 0
     slice_op = torch.ops.aten.slice.Tensor
     for node in group:
         end = start + node.type.shape[-1]
@@ -91,7 +113,7 @@ def _merged(prog: TorchProgram, group: list[TorchNode], taken) -> tuple[list[Tor
                                          args=(Ref(merged.name), len(out.shape) - 1, start, end),
                                          kwargs={}))
         start = end
-    return nodes, {"types": types, "derived": derived}
+    return nodes, {"types": types, "derived": derived, "chain": len(chain)}
 
 
 def merging() -> bool:
@@ -105,8 +127,9 @@ def merge_projections(prog: TorchProgram) -> TorchProgram:
     if not merging():
         return prog
     groups: dict[tuple, list[TorchNode]] = {}
+    users, chains, by_name = readers(prog), {}, {n.name: n for n in prog.nodes}
     for node in prog.nodes:
-        key = _sibling_key(node, prog)
+        key = _sibling_key(node, prog, users, chains, by_name)
         group = groups.setdefault(key, []) if key is not None else None
         if group is not None and node.args[1] not in (m.args[1] for m in group):
             group.append(node)          # (a second linear by a weight of the group stays apart)
@@ -114,13 +137,15 @@ def merge_projections(prog: TorchProgram) -> TorchProgram:
     if not groups:
         return prog
     replaced, types, derived = {}, dict(prog.weight_types), dict(prog.derived)
+    gone = {c.name for g in groups.values() for m in g if m.name in chains for c in chains[m.name].nodes}
     for group in groups.values():
-        nodes, new = _merged(prog, group, types)
-        replaced[group[0].name] = nodes[:2]
-        replaced.update({node.name: [s] for node, s in zip(group[1:], nodes[2:])})
+        nodes, new = _merged(prog, group, types, chains)
+        head = new["chain"] + 2                     # the merged chain, linear and first slice
+        replaced[group[0].name] = nodes[:head]
+        replaced.update({node.name: [s] for node, s in zip(group[1:], nodes[head:])})
         types.update(new["types"])
         derived.update(new["derived"])
-    out = dataclasses.replace(prog, nodes=[m for node in prog.nodes
+    out = dataclasses.replace(prog, nodes=[m for node in prog.nodes if node.name not in gone
                                            for m in replaced.get(node.name, [node])],
                               weight_types=types, derived=derived, weights=dict(prog.weights),
                               notes=[*prog.notes, *(f"merged {len(g)} linears of {k[0]} into one "

@@ -107,7 +107,7 @@ def test_compile_one_layer_prints_the_quantized_loads(files, capsys):
     rc = main(["compile", str(files["q8_0"]), "--layer", "0", "--seq-len", "4", "--ir", "loop"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "load b_layer_self_attn_q_proj_qs[" in out and "load b_layer_mlp_down_proj_d[" in out
+    assert "load b_layer_self_attn_q_proj_qs_and_2[" in out and "load b_layer_mlp_down_proj_d[" in out
     assert "decoder layer 0 of 3" in err and "not loaded, compiling needs shapes only" in err
 
 

@@ -131,3 +131,70 @@ def test_a_weight_shared_by_two_inputs_and_read_twice():
     assert len(derived) == 2 and len(_linears(prog)) == 3
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+class QuantAttention(torch.nn.Module):
+    """q, k, v as QuantLinears (a GGUF model's): each dequantizes its own blocks."""
+
+    def __init__(self, fmts, k=256):
+        super().__init__()
+        from strata.quant.formats import QuantLinear
+        torch.manual_seed(0)
+        self.q, self.k, self.v = (QuantLinear.from_linear(torch.nn.Linear(k, n, bias=False), f)
+                                  for n, f in zip((64, 16, 16), fmts))
+
+    def forward(self, x):
+        return self.q(x), self.k(x), self.v(x)
+
+
+def _rel(got, want):
+    return max(((g.double() - w.double()).norm() / w.double().norm()).item() for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("device", ["sim", "cpu"])
+def test_quantized_siblings_dequantize_their_blocks_concatenated(fmt, device):
+    """Their dequantizations compute alike, row by row (tensor/weight_chains.py): one chain over
+    each part concatenated, one linear; bf16, so the CPU's rows take int8 activations."""
+    m = QuantAttention((fmt,) * 3).to(torch.bfloat16)
+    x = torch.randn(1, 256).to(torch.bfloat16)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device=device)
+        got, want = prog(x), m(x)
+    (linear,) = _linears(prog)
+    assert linear.type.shape == (1, 96)
+    assert "= cat(b_q_qs, b_k_qs, b_v_qs)" in prog.ir("torch")
+    assert _rel(got, want) < 1.5e-2
+
+
+def test_quantized_siblings_of_other_formats_or_read_elsewhere_stay_apart():
+    """A Q6_K v beside Q4_K q and k (llama.cpp's Q4_K_M mix) merges q and k only; a dequantized
+    weight the program also returns is not merged; f32 rows match eager to float rounding."""
+    m, x = QuantAttention(("q4_k", "q4_k", "q6_k")), torch.randn(1, 256)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device="cpu")
+        got, want = prog(x), m(x)
+    assert sorted(n.type.shape[-1] for n in _linears(prog)) == [16, 80]
+    assert _rel(got, want) < 1e-5
+
+    class Returned(QuantAttention):
+        def forward(self, x):
+            w = self.k.weight(x.dtype)          # read by k's product and returned
+            return self.q(x), torch.nn.functional.linear(x, w), w
+
+    m = Returned(("q4_0",) * 3)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device="sim")
+        got, want = prog(x), m(x)
+    assert len(_linears(prog)) == 2 and not prog.lowered.torch.derived
+    assert _rel(got, want) < 1e-5
+
+
+def test_a_changed_block_of_a_merged_quantized_projection_is_seen():
+    m, x = QuantAttention(("q4_0",) * 3), torch.randn(1, 256)
+    with torch.no_grad():
+        prog = strata.compile(m, (x,), device="cpu")
+        prog(x)
+        m.k.d.mul_(-3)
+        prog.set_weights({"b_k_d": m.k.d})
+        assert _rel(prog(x), m(x)) < 1e-5
