@@ -20,7 +20,8 @@ directory with config.json and safetensors weights. A variant that fails is a ro
 --gguf FILE (issue 27): the model is that llama GGUF file, loaded as `strata generate FILE.gguf`
 loads it (activations in the file's float type, fp32 for Q8_0/Q4_0, unless --dtype), on the CPU;
 strata and HF eager run as above and llama.cpp (llama-cpp-python, bench/llama_cpp.py, optional:
-`pip install llama-cpp-python`) replaces torch.compile: same file, prompt ids and threads.
+`pip install llama-cpp-python`) replaces torch.compile: same file, prompt ids and threads, the
+two in turn for --rounds rounds (bench/decode_rounds.py).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from ..models.source import resolve
 from .decode_kernels import weight_bandwidth
 from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,
                             kv_bytes_per_token, measure, rich_table, weight_bytes, write)
+from .decode_rounds import more_rounds
 from .llama_cpp import measure_llama_cpp
 from .threads_option import use_threads
 from .variants import reason, strata_status, torch_compile
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip torch.compile (on quantized weights its CPU step takes minutes to "
                         "compile and runs below 1 token/s)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="--gguf: rounds of strata then llama.cpp, in turn (default 3; "
+                        "bench/decode_rounds.py)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
@@ -92,7 +97,7 @@ def check_args(args) -> None:
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise StrataError(f"--threads must be at least 1, not {args.threads}")
     for flag, value in (("--prompt-len", args.prompt_len), ("--new-tokens", args.new_tokens),
-                        ("--repeats", args.repeats)):
+                        ("--repeats", args.repeats), ("--rounds", getattr(args, "rounds", 1))):
         if value < 1:
             raise StrataError(f"{flag} must be at least 1, not {value}")
 
@@ -163,7 +168,8 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                         kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps,
                         device="cpu" if device == "cpu" else "cuda")
     say(f"weights: {built.weights}")
-    bench.variants += measure_strata(lm, args, prompt, device, ctx, say, bench)
+    kept = {}
+    bench.variants += measure_strata(lm, args, prompt, device, ctx, say, bench, kept)
     if device == "cuda":
         torch.cuda.empty_cache()
     lm = lm.to(device)
@@ -176,9 +182,14 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                                       n, args.repeats))
     if getattr(args, "gguf", None) is not None:
         threads = args.threads or torch.get_num_threads()
-        rows, notes = measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
-        bench.variants += rows
-        bench.notes += notes
+        def llama_cpp():
+            return measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
+        rows, notes = llama_cpp()
+        ours = [v for v in bench.variants if v.name == STRATA]
+        rows, more = more_rounds([*ours, *rows], kept.get("run"), lambda: llama_cpp()[0],
+                                 getattr(args, "rounds", 1), n, args.repeats, say)
+        bench.variants = [rows[0] if v.name == STRATA else v for v in bench.variants] + rows[len(ours):]
+        bench.notes += notes + more
         return bench
     if getattr(args, "no_compile", False):
         bench.variants.append(DecodeVariant(TORCH_COMPILE, "skipped (--no-compile)"))
@@ -194,7 +205,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     return bench
 
 
-def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None) -> list[DecodeVariant]:
+def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None, kept=None) -> list[DecodeVariant]:
     """Compile the prefill and step programs (natively for cuda and cpu, else the simulator) and
     measure them; a compile failure is the row's status. On CUDA a second row times the same
     programs with full graph edges instead of programmatic ones (STRATA_PDL=0), and the step's
@@ -213,6 +224,8 @@ def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None) -> list[
     say("decoding with strata")
     run = lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device)  # noqa: E731
     rows = [measure(STRATA, run, args.new_tokens, args.repeats)]
+    if kept is not None:            # decode_rounds.py times it again
+        kept["run"] = run
     if device == "cuda" and rows[0].ok and prefill.runtime.programmatic:
         for program in (prefill, step):
             program.runtime.set_programmatic(False)

@@ -34,7 +34,7 @@ def test_gguf_run_end_to_end(tiny, tmp_path, capsys):
     eager's; a quantized file defaults to bf16 and int8 rows), then
     llama.cpp's row, or the sentence that it is not installed; the report holds them."""
     assert D.main(["--gguf", str(tiny), "--prompt-len", "5", "--new-tokens", "3", "--repeats", "1",
-                   "--threads", "2", "--dtype", "fp32", "--out", str(tmp_path)]) == 0
+                   "--rounds", "2", "--threads", "2", "--dtype", "fp32", "--out", str(tmp_path)]) == 0
     (js,) = tmp_path.glob("decode-tiny-q8-0-fp32-*-2t-*.json")
     data = json.loads(js.read_text())
     rows = {v["name"]: v for v in data["result"]["variants"]}
@@ -47,6 +47,8 @@ def test_gguf_run_end_to_end(tiny, tmp_path, capsys):
     if HAS_LLAMA_CPP:
         ran = [v for n, v in rows.items() if n.startswith(R.LLAMA_CPP) and v["status"] == "ok"]
         assert len(ran) == 1 and len(ran[0]["ids"]) == 3 and ran[0]["prefill_ms"] > 0, rows
+        assert ran[0]["runs"] == strata["runs"] == 2            # a run in each of 2 rounds
+        assert "2 interleaved rounds" in text
         assert f"| vs {ran[0]['name']} |" in text and "llama-cpp-python" in text
         assert next(iter(data["goals"])) == "strata decode ≥ 1.1× llama.cpp's on the same file"
     else:
@@ -121,3 +123,20 @@ def test_no_hf_skips_eager_with_a_row(tiny, tmp_path, monkeypatch):
     (js,) = tmp_path.glob("decode-tiny-q8-0-bf16-*.json")
     rows = {v["name"]: v for v in json.loads(js.read_text())["result"]["variants"]}
     assert rows[R.STRATA]["status"] == "ok" and rows[R.HF_EAGER]["status"] == "skipped (--no-hf)"
+
+
+def test_rounds_take_medians_and_list_each_ratio():
+    """decode_rounds.py: strata and llama.cpp in turn; the rows are medians of the rounds, the note
+    shows the drift; a failed round leaves the first round's rows and says why."""
+    from strata.bench.decode_rounds import more_rounds
+    first = [R.DecodeVariant(R.STRATA, "ok", 10.0, 40.0, 3, 1, [1]),
+             R.DecodeVariant(R.LLAMA_CPP, "ok", 12.0, 50.0, 3, 1, [2])]
+    ours = iter([([1], 0.011, 3 / 45.0, 3), ([1], 0.009, 3 / 30.0, 3)])       # 45, then 30 tokens/s
+    theirs = iter([R.DecodeVariant(R.LLAMA_CPP, "ok", 11.0, 45.0, 3, 1, [2]),
+                   R.DecodeVariant(R.LLAMA_CPP, "ok", 13.0, 40.0, 3, 1, [2])])
+    rows, (note,) = more_rounds(first, lambda n: next(ours), lambda: [next(theirs)], 3, 3, 1, print)
+    assert [(r.name, r.tokens_per_s, r.prefill_ms, r.runs) for r in rows] == [
+        (R.STRATA, 40.0, 10.0, 3), (R.LLAMA_CPP, 45.0, 12.0, 3)]
+    assert note.endswith("0.80x, 1.00x, 0.75x")
+    rows, (note,) = more_rounds(first, lambda n: 1 / 0, lambda: [], 2, 3, 1, print)
+    assert rows == first and "not counted" in note
