@@ -182,13 +182,15 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                                       n, args.repeats))
     if getattr(args, "gguf", None) is not None:
         threads = args.threads or torch.get_num_threads()
+
         def llama_cpp():
             return measure_llama_cpp(args.model, prompt, n, threads, args.repeats, say)
         rows, notes = llama_cpp()
         ours = [v for v in bench.variants if v.name == STRATA]
         rows, more = more_rounds([*ours, *rows], kept.get("run"), lambda: llama_cpp()[0],
                                  getattr(args, "rounds", 1), n, args.repeats, say)
-        bench.variants = [rows[0] if v.name == STRATA else v for v in bench.variants] + rows[len(ours):]
+        bench.variants = [rows[0] if v.name == STRATA else v
+                          for v in bench.variants] + rows[len(ours):]
         bench.notes += notes + more
         return bench
     if getattr(args, "no_compile", False):
@@ -205,7 +207,8 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
     return bench
 
 
-def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None, kept=None) -> list[DecodeVariant]:
+def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None,
+                   kept=None) -> list[DecodeVariant]:
     """Compile the prefill and step programs (natively for cuda and cpu, else the simulator) and
     measure them; a compile failure is the row's status. On CUDA a second row times the same
     programs with full graph edges instead of programmatic ones (STRATA_PDL=0), and the step's

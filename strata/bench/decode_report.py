@@ -234,8 +234,8 @@ def _facts(b: DecodeBench) -> list[str]:
             (f"- prompt: {b.prompt_len} token ids (random, seed 0); {b.new_tokens} new tokens, "
              f"greedy, no end-of-sequence stop"),
             (f"- bytes per token: {b.bytes_per_token / 1e9:.4g} GB = parameters "
-             f"{b.weight_bytes / 1e9:.4g} GB (an untied input embedding: one row) + KV cache at the average "
-             f"position {b.kv_bytes_per_token / 1e6:.4g} MB"),
+             f"{b.weight_bytes / 1e9:.4g} GB (an untied input embedding: one row) + KV cache at "
+             f"the average position {b.kv_bytes_per_token / 1e6:.4g} MB"),
             (f"- bandwidth limit: {'—' if limit is None else f'{limit:,.1f} tokens/s'} "
              f"({'a large sum reading' if b.device == 'cpu' else 'device-to-device copy'} {copy}, "
              f"measured in this run, over bytes per token)"),

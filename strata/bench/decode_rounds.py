@@ -15,9 +15,10 @@ from .decode_report import STRATA, DecodeVariant, measure
 
 def more_rounds(rows: list[DecodeVariant], strata_run, llama_cpp, rounds: int, n: int,
                 repeats: int, say) -> tuple[list[DecodeVariant], list[str]]:
-    """`rows` (strata's row, then llama.cpp's of the first round) after rounds 2..`rounds`: strata_run(n) as
-    measure() times it, llama_cpp() -> llama.cpp's rows of a round; the rows combined and a note
-    of every round's tokens/s ratio. Rows that failed, or one side missing, stay as they are."""
+    """`rows` (strata's row, then llama.cpp's of the first round) after rounds 2..`rounds`:
+    strata_run(n) as measure() times it, llama_cpp() -> llama.cpp's rows of a round; the rows
+    combined and a note of every round's tokens/s ratio. Rows that failed, or one side missing,
+    stay as they are."""
     ours = next((r for r in rows if r.name == STRATA and r.ok), None)
     theirs = next((r for r in rows if r.name != STRATA and r.ok), None)
     if rounds < 2 or ours is None or theirs is None:
@@ -32,8 +33,9 @@ def more_rounds(rows: list[DecodeVariant], strata_run, llama_cpp, rounds: int, n
         bad = next(v for vs in seen.values() for v in vs if not v.ok)
         return rows, [f"rounds 2 to {rounds} not counted: {bad.name} {bad.status}"]
     ratios = [a.tokens_per_s / b.tokens_per_s for a, b in zip(seen[ours.name], seen[theirs.name])]
-    note = (f"{rounds} interleaved rounds (strata, then llama.cpp; medians of the rounds' medians), "
-            f"strata / llama.cpp tokens/s per round: " + ", ".join(f"{x:.2f}x" for x in ratios))
+    note = (f"{rounds} interleaved rounds (strata, then llama.cpp; medians of the rounds' "
+            f"medians), strata / llama.cpp tokens/s per round: "
+            + ", ".join(f"{x:.2f}x" for x in ratios))
     return [_combined(seen[r.name]) if r.name in seen else r for r in rows], [note]
 
 

@@ -120,8 +120,8 @@ def _refs(args) -> list[Ref]:
 def _norm(a, index: dict, weights: tuple, sized: bool) -> str:
     """a with node refs as their place in the chain, weight refs as their place in `weights`,
     and (sized: a view's) the leading size left out."""
-    a = pytree.tree_map(lambda x: (("n", index[x.name]) if x.name in index else ("w", weights.index(x.name)))
-                        if isinstance(x, Ref) else x, a)
+    a = pytree.tree_map(lambda x: (("n", index[x.name]) if x.name in index else
+                                   ("w", weights.index(x.name))) if isinstance(x, Ref) else x, a)
     return repr((a[0], ["N", *a[1][1:]], *a[2:]) if sized else a)
 
 

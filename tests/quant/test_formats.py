@@ -48,8 +48,9 @@ def test_int8_activations_round_whole_blocks_as_the_kernels_do():
 @pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
 def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
     """A K-quant QuantLinear's parts dequantize bit for bit as the gguf package dequantizes the
-    GGUF bytes they came from, and hold about as many bytes (q6_k: its 6-bit q, 12 bytes a block); K = 300 is padded to 512 with zeros and sliced back; an all-zero
-    super-block stays zero; quantizing works on fake tensors (a model compiled without weights)."""
+    GGUF bytes they came from, and hold about as many bytes (q6_k: its 6-bit q, 12 bytes a
+    block); K = 300 is padded to 512 with zeros and sliced back; an all-zero super-block stays
+    zero; quantizing works on fake tensors (a model compiled without weights)."""
     gguf = pytest.importorskip("gguf")
     torch.manual_seed(0)
     linear = torch.nn.Linear(300, 7)

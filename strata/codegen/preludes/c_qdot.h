@@ -226,41 +226,19 @@ ST_QBLOCKS(bf16, uint16_t)
 // QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
 // (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
 typedef struct { int8_t* q; float* d; float* c; } st_xq8;
-// One block of 32 as vector code (a decode step quantizes ~130 rows serially: the scalar loop was
-// 1.6% of a Q4_K_M step on the Zen 4); the same values: max |x|, then x / d rounded to nearest
-// even (the MXCSR default, as nearbyintf)
-#if ST_VNNI == 512
-static inline int st_q8_block(const float* f, int8_t* q, float id) {
-    __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(f), _mm512_set1_ps(id)));
-    __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(f + 16), _mm512_set1_ps(id)));
-    _mm_storeu_si128((__m128i*)q, _mm512_cvtepi32_epi8(a));
-    _mm_storeu_si128((__m128i*)(q + 16), _mm512_cvtepi32_epi8(b));
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(a, b));
-}
-static inline float st_absmax32(const float* f) {
-    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(f)), _mm512_abs_ps(_mm512_loadu_ps(f + 16))));
-}
-#else
-static inline int st_q8_block(const float* f, int8_t* q, float id) {
-    int sum = 0;
-    for (int j = 0; j < 32; j++) { int v = (int)nearbyintf(f[j] * id); q[j] = (int8_t)v; sum += v; }
-    return sum;
-}
-static inline float st_absmax32(const float* f) {
-    float m = 0.0f;
-    for (int j = 0; j < 32; j++) m = fabsf(f[j]) > m ? fabsf(f[j]) : m;
-    return m;
-}
-#endif
 #define ST_XQ8(X, T, LOAD) \
 static st_xq8 st_quantize_##X(const T* x, long n) { \
     st_xq8 v = {st_scratch(n + 64), st_scratch((n / 32 + 16) * sizeof(float)), \
                 st_scratch((n / 32 + 16) * sizeof(float))}; \
     for (long b = 0; b < n / 32; b++) { \
-        float f[32]; \
-        for (int j = 0; j < 32; j++) f[j] = LOAD(x[b * 32 + j]); \
-        float d = st_absmax32(f) / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
-        v.d[b] = d; v.c[b] = d * (float)st_q8_block(f, v.q + b * 32, id); \
+        float m = 0.0f, f[32]; \
+        for (int j = 0; j < 32; j++) { \
+            f[j] = LOAD(x[b * 32 + j]); \
+            m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
+        float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+        int sum = 0; \
+        for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \
+        v.d[b] = d; v.c[b] = d * (float)sum; \
     } \
     return v; }
 #define ST_ID(v) (v)
