@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..machine import facts
 from ..runtime.cc import find_compiler
 from ..runtime.nvrtc import nvrtc_version
 from ..targets import get_target, gpu_target
@@ -65,14 +66,13 @@ def collect_env() -> Env:
 
 
 def cpu_name() -> str:
-    """The CPU's model name and core count, e.g. "AMD EPYC, 2 cores"."""
-    model = platform.processor() or "CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    """The CPU's model name, its part where family and model tell it, and its core count, e.g.
+    "AMD EPYC Zen 5 (Turin), 2 cores": two parts share the model name "AMD EPYC" here (Zen 4 and
+    Zen 5 both with AVX-512), and a report must say which it measured."""
+    p = facts()
+    part = p.part.split(" (family")[0].split(" (CPU part")[0]
+    model = p.model if p.model != "unknown" else (platform.processor() or "CPU")
+    return f"{model}{'' if part == 'unknown part' else ' ' + part}, {os.cpu_count()} cores"
 
 
 def collect_cpu_env(threads: int) -> Env:

@@ -16,7 +16,8 @@ from model_helpers import hf_model, write_checkpoint  # noqa: E402
 @pytest.mark.parametrize("main,argv,says", [
     (G.main, ["--cache", "paged"], "--cache 'paged': choose static, dynamic or both"),
     (G.main, ["--new-tokens", "1"], "--new-tokens 1 is too small"),
-    (train.main, ["--dtype", "f16"], "training is measured in f32 or bf16"),
+    (train.main, ["--dtype", "f16"], "training is measured in f32 and/or bf16"),
+    (train.main, ["--dtype", "f32,fp8"], "training is measured in f32 and/or bf16"),
     (train.main, ["--ops", "conv"], "unknown op 'conv'"),
     (backend_overhead.main, ["--ops", "conv"], "unknown op 'conv'"),
 ])
