@@ -50,7 +50,7 @@ def test_gguf_run_end_to_end(tiny, tmp_path, capsys):
         assert ran[0]["runs"] == strata["runs"] == 2            # a run in each of 2 rounds
         assert "2 interleaved rounds" in text
         assert f"| vs {ran[0]['name']} |" in text and "llama-cpp-python" in text
-        assert next(iter(data["goals"])) == "strata decode ≥ 1.1× llama.cpp's on the same file"
+        assert next(iter(data["goals"])) == "strata decode ≥ 1.2× llama.cpp's on the same file"
     else:
         assert rows[R.LLAMA_CPP]["status"] == L.NOT_INSTALLED
         assert "| llama.cpp | — |" in text and "— (llama.cpp did not run)" in text
