@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #define NR 8
+#define KCHUNK 512          // K a step of a pair of row groups: 2 x 16 x 512 activation bytes
 typedef struct { uint8_t* q; float* d; float* c; int m16, nb; } xq_t;  // [m16][K/4][16][4], [m16][nb][16]
 
 static xq_t quantize_rows(const float* x, int M, int K) {
@@ -89,13 +90,14 @@ static void unpack_q4_k(wg_t* g, const uint8_t* qs, const uint16_t* d, const uin
 
 // 32 activation rows (groups gi, gi + 1) by 4 weight rows over all K: out[r][32 lanes]
 #define R4(X) X(0) X(1) X(2) X(3)
-static inline void micro4(const xq_t* x, int gi, const wg_t* g, int r0, int K, int mins, float* out) {
+static inline void micro4(const xq_t* x, int gi, const wg_t* g, int r0, int K, int b0, int b1,
+                          int mins, float* out) {
     int nb = K / 32, kq = K / 4;
-    #define DECL(r) __m512 a##r = _mm512_setzero_ps(), c##r = _mm512_setzero_ps(); \
+    #define DECL(r) __m512 a##r = _mm512_loadu_ps(out + (r0 + r) * 32), c##r = _mm512_loadu_ps(out + (r0 + r) * 32 + 16); \
         const int32_t* w##r = (const int32_t*)g->w8 + (size_t)(r0 + r) * kq;
     R4(DECL)
     const uint8_t* xa = x->q + (size_t)gi * kq * 64, *xb = xa + (size_t)kq * 64;
-    for (int b = 0; b < nb; b++) {
+    for (int b = b0; b < b1; b++) {
         #define ZERO(r) __m512i s##r = _mm512_setzero_si512(), t##r = _mm512_setzero_si512();
         R4(ZERO)
         #pragma GCC unroll 8
@@ -137,8 +139,12 @@ int st_int8_rows(int fmt, const float* x, int M, int N, int K, const uint8_t* qs
         for (int n0 = 0; n0 < N; n0 += NR) {
             if (fmt == 0) unpack_q4_0(&g, qs, d, n0, K); else unpack_q4_k(&g, qs, d, sc, dmin, mn, n0, K);
             for (int gi = 0; gi < xq.m16; gi += 2) {
-                micro4(&xq, gi, &g, 0, K, fmt == 1, tile);
-                micro4(&xq, gi, &g, 4, K, fmt == 1, tile);
+                memset(tile, 0, sizeof tile);
+                for (int b0 = 0; b0 < nb; b0 += KCHUNK / 32) {    // the pair's rows of a chunk stay in L1
+                    int b1 = b0 + KCHUNK / 32 < nb ? b0 + KCHUNK / 32 : nb;
+                    micro4(&xq, gi, &g, 0, K, b0, b1, fmt == 1, tile);
+                    micro4(&xq, gi, &g, 4, K, b0, b1, fmt == 1, tile);
+                }
                 for (int r = 0; r < NR; r++)
                     for (int l = 0; l < 32 && gi * 16 + l < M; l++)
                         outp[(size_t)(gi * 16 + l) * N + n0 + r] = tile[r * 32 + l];
