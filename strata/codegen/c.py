@@ -26,9 +26,11 @@ from ..expr import Expr, Op, Var, nodes
 from ..scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
                             LoadVec, Smem, Store, ThreadIdx, walk)
-from ..kernel_ir.cpu_ir import AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow
+from ..kernel_ir.cpu_ir import (AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow,
+                                QuantRows)
 from .c_amx import AMX_PRELUDE, emit_amx
 from .c_dot import emit_dot
+from .c_int8_rows import INT8_ROWS_PRELUDE, emit_quant_rows
 from .c_outer import emit_outer
 from .c_pairs import emit_pairs
 from .c_qdot import QDOT_PRELUDE, emit_quant_blocks
@@ -92,7 +94,12 @@ class CEmitter(CFamilyEmitter):
             elif isinstance(s, LoadVec):
                 self.types.update(dict.fromkeys(s.vars, s.dtype))
         self.amx = any(isinstance(s, AmxTiles) for s in walk(kernel.body))     # c_amx.py
-        self.xq = sorted({s.x for s in walk(kernel.body) if isinstance(s, QuantRow) and s.vnni})
+        grouped = {id(r) for s in walk(kernel.body) if isinstance(s, QuantRows)
+                   for r in walk(s.body) if isinstance(r, QuantRow)}
+        self.xr = {s.row.x: s for s in walk(kernel.body) if isinstance(s, QuantRows)}   # c_int8_rows.py
+        self.xq = sorted({s.x for s in walk(kernel.body) if isinstance(s, QuantRow) and s.vnni
+                          and id(s) not in grouped})
+        self.xq_rows = sorted({s.x for s in walk(kernel.body) if id(s) in grouped} - set(self.xq))
 
     # ------------------------------------------------------------ expressions
 
@@ -235,6 +242,17 @@ class CEmitter(CFamilyEmitter):
             for x in xq:
                 self.emit(f"st_xq8 st_xq_{cname(x)} = st_quantize_{self.bufs[x]}({cname(x)}, {numel[x]});", 1)
             self.emit("#endif", 0)
+        if self.xr:         # QuantRows' activations: int8 blocks, rows as lanes (c_int8_rows.py)
+            self.emit("#if ST_VNNI == 512", 0)
+            for x, form in self.xr.items():
+                self.emit(f"st_xr8 st_xr_{cname(x)} = st_quantize_rows_{self.bufs[x]}({cname(x)}, "
+                          f"{form.rows}, {numel[x] // form.rows});", 1)
+            if self.xq_rows:
+                self.emit("#elif ST_VNNI", 0)
+                for x in self.xq_rows:
+                    self.emit(f"st_xq8 st_xq_{cname(x)} = st_quantize_{self.bufs[x]}({cname(x)}, "
+                              f"{numel[x]});", 1)
+            self.emit("#endif", 0)
         if depth == 2:
             self.emit(f"#pragma omp parallel{team}", 1)
             self.emit("{", 1)
@@ -265,6 +283,15 @@ class CEmitter(CFamilyEmitter):
             for x in xq:
                 self.emit(f"st_xq8_free(st_xq_{cname(x)});", 1)
             self.emit("#endif", 0)
+        if self.xr:
+            self.emit("#if ST_VNNI == 512", 0)
+            for x in self.xr:
+                self.emit(f"st_xr8_free(st_xr_{cname(x)});", 1)
+            if self.xq_rows:
+                self.emit("#elif ST_VNNI", 0)
+                for x in self.xq_rows:
+                    self.emit(f"st_xq8_free(st_xq_{cname(x)});", 1)
+            self.emit("#endif", 0)
         self.lines.append("}")
         return "\n".join(self.lines)
 
@@ -272,6 +299,7 @@ class CEmitter(CFamilyEmitter):
 # The printer of each CPU instruction form (kernel_ir/cpu_ir.py): (emitter, form, depth, the
 # loop as written) -> None.
 FORMS = {DotBf16: emit_dot, PairsBf16: emit_pairs, OuterFma: emit_outer, QuantRow: emit_quant_blocks,
+         QuantRows: emit_quant_rows,
          AmxTiles: lambda em, s, depth, _: emit_amx(em, s, depth),
          LaneSum: lambda em, s, depth, as_written: as_written()}     # CEmitter.laned_sum
 
@@ -332,8 +360,10 @@ def emit_program(program: KernelProgram, target=None) -> str:
             parts.append(text)
     if any("st_amx_mode()" in p for p in parts):
         parts[1] += AMX_PRELUDE.rstrip()
-    if any("(codegen/c_qdot.py)" in p for p in parts[2:]):
+    if any("(codegen/c_qdot.py)" in p or "(codegen/c_int8_rows.py)" in p for p in parts[2:]):
         parts[1] += QDOT_PRELUDE.rstrip()
+    if any("(codegen/c_int8_rows.py)" in p for p in parts[2:]):
+        parts[1] += "\n" + INT8_ROWS_PRELUDE.rstrip()
     parts.append(_entry_point(program, calls))
     return "\n\n".join(parts) + "\n"
 

@@ -198,7 +198,30 @@ class QuantRow(CpuForm):
         return super().check()
 
 
-FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma, QuantRow, LaneSum)
+@dataclass(frozen=True)
+class QuantRows(CpuForm):
+    """A group of a quantized weight's rows (the loop, over INT8_ROWS rows) each times every one
+    of M activation rows (an inner loop whose body is the row's QuantRow, int8 activations, and
+    the store of its sum): tile/passes/cpu_int8_rows.py. Runs as one kernel on vpdpbusd with the
+    activation rows as lanes (codegen/c_int8_rows.py); as written it is those QuantRows."""
+    row: QuantRow | None = None     # the dot product of weight row `var`, activation row `m`
+    m: str = ""                     # the activation rows' loop variable
+    rows: int = 0                   # M
+    out: BufName = ""               # the sums [.., M, N] f32
+    out_at: object = None           # the store's index (weight row var, activation row m)
+
+    instruction = "int8 rows (vpdpbusd, activation rows as lanes)"
+
+    def summary(self):
+        return f"{self.row.fmt} x {self.rows} rows into {self.out}"
+
+    def check(self):
+        if self.row is None or not self.row.vnni or self.row.fmt not in BLOCK_BYTES:
+            return f"{self.instruction}: not a QuantRow of int8 activations"
+        return super().check()
+
+
+FORMS = (DotBf16, PairsBf16, AmxTiles, OuterFma, QuantRow, QuantRows, LaneSum)
 # (lanes, vector registers) of each vector ISA an OuterFma tile may run on: AVX-512, AVX2 with
 # FMA, AArch64 NEON (codegen/c_outer.py prints each under its `#if`)
 VECTOR_ISAS = ((16, 32), (8, 16), (4, 32))

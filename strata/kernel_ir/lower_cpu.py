@@ -22,6 +22,7 @@ from ..expr import Const, Op, Var, affine_terms, coefficient, free_vars, sub
 from .cpu_ir import VECTOR_ISAS, AmxTiles, DotBf16, LaneSum, OuterFma, PairsBf16, fits
 from .ir import Assign, For, If, Kernel, Let, Load, Smem, While, walk
 from .lower_quant import quant_row
+from .lower_quant_rows import lower_quant_rows
 from .simd_plan import plan_loop
 
 LANES = 16                      # a pairs vector: 16 columns of one row
@@ -74,7 +75,7 @@ def lower_cpu_forms(k: Kernel) -> Kernel:
                 s = s.map_bodies(lambda b: tuple(body(b, tiles)))
             out.append(s)
         return out
-    return replace(k, body=tuple(body(k.body, None)))
+    return lower_quant_rows(replace(k, body=tuple(body(k.body, None))))
 
 
 def _sum_lanes(loop: For, types: dict) -> int:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .cpu_ir import AmxTiles, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow
+from .cpu_ir import AmxTiles, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow, QuantRows
 from .sim_memory import from_storage
 
 
@@ -46,4 +46,4 @@ def int8_blocks(x: np.ndarray) -> np.ndarray:
 
 
 MEANINGS = {DotBf16: as_written, PairsBf16: as_written, AmxTiles: as_written, OuterFma: as_written,
-            QuantRow: quant_row, LaneSum: as_written}
+            QuantRow: quant_row, QuantRows: as_written, LaneSum: as_written}

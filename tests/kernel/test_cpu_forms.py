@@ -18,7 +18,7 @@ from strata.kernel_ir.sim_cpu import MEANINGS, int8_blocks
 from strata.context import Context
 from strata.errors import CompileError
 from strata.kernel_ir.cpu_ir import (FORMS, AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16,
-                                    QuantRow)
+                                    QuantRow, QuantRows)
 from strata.kernel_ir.ir import walk
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
@@ -102,7 +102,7 @@ def test_the_verifier_checks_a_forms_operands():
 
 
 def test_every_form_has_a_c_printer_and_a_simulator_meaning_and_a_missing_one_is_named():
-    assert set(FORMS) == set(C_PRINTERS) == set(MEANINGS) == set(CASES) | {QuantRow, LaneSum}
+    assert set(FORMS) == set(C_PRINTERS) == set(MEANINGS) == set(CASES) | {QuantRow, QuantRows, LaneSum}
     prog = _compile(F.linear, (torch.randn(3, 40).to(BF16), torch.randn(5, 40).to(BF16)), AVX512,
                     FORM="dot")
     from strata.codegen import c

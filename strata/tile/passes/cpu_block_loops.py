@@ -42,10 +42,13 @@ def cpu_block_loops(k: TileKernel, ctx: Context) -> TileKernel:
         return k.with_knob("BLOCK_LOOPS", 0)
     split, scratch, rows = [], [], []
 
+    def shape_of(buf):              # a loop around a split one reads its lanes' scratch too
+        return next(((x.size,) for x in scratch if x.name == buf), None) or k.shape_of(buf)
+
     def fn(s):
         if not isinstance(s, Loop):
             return s
-        sizes = {c for e in _exprs(s.body, k.shape_of) for c in divisors(simplify(e), s.var)}
+        sizes = {c for e in _exprs(s.body, shape_of) for c in divisors(simplify(e), s.var)}
         sizes = {c for c in sizes if 2 <= c < s.extent and s.extent % c == 0}
         if not sizes:
             return s

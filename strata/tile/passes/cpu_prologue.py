@@ -39,6 +39,7 @@ from ...loop.ir import Let, Load
 from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, plain_bf16,
                            sides, split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
+from .cpu_int8_rows import cpu_int8_rows, wanted as int8_wanted
 
 
 def _computed_n_sides(k: TileKernel, c, ctx: Context) -> list:
@@ -71,6 +72,8 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
     packed = _computed_n_sides(k, c, ctx)
+    if packed and all(p[3].endswith("dequantized") for p in packed) and int8_wanted(k, c, packed, ctx):
+        return cpu_int8_rows(k, c, ctx)     # int8 dot products on the quantized weights as stored
     if packed:                          # stored first: the matrix product then reads plain bf16
         *firsts, k = split_prologues(k, c, packed, "bf16", axes, ctx, "cpu_prologue", "_w")
         rest = cpu_prologue(k, ctx)     # and its M-side operand as for any other product

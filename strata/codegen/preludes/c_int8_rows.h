@@ -1,0 +1,164 @@
+#if ST_VNNI == 512
+// QuantRows (kernel_ir/cpu_ir.py, tile/passes/cpu_int8_rows.py): a group of ST_IR weight rows of a
+// block-quantized weight times M activation rows on vpdpbusd, the activation rows as its lanes
+// (codegen/c_int8_rows.py; python -m strata.bench.quant_prefill measures it).
+// Activations: u8 (q + 128) blocks of 32 laid out 16 rows x 4 bytes per step of 4 K, with each
+// block's d and c = d * sum(q) per 16 rows. Weights: the group's rows unpacked to s8 with, per
+// sub-block (32 weights; q6_k 16), sw (the scale), beta = 128 * sw * sum(s8) and mw (q4_k's
+// minimum): w = sw * s8 - mw, so a sub-block adds sw * dx * dot - dx * beta - cx * mw.
+#define ST_IR 8
+typedef struct { uint8_t* q; float* d; float* c; long m16, nb; } st_xr8;
+#define ST_XR8(X, T, LOAD) \
+static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
+    st_xr8 v = {0, 0, 0, (M + 31) / 32 * 2, K / 32}; \
+    v.q = st_scratch(v.m16 * K * 16); \
+    v.d = st_scratch(v.m16 * v.nb * 16 * sizeof(float)); \
+    v.c = st_scratch(v.m16 * v.nb * 16 * sizeof(float)); \
+    _Pragma("omp parallel for num_threads(ST_TEAM) schedule(static)") \
+    for (long m = 0; m < v.m16 * 16; m++) { \
+        long g = m / 16, l = m % 16; \
+        for (long b = 0; b < v.nb; b++) { \
+            __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps(); \
+            if (m < M) { \
+                float t[32]; \
+                for (int j = 0; j < 32; j++) t[j] = LOAD(x[m * K + b * 32 + j]); \
+                f0 = _mm512_loadu_ps(t); f1 = _mm512_loadu_ps(t + 16); } \
+            float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(f0), _mm512_abs_ps(f1))); \
+            float d = mx / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(f0, _mm512_set1_ps(id))); \
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(f1, _mm512_set1_ps(id))); \
+            int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)); \
+            __m128i b0 = _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, _mm512_set1_epi32(128))); \
+            __m128i b1 = _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, _mm512_set1_epi32(128))); \
+            int32_t w[8]; \
+            _mm_storeu_si128((__m128i*)w, b0); _mm_storeu_si128((__m128i*)(w + 4), b1); \
+            for (int j = 0; j < 8; j++) \
+                __builtin_memcpy(v.q + ((g * (K / 4) + b * 8 + j) * 16 + l) * 4, &w[j], 4); \
+            v.d[(g * v.nb + b) * 16 + l] = d; \
+            v.c[(g * v.nb + b) * 16 + l] = d * (float)sum; \
+        } \
+    } \
+    return v; }
+ST_XR8(f32, float, ST_ID)
+ST_XR8(bf16, uint16_t, st_bf16_to_float)
+static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
+// the group's weights: w8[r][k], and per sub-block s the floats sw, beta, mw at [s][r]
+typedef struct { int8_t* w8; float *sw, *beta, *mw; } st_wr8;
+static inline float st_s16(uint16_t h, int bf) { return bf ? st_bf16_to_float(h) : _cvtsh_ss(h); }   // f16 or bf16 scales
+static inline int st_sum_s8(__m128i v) {                    // the 16 signed bytes' sum
+    __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+    return (int)(_mm_extract_epi64(s, 0) + _mm_extract_epi64(s, 1)) - 16 * 128;
+}
+static inline void st_wr8_put(st_wr8* g, long s, int r, float sw, int wsum, float mw) {
+    g->sw[s * ST_IR + r] = sw; g->beta[s * ST_IR + r] = 128.0f * sw * (float)wsum; g->mw[s * ST_IR + r] = mw;
+}
+// q4_0 / q4_k nibbles (Q4_0's order: low nibbles weights 0..15, high 16..31); q4_k's d and dmin
+// one per 8 blocks. Strides between the group's rows, in elements of each part.
+static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char* qs, long qs_r, const uint16_t* d,
+        long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
+        const unsigned char* mn, long mn_r) {
+    long nb = K / 32;
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < nb; b++) {
+            __m128i raw = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 16)), m = _mm_set1_epi8(15);
+            __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+            if (!kq) { lo = _mm_sub_epi8(lo, _mm_set1_epi8(8)); hi = _mm_sub_epi8(hi, _mm_set1_epi8(8)); }
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32), lo);
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32 + 16), hi);
+            float sw = kq ? st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b] : st_s16(d[r * d_r + b], bf);
+            float mw = kq ? st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b] : 0.0f;
+            st_wr8_put(g, b, r, sw, st_sum_s8(lo) + st_sum_s8(hi), mw);
+        }
+}
+static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, long qs_r, const uint16_t* d, long d_r) {
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < K / 32; b++) {
+            __m128i lo = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 32));
+            __m128i hi = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 32 + 16));
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32), lo);
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32 + 16), hi);
+            st_wr8_put(g, b, r, st_s16(d[r * d_r + b], bf), st_sum_s8(lo) + st_sum_s8(hi), 0.0f);
+        }
+}
+// q6_k: sub-blocks of 16 in 12 bytes (st_q6_k_16: q - 32), a scale d * sc each, d per 16
+static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
+                           long d_r, const signed char* sc, long sc_r) {
+    for (int r = 0; r < ST_IR; r++)
+        for (long s = 0; s < K / 16; s++) {
+            __m128i w = st_q6_k_16(qs + r * qs_r + s * 12);
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + s * 16), w);
+            st_wr8_put(g, s, r, st_s16(d[r * d_r + s / 16], bf) * (float)sc[r * sc_r + s], st_sum_s8(w), 0.0f);
+        }
+}
+// 32 activation rows (row groups gi, gi + 1) by 4 weight rows (r0..r0 + 3), sub-blocks b0..b1 of
+// SUB weights, added to out[r][32 lanes]
+#define ST_R4(X) X(0) X(1) X(2) X(3)
+#define ST_IR_MICRO(NAME, SUB) \
+static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long K, long b0, long b1, \
+                        int mins, float* out) { \
+    long nb = K / 32, kq = K / 4; \
+    __m512 a0 = _mm512_loadu_ps(out + (r0 + 0) * 32), c0 = _mm512_loadu_ps(out + (r0 + 0) * 32 + 16); \
+    __m512 a1 = _mm512_loadu_ps(out + (r0 + 1) * 32), c1 = _mm512_loadu_ps(out + (r0 + 1) * 32 + 16); \
+    __m512 a2 = _mm512_loadu_ps(out + (r0 + 2) * 32), c2 = _mm512_loadu_ps(out + (r0 + 2) * 32 + 16); \
+    __m512 a3 = _mm512_loadu_ps(out + (r0 + 3) * 32), c3 = _mm512_loadu_ps(out + (r0 + 3) * 32 + 16); \
+    const int32_t *w0 = (const int32_t*)g->w8 + (r0 + 0) * kq, *w1 = (const int32_t*)g->w8 + (r0 + 1) * kq; \
+    const int32_t *w2 = (const int32_t*)g->w8 + (r0 + 2) * kq, *w3 = (const int32_t*)g->w8 + (r0 + 3) * kq; \
+    const uint8_t *xa = x->q + gi * kq * 64, *xb = xa + kq * 64; \
+    for (long s = b0; s < b1; s++) { \
+        __m512i s0 = _mm512_setzero_si512(), t0 = s0, s1 = s0, t1 = s0, s2 = s0, t2 = s0, s3 = s0, t3 = s0; \
+        _Pragma("GCC unroll 8") \
+        for (int j = 0; j < (SUB) / 4; j++) { \
+            long q = s * ((SUB) / 4) + j; \
+            __m512i u = _mm512_load_si512(xa + q * 64), v = _mm512_load_si512(xb + q * 64); \
+            __m512i w; \
+            w = _mm512_set1_epi32(w0[q]); s0 = _mm512_dpbusd_epi32(s0, u, w); t0 = _mm512_dpbusd_epi32(t0, v, w); \
+            w = _mm512_set1_epi32(w1[q]); s1 = _mm512_dpbusd_epi32(s1, u, w); t1 = _mm512_dpbusd_epi32(t1, v, w); \
+            w = _mm512_set1_epi32(w2[q]); s2 = _mm512_dpbusd_epi32(s2, u, w); t2 = _mm512_dpbusd_epi32(t2, v, w); \
+            w = _mm512_set1_epi32(w3[q]); s3 = _mm512_dpbusd_epi32(s3, u, w); t3 = _mm512_dpbusd_epi32(t3, v, w); \
+        } \
+        long xb32 = s * (SUB) / 32; \
+        const float* dp = x->d + (gi * nb + xb32) * 16, *cp = x->c + (gi * nb + xb32) * 16; \
+        __m512 dx = _mm512_load_ps(dp), dy = _mm512_load_ps(dp + nb * 16); \
+        const float *sw = g->sw + s * ST_IR + r0, *be = g->beta + s * ST_IR + r0, *mw = g->mw + s * ST_IR + r0; \
+        ST_R4(ST_IR_FL) \
+    } \
+    _mm512_storeu_ps(out + (r0 + 0) * 32, a0); _mm512_storeu_ps(out + (r0 + 0) * 32 + 16, c0); \
+    _mm512_storeu_ps(out + (r0 + 1) * 32, a1); _mm512_storeu_ps(out + (r0 + 1) * 32 + 16, c1); \
+    _mm512_storeu_ps(out + (r0 + 2) * 32, a2); _mm512_storeu_ps(out + (r0 + 2) * 32 + 16, c2); \
+    _mm512_storeu_ps(out + (r0 + 3) * 32, a3); _mm512_storeu_ps(out + (r0 + 3) * 32 + 16, c3); }
+#define ST_IR_FL(r) { __m512 S = _mm512_set1_ps(sw[r]), B = _mm512_set1_ps(be[r]); \
+    a##r = _mm512_fnmadd_ps(dx, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dx, S), a##r)); \
+    c##r = _mm512_fnmadd_ps(dy, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r), _mm512_mul_ps(dy, S), c##r)); \
+    if (mins) { __m512 Mn = _mm512_set1_ps(mw[r]); \
+        a##r = _mm512_fnmadd_ps(_mm512_load_ps(cp), Mn, a##r); \
+        c##r = _mm512_fnmadd_ps(_mm512_load_ps(cp + nb * 16), Mn, c##r); } }
+ST_IR_MICRO(st_ir_micro32, 32)
+ST_IR_MICRO(st_ir_micro16, 16)
+// The group's ST_IR rows by all M activation rows: out[m * ldo + r] (unpacked weights in g)
+static void st_int8_rows_run(const st_xr8* x, st_wr8* g, long M, long K, int sub, int mins, float* out, long ldo) {
+    float tile[ST_IR * 32];
+    long ns = K / sub, chunk = 512 / sub;          // sub-blocks a step: a pair of row groups' 512 K
+    for (long gi = 0; gi < x->m16; gi += 2) {      // of activations stay in L1 across the 2 halves
+        memset(tile, 0, sizeof tile);
+        for (long b0 = 0; b0 < ns; b0 += chunk) {
+            long b1 = b0 + chunk < ns ? b0 + chunk : ns;
+            if (sub == 32) {
+                st_ir_micro32(x, gi, g, 0, K, b0, b1, mins, tile);
+                st_ir_micro32(x, gi, g, 4, K, b0, b1, mins, tile);
+            } else {
+                st_ir_micro16(x, gi, g, 0, K, b0, b1, mins, tile);
+                st_ir_micro16(x, gi, g, 4, K, b0, b1, mins, tile);
+            }
+        }
+        for (long l = 0; l < 32 && gi * 16 + l < M; l++)
+            for (int r = 0; r < ST_IR; r++)
+                out[(gi * 16 + l) * ldo + r] = tile[r * 32 + l];
+    }
+}
+static st_wr8 st_wr8_new(long K) {
+    st_wr8 g = {st_scratch(ST_IR * K + 64), st_scratch(K / 16 * ST_IR * sizeof(float)),
+                st_scratch(K / 16 * ST_IR * sizeof(float)), st_scratch(K / 16 * ST_IR * sizeof(float))};
+    return g;
+}
+static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); free(g.mw); }
+#endif
