@@ -122,3 +122,15 @@ def test_int8_rows_are_the_default_where_the_cpu_has_vnni_and_no_amx():
     assert "activation rows on int8 dot products" in source
     amx = replace(VNNI_TARGET, name="cpu-amx", features=VNNI_TARGET.features | {"amx_bf16", "amx_tile"})
     assert "int8 dot products" not in cpu_compile(layer, (x,), target=amx)[0].source("c")
+
+
+@pytest.mark.parametrize("target", ["cpu-avx2", "cpu"])
+def test_pinned_int8_rows_elsewhere_run_their_loops_as_written(target):
+    """On AVX2 (no VNNI-512: the QuantRows print their rows, vpmaddubsw on int8 activations) and
+    on plain x86-64 (no int8 rows there: the split kernel's loops as written, float lanes)."""
+    layer, x = layer_of("q4_k", 256, 16), torch.randn(20, 256).to(BF16)
+    prog, _ = cpu_compile(layer, (x,), {"QGEMM": "int8", "QDOT": "vnni"}, target=target)
+    assert "k_linear_reduce_int8(" in prog.source("c")
+    assert ("activation rows on int8 dot products" in prog.source("c")) == (target == "cpu-avx2")
+    got, want = prog(x).double(), layer(x.double())
+    assert ((got - want).norm() / want.norm()).item() < 1.5e-2
