@@ -42,15 +42,16 @@ static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
 ST_XR8(f32, float, ST_ID)
 ST_XR8(bf16, uint16_t, st_bf16_to_float)
 static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
-// the group's weights: w8[r][k], and per sub-block s the floats sw, beta, mw at [s][r]
-typedef struct { int8_t* w8; float *sw, *beta, *mw; } st_wr8;
+// the group's weights: w8[r][k], and per sub-block s the floats sw, beta, mw at [r][s] (ns a row)
+typedef struct { int8_t* w8; float *sw, *beta, *mw; long ns; } st_wr8;
 static inline float st_s16(uint16_t h, int bf) { return bf ? st_bf16_to_float(h) : _cvtsh_ss(h); }   // f16 or bf16 scales
 static inline int st_sum_s8(__m128i v) {                    // the 16 signed bytes' sum
     __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
     return (int)(_mm_extract_epi64(s, 0) + _mm_extract_epi64(s, 1)) - 16 * 128;
 }
 static inline void st_wr8_put(st_wr8* g, long s, int r, float sw, int wsum, float mw) {
-    g->sw[s * ST_IR + r] = sw; g->beta[s * ST_IR + r] = 128.0f * sw * (float)wsum; g->mw[s * ST_IR + r] = mw;
+    long i = r * g->ns + s;
+    g->sw[i] = sw; g->beta[i] = 128.0f * sw * (float)wsum; g->mw[i] = mw;
 }
 // q4_0 / q4_k nibbles (Q4_0's order: low nibbles weights 0..15, high 16..31); q4_k's d and dmin
 // one per 8 blocks. Strides between the group's rows, in elements of each part.
@@ -58,8 +59,30 @@ static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char*
         long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
         const unsigned char* mn, long mn_r) {
     long nb = K / 32;
-    for (int r = 0; r < ST_IR; r++)
-        for (long b = 0; b < nb; b++) {
+    g->ns = nb;
+    const __m512i m = _mm512_set1_epi8(15), off = _mm512_set1_epi8(kq ? 0 : 8);
+    const __m512i lohi0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), lohi1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int r = 0; r < ST_IR; r++) {        // 4 blocks a step: nibbles to bytes, each block's sum
+        long b = 0;
+        int wsum[4];
+        for (; b + 4 <= nb; b += 4) {
+            __m512i raw = _mm512_loadu_si512(qs + r * qs_r + b * 16);
+            __m512i lo = _mm512_and_si512(raw, m), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m);
+            __m512i su = _mm512_add_epi64(_mm512_sad_epu8(lo, _mm512_setzero_si512()), _mm512_sad_epu8(hi, _mm512_setzero_si512()));
+            su = _mm512_add_epi64(su, _mm512_shuffle_epi32(su, (_MM_PERM_ENUM)0x4E));
+            int64_t t[8];
+            _mm512_storeu_si512(t, su);
+            lo = _mm512_sub_epi8(lo, off); hi = _mm512_sub_epi8(hi, off);
+            _mm512_storeu_si512(g->w8 + r * K + b * 32, _mm512_permutex2var_epi64(lo, lohi0, hi));
+            _mm512_storeu_si512(g->w8 + r * K + b * 32 + 64, _mm512_permutex2var_epi64(lo, lohi1, hi));
+            for (int j = 0; j < 4; j++) wsum[j] = (int)t[2 * j] - (kq ? 0 : 256);
+            for (int j = 0; j < 4; j++) {
+                float sw = kq ? st_s16(d[r * d_r + (b + j) / 8], bf) * (float)sc[r * sc_r + b + j] : st_s16(d[r * d_r + b + j], bf);
+                float mw = kq ? st_s16(dmin[r * dmin_r + (b + j) / 8], bf) * (float)mn[r * mn_r + b + j] : 0.0f;
+                st_wr8_put(g, b + j, r, sw, wsum[j], mw);
+            }
+        }
+        for (; b < nb; b++) {
             __m128i raw = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 16)), m = _mm_set1_epi8(15);
             __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
             if (!kq) { lo = _mm_sub_epi8(lo, _mm_set1_epi8(8)); hi = _mm_sub_epi8(hi, _mm_set1_epi8(8)); }
@@ -69,8 +92,10 @@ static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char*
             float mw = kq ? st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b] : 0.0f;
             st_wr8_put(g, b, r, sw, st_sum_s8(lo) + st_sum_s8(hi), mw);
         }
+    }
 }
 static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, long qs_r, const uint16_t* d, long d_r) {
+    g->ns = K / 32;
     for (int r = 0; r < ST_IR; r++)
         for (long b = 0; b < K / 32; b++) {
             __m128i lo = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 32));
@@ -80,15 +105,31 @@ static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, lon
             st_wr8_put(g, b, r, st_s16(d[r * d_r + b], bf), st_sum_s8(lo) + st_sum_s8(hi), 0.0f);
         }
 }
-// q6_k: sub-blocks of 16 in 12 bytes (st_q6_k_16: q - 32), a scale d * sc each, d per 16
+// q6_k: sub-blocks of 16 in 12 bytes (q - 32), a scale d * sc each, d per 16: four sub-blocks a
+// step (c_qdot.h's st_q6_k_64u: 48 bytes to 64 q), each one's sum from vpsadbw on the q
 static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
                            long d_r, const signed char* sc, long sc_r) {
-    for (int r = 0; r < ST_IR; r++)
-        for (long s = 0; s < K / 16; s++) {
+    long ns = K / 16;
+    g->ns = ns;
+    for (int r = 0; r < ST_IR; r++) {
+        long s = 0;
+        for (; s + 4 <= ns; s += 4) {
+            __m512i q = st_q6_k_64u(qs + r * qs_r + s * 12);
+            __m512i su = _mm512_sad_epu8(q, _mm512_setzero_si512());     // 2 qwords a sub-block
+            su = _mm512_add_epi64(su, _mm512_shuffle_epi32(su, (_MM_PERM_ENUM)0x4E));
+            int64_t t[8];
+            _mm512_storeu_si512(t, su);
+            _mm512_storeu_si512(g->w8 + r * K + s * 16, _mm512_sub_epi8(q, _mm512_set1_epi8(32)));
+            for (int j = 0; j < 4; j++)
+                st_wr8_put(g, s + j, r, st_s16(d[r * d_r + (s + j) / 16], bf) * (float)sc[r * sc_r + s + j],
+                           (int)t[2 * j] - 32 * 16, 0.0f);
+        }
+        for (; s < ns; s++) {
             __m128i w = st_q6_k_16(qs + r * qs_r + s * 12);
             _mm_storeu_si128((__m128i*)(g->w8 + r * K + s * 16), w);
             st_wr8_put(g, s, r, st_s16(d[r * d_r + s / 16], bf) * (float)sc[r * sc_r + s], st_sum_s8(w), 0.0f);
         }
+    }
 }
 // 32 activation rows (row groups gi, gi + 1) by 4 weight rows (r0..r0 + 3), sub-blocks b0..b1 of
 // SUB weights, added to out[r][32 lanes]
@@ -119,17 +160,18 @@ static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long 
         long xb32 = s * (SUB) / 32; \
         const float* dp = x->d + (gi * nb + xb32) * 16, *cp = x->c + (gi * nb + xb32) * 16; \
         __m512 dx = _mm512_load_ps(dp), dy = _mm512_load_ps(dp + nb * 16); \
-        const float *sw = g->sw + s * ST_IR + r0, *be = g->beta + s * ST_IR + r0, *mw = g->mw + s * ST_IR + r0; \
+        const long ns = g->ns; \
+        const float *sw = g->sw + r0 * ns + s, *be = g->beta + r0 * ns + s, *mw = g->mw + r0 * ns + s; \
         ST_R4(ST_IR_FL) \
     } \
     _mm512_storeu_ps(out + (r0 + 0) * 32, a0); _mm512_storeu_ps(out + (r0 + 0) * 32 + 16, c0); \
     _mm512_storeu_ps(out + (r0 + 1) * 32, a1); _mm512_storeu_ps(out + (r0 + 1) * 32 + 16, c1); \
     _mm512_storeu_ps(out + (r0 + 2) * 32, a2); _mm512_storeu_ps(out + (r0 + 2) * 32 + 16, c2); \
     _mm512_storeu_ps(out + (r0 + 3) * 32, a3); _mm512_storeu_ps(out + (r0 + 3) * 32 + 16, c3); }
-#define ST_IR_FL(r) { __m512 S = _mm512_set1_ps(sw[r]), B = _mm512_set1_ps(be[r]); \
+#define ST_IR_FL(r) { __m512 S = _mm512_set1_ps(sw[(r) * ns]), B = _mm512_set1_ps(be[(r) * ns]); \
     a##r = _mm512_fnmadd_ps(dx, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dx, S), a##r)); \
     c##r = _mm512_fnmadd_ps(dy, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r), _mm512_mul_ps(dy, S), c##r)); \
-    if (mins) { __m512 Mn = _mm512_set1_ps(mw[r]); \
+    if (mins) { __m512 Mn = _mm512_set1_ps(mw[(r) * ns]); \
         a##r = _mm512_fnmadd_ps(_mm512_load_ps(cp), Mn, a##r); \
         c##r = _mm512_fnmadd_ps(_mm512_load_ps(cp + nb * 16), Mn, c##r); } }
 ST_IR_MICRO(st_ir_micro32, 32)
@@ -157,7 +199,7 @@ static void st_int8_rows_run(const st_xr8* x, st_wr8* g, long M, long K, int sub
 }
 static st_wr8 st_wr8_new(long K) {
     st_wr8 g = {st_scratch(ST_IR * K + 64), st_scratch(K / 16 * ST_IR * sizeof(float)),
-                st_scratch(K / 16 * ST_IR * sizeof(float)), st_scratch(K / 16 * ST_IR * sizeof(float))};
+                st_scratch(K / 16 * ST_IR * sizeof(float)), st_scratch(K / 16 * ST_IR * sizeof(float)), 0};
     return g;
 }
 static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); free(g.mw); }

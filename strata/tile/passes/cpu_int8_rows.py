@@ -15,9 +15,10 @@ lanes, the weights read as stored: no packing, no copy of the weight).
 
 QGEMM=int8|bf16 pins the choice; int8 is the default where the CPU has AVX512-VNNI (and BW, VL)
 but no AMX (whose bf16 tiles take the dequantized weight faster than vpdpbusd; AMX-INT8 rows are
-not written yet), M >= MIN_M, M * N * K >= MIN_WORK, every reduction's N side is dequantized, K a multiple of 32 and N
-of INT8_ROWS. Zen 5, 128 x 2048 x 5632 (`python -m strata.bench.quant_prefill`): q4_0 3.17 ms
-against 4.44 for the bf16 path, q8_0 3.25 / 4.68, q4_k 3.43 / 4.47, q6_k 4.32 / 4.89.
+not written yet), M >= MIN_M, M * N * K >= MIN_WORK, every reduction's N side is dequantized in
+blocks of 32 (Q6_K's 16 keep the bf16 path), K a multiple of 32 and N of INT8_ROWS. Zen 5, 128 x
+2048 x 5632 (`python -m strata.bench.quant_prefill`): q4_0 3.11 to 3.17 ms against 4.44 to 5.13
+for the bf16 path, q8_0 3.25 to 3.49 against 4.68 to 5.41, q4_k 3.21 to 3.32 against 4.81 to 5.18.
 The activations are rounded to int8 blocks of 32 as llama.cpp's and QDOT=vnni's rows round them
 (about 0.6% of the output's norm; QGEMM=bf16 keeps the 16-bit path).
 """
@@ -29,9 +30,9 @@ from ... import dtypes
 from ...context import Context
 import numpy as np
 
-from ...expr import Const, Var, add, coefficient, evaluate, free_vars, mul
+from ...expr import Const, Var, add, coefficient, evaluate, free_vars, mul, simplify
 from ...loop.ir import BufferInfo, Load, Loop, Store
-from ..contraction import closure, match, sides, split_prologues
+from ..contraction import closure, divisors, match, sides, split_prologues
 from ..ir import TileKernel, flat_index, subst_body, walk
 
 INT8_ROWS = 8               # weight rows a group (preludes/c_int8_rows.h's ST_IR)
@@ -52,7 +53,16 @@ def wanted(k: TileKernel, c, packed, ctx: Context) -> bool:
     work = m * n * sum(l.extent for l in c.loops)
     return (m >= MIN_M and n % INT8_ROWS == 0 and not others and len(packed) == len(c.loops)
             and all(l.extent % 32 == 0 and len(l.accs) == 1 for l in c.loops)
-            and (pinned == "int8" or work >= MIN_WORK))
+            and (pinned == "int8" or work >= MIN_WORK and _blocks(k, packed) >= 32))
+
+
+def _blocks(k: TileKernel, packed) -> int:
+    """The smallest block the N sides' indices cut K into (`k // c`, `k % c`): Q6_K's 16 runs
+    the kernel's float part twice as often, and measured 0.93x to 1.07x the bf16 path (Zen 5),
+    so it keeps that unless pinned."""
+    sizes = [c for loop, b, *_ in packed for s in closure(loop.body, b) if isinstance(s, Load)
+             for i in s.index for c in divisors(simplify(i), loop.var)]
+    return min(sizes, default=32)
 
 
 def cpu_int8_rows(k: TileKernel, c, ctx: Context) -> tuple[TileKernel, ...]:
