@@ -37,9 +37,10 @@ def _form(loop) -> QuantRows | None:
         return None
     row, store, m = rows[0], stores[0], inner.var
     k = (row.trip_count or 0) * BLOCK_LANES.get(row.fmt, LANES)
-    zero = {v: 0 for v in free_vars(row.x_at) if v != m}
-    if coefficient(row.x_at, m) != k or _at(row.x_at, {**zero, m: 0}) != 0:
-        return None
+    if not (isinstance(row.start, Const) and row.start.value == 0) \
+            or not free_vars(row.x_at) <= {m, row.var} or coefficient(row.x_at, m) != k \
+            or _at(row.x_at, {m: 0, row.var: 0}) != 0:
+        return None             # not all of K from block 0, or not rows of K from the start
     return QuantRows.of(loop, row=row, m=m, rows=int(inner.stop.value), out=store.buf,
                         out_at=store.index)
 

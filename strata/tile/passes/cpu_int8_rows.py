@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
 import numpy as np
 
+from ... import dtypes
+from ...context import Context
 from ...expr import Const, Var, add, coefficient, evaluate, free_vars, mul, simplify
 from ...loop.ir import BufferInfo, Load, Loop, Store
 from ..contraction import closure, divisors, match, sides, split_prologues
@@ -53,10 +53,10 @@ def wanted(k: TileKernel, c, packed, ctx: Context) -> bool:
     work = m * n * sum(l.extent for l in c.loops)
     return (m >= MIN_M and n % INT8_ROWS == 0 and not others and len(packed) == len(c.loops)
             and all(l.extent % 32 == 0 and len(l.accs) == 1 for l in c.loops)
-            and (pinned == "int8" or work >= MIN_WORK and _blocks(k, packed) >= 32))
+            and (pinned == "int8" or work >= MIN_WORK and _blocks(packed) >= 32))
 
 
-def _blocks(k: TileKernel, packed) -> int:
+def _blocks(packed) -> int:
     """The smallest block the N sides' indices cut K into (`k // c`, `k % c`): Q6_K's 16 runs
     the kernel's float part twice as often, and measured 0.93x to 1.07x the bf16 path (Zen 5),
     so it keeps that unless pinned."""
