@@ -39,12 +39,11 @@ def _form(loop) -> QuantRows | None:
     k = (row.trip_count or 0) * BLOCK_LANES.get(row.fmt, LANES)
     if not (isinstance(row.start, Const) and row.start.value == 0) \
             or not free_vars(row.x_at) <= {m, row.var} or coefficient(row.x_at, m) != k \
-            or _at(row.x_at, {m: 0, row.var: 0}) != 0:
-        return None             # not all of K from block 0, or not rows of K from the start
+            or _at(row.x_at, {m: 0, row.var: 0}) != 0:     # all of K, rows of K from the start
+        return None
     return QuantRows.of(loop, row=row, m=m, rows=int(inner.stop.value), out=store.buf,
                         out_at=store.index)
 
 
-def _at(e, values: dict) -> int:
-    """e's value where its variables take `values`."""
+def _at(e, values: dict) -> int:                    # e's value where its variables take values
     return int(evaluate(e, {v: np.int64(x) for v, x in values.items()}))
