@@ -6,9 +6,10 @@ eager on the same QuantLinear, interleaved, each path's error against float64.
 Why: issue 56 asks for prefill >= 1.5x llama.cpp's, which multiplies int8 by int8; this isolates
 the product that decides it, per format, on the machine at hand.
 
-    python -m strata.bench.quant_prefill [--m 128 --k 2048 --n 5632 --rounds 15]
+    python -m strata.bench.quant_prefill [--m 128 --k 2048 --n 5632 --rounds 15 --out docs/bench]
 
-Prints a markdown table (ms and GOPS, medians of interleaved rounds).
+Prints the table (ms and GOPS, medians of interleaved rounds) and writes it as a markdown report
+named with the CPU class and the time.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import torch
 from ..api import compile as compile_program
 from ..context import Context
 from ..quant.formats import QuantLinear
-from .env import cpu_name
+from .env import collect_cpu_env
+from .table_report import write_report
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "q6_k")
 
@@ -34,16 +36,15 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=2048)
     p.add_argument("--n", type=int, default=5632)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
     args = p.parse_args(argv)
     if min(args.m, args.k, args.n, args.rounds) < 1:
         print("quant_prefill: --m, --k, --n and --rounds must be at least 1", file=sys.stderr)
         return 2
     flops = 2 * args.m * args.k * args.n
-    print(f"{cpu_name()}, {torch.get_num_threads()} threads, M={args.m} K={args.k} N={args.n}, "
-          f"bf16 activations; ms (GOPS), median of {args.rounds} interleaved rounds; error: "
-          f"|out - float64| / |float64| by norm\n")
-    print("| format | QGEMM=int8 | QGEMM=bf16 | eager | int8 / bf16 | error int8 | error bf16 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    head = ["format", "QGEMM=int8 ms (GOPS)", "QGEMM=bf16 ms (GOPS)", "eager ms (GOPS)",
+            "int8 / bf16", "error int8", "error bf16"]
+    body = []
     for fmt in FORMATS:
         torch.manual_seed(0)
         layer = QuantLinear.from_linear(torch.nn.Linear(args.k, args.n, bias=False), fmt).eval()
@@ -61,8 +62,17 @@ def main(argv=None) -> int:
                 times[name].append(time.perf_counter() - t)
         ms = {name: statistics.median(v) * 1e3 for name, v in times.items()}
         cell = lambda name: f"{ms[name]:.3f} ({flops / ms[name] / 1e6:.0f})"     # noqa: E731
-        print(f"| {fmt} | {cell('int8')} | {cell('bf16')} | {cell('eager')} | "
-              f"{ms['bf16'] / ms['int8']:.2f}x | {err['int8']:.2g} | {err['bf16']:.2g} |")
+        body.append([fmt, cell("int8"), cell("bf16"), cell("eager"),
+                     f"{ms['bf16'] / ms['int8']:.2f}x", f"{err['int8']:.2g}", f"{err['bf16']:.2g}"])
+    write_report(head, body, title="a quantized linear at prefill",
+                 heading="A prefill's quantized linear: int8 rows, the bf16 path, eager",
+                 env=collect_cpu_env(torch.get_num_threads()),
+                 notes=[f"M={args.m} K={args.k} N={args.n}, bf16 activations, a QuantLinear per "
+                        f"format; median of {args.rounds} interleaved rounds; error: |out - "
+                        f"float64| / |float64| by norm (QGEMM=int8 rounds the activations to int8 "
+                        f"blocks of 32); `python -m strata.bench.quant_prefill --m {args.m} --k "
+                        f"{args.k} --n {args.n}`"],
+                 out=args.out, stem="quant-prefill")
     return 0
 
 
