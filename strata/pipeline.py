@@ -41,6 +41,7 @@ from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.cpu_keep_values import cpu_keep_values
 from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_pack_weights import cpu_pack_weights
+from .tile.passes.cpu_int8_rows import cpu_int8_rows
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_reciprocal import cpu_reciprocal
 from .tile.passes.cpu_rows import cpu_rows
@@ -95,6 +96,7 @@ CPU_PASSES = [
     ("tileify", tileify),
     ("cpu_split_groups", cpu_split_groups),
     ("chunk_reduce", chunk_reduce),
+    ("cpu_int8_rows", cpu_int8_rows),
     ("cpu_prologue", cpu_prologue),
     ("cpu_matmul", cpu_matmul),
     ("cpu_pack_weights", cpu_pack_weights),

@@ -90,8 +90,9 @@ def measure(case, rounds: int, say, compile_step: bool = True, autocast=None) ->
             step(name)
         except Exception as e:  # noqa: BLE001 - a failing variant is a row, the run goes on
             out[name] = (None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-    for r in range(rounds):       # each round in another order: a variant's step is not always
-        for name in VARIANTS[r % 3:] + VARIANTS[:r % 3]:   # the one after the same other's
+    for r in range(rounds):       # each round in another order: a variant's step does not
+        turn = r % len(VARIANTS)  # always follow the same other's (whose freed memory it gets)
+        for name in VARIANTS[turn:] + VARIANTS[:turn]:
             if name in out:
                 continue
             say(f"{case.name}: round {r + 1} of {rounds}, {name}")

@@ -22,13 +22,9 @@ PARTS = {"q4_0": ("unsigned char", "uint16_t"), "q8_0": ("signed char", "uint16_
 
 
 def emit_quant_rows(em, form: QuantRows, depth: int, as_written) -> None:
-    row = form.row
-    loads = (row.qs,) + tuple(s.buf for s in row.vnni)
-    scales = em.bufs[row.vnni[0].buf]
-    if row.fmt not in PARTS or len(loads) != len(PARTS[row.fmt]) or \
-            scales not in ("f16", "bf16") or coefficient(form.out_at, form.var) != 1:
-        return as_written()
-    bf = int(scales == "bf16")
+    row = form.row              # (kernel_ir/lower_quant_rows.py made it printable: 16-bit scales,
+    loads = (row.qs,) + tuple(s.buf for s in row.vnni)      # the group's rows side by side)
+    bf = int(em.bufs[row.vnni[0].buf] == "bf16")
     first = {form.var: 0, form.m: 0, row.var: 0}
 
     def at(e, values) -> str:

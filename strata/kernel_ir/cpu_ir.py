@@ -200,10 +200,9 @@ class QuantRow(CpuForm):
 
 @dataclass(frozen=True)
 class QuantRows(CpuForm):
-    """A group of a quantized weight's rows (the loop, over INT8_ROWS rows) each times every one
-    of M activation rows (an inner loop whose body is the row's QuantRow, int8 activations, and
-    the store of its sum): tile/passes/cpu_int8_rows.py. Runs as one kernel on vpdpbusd with the
-    activation rows as lanes (codegen/c_int8_rows.py); as written it is those QuantRows."""
+    """A group of a quantized weight's rows (the loop) each times M activation rows (an inner
+    loop of the row's QuantRow, int8 activations, and the store of its sum; cpu_int8_rows.py):
+    one kernel on vpdpbusd, activation rows as lanes (codegen/c_int8_rows.py)."""
     row: QuantRow | None = None     # the dot product of weight row `var`, activation row `m`
     m: str = ""                     # the activation rows' loop variable
     rows: int = 0                   # M

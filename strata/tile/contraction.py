@@ -347,6 +347,11 @@ def plain_bf16(k: TileKernel, side, var: str) -> bool:
         and along(k, side[0], var)
 
 
+def dequantized(k: TileKernel, side) -> bool:
+    """Whether an operand's statements read an integer buffer (a QuantLinear's blocks)."""
+    return any(isinstance(s, Load) and k.dtype_of(s.buf) in dtypes.INTS for s in side)
+
+
 def value_dtype(s) -> str:
     """The value dtype of a Loop IR Load or Let."""
     return s.dtype if isinstance(s, Load) else s.value.dtype

@@ -44,7 +44,7 @@ ST_XR8(bf16, uint16_t, st_bf16_to_float)
 static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
 // the group's weights: w8[r][k], and per sub-block s the floats sw, beta, mw at [r][s] (ns a row)
 typedef struct { int8_t* w8; float *sw, *beta, *mw; long ns; } st_wr8;
-static inline float st_s16(uint16_t h, int bf) { return bf ? st_bf16_to_float(h) : _cvtsh_ss(h); }   // f16 or bf16 scales
+static inline float st_s16(uint16_t h, int bf) { return bf ? st_s1_bf16(h) : st_s1_f16(h); }  // c_qdot.h's
 static inline int st_sum_s8(__m128i v) {                    // the 16 signed bytes' sum
     __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
     return (int)(_mm_extract_epi64(s, 0) + _mm_extract_epi64(s, 1)) - 16 * 128;

@@ -36,10 +36,9 @@ from __future__ import annotations
 from ... import dtypes
 from ...context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, held, match, plain_bf16,
-                           sides, split_prologues, uses, value_dtype)
+from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
+                           plain_bf16, sides, split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
-from .cpu_int8_rows import cpu_int8_rows, wanted as int8_wanted
 
 
 def _computed_n_sides(k: TileKernel, c, ctx: Context) -> list:
@@ -55,8 +54,7 @@ def _computed_n_sides(k: TileKernel, c, ctx: Context) -> list:
         side = closure(loop.body, b)
         if len(side) < 2 or held(loop) != "bf16" or value_dtype(side[-1]) != "bf16":
             continue
-        loads = [k.dtype_of(s.buf) for s in side if isinstance(s, Load)]
-        if any(d in dtypes.INTS for d in loads):
+        if dequantized(k, side):
             out.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, dequantized", "bf16"))
         elif ctx.arch.has("avx512_bf16") and ctx.knob("PROLOGUE", "") != "fuse":
             out.append((loop, b, a, f"the N-side operand of {loop.accs[0].acc}, rounded to bf16",
@@ -72,8 +70,6 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k                        # cpu_matmul says why it is not a contraction
     axes = {v for v, _ in k.domain}
     packed = _computed_n_sides(k, c, ctx)
-    if packed and all(p[3].endswith("dequantized") for p in packed) and int8_wanted(k, c, packed, ctx):
-        return cpu_int8_rows(k, c, ctx)     # int8 dot products on the quantized weights as stored
     if packed:                          # stored first: the matrix product then reads plain bf16
         *firsts, k = split_prologues(k, c, packed, "bf16", axes, ctx, "cpu_prologue", "_w")
         rest = cpu_prologue(k, ctx)     # and its M-side operand as for any other product
