@@ -19,8 +19,8 @@ STAGES = {
     "runtime": ["runtime/*.py"],
     "dsl (@strata.kernel front end)": ["dsl/*.py"],
     "shared (pipeline, expr, scalar ops, targets, knobs)": [
-        "pipeline.py", "expr.py", "scalar_ops.py", "dtypes.py", "targets.py", "knobs.py",
-        "context.py", "errors.py", "operands.py"],
+        "pipeline.py", *(f"core/{m}.py" for m in ("expr", "scalar_ops", "dtypes", "targets", "knobs",
+                                                   "context", "errors", "operands"))],
 }
 
 

@@ -15,8 +15,8 @@ from importlib.metadata import entry_points
 
 from .version import __version__
 
-_LAZY = {"compile": "api", "Program": "api", "generate": "models.decode", "Context": "context",
-         "StrataError": "errors", "quantize": "quant.formats", "set_threads": "runtime.threads"}
+_LAZY = {"compile": "api", "Program": "api", "generate": "models.decode", "Context": "core.context",
+         "StrataError": "core.errors", "quantize": "quant.formats", "set_threads": "runtime.threads"}
 # what a @strata.kernel body calls (st.program_id, st.exp, st.shared, st.float32 ...)
 _DSL = ("constexpr", "float32", "float64", "float16", "bfloat16", "int32", "int64", "exp", "exp2",
         "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",

@@ -17,31 +17,31 @@ import time
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from . import dtypes
 from .codegen import emit_units
-from .context import Context
-from .cpu_load import available_bytes
-from .errors import StrataError
+from .core import dtypes
+from .core.context import Context
+from .core.cpu_load import available_bytes
+from .core.errors import StrataError
+from .core.knobs import KNOBS, show
+from .core.targets import SOURCE, STAGES
 from .kernel_ir.lower import lower as lower_kernels
 from .kernel_ir.lower_cpu import lower_cpu_forms
 from .kernel_ir.thread_loops import to_thread_loops
 from .kernel_ir.verify import verify_program
-from .knobs import KNOBS, show
 from .loop.ir import LoopKernel, signature
 from .loop.lower import lower as lower_loops
 from .runtime.disasm import disassemble
-from .targets import SOURCE, STAGES
 from .tile.attention import tile_attention
 from .tile.ir import TileProgram, verify_kernels
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
-from .tile.passes.cpu_block_loops import cpu_block_loops
 from .tile.passes.chunk_reduce import chunk_reduce
 from .tile.passes.cooperative_reduce import cooperative_reduce
+from .tile.passes.cpu_block_loops import cpu_block_loops
+from .tile.passes.cpu_int8_rows import cpu_int8_rows
 from .tile.passes.cpu_keep_values import cpu_keep_values
 from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_pack_weights import cpu_pack_weights
-from .tile.passes.cpu_int8_rows import cpu_int8_rows
 from .tile.passes.cpu_prologue import cpu_prologue
 from .tile.passes.cpu_reciprocal import cpu_reciprocal
 from .tile.passes.cpu_rows import cpu_rows

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import strata
-from strata import check
-from strata.context import Context
+from strata.bench import check
+from strata.core.context import Context
 from strata.kernel_ir.verify import verify_program
 
 
@@ -98,7 +98,7 @@ def _assert_matches(report, where: str = "") -> None:
 
 
 def _find_cc() -> bool:
-    from strata.errors import StrataError
+    from strata.core.errors import StrataError
     from strata.runtime.cc import find_compiler
     try:
         find_compiler()

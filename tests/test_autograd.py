@@ -1,4 +1,4 @@
-"""strata/autograd.py: a strata.compile program compiled or called where autograd is on says it is
+"""strata/api/autograd.py: a strata.compile program compiled or called where autograd is on says it is
 inference only, in one sentence, never silently (issue 51): a warning at compile time, and
 NoBackward from a backward through its outputs, instead of outputs without history and
 PyTorch's "element 0 of tensors does not require grad". (torch.compile's backend trains.)"""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import strata
-from strata.autograd import NoBackward, StrataNoGradWarning
-from strata.errors import StrataError
+from strata.api.autograd import NoBackward, StrataNoGradWarning
+from strata.core.errors import StrataError
 
 ONE_SENTENCE = re.escape("strata compiles no backward yet): run it under torch.no_grad()")
 

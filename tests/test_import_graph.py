@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent / "strata"
 # The layers, bottom first: (name, modules under strata., why here). A module belongs to the entry
 # naming the longest prefix of its name (tune.db before tune); "" is the package itself.
 LAYERS = (
-    ("shared", ("errors", "dtypes", "scalar_ops", "expr", "operands", "knobs", "targets", "context",
-                "version", "user_cache", "cpu_load", "progress", "command"),
+    ("shared", ("core", "version"),
      "the words every stage speaks (dtypes, expressions, operands, targets, knobs, errors) and "
      "small helpers"),
     ("frontend", ("frontend",), "stage 1: PyTorch -> Torch IR (torch.export)"),
@@ -34,15 +33,15 @@ LAYERS = (
     ("kernel_ir", ("kernel_ir",), "stage 5: Kernel IR, its lowering from Tile IR and its simulator"),
     ("codegen", ("codegen",), "stage 6: the emitters of Kernel IR (CUDA C, C, OpenCL, HIP, Metal)"),
     ("runtime", ("runtime",), "stage 7: builds and launches what the emitters wrote"),
-    ("pipeline", ("pipeline", "machine", "tune.db", "tune.cost", "tune.static_cost"),
+    ("pipeline", ("pipeline", "tune.machine", "tune.db", "tune.cost", "tune.static_cost"),
      "runs the stages in order; beside it what a compile or an estimate reads: the tuning "
      "database, this CPU's cached profile, the cost model of Kernel IR and of its machine code"),
     ("library", ("view", "models", "quant"),
      "what the entry points build on: the page of a compilation, the models and their weight formats"),
-    ("api", ("api", "torch_compile", "dsl", "autograd"),
+    ("api", ("api", "torch_compile", "dsl"),
      "the entry points: strata.compile's Program, torch.compile's backend, @strata.kernel, and "
      "what their programs do where autograd is on"),
-    ("tools", ("check", "models.decode", "tune", "bench"),
+    ("tools", ("models.decode", "tune", "bench"),
      "built on the entry points: checking against eager, KV-cache decoding, the tuner, benchmarks"),
     ("cli", ("cli",),
      "the `strata` command over all of it"),

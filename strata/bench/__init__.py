@@ -7,7 +7,7 @@ accuracy verdict first and every speed paired with the measured device ceiling.
     work.py             bytes moved and FLOPs of a program
     variants.py         eager / torch.compile / strata callables; failures become rows
     runtime_adapter.py  the one place that reads per-kernel rows and times from the runtime
-    accuracy.py         the verdict on CUDA outputs (strata/check.py tolerances)
+    accuracy.py         the verdict on CUDA outputs (strata/bench/check.py tolerances)
     env.py              device, date and versions recorded with every report
     cases.py            the LLM op suite at TinyLlama and Qwen2.5-7B shapes
     suite.py            `python -m strata.bench.suite`

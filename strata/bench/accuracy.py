@@ -1,12 +1,13 @@
 """The accuracy verdict that comes before any speed: a strata program's outputs on the GPU against
-PyTorch eager in float64, with the tolerances of strata/check.py (1e-5 float32, 1e-4 with a
+PyTorch eager in float64, with the tolerances of strata/bench/check.py (1e-5 float32, 1e-4 with a
 contraction, 1e-2 fp16/bf16, integers exact)."""
 from __future__ import annotations
 
 import torch
 
-from .. import check, dtypes
 from ..api import to_numpy
+from ..core import dtypes
+from . import check
 
 
 def has_contraction(program) -> bool:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import progress
 from ..api import compile as strata_compile
-from ..command import guarded
+from ..core import progress
+from ..core.command import guarded
 from ..frontend.dynamo_graph import weight_positions
 from . import cases as C
 from .cpu_bench import interleaved

@@ -18,7 +18,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..api import compile as strata_compile
-from ..context import Context
+from ..core.context import Context
 from ..loop.ir import Load
 from ..tile.ir import walk
 

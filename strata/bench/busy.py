@@ -20,9 +20,9 @@ import subprocess
 import sys
 import time
 
-from .. import progress
-from ..command import guarded
-from ..errors import StrataError
+from ..core import progress
+from ..core.command import guarded
+from ..core.errors import StrataError
 from ..models.build import DTYPES, build
 from ..models.decode import compile_decoder, new_caches
 from ..runtime.threads import THREADS, set_threads

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import dtypes
-from ..errors import StrataError
+from ..core import dtypes
+from ..core.errors import StrataError
 
 
 @dataclass(frozen=True)

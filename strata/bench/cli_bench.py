@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 
-from .. import dtypes
+from ..core import dtypes
 from .ncu import ncu_table, profile_snippet
 from .report import comparison_table, kernel_table
 from .results import STRATA, VARIANTS, CaseResult

@@ -15,7 +15,7 @@ def profile_snippet_sim(code: str, ctx) -> int:
     from rich.table import Table
 
     from ..api import compile_snippet
-    from ..check import compare_with_eager, print_report
+    from .check import compare_with_eager, print_report
     program, snippet = compile_snippet(code, ctx, device="sim")
     with profiling() as kernels:
         report = compare_with_eager(program, snippet)

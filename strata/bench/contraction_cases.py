@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import dtypes
+from ..core import dtypes
 from ..models.source import resolve
 
 # (bundled model name, short label): the layers whose decode shapes the goal names

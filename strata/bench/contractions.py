@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import progress
-from ..command import guarded
-from ..context import Context
+from ..core import progress
+from ..core.command import guarded
+from ..core.context import Context
 from ..kernel_ir.ir import Mma, Wgmma, walk
 from . import contraction_cases as C
 from .accuracy import check_program, verdict_line

@@ -13,10 +13,11 @@ import time
 
 import torch
 
-from .. import dtypes, machine
 from ..api import compile_snippet
-from ..check import compare_with_eager, print_report
-from ..cpu_load import OtherLoad, busy_sentence
+from ..core import dtypes
+from ..core.cpu_load import OtherLoad, busy_sentence
+from ..tune import machine
+from .check import compare_with_eager, print_report
 from .results import Ceilings
 from .work import estimate_work
 

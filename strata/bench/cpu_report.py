@@ -15,8 +15,8 @@ import pathlib
 import torch
 import torch.nn.functional as F
 
-from .. import check
 from ..api import compile as strata_compile
+from . import check
 from .cpu_bench import copy_gbps, interleaved
 from .env import cpu_name
 from .work import estimate_work

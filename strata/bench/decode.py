@@ -29,10 +29,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import progress
-from ..command import guarded
-from ..context import Context
-from ..errors import ModelError, StrataError
+from ..core import progress
+from ..core.command import guarded
+from ..core.context import Context
+from ..core.errors import ModelError, StrataError
 from ..models.source import resolve
 from .decode_kernels import weight_bandwidth
 from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,

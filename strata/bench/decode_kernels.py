@@ -6,7 +6,7 @@ the same run measured (issue 53: every decode-step GEMV >= 80% of it). Kernel ti
 events around each plain launch (CudaProgram.time_kernels), so they include no host cost."""
 from __future__ import annotations
 
-from .. import dtypes
+from ..core import dtypes
 
 
 def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> list[str]:

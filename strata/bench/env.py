@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from ..machine import facts
+from ..core.targets import get_target, gpu_target
 from ..runtime.cc import find_compiler
 from ..runtime.nvrtc import nvrtc_version
-from ..targets import get_target, gpu_target
+from ..tune.machine import facts
 from .results import Env
 
 

@@ -29,11 +29,11 @@ import tempfile
 import time
 from unittest import mock
 
-from .. import progress
-from ..command import guarded
-from ..torch_compile.backend import strata_backend
-from ..errors import StrataError
+from ..core import progress
+from ..core.command import guarded
+from ..core.errors import StrataError
 from ..models.build import build
+from ..torch_compile.backend import strata_backend
 from .env import collect_cpu_env, slug
 from .table_report import write_report
 from .threads_option import use_threads

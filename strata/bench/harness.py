@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from .. import dtypes
-from ..errors import DeviceUnavailable
+from ..core import dtypes
+from ..core.errors import DeviceUnavailable
 from .results import Ceilings, Timing
 
 FALLBACK_FLUSH_BYTES = 256 << 20     # when the L2 size is unknown

@@ -26,12 +26,12 @@ from dataclasses import asdict
 import torch
 
 from ..api import compile as strata_compile
-from ..context import Context
-from ..cpu_load import BUSY, OtherLoad
-from ..errors import StrataError
-from ..machine import Profile, cache_path, cached, facts
+from ..core.context import Context
+from ..core.cpu_load import BUSY, OtherLoad
+from ..core.errors import StrataError
 from ..runtime.native_build import build_library, load_library
 from ..runtime.threads import set_threads
+from ..tune.machine import Profile, cache_path, cached, facts
 from .amx_probe import TILE_FLOP, load_kernel
 from .cpu_bench import time_once
 

@@ -5,13 +5,13 @@ Every sample of every in-scope op (IN_SCOPE and MORE; CPU, float32 unless asked 
 case, and so are its twins: the same sample with its tensors strided (`.nc`:
 `SampleInput.noncontiguous()`, every other element, the skipped ones NaN, so a kernel that reads
 the wrong element shows it) and stored transposed (`.t`). Zero-size and 0-d samples are cases
-like any other. Each case must either pass `strata.check.verify` (values against eager float64,
+like any other. Each case must either pass `strata.bench.check.verify` (values against eager float64,
 shape, dtype, output count; the Tensor IR evaluator is checked too) or raise a StrataError with
 a clear sentence (an unsupported op, a data-dependent shape); a wrong result, a kernel NVRTC
 rejects, a kernel the simulator catches racing or reading out of bounds, or any other exception
 is a failure. One allowance: a float output is compared with the float64 reference rounded to
 its own dtype when the plain comparison fails (a product of 125 numbers is 1e-57 in float64 and
-0 in float32, as eager float32 gives; strata.check counts that a relative error of 1).
+0 in float32, as eager float32 gives; strata.bench.check counts that a relative error of 1).
 
 Speed: torch.export and lowering have a fixed cost per program, so all cases of one op are
 compiled as one program; a program that raises is split in halves until each error has its own
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import CompileError, InputMismatch, SimError, StrataError
+from ..core import dtypes
+from ..core.errors import CompileError, InputMismatch, SimError, StrataError
 from ..kernel_ir.verify import verify_program
 from ..runtime.nvrtc import compile_cuda
 from ..tensor.eval import evaluate
@@ -232,7 +232,7 @@ def classify(e: BaseException) -> tuple[str, str]:
 def _compile_and_check(group: list[Case], contraction: bool, nvrtc: bool, evaluator: bool):
     """Compile the group as one program, run it on the simulator and check it: a list with one
     (status, cause) per case, or an exception."""
-    from .. import check
+    from . import check
     from ..api import compile as strata_compile
     flat = [t for c in group for t in c.inputs]     # as they are: strided ones stay strided
     module = group_module(group)
@@ -276,9 +276,9 @@ def _cause(o) -> str:
 
 
 def _reference(module, flat) -> list:
-    """Eager's outputs in float64 (strata.check's reference), as NumPy arrays."""
+    """Eager's outputs in float64 (strata.bench.check's reference), as NumPy arrays."""
     import torch
-    from .. import check
+    from . import check
     flat_out, _ = check.eager_run(module, [x.detach().clone() for x in flat])
     return [(t.detach().double() if t.is_floating_point() else t.detach()).numpy()
             if isinstance(t, torch.Tensor) else np.asarray(t) for t in flat_out]
@@ -287,7 +287,7 @@ def _reference(module, flat) -> list:
 def _in_dtype(ref, dtype: str):
     """The float64 reference as an output of `dtype` holds it: a float32 output cannot hold a
     value below float32's range (a product of 125 numbers, 1e-57: eager float32 gives 0 as strata
-    does) or above it (inf), which strata.check counts as errors of relative size 1."""
+    does) or above it (inf), which strata.bench.check counts as errors of relative size 1."""
     import torch
     if not dtypes.is_float(dtype):
         return ref
@@ -299,7 +299,7 @@ def _in_dtype(ref, dtype: str):
 def _rounded(program, flat, checks, ref, causes) -> list:
     """`causes` with each wrong value checked again against the reference in its own dtype."""
     import torch
-    from .. import check
+    from . import check
     from ..api import to_numpy
     with torch.no_grad():
         got = torch.utils._pytree.tree_leaves(program(*[x.detach().clone() for x in flat]))
@@ -313,7 +313,7 @@ def _rounded(program, flat, checks, ref, causes) -> list:
 
 def _evaluated(program, flat, checks, ref, causes) -> list:
     """`causes` with the Tensor IR evaluator's (float64) outputs checked too."""
-    from .. import check
+    from . import check
     from ..api import to_numpy
     tprog = program.lowered.tensor
     feed = {name: to_numpy(x) for name, x in zip(program.torch_program.inputs, flat)}
@@ -394,7 +394,7 @@ def run_op(op, nvrtc: bool = True, dtype=None, evaluator: bool = True,
         warnings.simplefilter("ignore")
         all_cases, excluded = cases(op, dtype)
         result = OpResult(op_id(op), excluded=excluded, first=op_id(op) not in MORE)
-        # a contraction's tolerance for the matmul ops; for the others strata.check decides from
+        # a contraction's tolerance for the matmul ops; for the others strata.bench.check decides from
         # the program (an op that decomposes into aten.mm gets it too)
         runner = _Runner(True if op.name in MATMUL else None, nvrtc, evaluator, max_failures)
         if all_cases:

@@ -95,7 +95,7 @@ def render(results: list[OpResult], header: list[str]) -> str:
          "every other element, the gaps NaN) and stored transposed (`.t`) where that differs, "
          "compiled with `strata.compile` (all samples of one op as one program; a program that "
          "fails is split until each error has its own sample), its CUDA compiled by NVRTC, run "
-         "on the simulator and checked by `strata.check.verify` (values against eager in float64, "
+         "on the simulator and checked by `strata.bench.check.verify` (values against eager in float64, "
          "shape, dtype, output count) and through the Tensor IR evaluator. *unsupported*: strata "
          "raised a StrataError with the sentence shown; *failed*: a wrong result or any other "
          "error."), "",

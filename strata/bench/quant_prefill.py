@@ -21,7 +21,7 @@ import time
 import torch
 
 from ..api import compile as compile_program
-from ..context import Context
+from ..core.context import Context
 from ..quant.formats import QuantLinear
 from .env import collect_cpu_env
 from .table_report import write_report

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 from .results import KernelRow
 
 ROWS_METHOD = "kernel_rows"

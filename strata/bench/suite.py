@@ -17,8 +17,8 @@ import argparse
 import sys
 import time
 
-from ..command import guarded
-from ..errors import StrataError
+from ..core.command import guarded
+from ..core.errors import StrataError
 from . import cases as C, cpu_suite
 from .accuracy import check_program, verdict_line
 from .cpu_bench import cpu_ceilings
@@ -29,8 +29,8 @@ from .report import (_env_lines, fmt_flops, fmt_ms, fmt_ratio, geomeans, speedup
                      write_reports)
 from .results import MAX_AUTOTUNE, VARIANTS, CaseResult, VariantRow
 from .runtime_adapter import compile_cuda, kernel_rows, kernel_times, with_times
-from .variants import measure_variants, reason, strata_status
 from .threads_option import use_threads
+from .variants import measure_variants, reason, strata_status
 from .work import estimate_work
 
 VARIANT_ALIASES = {"max-autotune": MAX_AUTOTUNE, "compile": "torch.compile",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 from ..runtime.threads import set_threads
 
 

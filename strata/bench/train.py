@@ -25,9 +25,9 @@ import statistics
 import sys
 import time
 
-from .. import progress
-from ..command import guarded
-from ..errors import StrataError
+from ..core import progress
+from ..core.command import guarded
+from ..core.errors import StrataError
 from . import cases as C
 from .env import collect_cpu_env
 from .table_report import write_report

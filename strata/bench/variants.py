@@ -8,7 +8,7 @@ with dynamic shapes or hit its recompile limit (which silently falls back to eag
 """
 from __future__ import annotations
 
-from ..errors import StrataError, UnsupportedOp
+from ..core.errors import StrataError, UnsupportedOp
 from .results import EAGER, MAX_AUTOTUNE, STRATA, TORCH_COMPILE, VARIANTS, VariantRow
 
 COMPILE_MODES = {TORCH_COMPILE: None, MAX_AUTOTUNE: "max-autotune-no-cudagraphs"}

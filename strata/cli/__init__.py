@@ -9,18 +9,19 @@ import json
 import sys
 import time
 
-from .. import machine, progress
 from ..bench.threads_option import add_threads_option, use_threads
+from ..core import progress
+from ..core.command import guarded
+from ..core.context import Context
+from ..core.errors import DeviceUnavailable, StrataError
+from ..core.knobs import describe_knobs
+from ..core.targets import STAGES, get_target
+from ..tune import machine
+from ..version import __version__
 from .generate import add_parser as add_generate, generate_command
 from .model import compile_model_command, write_stage
 from .tune import add_parser as add_tune, tune_command
 from .view import add_parser as add_view, view_command
-from ..command import guarded
-from ..context import Context
-from ..errors import DeviceUnavailable, StrataError
-from ..knobs import describe_knobs
-from ..targets import STAGES, get_target
-from ..version import __version__
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -125,7 +126,7 @@ def cmd_compile(args) -> int:
 
 def cmd_run(args) -> int:
     from ..api import check_device, compile_snippet
-    from ..check import compare_with_eager, print_report
+    from ..bench.check import compare_with_eager, print_report
     if args.profile and args.device == "cpu":
         raise DeviceUnavailable("--profile counts a GPU schedule's memory accesses: use --device "
                                 "sim (the simulator's counters) or --device cuda (ncu)")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from ..bench.decode_report import agree
 from ..bench.threads_option import add_threads_option
-from .model import ProgressContext
-from ..errors import ModelError, StrataError
+from ..core.errors import ModelError, StrataError
 from ..models.sampling import DEFAULT_TOP_K, Sampling
 from ..models.source import hf_config, resolve
+from .model import ProgressContext
 
 # The simulator runs a kernel per thread in NumPy: beyond this many parameters a decode step
 # takes minutes, so --device sim refuses (tiny test configs have well under a million).

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from contextlib import nullcontext
 
-from ..context import Context
-from ..errors import StrataError
+from ..core.context import Context
+from ..core.errors import StrataError
 
 # What runs after each stage the pipeline logs (its timing line starts with the stage's name).
 NEXT_STEP = {

@@ -17,14 +17,14 @@ import sys
 import time
 
 from ..bench.threads_option import add_threads_option
-from ..context import Context
-from ..errors import DeviceUnavailable, StrataError
+from ..core.context import Context
+from ..core.errors import DeviceUnavailable, StrataError
+from ..core.targets import get_target
+from ..core.user_cache import caching_enabled
 from ..models.source import resolve
 from ..runtime.mca import NEWER, llvm_mca, mcpu
 from ..runtime.threads import THREADS, set_threads
-from ..targets import get_target
 from ..tune.db import TuningDB, db_path
-from ..user_cache import caching_enabled
 
 DEFAULT_BUDGET_S = 60
 

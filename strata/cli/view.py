@@ -11,7 +11,7 @@ from pathlib import Path
 import sys
 import time
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 
 DEFAULT_OUTPUT = "strata-view.html"
 
@@ -68,7 +68,7 @@ def view_command(args, ctx) -> int:
         program, snippet = compile_snippet(args.code, rec, device=args.device)
         title = ""
         if args.device:
-            from ..check import compare_with_eager
+            from ..bench.check import compare_with_eager
             from ..kernel_ir.sim_profile import profiling
             with profiling() as profiles:            # the simulator's counters, when it runs
                 verdict = compare_with_eager(program, snippet)

@@ -3,7 +3,7 @@ shared walk) and the registry every caller picks one from. A compiled program's 
 Target's `language` (CUDA C for a GPU, C for a CPU by default); hand-written kernels
 (@strata.kernel) print in any of the five. Adding a language is a module here and a line in
 LANGUAGES."""
-from ..errors import StrataError
+from ..core.errors import StrataError
 from . import c, cuda, hip, metal, opencl
 from .cfamily import cname, distinct_kernels
 from .cuda_units import Units, plan_units

@@ -20,24 +20,24 @@ tensor maps) are refused with a CompileError naming kernel and node.
 """
 from __future__ import annotations
 
-from .. import dtypes
-from ..errors import CompileError
-from ..expr import Expr, Op, Var, nodes
-from ..scalar_ops import TRANSCENDENTAL
+from ..core import dtypes
+from ..core.errors import CompileError
+from ..core.expr import Expr, Op, Var, nodes
+from ..core.scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, For, If, Kernel, KernelProgram, Let, Load,
                             LoadVec, Smem, Store, ThreadIdx, walk)
 from ..kernel_ir.cpu_ir import (AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16, QuantRow,
                                 QuantRows)
+from ..kernel_ir.lower_cpu import lower_cpu_forms
+from ..kernel_ir.simd_plan import plan_loop
+from ..kernel_ir.thread_loops import to_thread_loops
 from .c_amx import AMX_PRELUDE, emit_amx
 from .c_dot import emit_dot
 from .c_int8_rows import INT8_ROWS_PRELUDE, emit_quant_rows
 from .c_outer import emit_outer
 from .c_pairs import emit_pairs
-from .c_qdot import QDOT_PRELUDE, emit_quant_blocks
 from .c_prelude import PRELUDE
-from ..kernel_ir.simd_plan import plan_loop
-from ..kernel_ir.lower_cpu import lower_cpu_forms
-from ..kernel_ir.thread_loops import to_thread_loops
+from .c_qdot import QDOT_PRELUDE, emit_quant_blocks
 from .cfamily import (ATOM, INDENT, REL, CFamilyEmitter, cname, distinct_kernels, refuse_unprintable,
                       numbered, strip_parens)
 
@@ -339,7 +339,7 @@ def emit_kernel(kernel: Kernel) -> str:
 
 def emit_program(program: KernelProgram, target=None) -> str:
     """One translation unit: the prelude, every kernel once, then `strata_run(void** args)`.
-    target: the CPU target (a strata.targets.Target or its name), printed in the header; the
+    target: the CPU target (a strata.core.targets.Target or its name), printed in the header; the
     code itself is the same for every CPU (the compiler's -march picks the instructions)."""
     if getattr(target, "is_gpu", False):
         raise CompileError(f"C is the CPU target's language; {target} is a GPU (emit CUDA)")

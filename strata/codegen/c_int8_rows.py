@@ -11,7 +11,7 @@ as written (a QuantRow per activation row) are printed under `#else`.
 """
 from __future__ import annotations
 
-from ..expr import Const, coefficient, substitute
+from ..core.expr import Const, coefficient, substitute
 from ..kernel_ir.cpu_ir import BLOCK_LANES, LANES, QuantRows
 from .cfamily import cname, prelude, strip_parens
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..expr import Var, add, call, coefficient, free_vars, substitute
+from ..core.expr import Var, add, call, coefficient, free_vars, substitute
 from ..kernel_ir.cpu_ir import VECTOR_ISAS, OuterFma, fits
 from .c_pairs import lanes_back
 from .cfamily import REL, cname, strip_parens

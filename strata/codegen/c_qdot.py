@@ -39,7 +39,7 @@ and 1.2 to 1.4. A row's steps prefetch the bytes 1024 on (c_qdot.h's ST_QFETCH).
 """
 from __future__ import annotations
 
-from ..expr import Const, Expr, Op, Var, substitute
+from ..core.expr import Const, Expr, Op, Var, substitute
 from ..kernel_ir.cpu_ir import BLOCK_BYTES, LANES, QuantRow
 from .cfamily import REL, cname, prelude, strip_parens
 

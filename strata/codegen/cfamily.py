@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dtypes, scalar_ops
-from ..errors import CompileError
-from ..expr import Cast, Const, Expr, Op, Var, add, children, nodes
+from ..core import dtypes, scalar_ops
+from ..core.errors import CompileError
+from ..core.expr import Cast, Const, Expr, Op, Var, add, children, nodes
 from ..kernel_ir.ir import (LANGUAGES, Assign, Atomic, BlockIdx, Comment, For, If, Kernel,
                             KernelProgram, Let, LdMatrix, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem,
                             Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)

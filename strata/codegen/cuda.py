@@ -19,15 +19,15 @@ guard that needs sm_90a; shared arrays they touch are 1024-byte aligned for the 
 """
 from __future__ import annotations
 
-from .. import dtypes
-from ..errors import CompileError
-from ..expr import Expr, nodes
+from ..core import dtypes
+from ..core.errors import CompileError
+from ..core.expr import Expr, nodes
 from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, BlockIdx, CpAsync,
                             CpAsyncCommit, CpAsyncWait, FenceProxyAsync, Kernel, KernelProgram,
                             LdMatrix, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait,
                             Mma, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad, Wgmma,
                             WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
-from ..targets import Target, get_target
+from ..core.targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
                       prelude, refuse_unprintable, strip_parens, torch_math)
 

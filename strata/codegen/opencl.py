@@ -10,7 +10,7 @@ requires), `Sync` is `barrier(...)`, math functions are overloaded (`exp`, not `
 """
 from __future__ import annotations
 
-from ..errors import CompileError
+from ..core.errors import CompileError
 from ..kernel_ir.ir import Atomic, Kernel, Smem, ThreadIdx
 from ..kernel_ir.thread_loops import exchange_shuffles
 from .c import TO_FLOAT, TO_STORAGE

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from ..errors import InputMismatch, StrataError
+from ..core.errors import InputMismatch, StrataError
 from ..tune.db import default_db
 from .kernel import KernelFunction, _device_of
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import dtypes
-from ..errors import InputMismatch, StrataError
+from ..core import dtypes
+from ..core.errors import InputMismatch, StrataError
 from ..kernel_ir.verify import verify_kernel
 from ..tensor.ir import CUSTOM_OPS
 from .frontend import Spec, build

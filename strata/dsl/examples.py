@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 
 
 def check_example(run, tol: float, devices=("sim", "cpu")) -> int:

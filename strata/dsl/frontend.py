@@ -21,9 +21,9 @@ import textwrap
 from dataclasses import dataclass, field
 from math import prod
 
-from .. import dtypes
-from ..errors import KernelSyntaxError
-from ..expr import Cast, Const, Expr, Op, Var
+from ..core import dtypes
+from ..core.errors import KernelSyntaxError
+from ..core.expr import Cast, Const, Expr, Op, Var
 from ..kernel_ir.ir import (Assign, Atomic, BlockIdx, Comment, For, If, Kernel, Let, Load, Param,
                          ShflIdx, ShflXor, Smem, Store, Sync, ThreadIdx, While)
 from . import lang

@@ -21,19 +21,19 @@ from math import prod
 
 import numpy as np
 
-from .. import dtypes
+from ..codegen import emit_source
 from ..codegen.cfamily import cname
-from ..errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, SimError, StrataError
+from ..codegen.cuda import emit_source as emit_cuda_source
+from ..core import dtypes
+from ..core.errors import DeviceUnavailable, InputMismatch, KernelSyntaxError, SimError, StrataError
 from ..kernel_ir.bounds_check import FAULT, add_bounds_checks, fault_sentence
+from ..kernel_ir.ir import Kernel
 from ..kernel_ir.sim import run_kernel
 from ..kernel_ir.sim_memory import storage_numpy
+from ..kernel_ir.verify import KernelVerifyError, verify_kernel
 from ..runtime import driver as cuda_driver
 from ..runtime.launch import PackedArgs
 from ..runtime.native_build import build_library, load_library
-from ..codegen import emit_source
-from ..codegen.cuda import emit_source as emit_cuda_source
-from ..kernel_ir.ir import Kernel
-from ..kernel_ir.verify import KernelVerifyError, verify_kernel
 from .frontend import Spec, build
 from .lang import constexpr
 

@@ -6,7 +6,7 @@ both annotations of st.shared arrays and casts (`st.float32(v)`).
 """
 from __future__ import annotations
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 
 
 class constexpr:

@@ -21,8 +21,8 @@ import warnings
 import torch
 from torch import nn
 
-from .. import dtypes
-from ..errors import DataDependentShape, StrataError
+from ..core import dtypes
+from ..core.errors import DataDependentShape, StrataError
 from .snippet import quiet_torch, register_source, user_line
 from .static_experts import static_experts
 from .torch_ir import Ref, TorchNode, TorchProgram, TorchType, user_frame

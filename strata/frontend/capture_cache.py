@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..user_cache import caching_enabled, user_cache_dir, write_atomically
+from ..core.user_cache import caching_enabled, user_cache_dir, write_atomically
 from .torch_ir import TorchProgram
 
 log = logging.getLogger("strata.capture_cache")

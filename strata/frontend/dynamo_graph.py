@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.export.graph_signature import OutputKind
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 
 
 def concrete(a):

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..cpu_load import available_bytes
-from ..errors import DataDependentShape, SnippetError, StrataError
+from ..core.cpu_load import available_bytes
+from ..core.errors import DataDependentShape, SnippetError, StrataError
 from .static_experts import static_experts
 
 FILENAME = "<snippet>"

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dtypes
+from ..core import dtypes
 
 
 @dataclass(frozen=True)

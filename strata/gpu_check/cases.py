@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 import strata
 
-from .. import check
-from ..context import Context
+from ..bench import check
+from ..core.context import Context
 from ..quant.formats import QuantLinear
 from .dsl_case import block_rmsnorm_check
 

@@ -8,7 +8,7 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..user_cache import write_atomically
+from ..core.user_cache import write_atomically
 
 REPORT_MD, REPORT_JSON, LOGS = "gpu_check.md", "gpu_check.json", "gpu_check_logs.tar.gz"
 STATUSES = ("pass", "fail", "timeout", "skipped", "dry-run")

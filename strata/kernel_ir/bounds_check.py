@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..expr import Cast, Const, Expr, Op, map_expr
+from ..core.expr import Cast, Const, Expr, Op, map_expr
 from .ir import (Assign, Atomic, Comment, For, If, Kernel, Let, Load, Param, Smem, Store, While,
                  walk)
 

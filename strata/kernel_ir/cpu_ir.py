@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..operands import BufName
+from ..core.operands import BufName
 from .ir import For, Let, Load
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from .. import dtypes
-from ..targets import DYNAMIC_SMEM_ALIGN
-from ..expr import Const, Expr, to_str
-from ..operands import BufName, Operands
+from ..core import dtypes
+from ..core.expr import Const, Expr, to_str
+from ..core.operands import BufName, Operands
+from ..core.targets import DYNAMIC_SMEM_ALIGN
 
 
 LANGUAGES = ("cuda", "c", "opencl", "hip", "metal")     # what prints a node that says no other

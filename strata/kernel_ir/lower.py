@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import replace
 from math import prod
 
-from ..expr import Const, Expr, Var, call, floordiv, mod, add, mul
+from ..core.expr import Const, Expr, Var, call, floordiv, mod, add, mul
 from ..loop.ir import Store as LStore
 from ..tile.attention import CombineTile
 from ..tile.ir import TileKernel, TileProgram

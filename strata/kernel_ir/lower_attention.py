@@ -17,9 +17,9 @@ from __future__ import annotations
 from math import prod
 from dataclasses import replace
 
-from .. import dtypes
+from ..core import dtypes
+from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul, substitute
 from ..loop.ir import Let as LLet
-from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul, substitute
 from ..tile.ir import TileKernel, flat_index, subst_body
 from .ir import (
     Assign,

@@ -8,7 +8,7 @@ finite score (m_s = -inf) has weight 0; a row with none at all gives 0 (safe) or
 from __future__ import annotations
 
 from math import prod
-from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
+from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, BlockIdx, For, If, Kernel, Let, Load, Param, Store, ThreadIdx
 from .lowerer import bind_domain

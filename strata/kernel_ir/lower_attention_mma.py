@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..expr import Const, Expr, Var, add, call, floordiv, mod, mul
+from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.attention import MMA_PAD, ceil16
 from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \

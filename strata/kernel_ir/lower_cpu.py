@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..expr import Const, Op, Var, affine_terms, coefficient, free_vars, sub
+from ..core.expr import Const, Op, Var, affine_terms, coefficient, free_vars, sub
 from .cpu_ir import VECTOR_ISAS, AmxTiles, DotBf16, LaneSum, OuterFma, PairsBf16, fits
 from .ir import Assign, For, If, Kernel, Let, Load, Smem, While, walk
 from .lower_quant import quant_row

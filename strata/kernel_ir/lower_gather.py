@@ -9,8 +9,8 @@ a block's scale), and every Let and Accum runs once per point with the loop inde
 """
 from __future__ import annotations
 
-from .. import dtypes
-from ..expr import Const, Var, call, coefficient, floordiv, free_vars, rename
+from ..core import dtypes
+from ..core.expr import Const, Var, call, coefficient, floordiv, free_vars, rename
 from ..loop.ir import Accum, Let as LLet, Load as LLoad
 from ..tile.gather import at, moving, plan
 from ..tile.ir import flat_index

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
-from .. import dtypes
-from ..expr import Const, Var, add, call, floordiv, mod, mul, rename, substitute
+from ..core import dtypes
+from ..core.expr import Const, Var, add, call, floordiv, mod, mul, rename, substitute
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop
 from ..tile.contraction import uses
 from ..tile.ir import (Guard, MicroTiles, Points, Registers, StageTile, Sync as TSync,

@@ -17,8 +17,8 @@ from math import prod
 
 from dataclasses import replace
 
-from .. import dtypes
-from ..expr import Const, Var, add, call, floordiv, mod, mul, rename
+from ..core import dtypes
+from ..core.expr import Const, Var, add, call, floordiv, mod, mul, rename
 from ..loop.ir import Let as LLet, Load as LLoad
 from ..tile.ir import Guard, MmaLoop, MmaOperand, TileKernel, flat_index, rename_stmt, subst_body
 from ..tile.tensor_core import row_stride, stage_elems, tile_rows_cols

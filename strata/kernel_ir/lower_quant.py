@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..expr import (Cast, Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children,
-                    coefficient, evaluate, free_vars, map_expr, substitute)
+from ..core.expr import (
+    Cast, Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children, coefficient, evaluate, free_vars, map_expr, substitute)
 from .cpu_ir import BLOCK_BYTES, BLOCK_LANES, LANES, QuantRow
 from .ir import Assign, For, If, Let, Load, Store
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..expr import Const, coefficient, evaluate, free_vars
+from ..core.expr import Const, coefficient, evaluate, free_vars
 from .cpu_ir import BLOCK_LANES, LANES, QuantRow, QuantRows
 from .ir import For, Kernel, Store, walk
 

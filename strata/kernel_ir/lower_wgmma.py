@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..expr import Const, Var, add, call, floordiv, mod, mul
+from ..core.expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import MmaLoop, MmaOperand, TileKernel
 from ..tile.tensor_core import mn_major, tma_dims
 from .ir import (
@@ -41,8 +41,8 @@ from .ir import (
     WgmmaFence,
     WgmmaWait,
 )
-from .lowerer import bind_domain
 from .lower_mma import MmaLowerer, regs
+from .lowerer import bind_domain
 
 EXTRA = ("wg", "stage", "da", "db", "bar")
 MN_RUN = 64             # elements of an MN-major operand's contiguous run: one 128B-swizzle row

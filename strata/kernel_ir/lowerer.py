@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from math import prod
 
-from .. import dtypes, scalar_ops
-from ..expr import (Cast, Const, Expr, Op, Var, call, coefficient, floordiv, mod,
-                    rename, simplify, substitute, add, mul)
+from ..core import dtypes, scalar_ops
+from ..core.expr import (
+    Cast, Const, Expr, Op, Var, call, coefficient, floordiv, mod, rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, flat_index
 from .ir import (WARP, Assign, For, If, Let, Load, LoadVec, ShflXor, Smem, Store, StoreVec, Sync)

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import InputMismatch, SimError
-from ..expr import Expr, evaluate
+from ..core.errors import InputMismatch, SimError
+from ..core.expr import Expr, evaluate
 from . import sim_mma, sim_profile
 from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                  KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
@@ -42,9 +42,9 @@ from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAs
 from .cpu_ir import CpuForm
 from .sim_async import AsyncCopies
 from .sim_cpu import MEANINGS
+from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
 from .sim_tma import TMA_STMTS, TmaState
 from .sim_wgmma import WGMMA_STMTS, WgmmaState
-from .sim_memory import convert, from_storage, poison, storage_numpy, to_storage, to_user
 
 MAX_LANES = 1 << 20          # lanes (threads) simulated at once
 MAX_SMEM_ELEMS = 1 << 22     # shared-memory elements (all arrays, all blocks) per batch

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 from .ir import CpAsync
 from .sim_memory import compute_numpy
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..expr import cast_values
+from ..core import dtypes
+from ..core.expr import cast_values
 
 
 def storage_numpy(dtype: str):

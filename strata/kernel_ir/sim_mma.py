@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 from .ir import LdMatrix, Mma
 from .sim_memory import to_storage
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 
 SECTOR, BANKS, WORD = 32, 32, 4
 ACTIVE: dict | None = None          # the collecting dict while profiling, else None

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 from .ir import (
     SWIZZLE_BYTES,
     FenceProxyAsync,

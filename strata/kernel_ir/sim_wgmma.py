@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import free_vars
+from ..core.expr import free_vars
 from .ir import (
     SWIZZLE_BYTES,
     SWIZZLES,

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes
-from ..expr import Const, Expr, Op, Var, affine_terms, free_vars, nodes, substitute
+from ..core import dtypes
+from ..core.expr import Const, Expr, Op, Var, affine_terms, free_vars, nodes, substitute
 from .ir import Assign, Comment, For, If, Let, Load, LoadVec, Store, StoreVec
 
 _CLAUSE = {"add": "+", "multiply": "*", "maximum": "max", "minimum": "min"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..expr import Cast, Const, Expr, Op, Var, children, free_vars, map_expr
+from ..core.expr import Cast, Const, Expr, Op, Var, children, free_vars, map_expr
 from .ir import (Assign, For, If, Kernel, Let, Load, ShflIdx, ShflXor, Smem, Stmt, Store, Sync,
                  ThreadIdx, walk)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from math import prod
 
-from .. import dtypes
-from ..expr import Expr, Var, children, free_vars, nodes
-from ..targets import GPUS, STATIC_SMEM_BYTES
+from ..core import dtypes
+from ..core.expr import Expr, Var, children, free_vars, nodes
+from ..core.targets import GPUS, STATIC_SMEM_BYTES
 from .cpu_ir import CpuForm
 from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, Comment, CpAsync,
                  CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel, KernelProgram,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..expr import Cast, Const, Expr, Op, Var, affine_terms, rename, simplify, substitute, to_str
+from ..core.expr import Cast, Const, Expr, Op, Var, affine_terms, rename, simplify, substitute, to_str
 from .attention_match import AttentionMatch
 from .builder import LoopBuilder, Scope
 from .ir import Let, Load, Loop, LoopKernel, Stmt, format_stmt

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..expr import Const, Var, free_vars, simplify, substitute, to_str
+from ..core.expr import Const, Var, free_vars, simplify, substitute, to_str
 from ..tensor.ir import Elementwise, IndexMap, Input, Reduce
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from .. import dtypes
-from ..expr import Cast, Const, Expr, Op, Var, call, free_vars, simplify, substitute
+from ..core import dtypes
+from ..core.expr import Cast, Const, Expr, Op, Var, call, free_vars, simplify, substitute
 from ..tensor.ir import Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, TensorProgram, IDX
 from .ir import Accum, AccInit, Let, Load, Loop
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import dtypes
-from ..expr import (Cast, Const, Expr, Op, Var, add, affine_terms, evaluate, simplify, substitute,
-                    value_range)
-from ..scalar_ops import reduce_identity
+from ..core import dtypes
+from ..core.expr import (
+    Cast, Const, Expr, Op, Var, add, affine_terms, evaluate, simplify, substitute, value_range)
+from ..core.scalar_ops import reduce_identity
 from .ir import Accum, Let, Load, Loop, LoopKernel, Store, walk
 
 MIN_PIECE = 64              # query rows a piece: at least this, at most MAX_PIECES pieces

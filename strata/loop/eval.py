@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..expr import Expr, evaluate as eval_expr
+from ..core import dtypes
+from ..core.expr import Expr, evaluate as eval_expr
 from .attention import Attention
 from .ir import Accum, CustomCall, Let, Load, Loop, LoopProgram, Store
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from ..context import Context
-from ..expr import Const, Expr, Op, Var, add, free_vars, substitute
+from ..core.context import Context
+from ..core.expr import Const, Expr, Op, Var, add, free_vars, substitute
 from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
 from .attention import AttentionPlan, reached_buffers, reductions_to_materialize

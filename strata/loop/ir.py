@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from ..expr import Expr, free_vars, rename, to_str
-from ..operands import Operands
-from ..scalar_ops import REDUCE_COMBINE
+from ..core.expr import Expr, free_vars, rename, to_str
+from ..core.operands import Operands
+from ..core.scalar_ops import REDUCE_COMBINE
 
 
 class Stmt(Operands):

@@ -3,8 +3,8 @@ producers (builder.py); a fused attention, a scatter and a hand-written kernel b
 """
 from __future__ import annotations
 
-from ..context import Context
-from ..expr import Const, Expr, Var
+from ..core.context import Context
+from ..core.expr import Const, Expr, Var
 from ..tensor.ir import Input, Scatter, TensorProgram
 from . import scatter
 from .builder import LoopBuilder

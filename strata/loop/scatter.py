@@ -13,7 +13,7 @@ the kernel computing the new value can store it in the input's buffer itself (st
 """
 from __future__ import annotations
 
-from ..expr import Const, Var, call
+from ..core.expr import Const, Var, call
 from ..tensor.ir import Input, Scatter, TensorProgram
 from .builder import LoopBuilder
 from .ir import Load, Loop, LoopKernel, Store, canonical_names, walk

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from ..quant.formats import check_format, quantize
 from . import checkpoint as ckpt_mod
 from . import hf

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import CheckpointMismatch, ModelError
+from ..core.errors import CheckpointMismatch, ModelError
 
 INDEX = "model.safetensors.index.json"
 # Tensors older checkpoints carry that are recomputed from the config, never loaded.

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
+from ..core.user_cache import caching_enabled, user_cache_dir, write_atomically
 from ..frontend.capture_cache import _from_plain, _to_plain
 from ..pipeline import Lowered
 from ..tensor.merge_projections import derive_weights, merging
-from ..user_cache import caching_enabled, user_cache_dir, write_atomically
 
 log = logging.getLogger("strata.compile_cache")
 FORMAT = 4                  # 2: derived weights made again when loaded; 3: Lowered.units; 4: extra

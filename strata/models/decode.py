@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from ..api import Program, check_device, on_device
-from ..context import Context
-from ..errors import StrataError
+from ..core.context import Context
+from ..core.errors import StrataError
 from ..frontend.capture import capture
 from ..pipeline import lower_torch_program
 from ..runtime import native_build

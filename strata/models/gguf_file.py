@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import CheckpointMismatch, ModelError
+from ..core.errors import CheckpointMismatch, ModelError
 from ..quant.formats import BLOCK, BYTES_PER_BLOCK, QuantLinear, dequantize
 from ..quant.kquants import BYTES, PARTS, QK_K, split_kquant
 from .gguf_names import gguf_name, hf_name, rope_rows

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from ..quant.formats import BLOCK, quantize_weight
 from ..quant.kquants import QK_K, q4_k_m, quantize_q4_k, quantize_q6_k
 from .gguf_names import gguf_name, rope_rows

@@ -13,7 +13,7 @@ import sys
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 
 
 def transformers():

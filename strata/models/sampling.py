@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 
 MAX_TOP_K = 256
 DEFAULT_TOP_K = 50

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 

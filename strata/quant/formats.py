@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, quantize_kquant
 
 BLOCK = 32

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from .. import dtypes
-from ..errors import InputMismatch
+from ..core import dtypes
+from ..core.errors import InputMismatch
 
 POINTER_ALIGN = 16          # the widest vector access a kernel makes, in bytes
 

@@ -20,7 +20,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..core.user_cache import caching_enabled, user_cache_dir
 
 _BUILT: dict[Path, Path | None] = {}     # folder -> its header; None: gcc refused it
 

@@ -31,7 +31,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..core.user_cache import caching_enabled, user_cache_dir
 from . import nvrtc
 
 log = logging.getLogger("strata.cache")
@@ -47,7 +47,7 @@ _warned: set[str] = set()
 
 
 def cache_dir() -> Path:
-    """The user cache directory (strata/user_cache.py); read on every call, so a test or a CLI
+    """The user cache directory (strata/core/user_cache.py); read on every call, so a test or a CLI
     flag can point it elsewhere."""
     return user_cache_dir()
 

@@ -40,7 +40,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import CompileError, DeviceUnavailable
+from ..core.errors import CompileError, DeviceUnavailable
 from .c_prelude_pch import on_prelude_header
 
 

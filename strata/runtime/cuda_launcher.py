@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CudaError, DeviceUnavailable
+from ..core.errors import CudaError, DeviceUnavailable
 from .native_build import build_library, load_library
 from .tensor_map import encode
 

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import CompileError, DeviceUnavailable
+from ..core.errors import CompileError, DeviceUnavailable
 from . import cc
 from .mca import hot_loop, summary
 

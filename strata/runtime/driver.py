@@ -14,7 +14,7 @@ runs the simulator (tests/runtime/test_cuda_program.py).
 """
 from __future__ import annotations
 
-from ..errors import CudaError, DeviceUnavailable
+from ..core.errors import CudaError, DeviceUnavailable
 
 _CONTEXTS: dict[int, object] = {}
 

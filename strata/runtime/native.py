@@ -27,10 +27,10 @@ from math import prod
 import torch
 from torch import Tensor
 
-from .. import dtypes
 from ..codegen.c import emit_program
-from ..cpu_load import available_bytes
-from ..errors import InputMismatch
+from ..core import dtypes
+from ..core.cpu_load import available_bytes
+from ..core.errors import InputMismatch
 from ..frontend.derived_weights import share, shared
 from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights

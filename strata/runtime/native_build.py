@@ -27,7 +27,7 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..core.user_cache import caching_enabled, user_cache_dir
 from . import cache, cc
 
 log = logging.getLogger("strata.native")

@@ -17,7 +17,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import CompileError
+from ..core.errors import CompileError
 
 log = logging.getLogger("strata.nvrtc")
 

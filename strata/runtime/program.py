@@ -27,16 +27,16 @@ from collections.abc import Mapping
 
 import torch
 
-from .. import dtypes
 from ..codegen.cfamily import cname
+from ..codegen.cuda_units import Units, plan_units
+from ..core import dtypes
+from ..core.errors import InputMismatch
 from ..kernel_ir.ir import KernelProgram, Wgmma, walk
-from ..errors import InputMismatch
 from . import driver
 from .args import POINTER_ALIGN, check_args, prepare_args, prepare_weights
 from .cache import compile_cached
-from ..codegen.cuda_units import Units, plan_units
-from .cuda_units import compile_units
 from .cuda_launcher import Launcher
+from .cuda_units import compile_units
 from .launch import Launch, allow_dynamic_smem
 from .slab import plan_slab
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import dtypes
-from ..errors import CompileError, DeviceUnavailable
+from ..core import dtypes
+from ..core.errors import CompileError, DeviceUnavailable
 from ..kernel_ir.ir import KernelProgram
 from .args import prepare_args, prepare_weights
 from .disasm import build

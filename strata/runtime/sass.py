@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from collections import Counter
 
-from ..errors import CompileError, DeviceUnavailable
+from ..core.errors import CompileError, DeviceUnavailable
 from .nvrtc import compile_cuda
 
 INSTALL = "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes
+from ..core import dtypes
 
 ALIGN = 256
 

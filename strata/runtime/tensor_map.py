@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import CudaError
+from ..core import dtypes
+from ..core.errors import CudaError
 from ..kernel_ir.ir import SWIZZLE_BYTES, Param
 from . import driver as default_driver
 

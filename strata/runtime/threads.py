@@ -20,7 +20,7 @@ import math
 import os
 import time
 
-from ..cpu_load import OtherLoad
+from ..core.cpu_load import OtherLoad
 
 PERIOD = 0.2          # seconds between looks at the other processes' load
 FIRST_LOOK = 0.05     # the shortest window a first decision is taken from

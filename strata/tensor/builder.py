@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import dtypes, scalar_ops
-from ..expr import Const, Expr, Var, call, simplify, substitute
+from ..core import dtypes, scalar_ops
+from ..core.expr import Const, Expr, Var, call, simplify, substitute
 from .ir import (Elementwise, Full, Gather, IndexMap, Iota, Node, Reduce, TensorType,
                  out_bounds, out_vars)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import StrataError, UnsupportedOp
+from ..core.errors import StrataError, UnsupportedOp
 from ..frontend.torch_ir import Ref, TorchNode, TorchProgram, shape_only
 from . import (rules_accumulate, rules_attention, rules_const, rules_conv, rules_elementwise,
                rules_layout, rules_matmul, rules_reduce, rules_resample, rules_scan, rules_scatter)

@@ -14,8 +14,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .. import dtypes, scalar_ops
-from ..expr import cast_values, evaluate as eval_expr
+from ..core import dtypes, scalar_ops
+from ..core.expr import cast_values, evaluate as eval_expr
 from .ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Node, Reduce, Scatter,
                  TensorProgram)
 

@@ -8,7 +8,7 @@ max/min/argmax over an empty axis, so torch.export never hands those to strata.
 """
 from __future__ import annotations
 
-from .. import dtypes
+from ..core import dtypes
 from .ir import Full, Input, Node, Reduce
 
 IDENTITY = {"sum": 0, "prod": 1}

@@ -3,7 +3,7 @@
     Input       a graph input or weight (kind "input" | "weight")
     Full        a tensor filled with one constant
     Iota        the index along one axis (arange, masks of triu/tril, cat selectors)
-    Elementwise a scalar op from `strata.scalar_ops` applied per element; operands are node names
+    Elementwise a scalar op from `strata.core.scalar_ops` applied per element; operands are node names
                 of the *same shape* (broadcasting is an explicit IndexMap) or Python scalars
     Reduce      sum | prod | max | min | argmax | argmin over axes, always keepdim (size-1 axes)
     IndexMap    out[i0..in] = arg[index(i0..in)] (or `fill` where `valid` is false): broadcast,
@@ -23,8 +23,8 @@ from typing import Union
 
 import numpy as np
 
-from .. import dtypes, scalar_ops
-from ..expr import Expr, Var, free_vars, to_str, value_range, format_const
+from ..core import dtypes, scalar_ops
+from ..core.expr import Expr, Var, free_vars, to_str, value_range, format_const
 
 
 @dataclass(frozen=True)

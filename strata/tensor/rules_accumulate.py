@@ -10,10 +10,10 @@ length depends on the data.)
 """
 from __future__ import annotations
 
-from .. import dtypes
-from ..errors import UnsupportedOp
-from ..expr import Const, Var, call
-from ..scalar_ops import reduce_identity
+from ..core import dtypes
+from ..core.errors import UnsupportedOp
+from ..core.expr import Const, Var, call
+from ..core.scalar_ops import reduce_identity
 from .builder import T, norm_axis, rule
 from .ir import IDX
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UnsupportedOp
-from ..expr import Const, Var, call
+from ..core.errors import UnsupportedOp
+from ..core.expr import Const, Var, call
 from .builder import T, rule
 from .rules_matmul import matmul
 

@@ -5,7 +5,7 @@ later stage can fold them into the kernels that read them.
 """
 from __future__ import annotations
 
-from .. import dtypes
+from ..core import dtypes
 from .builder import rule
 
 

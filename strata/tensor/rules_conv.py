@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from math import prod
 
-from ..errors import StrataError
-from ..expr import Const, Var, add, call, floordiv, mod, mul, sub
+from ..core.errors import StrataError
+from ..core.expr import Const, Var, add, call, floordiv, mod, mul, sub
 from .builder import T, rule
 from .rules_matmul import matmul
 

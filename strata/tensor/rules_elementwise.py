@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .. import dtypes
+from ..core import dtypes
 from .builder import T, rule
 
 UNARY = {

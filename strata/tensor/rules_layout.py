@@ -7,10 +7,10 @@ index non-negative with (i + n - shift) % n; embedding/index_select/gather are G
 """
 from __future__ import annotations
 
-from ..errors import UnsupportedOp
-from ..expr import Const, Var, call
-from ..tensor.ir import IDX
+from ..core.errors import UnsupportedOp
+from ..core.expr import Const, Var, call
 from .builder import T, broadcast_shapes, norm_axis, rule
+from .ir import IDX
 
 
 def ivars(rank: int) -> list:

@@ -6,7 +6,7 @@ the M/N dims a 1-D operand does not have). A transposed weight (linear) is only 
 """
 from __future__ import annotations
 
-from ..expr import Const, Var
+from ..core.expr import Const, Var
 from .builder import T, broadcast_shapes, rule
 
 

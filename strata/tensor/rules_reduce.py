@@ -10,8 +10,8 @@ from math import prod
 
 import torch
 
-from .. import dtypes
-from ..expr import Const, Var
+from ..core import dtypes
+from ..core.expr import Const, Var
 from .builder import T, norm_axis, rule
 from .rules_elementwise import binary
 from .rules_layout import cat_along, gather_along

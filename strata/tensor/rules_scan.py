@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from math import ceil, isqrt
 
-from .. import dtypes
-from ..expr import Const, Var, call
-from ..scalar_ops import reduce_identity
+from ..core import dtypes
+from ..core.expr import Const, Var, call
+from ..core.scalar_ops import reduce_identity
 from .builder import T, norm_axis, rule
 
 DIRECT = 64                    # axes this short scan as one triangle

@@ -9,8 +9,8 @@ or an index that is not 1-D, are not supported.
 """
 from __future__ import annotations
 
-from ..errors import UnsupportedOp
-from ..expr import Const, Var
+from ..core.errors import UnsupportedOp
+from ..core.expr import Const, Var
 from .builder import T, broadcast_shapes, norm_axis, rule
 from .ir import Scatter
 from .rules_accumulate import index_put_accumulate

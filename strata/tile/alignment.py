@@ -2,7 +2,7 @@
 and stage_inputs (the staging copy), so that neither pass imports the other."""
 from __future__ import annotations
 
-from ..expr import Var, affine_terms
+from ..core.expr import Var, affine_terms
 
 
 def aligned(flat, inner: str, vec: int, fixed: set[str]) -> bool:

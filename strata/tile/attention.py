@@ -36,11 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import lcm, prod
 
-from .. import dtypes
-from ..context import Context
-from ..errors import KnobError
+from ..core import dtypes
+from ..core.context import Context
+from ..core.errors import KnobError
+from ..core.expr import Var, add, free_vars, mul, substitute
 from ..loop.attention import Attention, CausalLimit, attention_of, causal_limit
-from ..expr import Var, add, free_vars, mul, substitute
 from ..loop.ir import BufferInfo, Let, Load, format_stmt
 from .ir import TileKernel, subst_body
 from .split import choose_pieces

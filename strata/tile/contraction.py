@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .. import dtypes
-from ..context import Context
-from ..errors import KnobError
-from ..expr import Const, Op, Var, call, children, coefficient, free_vars, to_str
+from ..core import dtypes
+from ..core.context import Context
+from ..core.errors import KnobError
+from ..core.expr import Const, Op, Var, call, children, coefficient, free_vars, to_str
 from ..loop.ir import Accum, BufferInfo, Let, Load, Loop, Store
 from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, subst_body, walk
 

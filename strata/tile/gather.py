@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes
-from ..expr import (Const, Op, Var, add, coefficient, free_vars, mod, mul, simplify, sub,
-                    substitute, value_range)
+from ..core import dtypes
+from ..core.expr import (
+    Const, Op, Var, add, coefficient, free_vars, mod, mul, simplify, sub, substitute, value_range)
 from ..loop.ir import Load
 from .ir import flat_index
 

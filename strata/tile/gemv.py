@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import gcd
 
-from .. import dtypes
-from ..context import Context
+from ..core import dtypes
+from ..core.context import Context
 from .gather import Plan, full_windows, moving, plan
 from .ir import Combine, StridedLoop, TileKernel
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from math import prod
 
-from ..expr import Const, Expr, Var, add, mul, rename, substitute, to_str
-from ..knobs import KNOBS
-from ..operands import Body, Operands
+from ..core.expr import Const, Expr, Var, add, mul, rename, substitute, to_str
+from ..core.knobs import KNOBS
+from ..core.operands import Body, Operands
 from ..loop.ir import (Accum, AccInit, CustomCall, Let, Load, Loop, Store, format_stmt,
                        format_kernel as format_loop_kernel)
 

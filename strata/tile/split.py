@@ -3,8 +3,8 @@ target's SMs, `Target.fill_blocks`). chunk_reduce (long row reductions) and spli
 (decode-shaped matmuls) share this rule."""
 from __future__ import annotations
 
-from ..context import Context
-from ..errors import KnobError
+from ..core.context import Context
+from ..core.errors import KnobError
 
 
 def choose_pieces(extent: int, blocks: int, ctx: Context, knob: str, min_piece: int,

@@ -4,7 +4,7 @@ operands, and the shapes of the operand tiles in shared memory and in TMA boxes.
 own so that passes never import each other."""
 from __future__ import annotations
 
-from ..expr import Var, affine_terms, coefficient
+from ..core.expr import Var, affine_terms, coefficient
 from ..loop.ir import Accum, Let, Load, Loop
 from .contraction import closure, conjoin, depends, edge, product
 from .ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index

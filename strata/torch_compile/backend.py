@@ -41,16 +41,16 @@ from importlib.metadata import entry_points
 import torch
 
 from ..api import Program, check_device, on_device
-from ..context import Context
-from ..errors import StrataError, UnsupportedOp
+from ..core.context import Context
+from ..core.errors import StrataError, UnsupportedOp
+from ..frontend.capture import capture
+from . import saved_graphs
 from .buckets import Padded, Refused
 from .floats import float_inputs, specialise
 from .programs import BucketProgram, CompiledGraph
 from .rewrite import foreach_per_tensor, lift_attributes
 from .saved_graphs import Saved
-from . import saved_graphs
 from .training import forward_and_backward, training
-from ..frontend.capture import capture
 from ..frontend.dynamo_graph import (SpecialisedGraph, args_key, concrete, count_ops, is_dynamic,
                                     mutated_weights, placeholder_names, weight_positions)
 from ..frontend.dynamo_key import graph_key
@@ -63,7 +63,7 @@ ENTRY_POINT = "strata.torch_compile.backend:strata_backend"     # pyproject.toml
 OPTIONS = {
     "device": "auto",       # auto: cuda for CUDA inputs, else cpu (native C); or "sim" / "cuda" / "cpu"
     "fallback": False,      # run a graph strata cannot compile eagerly, with a warning
-    "knobs": {},            # schedule knobs, as --knob NAME=VALUE (strata/knobs.py)
+    "knobs": {},            # schedule knobs, as --knob NAME=VALUE (strata/core/knobs.py)
     "verbosity": 0,         # -v level of the lowering log (stderr)
     "use_graph": True,      # device cuda: replay repeated calls as one CUDA graph
 }

@@ -21,10 +21,10 @@ from functools import reduce
 import torch
 import torch.utils._pytree as pytree
 
+from ..core.user_cache import caching_enabled
 from ..frontend.dynamo_graph import OutputPlan
 from ..frontend.dynamo_key import graph_key
 from ..models import compile_cache
-from ..user_cache import caching_enabled
 
 MAX_ATTR_BYTES = 64 << 20      # a graph attribute hashed into the key; above this: not kept
 QUIET = ("verbosity",)         # options that do not change the program

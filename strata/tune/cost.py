@@ -22,14 +22,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .. import dtypes
-from .. import machine as profile
-from ..expr import Expr, Op, children
-from ..scalar_ops import TRANSCENDENTAL
-from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 from ..codegen.c import runs_in_parallel
+from ..core import dtypes
+from ..core.expr import Expr, Op, children
+from ..core.scalar_ops import TRANSCENDENTAL
 from ..kernel_ir.cpu_ir import VECTOR_ISAS, DotBf16, OuterFma, fits
+from ..kernel_ir.ir import For, If, Kernel, Load, LoadVec, Smem, While, walk
 from ..kernel_ir.simd_plan import plan_loop
+from . import machine as profile
 from . import static_cost
 
 SCALAR_GOPS = 2.0           # operations per ns per core (one per cycle at ~2 GHz)

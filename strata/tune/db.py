@@ -17,7 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..user_cache import caching_enabled, user_cache_dir
+from ..core.user_cache import caching_enabled, user_cache_dir
 from ..version import __version__
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (

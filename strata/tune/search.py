@@ -26,8 +26,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..cpu_load import OtherLoad, busy_sentence
-from ..knobs import KNOBS
+from ..core.cpu_load import OtherLoad, busy_sentence
+from ..core.knobs import KNOBS
 from .cost import spearman
 from .db import TuningDB
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 from ..runtime.disasm import disassemble_functions
 from ..runtime.mca import cycles_per_iteration, hot_loop
 

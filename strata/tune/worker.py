@@ -33,10 +33,10 @@ import time
 
 from ..api import Program, compile as strata_compile, on_device
 from ..bench.cases import cases
+from ..bench.check import expect, verify
 from ..bench.cpu_bench import interleaved_samples
-from ..check import expect, verify
-from ..context import Context
-from ..errors import StrataError
+from ..core.context import Context
+from ..core.errors import StrataError
 from ..frontend.snippet import parse_snippet
 from ..loop.ir import signature
 from ..models.build import build

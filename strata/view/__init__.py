@@ -11,7 +11,7 @@ without a browser and the browser tests check only the page.
 """
 from __future__ import annotations
 
-from ..errors import StrataError
+from ..core.errors import StrataError
 from .collect import collect
 from .page import render
 

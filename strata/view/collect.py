@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime
 import re
 
-from .. import machine
-from ..version import __version__
 from ..pipeline import schedule_passes
+from ..tune import machine
+from ..version import __version__
 from .knob_sources import kernel_sources, knob_rows, tuning_record, tuning_rows
 from .measured import sim_counters
 from .passes import family_of, kernel_histories, parse_log

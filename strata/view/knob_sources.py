@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ..knobs import KNOBS, show
+from ..core.knobs import KNOBS, show
 from ..loop.ir import signature
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from ..context import Context
+from ..core.context import Context
 from ..pipeline import lower_torch_program
 
 

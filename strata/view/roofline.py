@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import math
 
-from ..machine import CEILINGS
 from ..tune.cost import kernel_work
+from ..tune.machine import CEILINGS
 
 NO_PROFILE = "no machine profile: run `strata machine --measure`"
 W, H, LEFT, BOTTOM, TOP, RIGHT = 600, 270, 52, 34, 10, 225

@@ -3,8 +3,8 @@ compare with eager float64; attention must be one fused kernel (two with split-K
 kernel and its combine)."""
 from conftest import run_and_compare
 
-from strata import check
-from strata.context import Context
+from strata.bench import check
+from strata.core.context import Context
 
 
 def check_fused(fn, inputs, knobs=None, kernels=1):

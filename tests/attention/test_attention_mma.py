@@ -9,8 +9,8 @@ from attention_helpers import check_fused
 from conftest import compile_with_nvrtc, run_and_compare
 
 import strata
-from strata import check
-from strata.context import Context
+from strata.bench import check
+from strata.core.context import Context
 from strata.kernel_ir import lower_attention_mma
 from strata.kernel_ir.ir import Mma
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from attention_helpers import check_fused, compare_with
 
-from strata.expr import Const, Var
+from strata.core.expr import Const, Var
 from strata.kernel_ir import lower_attention
 from strata.kernel_ir.ir import Let
 

@@ -6,7 +6,7 @@ import torch
 from attention_helpers import check_fused
 
 import strata
-from strata.context import Context
+from strata.core.context import Context
 
 F = torch.nn.functional
 

@@ -8,8 +8,8 @@ import torch
 from attention_helpers import check_fused
 
 import strata
-from strata.context import Context
-from strata.expr import Const
+from strata.core.context import Context
+from strata.core.expr import Const
 from strata.kernel_ir import lower_attention_combine
 
 F = torch.nn.functional

@@ -6,8 +6,8 @@ from attention_helpers import check_fused
 from conftest import compile_with_nvrtc
 
 import strata
-from strata.context import Context
-from strata.expr import Const
+from strata.core.context import Context
+from strata.core.expr import Const
 from strata.kernel_ir import lower_attention
 
 F = torch.nn.functional

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from strata.bench import busy as B
-from strata.errors import StrataError
+from strata.core.errors import StrataError
 from strata.runtime.threads import THREADS
 
 pytest.importorskip("transformers")

@@ -108,7 +108,7 @@ def test_work_counts_weights_inputs_and_outputs_once():
 def test_parse_list():
     assert C.parse_list("fp32,BF16", ("f32", "bf16"), "dtype", C.DTYPE_ALIASES) == ["f32", "bf16"]
     assert C.parse_list(None, ("a", "b"), "x") == ["a", "b"]
-    from strata.errors import StrataError
+    from strata.core.errors import StrataError
     with pytest.raises(StrataError, match="unknown model 'llama3'"):
         C.parse_list("llama3", tuple(C.MODELS), "model")
 
@@ -119,7 +119,7 @@ def test_attention_and_decoder_cases_lower_to_c_for_this_cpu(case):
     """The report's cases at full size compile for the host CPU (a tile pass once failed on the
     bf16 decoder block at seq 1, seen only as `failed` in the suite's report)."""
     import strata
-    from strata.context import Context
+    from strata.core.context import Context
     module, inputs = case.build("cpu")
     program = strata.compile(module, inputs, ctx=Context(target="host"), until="c")
     assert "strata_run" in program.lowered.source

@@ -10,7 +10,7 @@ from strata.bench import variants
 from strata.bench.cli_bench import bench_module
 from strata.bench.results import Ceilings, Timing
 from strata.bench.suite import run_case
-from strata.errors import UnsupportedOp
+from strata.core.errors import UnsupportedOp
 
 
 def sim(fn, inputs, ctx=None):

@@ -10,7 +10,7 @@ from strata.bench import harness, runtime_adapter, variants
 from strata.bench.accuracy import check_program, verdict_line
 from strata.bench.results import Timing
 from strata.bench.work import estimate_work
-from strata.errors import CompileError, UnsupportedOp
+from strata.core.errors import CompileError, UnsupportedOp
 
 
 def test_input_copies_and_rotation():

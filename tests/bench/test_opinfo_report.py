@@ -2,7 +2,7 @@
 the per-op row and the causes grouped across samples; and how an exception is classified."""
 from strata.bench import opinfo_cases as oc
 from strata.bench import opinfo_report as R
-from strata.errors import CompileError, DataDependentShape, SimError, UnsupportedOp
+from strata.core.errors import CompileError, DataDependentShape, SimError, UnsupportedOp
 
 
 def result(op, outcomes, excluded=()):

@@ -179,7 +179,7 @@ def test_the_machine_profiles_peak_is_the_cpu_compute_ceiling():
 
 
 def test_profile_peaks_take_the_fastest_unit_for_bf16(monkeypatch):
-    from strata import machine
+    from strata.tune import machine
     from strata.bench import cpu_bench
     p = machine.facts()
     p.ceilings = {"fp32 FMA peak": 200.0, "DRAM read": 30.0}

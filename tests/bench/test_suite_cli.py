@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from strata.bench import suite
-from strata.errors import DeviceUnavailable
+from strata.core.errors import DeviceUnavailable
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 

@@ -1,5 +1,5 @@
 """Schedule knobs: each pin takes effect, is refused in one sentence, or says at -v that it does
-not apply; the registry (strata/knobs.py) knows every knob the passes read."""
+not apply; the registry (strata/core/knobs.py) knows every knob the passes read."""
 import pathlib
 import re
 
@@ -7,9 +7,9 @@ import pytest
 
 import strata
 from strata.cli import main
-from strata.context import Context
-from strata.errors import KnobError, StrataError
-from strata.knobs import KNOBS, describe_knobs
+from strata.core.context import Context
+from strata.core.errors import KnobError, StrataError
+from strata.core.knobs import KNOBS, describe_knobs
 
 RMS = "torch.nn.RMSNorm(2048)(torch.randn(1,32,2048))"
 SRC = pathlib.Path(strata.__file__).parent
@@ -98,12 +98,12 @@ def test_registry_holds_exactly_the_knobs_the_passes_read():
     read |= set(re.findall(r'"([A-Z_0-9]+)" (?:not )?in ctx\.knobs', code))
     read |= set(re.findall(r'choose_pieces\([^)]*?"([A-Z_0-9]+)"', code))       # CHUNKS, SPLIT_K
     read |= set(re.findall(r'\("(PAD_[AB])", "[mn]0"\)', code))                    # pad_smem's loop
-    assert read - set(KNOBS) == set(), "read by a pass but not in strata/knobs.py"
-    assert set(KNOBS) - read == set(), "in strata/knobs.py but read by no pass"
+    assert read - set(KNOBS) == set(), "read by a pass but not in strata/core/knobs.py"
+    assert set(KNOBS) - read == set(), "in strata/core/knobs.py but read by no pass"
 
 
 def test_knob_help_lists_every_knob(capsys):
-    from strata.knobs import KNOBS
+    from strata.core.knobs import KNOBS
     assert main(["compile", "--knob", "help"]) == 0
     out = capsys.readouterr().out
     assert all(f"  {name} " in out for name in KNOBS)

@@ -1,4 +1,4 @@
-"""strata/machine.py and `strata machine`: the CPU's facts, ceilings measured by strata's own
+"""strata/tune/machine.py and `strata machine`: the CPU's facts, ceilings measured by strata's own
 kernels (bench/machine_probes.py), the cache per machine, and the cost model reading it."""
 import json
 import os
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from strata import machine
+from strata.tune import machine
 from strata.bench import machine_probes as probes
 from strata.cli import main
-from strata.targets import TARGETS, host
+from strata.core.targets import TARGETS, host
 from strata.tune import cost
 
 

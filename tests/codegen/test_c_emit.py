@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from strata import expr as E
-from strata.errors import CompileError
+from strata.core import expr as E
+from strata.core.errors import CompileError
 from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
                               Param, ShflXor, Smem, Store, Sync, TensorMap)
 from strata.codegen.c import SERIAL_WORK, emit_kernel, emit_program
@@ -247,7 +247,7 @@ def test_threads_knob_sets_the_team(code, threads, pragma):
     """THREADS=1 runs every block in turn (no fork), THREADS=n a team of n whatever the work;
     unpinned, the emitter decides by work (the header shows THREADS=0)."""
     from strata.api import compile_snippet
-    from strata.context import Context
+    from strata.core.context import Context
     program, _ = compile_snippet(code, Context(target="host", knobs={"THREADS": threads}), until="c")
     kernels = program.lowered.source.split("omp_get_max_threads")[-1]     # after the prelude
     if pragma is None:

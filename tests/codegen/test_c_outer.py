@@ -9,8 +9,8 @@ import torch
 
 import strata
 from strata.api import compile_snippet
-from strata.context import Context
-from strata.targets import TARGETS, host, sysfs_caches
+from strata.core.context import Context
+from strata.core.targets import TARGETS, host, sysfs_caches
 
 F32_LINEAR = "torch.nn.Linear(512, 256, bias=False)(torch.randn(128, 512))"
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from strata import expr as E
+from strata.core import expr as E
 from strata.kernel_ir.ir import (Assign, BlockIdx, Comment, For, If, Kernel, Let, Load, Param, Smem,
                               Store, Sync, ThreadIdx)
 from strata.codegen.cfamily import float_literal, int_literal

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.errors import CompileError
+from strata.core.errors import CompileError
 from strata.kernel_ir.ir import Kernel, Let, Mma
 from strata.codegen.cuda import TENSOR_CORE_PRELUDE, emit_kernel, emit_program
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.errors import CompileError
+from strata.core.errors import CompileError
 from strata.codegen.cuda import emit_kernel, emit_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))

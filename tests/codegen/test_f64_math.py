@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import strata
-from strata import dtypes
+from strata.core import dtypes
 from strata.kernel_ir.ir import KernelProgram
 from strata.codegen.cuda import emit_kernel, emit_program
 
@@ -66,7 +66,7 @@ TORCH_OPS = {
 
 @cache
 def table_program(dtype: str) -> KernelProgram:
-    """Every op of strata.scalar_ops on loaded values, one kernel `k_op_<name>` per op."""
+    """Every op of strata.core.scalar_ops on loaded values, one kernel `k_op_<name>` per op."""
     return B.scalar_op_kernels(dtype)
 
 

@@ -15,9 +15,9 @@ import torch
 pytest.importorskip("cuda.bindings.nvrtc")
 
 import strata  # noqa: E402
-from strata import check  # noqa: E402
-from strata.context import Context  # noqa: E402
-from strata.errors import DeviceUnavailable  # noqa: E402
+from strata.bench import check  # noqa: E402
+from strata.core.context import Context  # noqa: E402
+from strata.core.errors import DeviceUnavailable  # noqa: E402
 from strata.runtime.nvrtc import include_dirs, resource_usage  # noqa: E402
 from strata.runtime.sass import global_loads, sass, tool  # noqa: E402
 from strata.tile.passes.split_matmul_k import GEMV_K_MIN, K_MIN  # noqa: E402

@@ -11,8 +11,8 @@ import torch
 import strata
 from strata.api import compile_snippet
 from strata.cli import main
-from strata.context import Context
-from strata.errors import DeviceUnavailable, StrataError
+from strata.core.context import Context
+from strata.core.errors import DeviceUnavailable, StrataError
 from strata.runtime.disasm import functions
 
 BF16_MM = ("torch.randn(128, 256, dtype=torch.bfloat16) @ torch.randn(256, 512, "
@@ -74,7 +74,7 @@ def test_code_for_another_cpu_without_qemu_is_one_sentence(monkeypatch):
 
 def test_running_a_target_whose_features_are_missing_is_refused(monkeypatch):
     import strata.api as api
-    from strata.targets import TARGETS
+    from strata.core.targets import TARGETS
     monkeypatch.setattr(api, "get_target", lambda name: TARGETS["cpu-avx2"] if name == "host"
                         else TARGETS[name])
     x = torch.randn(8)

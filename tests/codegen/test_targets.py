@@ -1,13 +1,13 @@
-"""The target as a value (strata/targets.py) and the pipeline each target kind names."""
+"""The target as a value (strata/core/targets.py) and the pipeline each target kind names."""
 import pytest
 import torch
 
 import strata
 from strata.cli import main
-from strata.context import Context
-from strata.errors import StrataError
+from strata.core.context import Context
+from strata.core.errors import StrataError
 from strata.pipeline import CPU_PASSES, GPU_PASSES, schedule_passes
-from strata.targets import TARGETS, get_target, host
+from strata.core.targets import TARGETS, get_target, host
 
 
 def test_known_names_and_one_sentence_for_others():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import strata as st
-from strata.errors import SimError
+from strata.core.errors import SimError
 
 from dsl_devices import DEVICES
 from test_errors import line_of

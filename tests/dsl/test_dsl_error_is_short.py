@@ -25,7 +25,7 @@ def _run(tmp_path, **env):
 
 def test_out_of_bounds_on_the_simulator_is_the_sentence_at_the_launch(tmp_path):
     err = _run(tmp_path)
-    assert err[-1].startswith("strata.errors.SimError: shifted: out-of-bounds load of x[64]")
+    assert err[-1].startswith("strata.core.errors.SimError: shifted: out-of-bounds load of x[64]")
     assert "oob.py:6" in err[-1] and len(err) <= 6, "\n".join(err)
     assert any('shifted[2, 32](x, out, 64, device="sim")' in line for line in err)
 

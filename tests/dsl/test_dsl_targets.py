@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from strata.errors import CompileError
+from strata.core.errors import CompileError
 from strata.kernel_ir.ir import CpAsyncCommit, Kernel, Param, Sync
 from strata.codegen import hip, metal, opencl
 from test_dsl_examples import EXAMPLES, launched_kernels

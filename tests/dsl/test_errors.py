@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import strata as st
-from strata.errors import InputMismatch, KernelSyntaxError, SimError
+from strata.core.errors import InputMismatch, KernelSyntaxError, SimError
 
 
 def line_of(fn, text: str) -> int:

@@ -10,7 +10,7 @@ from conftest import run_and_compare  # noqa: E402
 
 import strata  # noqa: E402
 from strata.frontend.static_experts import grouping, static_experts  # noqa: E402
-from strata.expr import free_vars  # noqa: E402
+from strata.core.expr import free_vars  # noqa: E402
 from strata.loop.ir import Let, Load  # noqa: E402
 from strata.tile.contraction import uses  # noqa: E402
 from strata.tile.ir import walk  # noqa: E402

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import strata
-from strata import check
+from strata.bench import check
 from strata.cli import main
 from conftest import run_and_compare
 

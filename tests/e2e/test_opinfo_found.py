@@ -70,7 +70,7 @@ def test_a_complex_tensor_is_a_clear_error():
     # torch.polar returns complex64: dtypes.from_torch raised a bare ValueError
     import pytest
     import strata
-    from strata.errors import UnsupportedDtype
+    from strata.core.errors import UnsupportedDtype
     with pytest.raises(UnsupportedDtype, match="unsupported dtype torch.complex64"):
         strata.compile(lambda x: torch.polar(x, x), (torch.rand(3),))
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import strata.frontend.capture as capture_mod
-from strata.errors import UnsupportedOp
+from strata.core.errors import UnsupportedOp
 from strata.frontend.capture import capture, capture_snippet
 from strata.frontend.snippet import parse_snippet
 from strata.tensor.decompose import to_tensor_ir

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from strata.api import compile_snippet
-from strata.context import Context
+from strata.core.context import Context
 from strata.frontend import capture_cache
 from strata.pipeline import STAGES
 

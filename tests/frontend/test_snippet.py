@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from strata.errors import SnippetError
+from strata.core.errors import SnippetError
 from strata.frontend.snippet import parse_snippet
 
 

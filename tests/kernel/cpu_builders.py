@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from kernel_builders import F, I, V, _zoo_ops, _zoo_value, fcall
 
-from strata import expr as E
-from strata import scalar_ops
-from strata.dtypes import compute_dtype, is_float
+from strata.core import expr as E
+from strata.core import scalar_ops
+from strata.core.dtypes import compute_dtype, is_float
 from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelProgram, Let, Load,
                               LoadVec, Param, Store, StoreVec)
 

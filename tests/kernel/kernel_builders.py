@@ -4,11 +4,11 @@ Each builder returns a KernelProgram written the way the lowering is expected to
 the tests exercise the consumers of Kernel IR without depending on the stages above it."""
 from __future__ import annotations
 
-from strata import expr as E
-from strata import scalar_ops
+from strata.core import expr as E
+from strata.core import scalar_ops
 from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, KernelProgram, Let, Load,
                               LoadVec, Param, ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
-from strata.dtypes import compute_dtype
+from strata.core.dtypes import compute_dtype
 
 
 def V(name, dtype="i64"):

@@ -7,7 +7,7 @@ which the negative tests use to break a kernel one statement at a time."""
 from __future__ import annotations
 
 
-from strata import expr as E
+from strata.core import expr as E
 from strata.kernel_ir.ir import (BlockIdx, Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
                               KernelProgram, LdMatrix, Let, Mma, Param, Smem, Store, StoreVec, Sync,
                               ThreadIdx)

@@ -11,19 +11,19 @@ import torch
 import torch.nn.functional as F
 
 import strata
-from strata import check
+from strata.bench import check
 from strata.api import to_numpy
 from strata.codegen.c import FORMS as C_PRINTERS
 from strata.kernel_ir.sim_cpu import MEANINGS, int8_blocks
-from strata.context import Context
-from strata.errors import CompileError
+from strata.core.context import Context
+from strata.core.errors import CompileError
 from strata.kernel_ir.cpu_ir import (FORMS, AmxTiles, CpuForm, DotBf16, LaneSum, OuterFma, PairsBf16,
                                     QuantRow, QuantRows)
 from strata.kernel_ir.ir import walk
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_kernel
 from strata.quant.formats import QuantLinear
-from strata.targets import TARGETS, host
+from strata.core.targets import TARGETS, host
 
 HOST_VNNI = all(map(host().has, ("avx512_vnni", "avx512bw", "avx512vl"))) or \
     not host().has("avx512f") and all(map(host().has, ("avx2", "fma", "f16c")))

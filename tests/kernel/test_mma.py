@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strata import dtypes, expr as E
+from strata.core import dtypes, expr as E
 from strata.kernel_ir import sim_mma
 from strata.kernel_ir.ir import LdMatrix, Mma
 from strata.kernel_ir.sim import simulate

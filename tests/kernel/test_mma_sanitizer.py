@@ -5,8 +5,8 @@ lanes all raise SimError; the corrected kernels run clean."""
 import numpy as np
 import pytest
 
-from strata import expr as E
-from strata.errors import SimError
+from strata.core import expr as E
+from strata.core.errors import SimError
 from strata.kernel_ir.ir import (Buffer, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel, LdMatrix,
                               Let, Load, Mma, Param, Smem, Store, Sync, ThreadIdx)
 from strata.kernel_ir.sim import simulate

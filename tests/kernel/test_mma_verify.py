@@ -1,7 +1,7 @@
 """verify() on tensor-core and cp.async statements: the shapes, types and buffers PTX accepts."""
 import pytest
 
-from strata import expr as E
+from strata.core import expr as E
 from strata.kernel_ir.ir import (CpAsync, CpAsyncWait, Kernel, LdMatrix, Let, Mma,
                               Param, Smem, ThreadIdx)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from strata import expr as E
+from strata.core import expr as E
 from strata.codegen.c import CEmitter
-from strata.expr import Expr
+from strata.core.expr import Expr
 from strata.kernel_ir.ir import (BufName, For, Kernel, KernelProgram, Let, Param, Stmt, ThreadIdx,
                                  format_kernel, walk)
 from strata.kernel_ir.thread_loops import to_thread_loops

@@ -3,8 +3,8 @@ corrected version of the same kernel runs clean."""
 import numpy as np
 import pytest
 
-from strata import expr as E
-from strata.errors import SimError
+from strata.core import expr as E
+from strata.core.errors import SimError
 from strata.kernel_ir.ir import (BlockIdx, Buffer, For, If, Kernel, Let, Load, LoadVec, Param,
                               ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx)
 from strata.kernel_ir.sim import simulate

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from strata import dtypes, expr as E
-from strata.errors import InputMismatch
+from strata.core import dtypes, expr as E
+from strata.core.errors import InputMismatch
 from strata.kernel_ir import sim
 from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, If, Kernel, Let, Load, Param, ShflIdx,
                               Store, ThreadIdx)
@@ -192,7 +192,7 @@ def test_inputs_are_checked():
 
 
 def test_run_kernel_works_in_place_on_flat_storage():
-    from strata.errors import SimError
+    from strata.core.errors import SimError
     from strata.kernel_ir.sim import run_kernel
     from strata.kernel_ir.sim_memory import poison, to_storage
     k = B.copy(100, "bf16").kernels[0]

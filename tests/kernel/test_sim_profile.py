@@ -7,7 +7,7 @@ import torch
 
 import strata
 from kernel_builders import I, V, program
-from strata import expr as E
+from strata.core import expr as E
 from strata.cli import main
 from strata.kernel_ir.ir import Buffer, Kernel, Let, Load, Param, Smem, Store, Sync, ThreadIdx
 from strata.kernel_ir.sim import simulate
@@ -94,7 +94,7 @@ def test_occupancy_from_the_target():
     """Blocks per SM and the limit, against the CUDA occupancy rules worked by hand for sm_90:
     65536 registers allocated per warp in 256s, 2048 threads, 32 blocks, 228 KiB of shared memory
     with 1 KiB reserved per block."""
-    from strata.targets import TARGETS
+    from strata.core.targets import TARGETS
     sm90 = TARGETS["sm_90"]
     assert sm90.occupancy(256, 32, 0) == (8, "threads")           # 8 x 256 = 2048 threads
     assert sm90.occupancy(128, 168, 0) == (3, "registers")        # 168 x 32 = 5376 per warp: 12 warps
@@ -120,7 +120,7 @@ def test_ptxas_resources_of_emitted_kernels():
 def test_roofline_estimate_counts_bytes_and_tensor_flops():
     """The H100 estimate is the slowest of bytes at DRAM bandwidth and flops at the tensor rate:
     a bf16 matmul's mma flops are exactly 2 M N K, an elementwise kernel is bound by its bytes."""
-    from strata.targets import TARGETS
+    from strata.core.targets import TARGETS
     from strata.tune.cost import gpu_roofline_us
     a, b = torch.randn(128, 256, dtype=torch.bfloat16), torch.randn(256, 128, dtype=torch.bfloat16)
     prog = strata.compile(torch.matmul, (a, b))

@@ -8,8 +8,8 @@ import pytest
 import wgmma_builders as W
 from mma_builders import rewrite
 
-from strata import dtypes
-from strata import expr as E
+from strata.core import dtypes
+from strata.core import expr as E
 from strata.kernel_ir import sim_wgmma
 from strata.kernel_ir.ir import Wgmma
 from strata.kernel_ir.sim import simulate

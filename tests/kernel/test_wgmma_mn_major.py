@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import wgmma_builders as W
 
-from strata import dtypes
+from strata.core import dtypes
 from strata.kernel_ir import sim_wgmma
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import verify_program

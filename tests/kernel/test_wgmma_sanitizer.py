@@ -9,9 +9,9 @@ import wgmma_builders as W
 from kernel_builders import I
 from mma_builders import rewrite
 
-from strata import dtypes
-from strata import expr as E
-from strata.errors import SimError
+from strata.core import dtypes
+from strata.core import expr as E
+from strata.core.errors import SimError
 from strata.kernel_ir.ir import (
     For,
     If,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from kernel_builders import I, V, program
 
-from strata import dtypes
-from strata import expr as E
-from strata.dtypes import compute_dtype
+from strata.core import dtypes
+from strata.core import expr as E
+from strata.core.dtypes import compute_dtype
 from strata.kernel_ir.ir import (
     BlockIdx,
     Buffer,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import strata
-from strata import check
+from strata.bench import check
 from strata.loop import eval as loop_eval
 from strata.loop.attention import attention_of
 

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 import strata
 from conftest import HAS_CC
-from strata import check
-from strata.context import Context
-from strata.expr import Const, Op, Var
+from strata.bench import check
+from strata.core.context import Context
+from strata.core.expr import Const, Op, Var
 from strata.loop.causal_pieces import _line, _past_line
 from strata.loop.ir import Accum, Let, Load, Loop
 

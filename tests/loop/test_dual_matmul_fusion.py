@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 import strata
 from conftest import run_and_compare
-from strata import check
-from strata.context import Context
+from strata.bench import check
+from strata.core.context import Context
 from strata.loop.ir import Let, Load, Loop, walk
 
 r = torch.randn

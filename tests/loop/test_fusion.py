@@ -4,7 +4,7 @@ import torch
 
 import strata
 from conftest import run_and_compare
-from strata.context import Context
+from strata.core.context import Context
 from strata.loop import eval as loop_eval
 
 

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from strata.errors import ModelError, StrataError  # noqa: E402
+from strata.core.errors import ModelError, StrataError  # noqa: E402
 from strata.frontend.torch_ir import shape_only  # noqa: E402
 from strata.models.build import build  # noqa: E402
 from strata.models.source import bundled_names  # noqa: E402

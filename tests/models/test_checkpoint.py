@@ -9,7 +9,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from model_helpers import hf_model, write_checkpoint  # noqa: E402
-from strata.errors import CheckpointMismatch  # noqa: E402
+from strata.core.errors import CheckpointMismatch  # noqa: E402
 from strata.frontend.torch_ir import shape_only  # noqa: E402
 from strata.models.build import build  # noqa: E402
 

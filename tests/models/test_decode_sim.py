@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from conftest import HAS_CC, compile_with_nvrtc  # noqa: E402
 from model_helpers import FAMILIES, hf_model, write_checkpoint  # noqa: E402
 import strata  # noqa: E402
-from strata import check  # noqa: E402
+from strata.bench import check  # noqa: E402
 from strata.models.build import build  # noqa: E402
 from strata.models.decode import compile_decoder, new_caches  # noqa: E402
 from strata.runtime.program import mutated_inputs  # noqa: E402
@@ -190,6 +190,6 @@ def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
     for c, m in zip(caches, mirror):
         assert torch.equal(c, m) and not torch.equal(c[:, :, 3], torch.zeros_like(c[:, :, 3]))
     assert torch.equal(got, want)
-    with pytest.raises(strata.errors.InputMismatch, match="updated in place"):
+    with pytest.raises(strata.core.errors.InputMismatch, match="updated in place"):
         rt.run([torch.tensor([[5]]), torch.tensor([3]), caches[0].transpose(2, 3).contiguous()
                 .transpose(2, 3), *caches[1:]])

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from conftest import HAS_CC  # noqa: E402
 from model_helpers import hf_model, write_checkpoint  # noqa: E402
 from strata.cli import main  # noqa: E402
-from strata.context import Context  # noqa: E402
+from strata.core.context import Context  # noqa: E402
 from strata.models import compile_cache, hf  # noqa: E402
 from strata.models.build import build  # noqa: E402
 from strata.models.gguf_file import GGUFFile  # noqa: E402

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 from conftest import HAS_CC, compile_with_nvrtc  # noqa: E402
 from model_helpers import FAMILIES, hf_model, write_checkpoint  # noqa: E402
 import strata  # noqa: E402
-from strata import check  # noqa: E402
+from strata.bench import check  # noqa: E402
 from strata.api import compile_model  # noqa: E402
 from strata.models.wrappers import CausalLMLogits, DecoderLayer  # noqa: E402
 from strata.kernel_ir.verify import verify_program

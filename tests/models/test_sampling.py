@@ -11,7 +11,7 @@ import torch  # noqa: E402
 from conftest import HAS_CC  # noqa: E402
 from model_helpers import hf_model, write_checkpoint  # noqa: E402
 from strata.cli import main  # noqa: E402
-from strata.errors import StrataError  # noqa: E402
+from strata.core.errors import StrataError  # noqa: E402
 from strata.models.decode import compile_decoder, new_caches, sample  # noqa: E402
 from strata.models.sampling import Sampling, sample_next  # noqa: E402
 

@@ -9,7 +9,7 @@ import torch  # noqa: E402
 
 from model_helpers import hf_model  # noqa: E402
 import strata  # noqa: E402
-from strata import check  # noqa: E402
+from strata.bench import check  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])

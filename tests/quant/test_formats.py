@@ -4,7 +4,7 @@ import torch
 
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from strata.errors import StrataError
+from strata.core.errors import StrataError
 from strata.quant.formats import BLOCK, QuantLinear, dequantize, int8_blocks, quantize, quantize_weight
 from strata.quant.kquants import q4_k_rows, q6_k_rows
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import strata
-from strata.check import verify
+from strata.bench.check import verify
 from strata.quant.formats import QuantLinear
 
 

@@ -102,7 +102,7 @@ def cases():
     """id -> a zero-argument function returning the emitted CUDA text."""
     import strata
     from strata.api import compile_snippet
-    from strata.context import Context
+    from strata.core.context import Context
     out = {}
     for arch in ARCHS:
         for i, code in enumerate(README):
@@ -129,7 +129,7 @@ def cases():
 
 def _llama_layer(arch: str) -> str:
     from strata.api import compile_model
-    from strata.context import Context
+    from strata.core.context import Context
     program, _ = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0, seq_len=64,
                                dtype="bf16", ctx=Context(target=arch))
     return program.source()

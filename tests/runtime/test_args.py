@@ -3,7 +3,7 @@ a wrong count, type, shape, dtype or device; copies only for non-contiguous or m
 import pytest
 import torch
 
-from strata.errors import InputMismatch
+from strata.core.errors import InputMismatch
 from strata.frontend.torch_ir import TorchType
 from strata.kernel_ir.ir import Buffer
 from strata.runtime.args import (

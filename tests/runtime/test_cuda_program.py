@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import strata
-from strata import check, dtypes
+from strata.bench import check
+from strata.core import dtypes
 from strata.api import compile_snippet, to_numpy
-from strata.errors import DeviceUnavailable, InputMismatch
+from strata.core.errors import DeviceUnavailable, InputMismatch
 from strata.kernel_ir.sim import run_kernel
 from strata.kernel_ir.sim_memory import storage_numpy
 from strata.runtime import program as runtime_program
@@ -247,11 +248,11 @@ def test_a_failing_launch_names_its_kernel(no_nvrtc):
     second = rt.launches[1]
     fake_libcuda()[1].fake_fail(ctypes.c_void_p(driver.handle(second.function)))
     try:
-        with pytest.raises(strata.errors.CudaError, match=rf"cuLaunchKernel failed with "
+        with pytest.raises(strata.core.errors.CudaError, match=rf"cuLaunchKernel failed with "
                            rf"CUDA_ERROR_ILLEGAL_ADDRESS launching {second.kernel.name} \(grid"):
             rt.run(snippet.example_inputs)
         rt.run(snippet.example_inputs)                  # a graph call fails too, and says so
-    except strata.errors.CudaError as e:
+    except strata.core.errors.CudaError as e:
         assert str(e).startswith("a CUDA graph call failed with CUDA_ERROR_ILLEGAL_ADDRESS")
     finally:
         fake_libcuda()[1].fake_fail(None)
@@ -518,7 +519,7 @@ def test_gpu_kernel_rows_and_timings():
 
 @gpu
 def test_gpu_failing_launch_names_kernel_grid_and_block():
-    from strata.errors import CudaError
+    from strata.core.errors import CudaError
     from strata.runtime import driver
     from strata.runtime.launch import PackedArgs
     prog = strata.compile(torch.nn.Softmax(-1), (torch.randn(4, 1000),), device="cuda")

@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 import strata
-from strata import check, dtypes
+from strata.bench import check
+from strata.core import dtypes
 from strata.api import to_numpy
-from strata.context import Context
+from strata.core.context import Context
 from strata.kernel_ir.sim import run_kernel
 from strata.kernel_ir.sim_memory import storage_numpy
 from strata.runtime import program as runtime_program

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import strata  # noqa: F401  (registers the backend)
-from strata import check
+from strata.bench import check
 from strata.gpu_check import cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from strata import dtypes
+from strata.core import dtypes
 from strata.kernel_ir.sim import simulate
 
 from test_gpu_matches_sim import ARCH, run_on_gpu  # noqa: E402  (skips without cuda-bindings)

@@ -8,7 +8,7 @@ from torch import nn
 
 import strata
 from conftest import HAS_CC
-from strata.errors import InputMismatch
+from strata.core.errors import InputMismatch
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")

@@ -4,9 +4,9 @@ import shutil
 import pytest
 
 from strata.api import compile_snippet
-from strata.context import Context
+from strata.core.context import Context
 from strata.runtime import mca
-from strata.targets import get_target
+from strata.core.targets import get_target
 
 X86 = """\
  100:	vxorps %xmm0,%xmm0,%xmm0

@@ -19,8 +19,8 @@ from racing_children import race
 import torch
 
 import strata
-from strata import dtypes
-from strata.errors import CompileError, DeviceUnavailable, InputMismatch
+from strata.core import dtypes
+from strata.core.errors import CompileError, DeviceUnavailable, InputMismatch
 from strata.kernel_ir.lower_cpu import lower_cpu_forms
 from strata.kernel_ir.sim import simulate
 from strata.runtime import cache, cc, native_build

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from strata.errors import CompileError  # noqa: E402
+from strata.core.errors import CompileError  # noqa: E402
 from strata.runtime import nvrtc  # noqa: E402
 from strata.codegen.cuda import emit_program  # noqa: E402
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import strata
-from strata import check
+from strata.bench import check
 from strata.cli import main
-from strata.context import Context
+from strata.core.context import Context
 
 
 

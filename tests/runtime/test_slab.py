@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from strata import dtypes
+from strata.core import dtypes
 from strata.api import compile_snippet
 from strata.kernel_ir.ir import Buffer, Kernel, KernelProgram, Param
 from strata.kernel_ir.sim import simulate

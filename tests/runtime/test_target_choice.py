@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from strata.api import on_device
-from strata.context import Context
-from strata.targets import DEFAULT
+from strata.core.context import Context
+from strata.core.targets import DEFAULT
 from strata.runtime import driver
 
 

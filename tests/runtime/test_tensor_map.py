@@ -4,7 +4,7 @@ passes the 128-byte map by value."""
 import numpy as np
 import pytest
 
-from strata.errors import CudaError
+from strata.core.errors import CudaError
 from strata.kernel_ir.ir import Param, TensorMap
 from strata.runtime.launch import PackedArgs
 from strata.runtime.tensor_map import encode, encode_args

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from strata.runtime import cc, threads
-from strata.errors import DeviceUnavailable
+from strata.core.errors import DeviceUnavailable
 from strata.runtime.native import NativeProgram
 from strata.kernel_ir.sim import simulate
 

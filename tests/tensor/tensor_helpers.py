@@ -3,7 +3,7 @@ NumPy and compare with torch eager (relative error in float64; NaN never passes)
 import numpy as np
 import torch
 
-from strata import dtypes
+from strata.core import dtypes
 from strata.frontend.capture import capture
 from strata.tensor.decompose import to_tensor_ir
 from strata.tensor.eval import evaluate

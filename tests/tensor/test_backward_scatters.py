@@ -4,7 +4,7 @@ N-D index), at the edges: steps, negative dims, empty pieces, one position, repe
 import pytest
 import torch
 
-from strata.errors import UnsupportedOp
+from strata.core.errors import UnsupportedOp
 from tensor_helpers import check
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from strata.expr import Var, call
+from strata.core.expr import Var, call
 from strata.tensor.eval import evaluate, evaluate_all
 from strata.tensor.ir import (IDX, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce,
                               TensorProgram, TensorType)

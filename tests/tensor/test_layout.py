@@ -3,7 +3,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from strata.expr import Var, add, evaluate, floordiv, mod, mul, to_str
+from strata.core.expr import Var, add, evaluate, floordiv, mod, mul, to_str
 from strata.frontend.capture import capture
 from strata.tensor.decompose import to_tensor_ir
 from strata.tensor.ir import IndexMap

@@ -1,6 +1,6 @@
 """An external check: every PyTorch OpInfo sample (CPU, float32) of every op strata lowers,
 zero-size and 0-d ones included, each also with its inputs strided and transposed, through the whole
-pipeline (strata.compile, NVRTC, the simulator) and strata.check.verify (values against eager
+pipeline (strata.compile, NVRTC, the simulator) and strata.bench.check.verify (values against eager
 float64, shape, dtype, output count), and through the Tensor IR evaluator.
 
 strata/bench/opinfo_cases.py builds and runs the cases (one program per op; a failing program

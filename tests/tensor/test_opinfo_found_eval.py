@@ -3,7 +3,7 @@ bfloat16) found; the pipeline ones are in tests/e2e/test_opinfo_found.py."""
 import numpy as np
 import torch
 
-from strata import dtypes
+from strata.core import dtypes
 from tensor_helpers import check
 
 

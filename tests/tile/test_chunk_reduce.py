@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import run_and_compare
-from strata.context import Context
+from strata.core.context import Context
 
 
 def _chunked(prog):

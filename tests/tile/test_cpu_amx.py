@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HAS_CC
-from strata.targets import TARGETS, host
+from strata.core.targets import TARGETS, host
 from test_cpu_dot import BF16, assert_matches, cpu_compile, knobs_of
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "

@@ -10,13 +10,13 @@ import torch.nn.functional as F
 
 import strata
 from conftest import HAS_CC
-from strata import check
-from strata.context import Context
-from strata.expr import Const, Var, add, call
+from strata.bench import check
+from strata.core.context import Context
+from strata.core.expr import Const, Var, add, call
 from strata.kernel_ir.cpu_ir import DotBf16
 from strata.kernel_ir.ir import Assign, For, Kernel, Let, Load, Param, Store
 from strata.kernel_ir.lower_cpu import lower_cpu_forms
-from strata.targets import host
+from strata.core.targets import host
 from strata.tile.ir import format_kernel
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "

@@ -19,11 +19,11 @@ import torch.nn.functional as F
 
 import strata
 from conftest import HAS_CC
-from strata.context import Context
+from strata.core.context import Context
 from strata.kernel_ir.sim import simulate
 from strata.api import to_numpy
 from strata.quant.formats import QuantLinear
-from strata.targets import host
+from strata.core.targets import host
 from test_cpu_dot import BF16, assert_matches, cpu_compile, knobs_of
 
 VNNI_TARGET = replace(host(), name="cpu-vnni", features=host().features | {

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 import strata
 from conftest import HAS_CC
-from strata import check
-from strata.context import Context
-from strata.errors import KnobError
+from strata.bench import check
+from strata.core.context import Context
+from strata.core.errors import KnobError
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from conftest import HAS_CC
 from strata.quant.formats import QuantLinear
-from strata.targets import host
+from strata.core.targets import host
 from test_cpu_dot import BF16, assert_matches, cpu_compile, knobs_of
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
@@ -136,7 +136,7 @@ def test_a_block_minimum_added_not_taken_is_no_q4_k():
 
 def test_an_index_split_into_heads_and_joined_again_is_affine():
     import numpy as np
-    from strata.expr import Var, add, evaluate, floordiv, mod, mul, simplify, to_str
+    from strata.core.expr import Var, add, evaluate, floordiv, mod, mul, simplify, to_str
     k = Var("k", "i64")
     joined = add(mul(floordiv(k, 64), 128), mul(mod(k, 64), 2))          # (k // 64 * 64 + k % 64) * 2
     assert to_str(simplify(joined)) == "k * 2"

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 import strata
 from conftest import HAS_CC
-from strata import check
-from strata.context import Context
+from strata.bench import check
+from strata.core.context import Context
 from strata.loop.ir import Load
 from strata.tile.ir import walk
 

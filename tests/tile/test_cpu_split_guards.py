@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HAS_CC
-from strata.context import Context
-from strata.expr import Const, Var, call
+from strata.core.context import Context
+from strata.core.expr import Const, Var, call
 from strata.loop.ir import Load, Loop, Store
 from strata.tile.ir import Mode, walk
 from strata.tile.passes.cpu_split_guards import _cuts, cpu_split_guards

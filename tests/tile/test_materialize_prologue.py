@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import strata
 from strata import pipeline
-from strata.context import Context
+from strata.core.context import Context
 
 from test_wgmma_schedule import _check, nvrtc
 from strata.kernel_ir.verify import verify_program

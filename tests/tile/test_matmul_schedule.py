@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import strata
 from conftest import run_and_compare
 from strata import pipeline
-from strata.context import Context
-from strata.errors import SimError
+from strata.core.context import Context
+from strata.core.errors import SimError
 from strata.kernel_ir.lower import lower
 from strata.tile.ir import Sync, TileProgram, map_body
 from strata.kernel_ir.verify import verify_program

@@ -13,9 +13,10 @@ import torch.nn.functional as F
 import strata
 from ir_rewrite import rewrite
 from conftest import compile_with_nvrtc, run_and_compare
-from strata import check, pipeline
-from strata.context import Context
-from strata.errors import SimError
+from strata.bench import check
+from strata import pipeline
+from strata.core.context import Context
+from strata.core.errors import SimError
 from strata.kernel_ir.ir import CpAsyncWait, Mma
 from strata.kernel_ir.lower import lower
 from strata.kernel_ir.verify import verify_program

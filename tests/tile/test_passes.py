@@ -2,7 +2,7 @@
 import torch
 
 import strata
-from strata.context import Context
+from strata.core.context import Context
 from strata.pipeline import TILE_PASSES
 
 

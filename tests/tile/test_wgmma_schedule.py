@@ -13,9 +13,10 @@ import torch.nn.functional as F
 
 import strata
 from ir_rewrite import rewrite
-from strata import check, pipeline
-from strata.context import Context
-from strata.errors import SimError
+from strata.bench import check
+from strata import pipeline
+from strata.core.context import Context
+from strata.core.errors import SimError
 from strata.kernel_ir.ir import (
     MbarWait,
     Smem,
@@ -272,7 +273,7 @@ def _pipelined():
 
 
 def test_waiting_on_the_wrong_phase_is_caught():
-    from strata.expr import Const, add, mod
+    from strata.core.expr import Const, add, mod
     prog, inputs = _pipelined()
     flip = lambda s: replace(s, parity=mod(add(s.parity, Const(1, "i32")), 2)) \
         if isinstance(s, MbarWait) else s

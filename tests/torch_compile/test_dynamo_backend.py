@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import strata  # noqa: F401  (registers the backend when no entry point is installed)
-from strata import check
-from strata.errors import StrataError, UnsupportedOp
+from strata.bench import check
+from strata.core.errors import StrataError, UnsupportedOp
 from strata.torch_compile import backend as dynamo_backend, buckets
 from strata.torch_compile.backend import StrataFallbackWarning, UnsupportedGraph
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from conftest import HAS_CC
-from strata import check
+from strata.bench import check
 from strata.torch_compile import backend as dynamo_backend
 
 REPO = Path(__file__).resolve().parents[2]

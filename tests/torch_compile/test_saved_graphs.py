@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from strata.context import Context
+from strata.core.context import Context
 from strata.torch_compile import backend, saved_graphs
 
 pytestmark = pytest.mark.usefixtures("cache_dir")

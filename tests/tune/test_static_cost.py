@@ -8,7 +8,7 @@ import torch
 import strata
 from conftest import HAS_CC
 from strata.cli import main
-from strata.context import Context
+from strata.core.context import Context
 from strata.tune import cost, static_cost
 
 needs_mca = pytest.mark.skipif(shutil.which("llvm-mca") is None or not HAS_CC,

@@ -12,7 +12,7 @@ import strata
 import strata.api
 from conftest import HAS_CC
 from strata.cli import main
-from strata.context import Context
+from strata.core.context import Context
 from strata.loop.ir import signature
 from strata.tune.db import TuningDB
 from strata.tune.search import WorkerProcess, candidates, tune_program
@@ -198,7 +198,7 @@ def test_bad_tune_options_are_one_sentence(argv, says, capsys):
 def test_cost_model_ranks_and_estimates():
     """Spearman with ties; a kernel's estimate grows with its work and shrinks with its cores."""
     from strata.kernel_ir.ir import Kernel, Param, Store
-    from strata.expr import Const, Var
+    from strata.core.expr import Const, Var
     from strata.kernel_ir.ir import For, Load
     from strata.tune.cost import Machine, estimate_ms, spearman
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
@@ -275,7 +275,7 @@ def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
 
 def test_other_load_reads_the_machine():
     """The real sampler: a share in 0..1 (or None off Linux), and a sentence only above BUSY."""
-    from strata.cpu_load import BUSY, OtherLoad, busy_sentence
+    from strata.core.cpu_load import BUSY, OtherLoad, busy_sentence
     share = OtherLoad().share()
     assert share is None or 0.0 <= share <= 1.0
     assert busy_sentence(BUSY) is None and busy_sentence(None) is None

@@ -47,7 +47,7 @@ DOCS = os.environ.get("STRATA_VIEW_DOCS")
 def pages(tmp_path_factory):
     """{name: (path, the page's data)}; each page built once."""
     from strata.api import compile_model, compile_snippet
-    from strata.check import compare_with_eager
+    from strata.bench.check import compare_with_eager
     from strata.view import collect, render
     from strata.view.record import recording
     sys.path.insert(0, str(Path(__file__).parent))
@@ -63,7 +63,7 @@ def pages(tmp_path_factory):
     built["layer"] = (program, None, f"{model.what}, seq 128")
     bench, profile = {}, None
     if HAS_CC:          # each kernel timed (--bench) against a profile's ceilings: the roofline
-        from strata.machine import Profile
+        from strata.tune.machine import Profile
         from strata.bench.cpu_bench import view_bench
         program, snippet = compile_snippet(ROOFLINE, recording(None), device="cpu")
         built["roofline"] = (program, compare_with_eager(program, snippet), "")
@@ -72,7 +72,7 @@ def pages(tmp_path_factory):
     result = {}
     for name, (program, verdict, title) in built.items():
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("strata.machine.cached", lambda: profile)
+            mp.setattr("strata.tune.machine.cached", lambda: profile)
             data = collect(program, verdict=verdict, title=title, bench=bench.get(name))
         path = out / f"{name}.html"
         path.write_text(render(data), encoding="utf-8")
@@ -246,7 +246,7 @@ def test_roofline_has_a_point_per_timed_kernel_and_selects_it(pages, browser, tm
 
 def test_the_tuning_databases_candidates_are_listed_fastest_first(browser, tmp_path):
     from strata.api import compile_snippet
-    from strata.context import Context
+    from strata.core.context import Context
     from strata.loop.ir import signature
     from strata.tune.db import TuningDB
     from strata.view import write_page

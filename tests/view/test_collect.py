@@ -9,7 +9,7 @@ import pytest
 
 from conftest import HAS_CC
 from strata.api import compile_snippet
-from strata.context import Context
+from strata.core.context import Context
 from strata.view import collect, render
 from strata.view.passes import apply_diff
 from strata.view.record import recording
@@ -128,7 +128,7 @@ native = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target ca
 
 
 def fake_profile(**ceilings):
-    from strata.machine import Profile
+    from strata.tune.machine import Profile
     return Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr", ceilings, "2026-01-01 00:00 UTC")
 
 
@@ -144,7 +144,7 @@ def test_roofline_has_one_point_per_timed_kernel_and_the_profiles_ceilings(monke
              "rounds": 11, "busy": ""}
     profile = fake_profile(**{"DRAM read": 20.0, "L2 read": 70.0, "fp32 FMA peak": 500.0,
                               "fp32 matmul (FMA)": 180.0})
-    monkeypatch.setattr("strata.machine.cached", lambda: profile)
+    monkeypatch.setattr("strata.tune.machine.cached", lambda: profile)
     roof = collect(program, bench=bench)["roofline"]
     assert [p["name"] for p in roof["points"]] == names[1:]
     for p in roof["points"]:
@@ -162,7 +162,7 @@ def test_roofline_has_one_point_per_timed_kernel_and_the_profiles_ceilings(monke
 def test_roofline_without_a_profile_says_how_to_measure_one(monkeypatch):
     program, _ = compile_snippet("torch.randn(64, 256) * 2", recording(Context()), device="cpu")
     bench = {"whole": {}, "kernels": {k.name: 0.01 for k in program.kernels}}
-    monkeypatch.setattr("strata.machine.cached", lambda: None)
+    monkeypatch.setattr("strata.tune.machine.cached", lambda: None)
     assert collect(program, bench=bench)["roofline"] == {
         "note": "no machine profile: run `strata machine --measure`"}
     assert collect(program)["roofline"] is None                  # no timings, no roofline

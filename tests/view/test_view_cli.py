@@ -99,10 +99,10 @@ def test_device_sim_shows_the_verdict_and_the_simulators_counters(tmp_path):
 def test_bench_times_the_program_and_each_kernel(tmp_path, capsys, monkeypatch):
     if not HAS_CC:
         pytest.skip("no C compiler: --device cpu cannot run here")
-    from strata.machine import Profile
+    from strata.tune.machine import Profile
     profile = Profile("a CPU", "", "x86_64", 2, [], {}, "cpu-spr",
                       {"DRAM read": 20.0, "fp32 FMA peak": 500.0}, "2026-01-01 00:00 UTC")
-    monkeypatch.setattr("strata.machine.cached", lambda: profile)
+    monkeypatch.setattr("strata.tune.machine.cached", lambda: profile)
     monkeypatch.setattr("strata.bench.machine_probes.measure", None)       # the page never measures
     path = tmp_path / "b.html"
     assert main(["view", "-c", "torch.softmax(torch.randn(64, 256), -1) * 2", "--device", "cpu",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
+from ...core.context import Context
 from ..ir import TileKernel
 
 
@@ -22,7 +22,7 @@ def blockify_launch(k: TileKernel, ctx: Context) -> TileKernel:
         return k
     if k.mode == "rows" and "BLOCK" in dict(k.knobs):      # so did tile/gemv.py's
         return k
-    # BLOCK is a multiple of 32 (strata/knobs.py) and GROUP below 64 is 1 or 32: any pin fits
+    # BLOCK is a multiple of 32 (strata/core/knobs.py) and GROUP below 64 is 1 or 32: any pin fits
     warp = ctx.arch.warp_size
     if k.mode == "rows" and k.group >= 64:
         block = k.group

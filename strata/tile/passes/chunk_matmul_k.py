@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Const, Var, add, call, mul
+from ...core.context import Context
+from ...core.expr import Const, Var, add, call, mul
 from ...loop.ir import Loop
-from ..ir import Guard, Points, TileKernel, subst_body
 from ..contraction import pow2_ceil
+from ..ir import Guard, Points, TileKernel, subst_body
 
 TILE_K = 16
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Var, add, mul
+from ...core.context import Context
+from ...core.expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Loop, Store
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces

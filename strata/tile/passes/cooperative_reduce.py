@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import coefficient, free_vars
+from ...core.context import Context
+from ...core.expr import coefficient, free_vars
 from ...loop.ir import Load, Loop
 from ..ir import Combine, StridedLoop, TileKernel, flat_index, walk
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Cast, Const, Op, Var, add, call, free_vars, mul, nodes, simplify
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Cast, Const, Op, Var, add, call, free_vars, mul, nodes, simplify
 from ...loop.ir import Accum, Let, Load, Loop, Store
 from ..contraction import divisors
 from ..ir import Mode, Scratch, TileKernel, flat_index, map_body, subst_body, walk

@@ -23,9 +23,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Const, Var, add, coefficient, evaluate, free_vars, mul, simplify
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Const, Var, add, coefficient, evaluate, free_vars, mul, simplify
 from ...loop.ir import BufferInfo, Load, Loop, Store
 from ..contraction import (closure, dequantized, divisors, held, match, sides, split_prologues,
                            value_dtype)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Cast, Const, Var, free_vars
-from ...scalar_ops import TRANSCENDENTAL
+from ...core.context import Context
+from ...core.expr import Cast, Const, Var, free_vars
+from ...core.scalar_ops import TRANSCENDENTAL
 from ...loop.ir import Let, Load, Loop, Store
 from ..ir import Mode, Scratch, TileKernel
 

@@ -51,10 +51,10 @@ from __future__ import annotations
 from dataclasses import replace
 from math import lcm, prod
 
-from ... import dtypes
-from ...context import Context
-from ...errors import KnobError
-from ...expr import Const, Var, call, sub, substitute
+from ...core import dtypes
+from ...core.context import Context
+from ...core.errors import KnobError
+from ...core.expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
 from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
                            match, plain_bf16, pow2_ceil, sides, value_dtype)
@@ -183,8 +183,8 @@ def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):
 def _pair_reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, amx: bool = False):
     """FORM=pairs: one reduce loop's bf16 panel with K in pairs per column (each K step of a
     register tile then reads two K of a row and of the panel: codegen/c_pairs.py), and its K loop,
-    over pairs, for one register tile (rows past M read row M - 1). FORM=amx: the same, the panel
-    named `*_amx` for codegen/c_amx.py."""
+    over pairs, for one register tile (rows past M read row M - 1). FORM=amx: the same in the B-tile
+    layout (`*_amx`: a name for the reader; Kernel IR's lower_cpu picks the form from FORM)."""
     a, b = sides(c, loop)
     b_side = _clamped(closure(loop.body, b), c.n, k.extent(c.n), mt.tile_n)
     name, fast = (f"{b}_amx", fastest_axis(k, b_side, loop.var, c.n)) if amx else (f"{b}_panel", "x")

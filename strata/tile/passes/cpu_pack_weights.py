@@ -24,8 +24,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...context import Context
-from ...expr import Const, Var, add, call, evaluate, floordiv, free_vars, mod, mul, substitute
+from ...core.context import Context
+from ...core.expr import Const, Var, add, call, evaluate, floordiv, free_vars, mod, mul, substitute
 from ...loop.ir import BufferInfo, Load, Store
 from ..ir import Mode, StageTile, TileKernel, map_body, walk
 

@@ -33,8 +33,8 @@ under autocast: 19 ms each in the outer form, Zen 4, 2026-11-29).
 """
 from __future__ import annotations
 
-from ... import dtypes
-from ...context import Context
+from ...core import dtypes
+from ...core.context import Context
 from ...loop.ir import Let, Load
 from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
                            plain_bf16, sides, split_prologues, uses, value_dtype)

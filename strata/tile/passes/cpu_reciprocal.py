@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Const, Op, Var, call
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Const, Op, Var, call
 from ...loop.ir import Let, Loop
 from ..ir import Mode, TileKernel, map_body
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Const, Var, add, call, mul, value_range
+from ...core.context import Context
+from ...core.expr import Const, Var, add, call, mul, value_range
 from ...loop.ir import Let, Load, Loop
 from ..ir import Mode, TileKernel, map_body, walk
 

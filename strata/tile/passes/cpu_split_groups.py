@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Var, add, mul
+from ...core.context import Context
+from ...core.expr import Var, add, mul
 from ..contraction import divisors, match
 from ..ir import TileKernel, subst_body, walk
 

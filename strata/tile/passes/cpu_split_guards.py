@@ -15,9 +15,9 @@ from __future__ import annotations
 import operator
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Cast, Const, Op, Var, affine_terms, free_vars, substitute, value_range
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Cast, Const, Op, Var, affine_terms, free_vars, substitute, value_range
 from ...loop.ir import Let, Load, Loop
 from ..ir import Mode, TileKernel, map_body, walk
 

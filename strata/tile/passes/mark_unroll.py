@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
+from ...core.context import Context
 from ...loop.ir import Loop
 from ..ir import StageTile, StridedLoop, TileKernel, map_body, walk
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ...context import Context
+from ...core.context import Context
 from ...loop.ir import Load
 from ..contraction import closure, depends, match, split_prologues, uses
 from ..ir import TileKernel

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...expr import Var, affine_terms
+from ...core.context import Context
+from ...core.expr import Var, affine_terms
 from ...loop.ir import Load
 from ..ir import MmaLoop, MmaOperand, TileKernel, flat_index
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...errors import KnobError
+from ...core.context import Context
+from ...core.errors import KnobError
 from ..ir import MmaLoop, TileKernel
 from ..tensor_core import stage_elems
 

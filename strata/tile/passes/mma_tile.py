@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from math import prod
 
-from ...context import Context
-from ...errors import KnobError
+from ...core.context import Context
+from ...core.errors import KnobError
 from ..contraction import match, pow2_ceil
 from ..gemv import byte_vec
 from ..ir import MmaTile, TileKernel

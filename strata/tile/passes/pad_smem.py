@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
+from ...core import dtypes
+from ...core.context import Context
 from ..ir import StageTile, TileKernel, map_body, walk
 
 MAX_PAD = 8

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
+from ...core.context import Context
 from ...loop.ir import Loop
 from ..ir import Points, Registers, TileKernel
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Var, add, mul
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import choose_tiles, match
 from ..gemv import byte_vec, group_of

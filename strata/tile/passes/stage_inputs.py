@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Var, add, coefficient, free_vars, simplify, sub
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Var, add, coefficient, free_vars, simplify, sub
 from ...loop.ir import Load
-from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
 from ..alignment import aligned
+from ..ir import Stage, StridedLoop, TileKernel, flat_index, map_body
 
 
 def _candidates(k: TileKernel):

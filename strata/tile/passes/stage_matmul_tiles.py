@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import Const, Var, sub
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import Const, Var, sub
 from ...loop.ir import Load, Loop
 from ..contraction import (closure, conjoin, depends, edge, fastest_axis, product, value_dtype,
                            without)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
+from ...core.context import Context
 from ...loop.ir import Load, Loop
 from ..contraction import choose_tiles, conjoin, depends, edge, match
 from ..gemv import gemv_rows

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from math import prod
 
-from ...context import Context
-from ...expr import Var, floordiv, mod
-from ...errors import StrataError
+from ...core.context import Context
+from ...core.errors import StrataError
+from ...core.expr import Var, floordiv, mod
 from ...loop.attention import attention_of
 from ...loop.custom import custom_of
 from ...loop.ir import Let, Load, Loop, LoopKernel

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ... import dtypes
-from ...context import Context
-from ...expr import coefficient, free_vars
+from ...core import dtypes
+from ...core.context import Context
+from ...core.expr import coefficient, free_vars
 from ...loop.ir import Load, Loop, Store
-from ..ir import StridedLoop, TileKernel, flat_index, walk
 from ..alignment import aligned
+from ..ir import StridedLoop, TileKernel, flat_index, walk
 
 
 def _why_not(k: TileKernel, accesses, inner: str, extent: int, vec: int, fixed: set[str]):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...context import Context
-from ...errors import KnobError
-from ...targets import DYNAMIC_SMEM_ALIGN
+from ...core.context import Context
+from ...core.errors import KnobError
+from ...core.targets import DYNAMIC_SMEM_ALIGN
 from ..ir import MmaLoop, TileKernel
 
 

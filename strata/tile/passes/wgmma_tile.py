@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
-from ...context import Context
-from ...errors import KnobError
+from ...core.context import Context
+from ...core.errors import KnobError
 from ...loop.ir import Load, Loop
 from ..contraction import match
 from ..ir import MmaLoop, MmaTile, TileKernel, walk

@@ -15,9 +15,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runtime.cc import cpu_features
-from .targets import TARGETS, host, sysfs_caches
-from .user_cache import user_cache_dir
+from ..core.targets import TARGETS, host, sysfs_caches
+from ..core.user_cache import user_cache_dir
+from ..runtime.cc import cpu_features
 
 FORMAT = 1
 # family 6 models of the Intel server parts the named targets stand for

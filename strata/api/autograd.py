@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch.utils import _pytree as pytree
 
-from .errors import StrataError
+from ..core.errors import StrataError
 
 HOW = ("run it under torch.no_grad() or torch.inference_mode(), or train with the eager module or "
        "torch.compile(model, backend='strata'), which compiles the backward too")

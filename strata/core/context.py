@@ -2,7 +2,7 @@
 
 Passes never print; they call `ctx.log(...)` (shown at -v) and read knobs with
 `ctx.knob(name, default)`, which the user pins with `--knob NAME=VALUE` or `STRATA_KNOBS`; every
-knob is registered, with its allowed values, in strata/knobs.py.
+knob is registered, with its allowed values, in strata/core/knobs.py.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _env_knobs() -> dict[str, object]:
 @dataclass
 class Context:
     verbosity: int = 0
-    knobs: dict[str, object] = field(default_factory=dict)   # NAME -> typed value (strata/knobs.py)
+    knobs: dict[str, object] = field(default_factory=dict)   # NAME -> typed value (strata/core/knobs.py)
     target: Target | str | None = None   # pinned target (a name is looked up); None: see `arch`
     messages: list[str] = field(default_factory=list)
     stream: object = None            # where log lines go at -v (default stderr)
@@ -68,10 +68,10 @@ class Context:
 
     def knob(self, name: str, default):
         """A knob's value: the user's pin if any (already checked and typed), else default."""
-        assert name in KNOBS, f"knob {name} is not registered in strata/knobs.py"
+        assert name in KNOBS, f"knob {name} is not registered in strata/core/knobs.py"
         return self.knobs.get(name, default)
 
     def pinned(self, name: str) -> bool:
         """Did the user pin it? (A pinned knob that a pass consults shows in the kernel header.)"""
-        assert name in KNOBS, f"knob {name} is not registered in strata/knobs.py"
+        assert name in KNOBS, f"knob {name} is not registered in strata/core/knobs.py"
         return name in self.knobs

@@ -15,10 +15,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import dtypes
-from .api import to_numpy
-from .errors import StrataError
-from .frontend.snippet import dry_run
+from ..api import to_numpy
+from ..core import dtypes
+from ..core.errors import StrataError
+from ..frontend.snippet import dry_run
 
 CONTRACTIONS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.linear", "aten.addmm", "aten.baddbmm",
                 "aten.scaled_dot_product_attention", "aten.einsum")

@@ -11,29 +11,29 @@ import time
 import numpy as np
 import torch
 
-from . import dtypes
+from ..core import dtypes
+from ..core.context import Context
+from ..core.errors import DeviceUnavailable, InputMismatch, StrataError
+from ..core.targets import get_target, gpu_target
+from ..frontend import capture_cache
+from ..frontend.capture import FunctionModule, _param_names, as_forward, capture, capture_snippet
+from ..frontend.index_bounds import index_bounds
+from ..frontend.snippet import parse_snippet
+from ..frontend.torch_ir import shape_only
+from ..kernel_ir.sim import simulate
+from ..models.build import build
+from ..models.hf import is_causal_lm
+from ..models.wrappers import CausalLMLogits
+from ..pipeline import Lowered, STAGES, lower_torch_program
+from ..runtime import driver
+from ..runtime.args import check_args
+from ..runtime.native import NativeProgram
+from ..runtime.program import CudaProgram, mutated_inputs
+from ..runtime.qemu import QemuProgram
+from ..tensor.merge_projections import derive_weights
+from ..tune.db import default_db
+from ..view import write_page
 from .autograd import warn_inference_only, without_backward
-from .context import Context
-from .errors import DeviceUnavailable, InputMismatch, StrataError
-from .pipeline import Lowered, STAGES, lower_torch_program
-from .targets import get_target, gpu_target
-from .runtime.args import check_args
-from .frontend import capture_cache
-from .frontend.capture import FunctionModule, _param_names, as_forward, capture, capture_snippet
-from .frontend.index_bounds import index_bounds
-from .frontend.snippet import parse_snippet
-from .frontend.torch_ir import shape_only
-from .kernel_ir.sim import simulate
-from .models.build import build
-from .models.hf import is_causal_lm
-from .models.wrappers import CausalLMLogits
-from .runtime import driver
-from .runtime.native import NativeProgram
-from .runtime.program import CudaProgram, mutated_inputs
-from .runtime.qemu import QemuProgram
-from .tensor.merge_projections import derive_weights
-from .tune.db import default_db
-from .view import write_page
 
 DEVICES = ("sim", "cuda", "cpu")
 
@@ -304,7 +304,7 @@ def compile(fn, example_inputs, device: str | None = None, ctx: Context | None =
     in the simulator (the default, unless ctx pins a CPU target: then "cpu"). A named CPU target
     whose features this CPU lacks (cpu-spr on an AVX2 machine) compiles, prints its source and
     says why at its first call. Inference only: a backward through its outputs raises one
-    sentence (strata/autograd.py). use_graph: replay repeated CUDA calls as one CUDA graph.
+    sentence (strata/api/autograd.py). use_graph: replay repeated CUDA calls as one CUDA graph.
     threads: on "cpu", the OpenMP threads a call runs on (default: the cores other processes
     leave free, looked at again as calls go on; strata.set_threads sets it for every program)."""
     ctx = ctx or Context()

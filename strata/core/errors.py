@@ -32,7 +32,7 @@ class DataDependentShape(StrataError):
 
 class KnobError(StrataError, ValueError):
     """A schedule knob strata cannot use: an unknown name, a value outside its rule in
-    strata/knobs.py, or a pin one kernel cannot take. Also a ValueError, as the passes raised
+    strata/core/knobs.py, or a pin one kernel cannot take. Also a ValueError, as the passes raised
     before."""
 
 
