@@ -168,7 +168,7 @@ class _Walk:
 
 
 # statement class (or a base) -> its rule beyond the operands; None: the operands are all there is
-# to check, as for a kind this table does not know (tests/kernel: strata's own all have an entry)
+# to check, as for a kind this table does not know (tests/kernel_ir: strata's own all have an entry)
 RULES = {Let: _Walk.define, Assign: _Walk.define, LoadVec: _Walk.load_vars,
          LdMatrix: _Walk.load_vars, For: _Walk.loop, If: _Walk.branch, While: _Walk.repeat,
          Atomic: _Walk.atomic, Sync: _Walk.sync, Mma: _Walk.accumulate, Wgmma: _Walk.accumulate,

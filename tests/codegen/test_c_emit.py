@@ -15,7 +15,7 @@ from strata.kernel_ir.ir import (Assign, BlockIdx, Buffer, For, Kernel, KernelPr
                               Param, ShflXor, Smem, Store, Sync, TensorMap)
 from strata.codegen.c import SERIAL_WORK, emit_kernel, emit_program
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import cpu_builders as C  # noqa: E402
 import kernel_builders as B  # noqa: E402
 

@@ -10,7 +10,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 from strata.runtime.nvrtc import compile_cuda, include_dirs  # noqa: E402
 from strata.codegen.cuda import emit_program  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 
 if not include_dirs():

@@ -10,7 +10,7 @@ from strata.kernel_ir.ir import (Assign, BlockIdx, Comment, For, If, Kernel, Let
 from strata.codegen.cfamily import float_literal, int_literal
 from strata.codegen.cuda import emit_kernel, emit_program
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 
 RMS_NORM = '''\

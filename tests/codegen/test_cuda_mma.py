@@ -9,7 +9,7 @@ from strata.core.errors import CompileError
 from strata.kernel_ir.ir import Kernel, Let, Mma
 from strata.codegen.cuda import TENSOR_CORE_PRELUDE, emit_kernel, emit_program
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 import mma_builders as MB  # noqa: E402
 

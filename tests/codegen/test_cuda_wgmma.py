@@ -9,7 +9,7 @@ import pytest
 from strata.core.errors import CompileError
 from strata.codegen.cuda import emit_kernel, emit_program
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import wgmma_builders as W
 from strata.kernel_ir.verify import verify_program
 

@@ -24,7 +24,7 @@ from strata.core import dtypes
 from strata.kernel_ir.ir import KernelProgram
 from strata.codegen.cuda import emit_kernel, emit_program
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 
 F = torch.nn.functional

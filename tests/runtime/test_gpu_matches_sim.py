@@ -17,7 +17,7 @@ from strata.kernel_ir.sim_memory import poison, to_storage, to_user  # noqa: E40
 from strata.runtime.nvrtc import compile_cuda  # noqa: E402
 from strata.codegen.cuda import emit_program  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 
 

@@ -16,7 +16,7 @@ from strata.kernel_ir.sim import simulate
 
 from test_gpu_matches_sim import ARCH, run_on_gpu  # noqa: E402  (skips without cuda-bindings)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import mma_builders as MB  # noqa: E402
 
 pytestmark = pytest.mark.skipif(ARCH is None or int(ARCH[3:]) < 80, reason="no sm_80+ GPU")

@@ -34,7 +34,7 @@ except DeviceUnavailable:
                 "cannot be built or tested here; install gcc to run these tests",
                 allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import cpu_builders as C  # noqa: E402
 import kernel_builders as B  # noqa: E402
 

@@ -11,7 +11,7 @@ from strata.core.errors import CompileError  # noqa: E402
 from strata.runtime import nvrtc  # noqa: E402
 from strata.codegen.cuda import emit_program  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import kernel_builders as B  # noqa: E402
 
 

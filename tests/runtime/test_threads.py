@@ -21,7 +21,7 @@ except DeviceUnavailable:
     pytest.skip("no C compiler is installed, so native programs cannot be run here; install gcc",
                 allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import cpu_builders as C  # noqa: E402
 
 
