@@ -136,3 +136,16 @@ def test_pinned_int8_rows_elsewhere_run_their_loops_as_written(target):
     assert ("activation rows on int8 dot products" in prog.source("c")) == (target == "cpu-avx2")
     got, want = prog(x).double(), layer(x.double())
     assert ((got - want).norm() / want.norm()).item() < 1.5e-2
+
+
+@needs_vnni
+def test_a_nan_or_an_infinity_in_one_prompt_row_spoils_that_row_only():
+    """A row's int8 blocks are scaled by their max |x|, which skipped a NaN: that row's outputs
+    were finite garbage where eager's are NaN. Now they are NaN (or infinite), the others exact."""
+    layer, x = layer_of("q4_0", 256, 16), torch.randn(20, 256).to(BF16)
+    prog, _ = cpu_compile(layer, (x,), {"QGEMM": "int8"}, target=VNNI_TARGET)
+    x[3, 7], x[11, 200] = float("nan"), float("inf")
+    got = prog(x)
+    assert not got[[3, 11]].isfinite().any()
+    rest = [i for i in range(20) if i not in (3, 11)]
+    close(got[rest], layer, (x[rest],))

@@ -260,3 +260,15 @@ def test_int8_per_channel_and_int4_per_group_rows_and_products_match_eager(fmt, 
     x = torch.randn(1, 256).to(BF16)
     prog, _ = cpu_compile(quant_linear(fmt, 256, 16, False, BF16), (x,), target=VNNI_TARGET)
     assert ("st_q4_0_vnni_bf16((" in prog.source("c")) == (fmt == "int4")   # int8: one scale a row
+
+
+@pytest.mark.parametrize("target", [VNNI_TARGET, "cpu-avx2"], ids=["vnni", "avx2"])
+def test_a_nan_or_an_infinity_in_the_activations_is_never_a_finite_output(target):
+    """int8 activations scale a block by its max |x|: a NaN in the block was skipped by that max
+    and rounded to some byte, so the row's output was finite garbage where eager's is NaN."""
+    layer = quant_linear("q4_0", 256, 8, False, BF16)
+    prog, _ = cpu_compile(layer, (torch.randn(1, 256).to(BF16),), {"QDOT": "vnni"}, target=target)
+    for bad in (float("nan"), float("inf")):
+        x = torch.randn(1, 256).to(BF16)
+        x[0, 100] = bad
+        assert not prog(x).isfinite().any(), bad

@@ -3,7 +3,8 @@
 // block-quantized weight times M activation rows on vpdpbusd, the activation rows as its lanes
 // (codegen/c_int8_rows.py; python -m strata.bench.quant_prefill measures it).
 // Activations: u8 (q + 128) blocks of 32 laid out 16 rows x 4 bytes per step of 4 K, with each
-// block's d and c = d * sum(q) per 16 rows. Weights: the group's rows unpacked to s8 with, per
+// block's d and c = d * sum(q) per 16 rows; d is NaN for a block holding a NaN or an infinity,
+// so that row's sums are NaN (as eager's would be, or infinite), never finite garbage. Weights: the group's rows unpacked to s8 with, per
 // sub-block (32 weights; q6_k 16), sw (the scale), beta = 128 * sw * sum(s8) and mw (q4_k's
 // minimum): w = sw * s8 - mw, so a sub-block adds sw * dx * dot - dx * beta - cx * mw.
 #define ST_IR 8
@@ -24,7 +25,8 @@ static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
                 for (int j = 0; j < 32; j++) t[j] = LOAD(x[m * K + b * 32 + j]); \
                 f0 = _mm512_loadu_ps(t); f1 = _mm512_loadu_ps(t + 16); } \
             float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(f0), _mm512_abs_ps(f1))); \
-            float d = mx / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+            __m512 nf = _mm512_sub_ps(_mm512_add_ps(f0, f1), _mm512_add_ps(f0, f1));  /* NaN: not finite */ \
+            float d = mx / 127.0f + _mm512_reduce_add_ps(nf), id = d > 0.0f ? 1.0f / d : 0.0f; \
             __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(f0, _mm512_set1_ps(id))); \
             __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(f1, _mm512_set1_ps(id))); \
             int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)); \

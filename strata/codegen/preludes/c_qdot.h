@@ -223,7 +223,8 @@ ST_QBLOCKS(bf16, uint16_t)
 #define ST_QAHEAD 1024
 #define ST_QFETCH(P, N) \
     for (int st_l = 0; st_l < (N); st_l += 64) __builtin_prefetch((const char*)(P) + ST_QAHEAD + st_l, 0, 3)
-// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q)
+// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q); d is NaN
+// for a block holding a NaN or an infinity (its row's sum then NaN, not finite garbage)
 // (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
 typedef struct { int8_t* q; float* d; float* c; } st_xq8;
 #define ST_XQ8(X, T, LOAD) \
@@ -232,10 +233,12 @@ static st_xq8 st_quantize_##X(const T* x, long n) { \
                 st_scratch((n / 32 + 16) * sizeof(float))}; \
     for (long b = 0; b < n / 32; b++) { \
         float m = 0.0f, f[32]; \
+        int bad = 0; \
         for (int j = 0; j < 32; j++) { \
             f[j] = LOAD(x[b * 32 + j]); \
+            bad |= !(f[j] - f[j] == 0.0f); \
             m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
-        float d = m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+        float d = bad ? __builtin_nanf("") : m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
         int sum = 0; \
         for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \
         v.d[b] = d; v.c[b] = d * (float)sum; \
