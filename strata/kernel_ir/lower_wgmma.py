@@ -7,8 +7,8 @@ of K, A and B read from shared memory through descriptors (K-major: the swizzle 
 TILE_K rows, 128B swizzle, read with wgmma's transpose bit). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
 into one of STAGES buffers (dynamic shared memory) and arms that buffer's mbarrier with their
 bytes; every thread waits on the barrier with the parity of the buffer's use count, issues the
-step's wgmmas (fence, commit), waits until only this step's group is in flight, and after a
-barrier thread 0 refills the buffer the previous step read with the tile STAGES steps ahead.
+step's wgmmas (fence, commit), and once the step before is done (k_loop says when), after a
+barrier, thread 0 refills that step's buffer with the tile STAGES steps ahead.
 Accumulator d[4 j + r] of a thread sits where m16n8k16's C fragment r of 8-column tile j would
 for warp tid / 32, so the epilogue is lower_mma.py's, run per element, guarded at the edges.
 """
@@ -115,38 +115,46 @@ class _WgmmaLowerer(MmaLowerer):
                          f"{self.swizzle_bytes}B"), 2, False
 
     def k_loop(self, li: int, lp: MmaLoop) -> list:
+        """The K loop, U = 4, 2 or 1 steps a pass: a step's group stays in flight while the next
+        one waits for its tile and issues (wait_group 1), and none past the pass (wait_group 0):
+        ptxas serializes every wgmma (C7514) when a group is in flight across the back edge (the
+        next step's mbarrier wait being a loop); within a pass the groups overlap."""
         mt, s = self.mt, lp.stages
         steps = -(-lp.extent // mt.tile_k)
-        kt, stage, is0 = self.var("kt"), self.var("stage"), call("eq", self.var("tid"), self.const(0))
+        unroll = next(u for u in (4, 2, 1) if steps % u == 0) if s > 1 else 1
+        i, is0 = self.var("kt"), call("eq", self.var("tid"), self.const(0))
         out: list = [Let(v, "f32", Const(0.0, "f32")) for v in self.d(li)]
         if li:
             out.append(Sync())              # the previous loop's wgmmas are done with the buffers
         out.append(If(is0, tuple(x for st in range(min(s, steps))
                                  for x in self.issue(li, lp, self.const(st), self.const(st)))))
-        # warpgroup g's 64 rows of A: 64 K-major rows, or (MN-major) the g-th 64-element run
-        a_at = add(mul(stage, self.a_stage), mul(self.var("wg"), 64 * mt.tile_k))
-        a_desc, a_step, a_mn = self.desc(lp, lp.a, a_at)
-        b_desc, b_step, b_mn = self.desc(lp, lp.b, mul(stage, self.b_stage))
-        body = [Let(stage.name, self.idx, mod(kt, s)),
-                MbarWait(self.bar(li), stage, mod(floordiv(kt, s), 2)),
-                WgmmaFence(),
-                Let(self.v["da"], "i64", a_desc),
-                Let(self.v["db"], "i64", b_desc)]
-        da, db = Var(self.v["da"], "i64"), Var(self.v["db"], "i64")
-        for kk in range(mt.tile_k // 16):
-            body.append(Wgmma(self.d(li), add(da, Const(a_step * kk, "i64")),
-                              add(db, Const(b_step * kk, "i64")), mt.tile_n, mt.dtype,
-                              trans_a=a_mn, trans_b=b_mn))
-        lag = 1 if s > 1 else 0             # the step whose buffer is refilled: kt - lag
-        body += [WgmmaCommit(), WgmmaWait(lag), Sync()]
-        if steps > s:
-            done = add(kt, -lag) if lag else kt
-            ok = call("logical_and", is0, call("lt", add(done, s), self.const(steps)))
-            if lag:
-                ok = call("logical_and", ok, call("ge", kt, self.const(lag)))
-            body.append(If(ok, self.issue(li, lp, add(done, s), mod(done, s))))
-        out.append(For(kt.name, self.const(0), self.const(steps), 1, tuple(body), dtype=self.idx))
-        out.append(WgmmaWait(0))
+
+        def refill(kt, stage) -> list:      # after a barrier: step kt's buffer gets step kt + s
+            if steps <= s:
+                return [Sync()]
+            ok = call("logical_and", is0, call("lt", add(kt, s), self.const(steps)))
+            return [Sync(), If(ok, self.issue(li, lp, add(kt, s), stage))]
+        body, done = [], []
+        for u in range(unroll):
+            kt = add(mul(i, unroll), u) if unroll > 1 else i
+            stage, da, db = (Var(f"{self.v[n]}{u if unroll > 1 else ''}", t)
+                             for n, t in (("stage", self.idx), ("da", "i64"), ("db", "i64")))
+            # warpgroup g's 64 rows of A: 64 K-major rows, or (MN-major) the g-th 64-element run
+            a_desc, a_step, a_mn = self.desc(lp, lp.a, add(mul(stage, self.a_stage),
+                                                           mul(self.var("wg"), 64 * mt.tile_k)))
+            b_desc, b_step, b_mn = self.desc(lp, lp.b, mul(stage, self.b_stage))
+            body += [Let(stage.name, self.idx, mod(kt, s)),
+                     MbarWait(self.bar(li), stage, mod(floordiv(kt, s), 2)), WgmmaFence(),
+                     Let(da.name, "i64", a_desc), Let(db.name, "i64", b_desc)]
+            body += [Wgmma(self.d(li), add(da, Const(a_step * kk, "i64")),
+                           add(db, Const(b_step * kk, "i64")), mt.tile_n, mt.dtype,
+                           trans_a=a_mn, trans_b=b_mn) for kk in range(mt.tile_k // 16)] + [WgmmaCommit()]
+            if done:                        # the step before is done: its buffer is free
+                body += [WgmmaWait(1)] + refill(*done)
+            done = [kt, stage]
+        body += [WgmmaWait(0)] + refill(*done)
+        out.append(For(i.name, self.const(0), self.const(steps // unroll), 1, tuple(body),
+                       dtype=self.idx))
         return out
 
 

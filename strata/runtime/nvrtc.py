@@ -93,12 +93,16 @@ _PTXAS_FN = re.compile(r"Function properties for (\w+)\s*\n[^\n]*?(\d+) bytes sp
                        r"bytes spill loads\s*\n[^\n]*?Used (\d+) registers(?:[^\n]*?(\d+) bytes smem)?")
 
 
+def ptxas_log(source: str, arch: str = "sm_90") -> str:
+    """ptxas -v's text for the source's kernels (its warnings too: C7514, a serialized wgmma)."""
+    return _compile(source, arch, (), "cubin", ("--ptxas-options=-v",))[2]
+
+
 def resource_usage(source: str, arch: str = "sm_90") -> dict[str, dict]:
     """What ptxas says of each kernel: {name: {registers, spill_stores, spill_loads, smem}}
     (registers per thread, spill bytes per thread, static shared memory bytes per block)."""
-    text = _compile(source, arch, (), "cubin", ("--ptxas-options=-v",))[2]
     return {m[1]: dict(registers=int(m[4]), spill_stores=int(m[2]), spill_loads=int(m[3]),
-                       smem=int(m[5] or 0)) for m in _PTXAS_FN.finditer(text)}
+                       smem=int(m[5] or 0)) for m in _PTXAS_FN.finditer(ptxas_log(source, arch))}
 
 
 def _compile(source: str, arch: str, kernel_names, want: str, extra=()) -> tuple[bytes, float, str]:

@@ -1,8 +1,8 @@
 """wgmma_pipeline: how many shared stages a wgmma kernel's TMA pipeline keeps in flight.
 
 Each K step's A and B tiles land in one of STAGES buffers, each with its own mbarrier; the
-block waits on a tile's barrier, issues its wgmmas, and once the previous step's wgmmas are done
-(wgmma.wait_group 1) refills that step's buffer with the tile STAGES steps ahead. The buffers
+block waits on a tile's barrier, issues its wgmmas, and once they are done (wgmma.wait_group 0:
+kernel_ir/lower_wgmma.py says why not 1) refills that buffer with the tile STAGES steps ahead. The buffers
 live in dynamic shared memory: the default is the deepest of 4 that fits in what the target lets
 a block opt into, less room for alignment and the mbarriers (and no deeper than the K loop is
 long). Raises when one stage does not fit.
