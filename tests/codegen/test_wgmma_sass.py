@@ -58,3 +58,15 @@ def test_wgmma_groups_are_chained_and_pipelined_not_serialized(m, k, n, silu):
         steps = -(-k // knobs["TILE_K"])
         if steps % 2 == 0 and knobs["STAGES"] > 1:
             assert any("DEPBAR.LE gsb0, 0x1" in ln for ln in lines), f"{t.name}: no overlap"
+
+
+def test_no_sm90a_kernel_of_a_decoder_layer_is_serialized_or_spills():
+    """Every kernel of a TinyLlama bf16 decoder layer at 64 tokens on sm_90a (wgmma projections,
+    attention, norms): ptxas serializes no wgmma and spills nothing."""
+    from strata.api import compile_model
+    program, _ = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0, seq_len=64,
+                               dtype="bf16", ctx=Context(target=ARCH))
+    source = program.source()
+    assert "wgmma.mma_async" in source and "C7514" not in ptxas_log(source, ARCH)
+    for name, use in resource_usage(source, ARCH).items():
+        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
