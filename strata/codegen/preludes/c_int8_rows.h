@@ -133,67 +133,52 @@ static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, l
         }
     }
 }
-// 32 activation rows (row groups gi, gi + 1) by 4 weight rows (r0..r0 + 3), sub-blocks b0..b1 of
-// SUB weights, added to out[r][32 lanes]
-#define ST_R4(X) X(0) X(1) X(2) X(3)
+// 32 activation rows (row groups gi, gi + 1) by the group's 8 weight rows, sub-blocks b0..b1 of
+// SUB weights, added to out[r][32 lanes]: 16 int32 sums in registers, two activation loads and 8
+// broadcasts per 16 vpdpbusd; per sub-block a sum's float part is (cvt * sw - beta) * dx, two
+// FMAs (Zen 5: 1.04x-1.05x the 4-row kernel with mul + FMA + FNMA)
+#define ST_R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define ST_DP8(r) { __m512i wv = _mm512_set1_epi32(w[(r) * kq + q]); \
+    s##r = _mm512_dpbusd_epi32(s##r, u, wv); t##r = _mm512_dpbusd_epi32(t##r, v, wv); }
+#define ST_FL8(r) { __m512 S = _mm512_set1_ps(sw[(r) * ns]), B = _mm512_set1_ps(be[(r) * ns]); \
+    __m512 A = _mm512_load_ps(out + (r) * 32), C = _mm512_load_ps(out + (r) * 32 + 16); \
+    A = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(s##r), S, B), dx, A); \
+    C = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(t##r), S, B), dy, C); \
+    if (mins) { __m512 Mn = _mm512_set1_ps(mw[(r) * ns]); \
+        A = _mm512_fnmadd_ps(_mm512_load_ps(cp), Mn, A); \
+        C = _mm512_fnmadd_ps(_mm512_load_ps(cp + nb * 16), Mn, C); } \
+    _mm512_store_ps(out + (r) * 32, A); _mm512_store_ps(out + (r) * 32 + 16, C); }
 #define ST_IR_MICRO(NAME, SUB) \
-static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long K, long b0, long b1, \
-                        int mins, float* out) { \
-    long nb = K / 32, kq = K / 4; \
-    __m512 a0 = _mm512_loadu_ps(out + (r0 + 0) * 32), c0 = _mm512_loadu_ps(out + (r0 + 0) * 32 + 16); \
-    __m512 a1 = _mm512_loadu_ps(out + (r0 + 1) * 32), c1 = _mm512_loadu_ps(out + (r0 + 1) * 32 + 16); \
-    __m512 a2 = _mm512_loadu_ps(out + (r0 + 2) * 32), c2 = _mm512_loadu_ps(out + (r0 + 2) * 32 + 16); \
-    __m512 a3 = _mm512_loadu_ps(out + (r0 + 3) * 32), c3 = _mm512_loadu_ps(out + (r0 + 3) * 32 + 16); \
-    const int32_t *w0 = (const int32_t*)g->w8 + (r0 + 0) * kq, *w1 = (const int32_t*)g->w8 + (r0 + 1) * kq; \
-    const int32_t *w2 = (const int32_t*)g->w8 + (r0 + 2) * kq, *w3 = (const int32_t*)g->w8 + (r0 + 3) * kq; \
+static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, long K, long b0, long b1, int mins, \
+                        float* out) { \
+    const long nb = K / 32, kq = K / 4, ns = g->ns; \
+    const int32_t* w = (const int32_t*)g->w8; \
     const uint8_t *xa = x->q + gi * kq * 64, *xb = xa + kq * 64; \
     for (long s = b0; s < b1; s++) { \
-        __m512i s0 = _mm512_setzero_si512(), t0 = s0, s1 = s0, t1 = s0, s2 = s0, t2 = s0, s3 = s0, t3 = s0; \
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0; \
+        __m512i t0 = s0, t1 = s0, t2 = s0, t3 = s0, t4 = s0, t5 = s0, t6 = s0, t7 = s0; \
         _Pragma("GCC unroll 8") \
         for (int j = 0; j < (SUB) / 4; j++) { \
             long q = s * ((SUB) / 4) + j; \
             __m512i u = _mm512_load_si512(xa + q * 64), v = _mm512_load_si512(xb + q * 64); \
-            __m512i w; \
-            w = _mm512_set1_epi32(w0[q]); s0 = _mm512_dpbusd_epi32(s0, u, w); t0 = _mm512_dpbusd_epi32(t0, v, w); \
-            w = _mm512_set1_epi32(w1[q]); s1 = _mm512_dpbusd_epi32(s1, u, w); t1 = _mm512_dpbusd_epi32(t1, v, w); \
-            w = _mm512_set1_epi32(w2[q]); s2 = _mm512_dpbusd_epi32(s2, u, w); t2 = _mm512_dpbusd_epi32(t2, v, w); \
-            w = _mm512_set1_epi32(w3[q]); s3 = _mm512_dpbusd_epi32(s3, u, w); t3 = _mm512_dpbusd_epi32(t3, v, w); \
+            ST_R8(ST_DP8) \
         } \
         long xb32 = s * (SUB) / 32; \
         const float* dp = x->d + (gi * nb + xb32) * 16, *cp = x->c + (gi * nb + xb32) * 16; \
         __m512 dx = _mm512_load_ps(dp), dy = _mm512_load_ps(dp + nb * 16); \
-        const long ns = g->ns; \
-        const float *sw = g->sw + r0 * ns + s, *be = g->beta + r0 * ns + s, *mw = g->mw + r0 * ns + s; \
-        ST_R4(ST_IR_FL) \
-    } \
-    _mm512_storeu_ps(out + (r0 + 0) * 32, a0); _mm512_storeu_ps(out + (r0 + 0) * 32 + 16, c0); \
-    _mm512_storeu_ps(out + (r0 + 1) * 32, a1); _mm512_storeu_ps(out + (r0 + 1) * 32 + 16, c1); \
-    _mm512_storeu_ps(out + (r0 + 2) * 32, a2); _mm512_storeu_ps(out + (r0 + 2) * 32 + 16, c2); \
-    _mm512_storeu_ps(out + (r0 + 3) * 32, a3); _mm512_storeu_ps(out + (r0 + 3) * 32 + 16, c3); }
-#define ST_IR_FL(r) { __m512 S = _mm512_set1_ps(sw[(r) * ns]), B = _mm512_set1_ps(be[(r) * ns]); \
-    a##r = _mm512_fnmadd_ps(dx, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dx, S), a##r)); \
-    c##r = _mm512_fnmadd_ps(dy, B, _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r), _mm512_mul_ps(dy, S), c##r)); \
-    if (mins) { __m512 Mn = _mm512_set1_ps(mw[(r) * ns]); \
-        a##r = _mm512_fnmadd_ps(_mm512_load_ps(cp), Mn, a##r); \
-        c##r = _mm512_fnmadd_ps(_mm512_load_ps(cp + nb * 16), Mn, c##r); } }
+        const float *sw = g->sw + s, *be = g->beta + s, *mw = g->mw + s; \
+        ST_R8(ST_FL8) \
+    } }
 ST_IR_MICRO(st_ir_micro32, 32)
 ST_IR_MICRO(st_ir_micro16, 16)
 // The group's ST_IR rows by all M activation rows: out[m * ldo + r] (unpacked weights in g)
 static void st_int8_rows_run(const st_xr8* x, st_wr8* g, long M, long K, int sub, int mins, float* out, long ldo) {
-    float tile[ST_IR * 32];
-    long ns = K / sub, chunk = 512 / sub;          // sub-blocks a step: a pair of row groups' 512 K
-    for (long gi = 0; gi < x->m16; gi += 2) {      // of activations stay in L1 across the 2 halves
+    float tile[ST_IR * 32] __attribute__((aligned(64)));
+    long ns = K / sub;
+    for (long gi = 0; gi < x->m16; gi += 2) {
         memset(tile, 0, sizeof tile);
-        for (long b0 = 0; b0 < ns; b0 += chunk) {
-            long b1 = b0 + chunk < ns ? b0 + chunk : ns;
-            if (sub == 32) {
-                st_ir_micro32(x, gi, g, 0, K, b0, b1, mins, tile);
-                st_ir_micro32(x, gi, g, 4, K, b0, b1, mins, tile);
-            } else {
-                st_ir_micro16(x, gi, g, 0, K, b0, b1, mins, tile);
-                st_ir_micro16(x, gi, g, 4, K, b0, b1, mins, tile);
-            }
-        }
+        if (sub == 32) st_ir_micro32(x, gi, g, K, 0, ns, mins, tile);
+        else st_ir_micro16(x, gi, g, K, 0, ns, mins, tile);
         for (long l = 0; l < 32 && gi * 16 + l < M; l++)
             for (int r = 0; r < ST_IR; r++)
                 out[(gi * 16 + l) * ldo + r] = tile[r * 32 + l];

@@ -12,9 +12,9 @@ QuantRows form, which codegen/c_int8_rows.py prints as preludes/c_int8_rows.h's 
 
 QGEMM=int8|bf16 pins the choice; int8 is the default where the CPU has AVX512-VNNI (and BW, VL)
 but no AMX (its bf16 tiles take the dequantized weight faster; AMX-INT8 rows are not written),
-M >= MIN_M, M * N * K >= MIN_WORK, the N sides dequantized in blocks of 32 (Q6_K's 16 keep the
-bf16 path), K a multiple of 32 and N of INT8_ROWS. `python -m strata.bench.quant_prefill`
-measures it (Zen 5, 128 x 2048 x 5632: 1.31x to 1.50x the bf16 path). The activations are
+M >= MIN_M, M * N * K >= MIN_WORK, the N sides dequantized in blocks of 16 or more, K a
+multiple of 32 and N of INT8_ROWS. `python -m strata.bench.quant_prefill` measures it (Zen 5,
+128 x 2048 x 5632: 1.4x to 1.7x the bf16 path for blocks of 32, Q6_K's 16 1.1x to 1.2x). The activations are
 rounded to int8 blocks of 32 as llama.cpp and QDOT=vnni round them (~0.6% of the output's norm).
 """
 from __future__ import annotations
@@ -96,13 +96,12 @@ def _wanted(k: TileKernel, c, n_sides, ctx: Context) -> bool:
     work = m * n * sum(l.extent for l in c.loops)
     return (m >= MIN_M and n % INT8_ROWS == 0 and not others
             and all(l.extent % 32 == 0 and len(l.accs) == 1 for l in c.loops)
-            and (pinned == "int8" or work >= MIN_WORK and _blocks(n_sides) >= 32))
+            and (pinned == "int8" or work >= MIN_WORK and _blocks(n_sides) >= 16))
 
 
 def _blocks(n_sides) -> int:
-    """The smallest block the N sides' indices cut K into (`k // c`, `k % c`): Q6_K's 16 runs
-    the kernel's float part twice as often, and measured 0.93x to 1.07x the bf16 path (Zen 5),
-    so it keeps that unless pinned."""
+    """The smallest block the N sides' indices cut K into (`k // c`, `k % c`): below Q6_K's 16
+    the kernel's float part (once a block) would outweigh its dot products."""
     sizes = [c for loop, side in n_sides for s in side if isinstance(s, Load)
              for i in s.index for c in divisors(simplify(i), loop.var)]
     return min(sizes, default=32)
