@@ -223,22 +223,24 @@ ST_QBLOCKS(bf16, uint16_t)
 #define ST_QAHEAD 1024
 #define ST_QFETCH(P, N) \
     for (int st_l = 0; st_l < (N); st_l += 64) __builtin_prefetch((const char*)(P) + ST_QAHEAD + st_l, 0, 3)
-// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q); d is NaN
-// for a block holding a NaN or an infinity (its row's sum then NaN, not finite garbage)
-// (max|x| by a compare, not fmaxf: gcc calls libm's fmaxf per element, 6 us a 2048-wide row)
+// QDOT=vnni: activations as int8 blocks of 32, each with its scale d and c = d * sum(q). max|x| is
+// the max of the bits with the sign cleared: a NaN or an infinity has the largest, so d is NaN for
+// a block holding one (its row's sum NaN, not finite garbage), and the unsigned max vectorizes
+// (0.44 us a 2048-wide row on Zen 5; 1.3 us for a float compare, 6 us for libm's fmaxf)
 typedef struct { int8_t* q; float* d; float* c; } st_xq8;
 #define ST_XQ8(X, T, LOAD) \
 static st_xq8 st_quantize_##X(const T* x, long n) { \
     st_xq8 v = {st_scratch(n + 64), st_scratch((n / 32 + 16) * sizeof(float)), \
                 st_scratch((n / 32 + 16) * sizeof(float))}; \
     for (long b = 0; b < n / 32; b++) { \
-        float m = 0.0f, f[32]; \
-        int bad = 0; \
+        float m, f[32]; \
+        uint32_t mb = 0; \
         for (int j = 0; j < 32; j++) { \
             f[j] = LOAD(x[b * 32 + j]); \
-            bad |= !(f[j] - f[j] == 0.0f); \
-            m = fabsf(f[j]) > m ? fabsf(f[j]) : m; } \
-        float d = bad ? __builtin_nanf("") : m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+            uint32_t a; __builtin_memcpy(&a, &f[j], 4); \
+            a &= 0x7fffffffu; mb = a > mb ? a : mb; } \
+        __builtin_memcpy(&m, &mb, 4); \
+        float d = mb >= 0x7f800000u ? __builtin_nanf("") : m / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
         int sum = 0; \
         for (int j = 0; j < 32; j++) { int q = (int)nearbyintf(f[j] * id); v.q[b * 32 + j] = (int8_t)q; sum += q; } \
         v.d[b] = d; v.c[b] = d * (float)sum; \
