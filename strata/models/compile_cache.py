@@ -30,6 +30,7 @@ from ..core.user_cache import caching_enabled, user_cache_dir, write_atomically
 from ..frontend.capture_cache import _from_plain, _to_plain
 from ..pipeline import Lowered
 from ..tensor.merge_projections import derive_weights, merging
+from ..version import source_digest
 
 log = logging.getLogger("strata.compile_cache")
 FORMAT = 4                  # 2: derived weights made again when loaded; 3: Lowered.units; 4: extra
@@ -38,16 +39,7 @@ MAX_VALUE_BYTES = 64 << 20       # constants stored by value above this: not cac
 
 @lru_cache(maxsize=1)
 def _strata_digest() -> str:
-    return source_digest(Path(__file__).resolve().parents[1])
-
-
-def source_digest(root: Path) -> str:
-    """The source under `root`: its Python and the C it emits from (preludes/*.h) or builds (*.c),
-    so that an edited prelude is a new key, not a program built from the old one."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".h", ".c")):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
+    return source_digest()
 
 
 def _tuning_digest(ctx) -> str:

@@ -11,14 +11,13 @@ measurement. It lives at
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import sqlite3
 import time
 from pathlib import Path
 
 from ..core.user_cache import caching_enabled, user_cache_dir
-from ..version import __version__
+from ..version import __version__, source_digest
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     signature TEXT NOT NULL, target TEXT NOT NULL, version TEXT NOT NULL,
@@ -40,12 +39,9 @@ def db_path() -> Path:
 
 @functools.cache
 def _version() -> str:
-    """strata's version and a digest of its sources: an edited checkout is a new compiler too."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
-    return f"{__version__}+{digest.hexdigest()[:12]}"
+    """strata's version and a digest of its sources (C preludes too): an edited checkout is a new
+    compiler, whose kernels are not the ones measured."""
+    return f"{__version__}+{source_digest()[:12]}"
 
 
 class TuningDB:

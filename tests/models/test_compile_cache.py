@@ -108,17 +108,23 @@ def test_more_or_fewer_new_tokens_reuse_the_programs(cache_dir, no_capture):
     assert got == want
 
 
-def test_an_edited_c_prelude_is_a_new_key(tmp_path):
+def test_an_edited_c_prelude_is_a_new_key(tmp_path, monkeypatch):
     """The key covers the C strata emits from, not only its Python: a program cached before a
-    prelude was edited would otherwise run the old C (found editing c_qdot.h's prefetch)."""
-    from strata.models.compile_cache import source_digest
+    prelude was edited would otherwise run the old C (found editing c_qdot.h's prefetch), and the
+    tuning database would apply schedules measured with the old kernels (its key read only *.py)."""
+    from strata.tune import db
+    from strata.version import source_digest
+    versions = []
+    monkeypatch.setattr(db, "source_digest", lambda: source_digest(tmp_path))
     (tmp_path / "codegen" / "preludes").mkdir(parents=True)
     (tmp_path / "codegen" / "c.py").write_text("X = 1\n")
     header = tmp_path / "codegen" / "preludes" / "c_qdot.h"
     header.write_text("#define ST_QAHEAD 4096\n")
     before = source_digest(tmp_path)
+    versions.append(db._version.__wrapped__())
     header.write_text("#define ST_QAHEAD 1024\n")
     after = source_digest(tmp_path)
-    assert after != before
+    versions.append(db._version.__wrapped__())
+    assert after != before and versions[0] != versions[1]
     (tmp_path / "notes.txt").write_text("not source")
     assert source_digest(tmp_path) == after
