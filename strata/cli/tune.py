@@ -6,12 +6,14 @@ fastest correct ones in the tuning database (strata/tune/), which later compiles
     strata tune --suite [--ops rmsnorm,mlp] [--seqs 1,128] [--dtypes f32] [--budget S]
     strata tune ... --target CPU     (rank schedules for another CPU by llvm-mca; nothing timed)
     strata tune --show
+    strata tune --export FILE | --import FILE [--force]   (share winners with machines alike)
 """
 from __future__ import annotations
 
 import json
 from math import exp, log
 import os
+from pathlib import Path
 from statistics import median
 import sys
 import time
@@ -50,6 +52,12 @@ def add_parser(sub) -> None:
                    help=f"seconds of search per program (default {DEFAULT_BUDGET_S})")
     t.add_argument("--force", action="store_true", help="measure kernels tuned before again")
     t.add_argument("--show", action="store_true", help="print the tuning database and exit")
+    t.add_argument("--export", metavar="FILE", help="write this strata version's rows of the "
+                   "tuning database to FILE (JSON) and exit")
+    t.add_argument("--import", dest="import_", metavar="FILE",
+                   help="add the rows of a FILE written by --export (keyed by each machine's "
+                        "target, so rows from other machines serve only those) and exit; "
+                        "--force lets them replace rows already here")
     t.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="pin a knob for every kernel (the search leaves it alone)")
     t.add_argument("--cost", choices=("count", "mca"), default="count",
@@ -68,6 +76,8 @@ def tune_command(args) -> int:
     db = TuningDB()
     if args.show:
         return _show(db.rows())
+    if args.export or args.import_:
+        return _export(db, args.export) if args.export else _import(db, args.import_, args.force)
     if (bool(args.code) + bool(args.suite) + bool(args.model)) != 1:
         raise StrataError("give one of MODEL, -c CODE or --suite (or --show)")
     if (args.cost == "mca" or args.target) and llvm_mca()[0] is None:
@@ -227,6 +237,36 @@ def _print_results(label: str, results, times) -> None:
             print(f"    rejected {why}")
         if r.dropped:
             print(f"    {r.dropped}")
+
+
+EXPORT_FORMAT = "strata tuning database 1"
+
+
+def _export(db: TuningDB, path: str) -> int:
+    rows = db.rows()
+    Path(path).write_text(json.dumps({"format": EXPORT_FORMAT, "version": db.version,
+                                      "rows": rows}, indent=1))
+    print(f"strata: wrote {len(rows)} rows of strata {db.version} to {path}", file=sys.stderr)
+    return 0
+
+
+def _import(db: TuningDB, path: str, force: bool) -> int:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise StrataError(f"--import {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StrataError(f"--import {path}: not a file `strata tune --export` wrote ({e})") from None
+    rows = data.get("rows") if isinstance(data, dict) and data.get("format") == EXPORT_FORMAT else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"signature", "target",
+                                                 "version", "knobs"} <= set(r) for r in rows):
+        raise StrataError(f"--import {path}: not a file `strata tune --export` wrote")
+    added, kept, skipped = db.merge(rows, replace=force)
+    print(f"strata: {added} rows added from {path}"
+          + (f", {kept} kept as they were here (--force replaces them)" if kept else "")
+          + (f", {skipped} skipped: measured by another strata version ({data.get('version')}), "
+             f"whose kernels are not this one's" if skipped else ""), file=sys.stderr)
+    return 0
 
 
 def _show(rows: list[dict]) -> int:

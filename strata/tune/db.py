@@ -31,6 +31,8 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     measured TEXT,                -- JSON [[knobs, ms, the default's ms in the same rounds], ...]
     PRIMARY KEY (signature, target, version))"""
 ADDED = ("other_load REAL", "spread REAL", "measured TEXT")   # columns an older database lacks
+COLUMNS = ("signature", "target", "version", "knobs", "label", "default_ms", "tuned_ms",
+           "candidates", "rejected", "created", "other_load", "spread", "measured")
 
 
 def db_path() -> Path:
@@ -104,6 +106,28 @@ class TuningDB:
             con.row_factory = sqlite3.Row
             return [dict(r) for r in con.execute(
                 "SELECT * FROM tuned WHERE version=? ORDER BY created DESC", (self.version,))]
+
+
+    def merge(self, rows: list[dict], replace: bool = False) -> tuple[int, int, int]:
+        """Rows of an exported database into this one: (added, kept because a row of the same
+        kernel and target was here, skipped because another strata version measured them: its
+        kernels are not this one's). `replace`: an imported row wins over one already here."""
+        added = kept = skipped = 0
+        with self._connect() as con:
+            for r in rows:
+                if r["version"] != self.version:
+                    skipped += 1
+                    continue
+                here = con.execute("SELECT 1 FROM tuned WHERE signature=? AND target=? AND "
+                                   "version=?", (r["signature"], r["target"], r["version"])).fetchone()
+                if here and not replace:
+                    kept += 1
+                    continue
+                con.execute(f"INSERT OR REPLACE INTO tuned ({', '.join(COLUMNS)}) VALUES "
+                            f"({', '.join('?' * len(COLUMNS))})", [r.get(c) for c in COLUMNS])
+                added += 1
+        self._cache.clear()
+        return added, kept, skipped
 
 
 def default_db() -> TuningDB | None:

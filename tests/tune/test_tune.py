@@ -394,3 +394,37 @@ def test_the_view_shows_each_candidate_the_search_timed(tmp_path, monkeypatch):
     won = json.loads(row["knobs"])
     assert winner["default"] if not won else winner["knobs"] == ", ".join(
         f"{n}={v}" for n, v in sorted(won.items()))
+
+
+def test_a_database_exported_here_is_imported_on_another_machine(tmp_path, monkeypatch, capsys):
+    """`strata tune --export FILE` writes this version's rows; `--import FILE` adds them elsewhere
+    (a row already there is kept unless --force, rows of another strata version are skipped:
+    their kernels are not this one's), and the database compiles read there holds the winner."""
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "here"))
+    here = TuningDB()
+    here.put("sig", "cpu:x86-64:2:avx2", {"TILE_N": 64}, "matmul[4, 4]", 2.0, 1.0, 5, [])
+    here.put("sig2", "cpu:x86-64:2:avx2", {}, "exp[8]", 1.0, 1.0, 3, [])
+    out = tmp_path / "tuned.json"
+    assert main(["tune", "--export", str(out)]) == 0
+    assert "wrote 2 rows" in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    data["rows"].append(dict(data["rows"][0], signature="old", version="0.0.0"))
+    out.write_text(json.dumps(data))
+
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "there"))
+    there = TuningDB()
+    there.put("sig2", "cpu:x86-64:2:avx2", {"VEC": 4}, "exp[8]", 1.0, 0.5, 3, [])
+    assert main(["tune", "--import", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "1 rows added" in err and "1 kept" in err and "1 skipped" in err
+    assert TuningDB().get("sig", "cpu:x86-64:2:avx2") == {"TILE_N": 64}
+    assert TuningDB().get("sig2", "cpu:x86-64:2:avx2") == {"VEC": 4}
+    assert main(["tune", "--import", str(out), "--force"]) == 0
+    assert TuningDB().get("sig2", "cpu:x86-64:2:avx2") == {}
+    assert {r["signature"] for r in TuningDB().rows()} == {"sig", "sig2"}
+
+    (tmp_path / "bad.json").write_text('{"rows": 3}')
+    for path, says in ((tmp_path / "none.json", "no such file"),
+                       (tmp_path / "bad.json", "not a file `strata tune --export` wrote")):
+        assert main(["tune", "--import", str(path)]) != 0
+        assert says in capsys.readouterr().err
