@@ -113,6 +113,21 @@ HAS_CC = _find_cc()
 ARCHS = ("sm_80", "sm_90")
 
 
+def skip_unless_sass_readable() -> None:
+    """Skip the calling test module, in one sentence, where NVRTC, the CUDA headers or NVIDIA's
+    cuobjdump and nvdisasm are missing: the SASS tests read the machine code through them."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from strata.core.errors import DeviceUnavailable
+    from strata.runtime.nvrtc import include_dirs
+    from strata.runtime.sass import tool
+    try:
+        tool("cuobjdump"), tool("nvdisasm")
+    except DeviceUnavailable as e:
+        pytest.skip(str(e), allow_module_level=True)
+    if not include_dirs():
+        pytest.skip("no CUDA headers (cuda_fp16.h) found", allow_module_level=True)
+
+
 def compile_with_nvrtc(prog):
     """Every generated kernel must compile with NVRTC for sm_80 and sm_90."""
     from strata.runtime.nvrtc import compile_cuda

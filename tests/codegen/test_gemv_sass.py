@@ -12,22 +12,16 @@ simulator.
 import pytest
 import torch
 
-pytest.importorskip("cuda.bindings.nvrtc")
+from conftest import skip_unless_sass_readable
+
+skip_unless_sass_readable()
 
 import strata  # noqa: E402
 from strata.bench import check  # noqa: E402
 from strata.core.context import Context  # noqa: E402
-from strata.core.errors import DeviceUnavailable  # noqa: E402
-from strata.runtime.nvrtc import include_dirs, resource_usage  # noqa: E402
-from strata.runtime.sass import global_loads, sass, tool  # noqa: E402
+from strata.runtime.nvrtc import resource_usage  # noqa: E402
+from strata.runtime.sass import global_loads, sass  # noqa: E402
 from strata.tile.passes.split_matmul_k import GEMV_K_MIN, K_MIN  # noqa: E402
-
-try:
-    tool("cuobjdump"), tool("nvdisasm")
-except DeviceUnavailable as e:
-    pytest.skip(str(e), allow_module_level=True)
-if not include_dirs():
-    pytest.skip("no CUDA headers (cuda_fp16.h) found", allow_module_level=True)
 
 ARCH = "sm_90a"
 PROJECTIONS = [(2048, 2048), (2048, 256), (2048, 5632), (5632, 2048)]     # (K, N), TinyLlama's
