@@ -99,7 +99,6 @@ class CEmitter(CFamilyEmitter):
         self.xr = {s.row.x: s for s in walk(kernel.body) if isinstance(s, QuantRows)}   # c_int8_rows.py
         self.xq = sorted({s.x for s in walk(kernel.body) if isinstance(s, QuantRow) and s.vnni
                           and id(s) not in grouped})
-        self.xq_rows = sorted({s.x for s in walk(kernel.body) if id(s) in grouped} - set(self.xq))
 
     # ------------------------------------------------------------ expressions
 
@@ -243,15 +242,10 @@ class CEmitter(CFamilyEmitter):
                 self.emit(f"st_xq8 st_xq_{cname(x)} = st_quantize_{self.bufs[x]}({cname(x)}, {numel[x]});", 1)
             self.emit("#endif", 0)
         if self.xr:         # QuantRows' activations: int8 blocks, rows as lanes (c_int8_rows.py)
-            self.emit("#if ST_VNNI == 512", 0)
+            self.emit("#if ST_VNNI", 0)
             for x, form in self.xr.items():
                 self.emit(f"st_xr8 st_xr_{cname(x)} = st_quantize_rows_{self.bufs[x]}({cname(x)}, "
                           f"{form.rows}, {numel[x] // form.rows});", 1)
-            if self.xq_rows:
-                self.emit("#elif ST_VNNI", 0)
-                for x in self.xq_rows:
-                    self.emit(f"st_xq8 st_xq_{cname(x)} = st_quantize_{self.bufs[x]}({cname(x)}, "
-                              f"{numel[x]});", 1)
             self.emit("#endif", 0)
         if depth == 2:
             self.emit(f"#pragma omp parallel{team}", 1)
@@ -284,13 +278,9 @@ class CEmitter(CFamilyEmitter):
                 self.emit(f"st_xq8_free(st_xq_{cname(x)});", 1)
             self.emit("#endif", 0)
         if self.xr:
-            self.emit("#if ST_VNNI == 512", 0)
+            self.emit("#if ST_VNNI", 0)
             for x in self.xr:
                 self.emit(f"st_xr8_free(st_xr_{cname(x)});", 1)
-            if self.xq_rows:
-                self.emit("#elif ST_VNNI", 0)
-                for x in self.xq_rows:
-                    self.emit(f"st_xq8_free(st_xq_{cname(x)});", 1)
             self.emit("#endif", 0)
         self.lines.append("}")
         return "\n".join(self.lines)

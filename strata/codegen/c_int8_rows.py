@@ -1,5 +1,6 @@
 """A QuantRows form (kernel_ir/cpu_ir.py: a group of quantized weight rows by M activation rows)
-as a call of preludes/c_int8_rows.h's kernel, where the compiler targets AVX512-VNNI.
+as a call of preludes/c_int8_rows.h's kernel, where the compiler targets AVX512-VNNI (vpdpbusd)
+or AVX2 (vpmaddubsw).
 
 Why a call: the kernel is a fixed micro-kernel (4 weight rows by 32 activation rows a step, the
 activation rows as vpdpbusd's lanes, measured by strata.bench.quant_prefill) whose only
@@ -41,7 +42,7 @@ def emit_quant_rows(em, form: QuantRows, depth: int, as_written) -> None:
               "q8_0": f"st_unpack_q8_0(&st_g, {k}, {bf}, {ptrs})",
               "q6_k": f"st_unpack_q6_k(&st_g, {k}, {bf}, {ptrs})"}[row.fmt]
     ldo = coefficient(form.out_at, form.m)
-    em.emit(f"#if ST_VNNI == 512    // {row.fmt} rows by {form.rows} activation rows on int8 dot "
+    em.emit(f"#if ST_VNNI    // {row.fmt} rows by {form.rows} activation rows on int8 dot "
             f"products (codegen/c_int8_rows.py)", 0)
     em.emit("{", depth)
     em.emit("static _Thread_local st_wr8 st_g; static _Thread_local long st_g_k;", depth + 1)

@@ -128,8 +128,8 @@ def test_int8_rows_are_the_default_where_the_cpu_has_vnni_and_no_amx():
 
 @pytest.mark.parametrize("target", ["cpu-avx2", "cpu"])
 def test_pinned_int8_rows_elsewhere_run_their_loops_as_written(target):
-    """On AVX2 (no VNNI-512: the QuantRows print their rows, vpmaddubsw on int8 activations) and
-    on plain x86-64 (no int8 rows there: the split kernel's loops as written, float lanes)."""
+    """On AVX2 (the kernel on vpmaddubsw where the C is built without AVX-512) and on plain
+    x86-64 (no int8 rows there: the split kernel's loops as written, float lanes)."""
     layer, x = layer_of("q4_k", 256, 16), torch.randn(20, 256).to(BF16)
     prog, _ = cpu_compile(layer, (x,), {"QGEMM": "int8", "QDOT": "vnni"}, target=target)
     assert "k_linear_reduce_int8(" in prog.source("c")
@@ -149,3 +149,27 @@ def test_a_nan_or_an_infinity_in_one_prompt_row_spoils_that_row_only():
     assert not got[[3, 11]].isfinite().any()
     rest = [i for i in range(20) if i not in (3, 11)]
     close(got[rest], layer, (x[rest],))
+
+
+
+@pytest.mark.skipif(not host().has("avx2"), reason="this CPU lacks AVX2: C built for an AVX2-only "
+                    "CPU cannot run here")
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
+def test_the_avx2_kernel_built_as_for_an_avx2_only_cpu(fmt, monkeypatch):
+    """The int8 rows on vpmaddubsw (Zen 3's kernel: unsigned nibbles with their offset or minimum
+    taken off by beta, Q8_0 and Q6_K signed through vpsignb), the C built with -march=x86-64-v3
+    (no AVX-512) and run here: it is the default there, checked like the VNNI kernel, and a NaN
+    row stays NaN."""
+    from strata.runtime import cc
+    monkeypatch.setattr(cc, "FLAGS", tuple("-march=x86-64-v3" if f == "-march=native" else f
+                                           for f in cc.FLAGS))
+    layer, x = layer_of(fmt, 512, 24), torch.randn(17, 512).to(BF16)
+    prog, _ = cpu_compile(layer, (x,), {"QGEMM": "int8"}, target="cpu-avx2")
+    assert f"{fmt} rows by 17 activation rows on int8 dot products" in prog.source("c")
+    close(prog(x), layer, (x,))
+    x[5, 3] = float("nan")
+    got = prog(x)
+    assert not got[5].isfinite().any() and got[[0, 16]].isfinite().all()
+    big = layer_of(fmt, 2048, 64)            # the default on an AVX2-only CPU, at enough work
+    prog, _ = cpu_compile(big, (torch.randn(128, 2048).to(BF16),), target="cpu-avx2")
+    assert knobs_of(prog, "k_linear_reduce_int8")["QGEMM"] == "int8"

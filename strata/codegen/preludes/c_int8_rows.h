@@ -191,3 +191,154 @@ static st_wr8 st_wr8_new(long K) {
 }
 static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); free(g.mw); }
 #endif
+#if ST_VNNI == 256
+// The same QuantRows on AVX2 without VNNI (Zen 3, Haswell): vpmaddubsw + vpmaddwd, 8 activation
+// rows a ymm. Activations: s8 blocks of 32 laid out 8 rows x 4 bytes per step of 4 K, each block's
+// d and c = d * sum(q) per 8 rows (d NaN for a block holding a NaN or an infinity). Weights: Q4_0
+// and Q4_K nibbles unsigned (0..15), what their offset (8 * sw) or minimum takes off a block being
+// beta * c; Q8_0 and Q6_K (q - 32) signed, multiplied as |w| by x with w's sign (vpsignb), beta 0.
+// vpmaddubsw's pairs stay in 16 bits: 2 x 15 x 127, 2 x 127 x 127 at most.
+#define ST_IR 8
+typedef struct { uint8_t* q; float* d; float* c; long m16, nb; } st_xr8;   // m16: groups of 8 rows
+#define ST_XR8(X, T, LOAD) \
+static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
+    st_xr8 v = {0, 0, 0, (M + 15) / 16 * 2, K / 32}; \
+    v.q = st_scratch(v.m16 * K * 8); \
+    v.d = st_scratch(v.m16 * v.nb * 8 * sizeof(float)); \
+    v.c = st_scratch(v.m16 * v.nb * 8 * sizeof(float)); \
+    _Pragma("omp parallel for num_threads(ST_TEAM) schedule(static)") \
+    for (long m = 0; m < v.m16 * 8; m++) { \
+        long g = m / 8, l = m % 8; \
+        for (long b = 0; b < v.nb; b++) { \
+            float f[32], mx; \
+            uint32_t mb = 0; \
+            for (int j = 0; j < 32; j++) { \
+                f[j] = m < M ? LOAD(x[m * K + b * 32 + j]) : 0.0f; \
+                uint32_t a; __builtin_memcpy(&a, &f[j], 4); \
+                a &= 0x7fffffffu; mb = a > mb ? a : mb; } \
+            __builtin_memcpy(&mx, &mb, 4); \
+            float d = mb >= 0x7f800000u ? __builtin_nanf("") : mx / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f; \
+            int8_t q[32]; \
+            int sum = 0; \
+            for (int j = 0; j < 32; j++) { \
+                float y = f[j] * id; \
+                int t = y == y ? (int)nearbyintf(y) : 0; \
+                q[j] = (int8_t)t; sum += t; } \
+            for (int j = 0; j < 8; j++) \
+                __builtin_memcpy(v.q + ((g * (K / 4) + b * 8 + j) * 8 + l) * 4, q + 4 * j, 4); \
+            v.d[(g * v.nb + b) * 8 + l] = d; \
+            v.c[(g * v.nb + b) * 8 + l] = d * (float)sum; \
+        } \
+    } \
+    return v; }
+ST_XR8(f32, float, ST_ID)
+ST_XR8(bf16, uint16_t, st_bf16_to_float)
+static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
+// the group's weights w8[r][k] (unsigned, or signed where sgn), per sub-block sw and beta at [r][s]
+typedef struct { uint8_t* w8; float *sw, *beta; long ns; int sgn; } st_wr8;
+static inline float st_s16(uint16_t h, int bf) { return bf ? st_s1_bf16(h) : st_s1_f16(h); }  // c_qdot.h's
+static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char* qs, long qs_r, const uint16_t* d,
+        long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
+        const unsigned char* mn, long mn_r) {
+    long nb = K / 32;
+    g->ns = nb, g->sgn = 0;
+    const __m128i m = _mm_set1_epi8(15);
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < nb; b++) {
+            __m128i raw = _mm_loadu_si128((const __m128i*)(qs + r * qs_r + b * 16));
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32), _mm_and_si128(raw, m));
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + b * 32 + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), m));
+            float sw = kq ? st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b] : st_s16(d[r * d_r + b], bf);
+            g->sw[r * nb + b] = sw;
+            g->beta[r * nb + b] = kq ? st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b] : 8.0f * sw;
+        }
+}
+static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, long qs_r, const uint16_t* d, long d_r) {
+    g->ns = K / 32, g->sgn = 1;
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < K / 32; b++) {
+            __builtin_memcpy(g->w8 + r * K + b * 32, qs + r * qs_r + b * 32, 32);
+            g->sw[r * g->ns + b] = st_s16(d[r * d_r + b], bf);
+            g->beta[r * g->ns + b] = 0.0f;
+        }
+}
+static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
+                           long d_r, const signed char* sc, long sc_r) {
+    g->ns = K / 16, g->sgn = 1;
+    for (int r = 0; r < ST_IR; r++)
+        for (long s = 0; s < K / 16; s++) {
+            _mm_storeu_si128((__m128i*)(g->w8 + r * K + s * 16), st_q6_k_16(qs + r * qs_r + s * 12));
+            g->sw[r * g->ns + s] = st_s16(d[r * d_r + s / 16], bf) * (float)sc[r * sc_r + s];
+            g->beta[r * g->ns + s] = 0.0f;
+        }
+}
+// 16 activation rows (row groups gi, gi + 1) by 4 weight rows (r0..r0 + 3), sub-blocks b0..b1 of
+// SUB weights, added to out[r][16 lanes]
+#define ST_A2_R4(X) X(0) X(1) X(2) X(3)
+#define ST_A2_DP(r) { __m256i wv = _mm256_set1_epi32(w##r[q]); \
+    if (sgn) { __m256i wa = _mm256_abs_epi8(wv); \
+        s##r = _mm256_add_epi32(s##r, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(u, wv)), one)); \
+        t##r = _mm256_add_epi32(t##r, _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(v, wv)), one)); \
+    } else { \
+        s##r = _mm256_add_epi32(s##r, _mm256_madd_epi16(_mm256_maddubs_epi16(wv, u), one)); \
+        t##r = _mm256_add_epi32(t##r, _mm256_madd_epi16(_mm256_maddubs_epi16(wv, v), one)); } }
+#define ST_A2_FL(r) { __m256 S = _mm256_set1_ps(sw[(r) * ns]), B = _mm256_set1_ps(be[(r) * ns]); \
+    float* o = out + (r0 + (r)) * 16; \
+    _mm256_store_ps(o, _mm256_fnmadd_ps(B, cx, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s##r), S), dx, \
+                                                               _mm256_load_ps(o)))); \
+    _mm256_store_ps(o + 8, _mm256_fnmadd_ps(B, cy, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t##r), S), \
+                                                                   dy, _mm256_load_ps(o + 8)))); }
+#define ST_A2_MICRO(NAME, SUB, SGN) \
+static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long K, long b0, long b1, \
+                        float* out) { \
+    const long nb = K / 32, kq = K / 4, ns = g->ns; \
+    const int32_t *w0 = (const int32_t*)g->w8 + (r0 + 0) * kq, *w1 = (const int32_t*)g->w8 + (r0 + 1) * kq; \
+    const int32_t *w2 = (const int32_t*)g->w8 + (r0 + 2) * kq, *w3 = (const int32_t*)g->w8 + (r0 + 3) * kq; \
+    const uint8_t *xa = x->q + gi * kq * 32, *xb = xa + kq * 32; \
+    const __m256i one = _mm256_set1_epi16(1); \
+    const int sgn = (SGN); \
+    for (long s = b0; s < b1; s++) { \
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0; \
+        _Pragma("GCC unroll 8") \
+        for (int j = 0; j < (SUB) / 4; j++) { \
+            long q = s * ((SUB) / 4) + j; \
+            __m256i u = _mm256_loadu_si256((const __m256i*)(xa + q * 32)); \
+            __m256i v = _mm256_loadu_si256((const __m256i*)(xb + q * 32)); \
+            ST_A2_R4(ST_A2_DP) \
+        } \
+        long xb32 = s * (SUB) / 32; \
+        const float *dp = x->d + (gi * nb + xb32) * 8, *cp = x->c + (gi * nb + xb32) * 8; \
+        __m256 dx = _mm256_loadu_ps(dp), dy = _mm256_loadu_ps(dp + nb * 8); \
+        __m256 cx = _mm256_loadu_ps(cp), cy = _mm256_loadu_ps(cp + nb * 8); \
+        const float *sw = g->sw + r0 * ns + s, *be = g->beta + r0 * ns + s; \
+        ST_A2_R4(ST_A2_FL) \
+    } }
+ST_A2_MICRO(st_ir2_u32, 32, 0)
+ST_A2_MICRO(st_ir2_s32, 32, 1)
+ST_A2_MICRO(st_ir2_s16, 16, 1)
+// The group's ST_IR rows by all M activation rows: out[m * ldo + r] (unpacked weights in g)
+static void st_int8_rows_run(const st_xr8* x, st_wr8* g, long M, long K, int sub, int mins, float* out, long ldo) {
+    float tile[ST_IR * 16] __attribute__((aligned(32)));
+    long ns = K / sub, chunk = 512 / sub;          // sub-blocks a step: a pair of row groups' 512 K
+    (void)mins;                                    // (q4_k's minimums are in beta here)
+    for (long gi = 0; gi < x->m16; gi += 2) {      // of activations stay in L1 across the 2 halves
+        memset(tile, 0, sizeof tile);
+        for (long b0 = 0; b0 < ns; b0 += chunk)
+            for (int r0 = 0; r0 < ST_IR; r0 += 4) {
+                long b1 = b0 + chunk < ns ? b0 + chunk : ns;
+                if (sub == 16) st_ir2_s16(x, gi, g, r0, K, b0, b1, tile);
+                else if (g->sgn) st_ir2_s32(x, gi, g, r0, K, b0, b1, tile);
+                else st_ir2_u32(x, gi, g, r0, K, b0, b1, tile);
+            }
+        for (long l = 0; l < 16 && gi * 8 + l < M; l++)
+            for (int r = 0; r < ST_IR; r++)
+                out[(gi * 8 + l) * ldo + r] = tile[r * 16 + l];
+    }
+}
+static st_wr8 st_wr8_new(long K) {
+    st_wr8 g = {st_scratch(ST_IR * K + 64), st_scratch(K / 16 * ST_IR * sizeof(float)),
+                st_scratch(K / 16 * ST_IR * sizeof(float)), 0, 0};
+    return g;
+}
+static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); }
+#endif

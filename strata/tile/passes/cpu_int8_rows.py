@@ -10,8 +10,9 @@ the epilogue reads the sums as rows. kernel_ir/lower_quant_rows.py states a grou
 QuantRows form, which codegen/c_int8_rows.py prints as preludes/c_int8_rows.h's kernel
 (activation rows as vpdpbusd's lanes, the weights read as stored: no packing, no copy).
 
-QGEMM=int8|bf16 pins the choice; int8 is the default where the CPU has AVX512-VNNI (and BW, VL)
-but no AMX (its bf16 tiles take the dequantized weight faster; AMX-INT8 rows are not written),
+QGEMM=int8|bf16 pins the choice; int8 is the default where the CPU has AVX512-VNNI (and BW, VL),
+or AVX2 without AVX-512 (vpmaddubsw: Zen 3), but no AMX (its bf16 tiles take the dequantized
+weight faster; AMX-INT8 rows are not written),
 M >= MIN_M, M * N * K >= MIN_WORK, the N sides dequantized in blocks of 16 or more, K a
 multiple of 32 and N of INT8_ROWS. `python -m strata.bench.quant_prefill` measures it (Zen 5,
 128 x 2048 x 5632: 1.4x to 1.7x the bf16 path for blocks of 32, Q6_K's 16 1.1x to 1.2x). The activations are
@@ -36,6 +37,7 @@ MIN_M = 16                  # activation rows: fewer are a decode's, rows of dot
 MIN_WORK = 1 << 22          # multiply-adds: below, the activations' quantization and the extra
                             # kernel cost more than they save (16 x 256 x 64: 0.022 ms, bf16 0.011)
 NEEDS = ("avx512_vnni", "avx512bw", "avx512vl")
+AVX2 = ("avx2", "fma", "f16c")      # without AVX-512: the kernel on vpmaddubsw (Zen 3, Haswell)
 
 
 def cpu_int8_rows(k: TileKernel, ctx: Context):
@@ -88,7 +90,8 @@ def cpu_int8_rows(k: TileKernel, ctx: Context):
 def _wanted(k: TileKernel, c, n_sides, ctx: Context) -> bool:
     """Whether the product, every N side a dequantized bf16 weight, takes int8 rows."""
     pinned = ctx.knob("QGEMM", "")
-    default = all(map(ctx.arch.has, NEEDS)) and not ctx.arch.has("amx_bf16")
+    has = ctx.arch.has
+    default = (all(map(has, NEEDS)) or all(map(has, AVX2)) and not has("avx512f")) and not has("amx_bf16")
     if pinned == "bf16" or not (pinned == "int8" or default):
         return False
     m, n = k.extent(c.m), k.extent(c.n)
