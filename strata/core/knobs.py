@@ -85,8 +85,8 @@ _TABLE = [
     ("QDOT", "a quantized matrix-vector row's blocks as int8 dot products (activations quantized "
      "per block, vpdpbusd; vpmaddubsw on AVX2) or as float lanes", _one_of("vnni", "float"),
      "CPU quantized rows"),
-    ("QGEMM", "a matrix product by a block-quantized weight on int8 dot products (vpdpbusd) or "
-     "on its bf16 dequantization", _one_of("int8", "bf16"), "CPU quantized products (M > 1)"),
+    ("QGEMM", "a matrix product by a block-quantized weight on int8 dot products (vpdpbusd; "
+     "vpmaddubsw on AVX2) or on its bf16 dequantization", _one_of("int8", "bf16"), "CPU quantized products (M > 1)"),
     ("PREFETCH", "each register tile of a CPU block prefetches part of the next block's packed "
      "panel into L2 under its FMAs (1), or not (0)", _FLAG, "CPU contractions (FORM=outer)"),
     ("K_CHUNK", "K elements a CPU block runs over all its register tiles before the next (the "
