@@ -6,7 +6,7 @@ Compiling where autograd is on, with parameters or inputs that require grad, war
 sentence. A call made so returns outputs whose backward raises NoBackward, in one sentence: a
 refusal at the call would break inference run without torch.no_grad() (parameters require grad
 by default), and outputs without history would let a loss mixing them with eager results skip
-their gradients silently. Used by strata.compile (api.py); the torch.compile backend compiles
+their gradients silently. Used by strata.compile (api/__init__.py); the torch.compile backend compiles
 the backward too (torch_compile/backend.py).
 """
 from __future__ import annotations

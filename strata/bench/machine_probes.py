@@ -1,4 +1,4 @@
-"""The ceilings of this CPU's profile (machine.py), measured by programs strata itself compiles and
+"""The ceilings of this CPU's profile (tune/machine.py), measured by programs strata itself compiles and
 runs natively: `strata machine --measure`.
 
 What: sums of rows over DRAM-, LLC- and L2-sized tensors (read GB/s), the peaks of fp32 FMAs,

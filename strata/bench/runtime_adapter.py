@@ -1,6 +1,6 @@
 """The one place the benchmarks touch strata's CUDA runtime beyond calling a Program.
 
-Expected of a CUDA Program (strata/api.py + strata/runtime/program.py):
+Expected of a CUDA Program (strata/api/ + strata/runtime/program.py):
   program(*cuda_tensors)                  -> outputs, like the original function
   program.runtime.kernel_rows()           -> [{"name", "grid", "block", "smem_bytes", "registers"}],
                                              one per launch

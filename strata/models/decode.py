@@ -220,7 +220,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
     With `sampling` (strata.models.sampling.Sampling) the programs sample the next id instead.
     threads: on "cpu", as strata.compile's.
 
-    (strata.generate; here, not in api.py, because it drives the compiled Programs.) The path to
+    (strata.generate; here, not in strata/api/, because it drives the compiled Programs.) The path to
     generation with strata: `torch.compile(model, backend="strata").generate(...)`
     runs eager, because PyTorch forwards `.generate` to the uncompiled model."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:

@@ -1,7 +1,7 @@
 """`torch.compile(model, backend="strata")`: dynamo hands strata one FX graph at a time.
 
 Each graph is re-exported with torch.export (frontend/dynamo_graph.py) and lowered like
-`strata.compile`'s (an entry point beside api.py, above the stages it runs). Traced for training
+`strata.compile`'s (an entry point beside strata/api/, above the stages it runs). Traced for training
 (autograd on, an input such as a parameter requiring grad), the graph goes through AOTAutograd:
 its forward graph (which also returns the activations the backward saves) and its backward
 graph are each compiled as an inference graph is, both at compile time, so an op either lacks

@@ -3,7 +3,7 @@
 Why these numbers: the page draws only what was measured or counted elsewhere. A kernel's time is
 `--bench`'s (each kernel alone, NativeProgram.kernel_runner); its FLOPs and bytes are the cost
 model's (tune/cost.py `kernel_work`: the float operations its loops execute, every parameter
-moved once); the ceilings are the cached profile of `strata machine --measure` (machine.py),
+moved once); the ceilings are the cached profile of `strata machine --measure` (tune/machine.py),
 read and never measured here: without one the page says so and draws nothing."""
 from __future__ import annotations
 
