@@ -33,7 +33,7 @@ import time
 
 from ..api import Program, compile as strata_compile, on_device
 from ..bench.cases import cases
-from ..bench.check import expect, verify
+from ..bench.check import eager_error, expect, verify
 from ..bench.cpu_bench import interleaved_samples
 from ..core.context import Context
 from ..core.errors import StrataError
@@ -56,7 +56,7 @@ class Worker:
         self.device, self.pins, self.names = "cpu", {}, {}     # names: signature -> loop kernels
         self.static = False             # the cost model prices hot loops with llvm-mca
         self.target = None              # a CPU target to rank for (None: this machine's)
-        self.module = self.inputs = self.default = self.expected = None
+        self.module = self.inputs = self.default = self.expected = self.floor = None
 
     def build(self, req: dict) -> None:
         """The program to tune: a -c snippet, a MODEL (one decoder layer with `layer`, weights
@@ -92,7 +92,7 @@ class Worker:
         runtime.poison = True
         try:
             report = verify(program, self.module, [x.clone() for x in self.inputs],
-                            expected=self.expected)
+                            expected=self.expected, floor=self.floor)
         finally:
             runtime.poison = False
         if report.passed:
@@ -105,6 +105,8 @@ class Worker:
         self.static = req.get("cost") == "mca"
         self.build(req)
         self.expected = expect(self.module, self.inputs)        # eager's, once per program
+        # a schedule is as right as eager in the program's own dtypes, with a margin of 2
+        self.floor = [2 * e for e in eager_error(self.module, self.expected)]
         self.default = self.compile({})
         problem = self.check(self.default)
         if problem:
