@@ -48,6 +48,7 @@ MINOR, MINOR_MS = 0.02, 0.05    # kernels under 2% of a program's kernel time (w
                                 # 50 us: below it every kernel is launch overhead) are not searched
 ROUNDS, CONFIRM_ROUNDS = 7, 15
 TIMEOUT_S = 120         # one candidate's compile, check and timing
+PREPARE_S = 1800        # the program's first compile and check: a whole model's takes minutes
 
 
 @dataclass
@@ -87,7 +88,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(self.command, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL)
-        return self.ask(self.prepare, restart=False)
+        return self.ask(self.prepare, timeout=PREPARE_S, restart=False)
 
     def ask(self, req: dict, timeout: float | None = None, restart: bool = True) -> dict:
         timeout = TIMEOUT_S if timeout is None else timeout
@@ -216,8 +217,9 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
         start = time.monotonic()        # the budget is the search's: a model's compile is not in it
         target, results, todo = info["target"], [], []
         pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
-        total_ms = sum(k.get("ms", 0.0) for k in info["kernels"])
-        for k in info["kernels"]:
+        kernels = _distinct(info["kernels"])
+        total_ms = sum(k.get("ms", 0.0) for k in kernels)
+        for k in kernels:
             k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
             r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
             if not force and db.get(k["signature"], target) is not None:
@@ -266,6 +268,22 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
         return results, target, times
     finally:
         worker.close()
+
+
+def _distinct(kernels: list[dict]) -> list[dict]:
+    """One entry per signature: a model's layers repeat their kernels, a candidate changes every
+    kernel of its signature and the worker times them together (its `ms` is already all of them),
+    so each repeat counted again made every kernel of a 22-layer model under 2% of the total."""
+    first: dict[str, dict] = {}
+    for k in kernels:
+        if k["signature"] in first:
+            first[k["signature"]]["alike"] = first[k["signature"]].get("alike", 0) + 1
+        else:
+            first[k["signature"]] = k
+    for k in first.values():
+        if k.get("alike"):
+            k["label"] += f" (and {k['alike']} kernels alike)"
+    return list(first.values())
 
 
 def _program_times(worker, results, db: TuningDB, target: str, say) -> tuple[float, float] | None:

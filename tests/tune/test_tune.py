@@ -456,3 +456,15 @@ def test_a_deep_bf16_program_is_held_to_eagers_own_bf16_error():
         def __getattr__(self, name):
             return getattr(self.program, name)
     assert "rel err" in worker.check(TenPercentOff(worker.default))
+
+
+def test_a_models_repeated_kernels_are_one_search_and_count_once():
+    """A model's 22 layers repeat their kernels: the worker times all kernels of a signature
+    together, so each repeat listed again made every kernel of TinyLlama under 2% of the total
+    (and a whole-model tune timed nothing). One entry per signature, its repeats named."""
+    from strata.tune.search import _distinct
+    kernels = [{"name": f"k_{i}", "signature": "mlp" if i % 2 else "norm", "label": "l",
+                "ms": 20.0 if i % 2 else 1.0, "knobs": {}} for i in range(44)]
+    one = _distinct(kernels)
+    assert [k["name"] for k in one] == ["k_0", "k_1"]
+    assert one[1]["label"] == "l (and 21 kernels alike)" and sum(k["ms"] for k in one) == 21.0
