@@ -1,3 +1,20 @@
+#if ST_VNNI
+// What both halves below share: ST_IR weight rows a group; the activations as int8 blocks of 32
+// with the rows as vector lanes, ST_XG rows a vector (m16: how many such groups, even: a micro-
+// kernel takes two), each block's d and c = d * sum(q) per ST_XG rows.
+#define ST_IR 8
+#define ST_XG (ST_VNNI == 512 ? 16 : 8)
+typedef struct { uint8_t* q; float* d; float* c; long m16, nb; } st_xr8;
+static st_xr8 st_xr8_new(long M, long K) {
+    st_xr8 v = {0, 0, 0, (M + 2 * ST_XG - 1) / (2 * ST_XG) * 2, K / 32};
+    v.q = st_scratch(v.m16 * K * ST_XG);
+    v.d = st_scratch(v.m16 * v.nb * ST_XG * sizeof(float));
+    v.c = st_scratch(v.m16 * v.nb * ST_XG * sizeof(float));
+    return v;
+}
+static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
+static inline float st_s16(uint16_t h, int bf) { return bf ? st_s1_bf16(h) : st_s1_f16(h); }  // c_qdot.h's
+#endif
 #if ST_VNNI == 512
 // QuantRows (kernel_ir/cpu_ir.py, tile/passes/cpu_int8_rows.py): a group of ST_IR weight rows of a
 // block-quantized weight times M activation rows on vpdpbusd, the activation rows as its lanes
@@ -7,14 +24,9 @@
 // so that row's sums are NaN (as eager's would be, or infinite), never finite garbage. Weights: the group's rows unpacked to s8 with, per
 // sub-block (32 weights; q6_k 16), sw (the scale), beta = 128 * sw * sum(s8) and mw (q4_k's
 // minimum): w = sw * s8 - mw, so a sub-block adds sw * dx * dot - dx * beta - cx * mw.
-#define ST_IR 8
-typedef struct { uint8_t* q; float* d; float* c; long m16, nb; } st_xr8;
 #define ST_XR8(X, T, LOAD) \
 static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
-    st_xr8 v = {0, 0, 0, (M + 31) / 32 * 2, K / 32}; \
-    v.q = st_scratch(v.m16 * K * 16); \
-    v.d = st_scratch(v.m16 * v.nb * 16 * sizeof(float)); \
-    v.c = st_scratch(v.m16 * v.nb * 16 * sizeof(float)); \
+    st_xr8 v = st_xr8_new(M, K); \
     _Pragma("omp parallel for num_threads(ST_TEAM) schedule(static)") \
     for (long m = 0; m < v.m16 * 16; m++) { \
         long g = m / 16, l = m % 16; \
@@ -43,10 +55,8 @@ static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
     return v; }
 ST_XR8(f32, float, ST_ID)
 ST_XR8(bf16, uint16_t, st_bf16_to_float)
-static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
 // the group's weights: w8[r][k], and per sub-block s the floats sw, beta, mw at [r][s] (ns a row)
 typedef struct { int8_t* w8; float *sw, *beta, *mw; long ns; } st_wr8;
-static inline float st_s16(uint16_t h, int bf) { return bf ? st_s1_bf16(h) : st_s1_f16(h); }  // c_qdot.h's
 static inline int st_sum_s8(__m128i v) {                    // the 16 signed bytes' sum
     __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
     return (int)(_mm_extract_epi64(s, 0) + _mm_extract_epi64(s, 1)) - 16 * 128;
@@ -198,14 +208,9 @@ static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); free(g
 // and Q4_K nibbles unsigned (0..15), what their offset (8 * sw) or minimum takes off a block being
 // beta * c; Q8_0 and Q6_K (q - 32) signed, multiplied as |w| by x with w's sign (vpsignb), beta 0.
 // vpmaddubsw's pairs stay in 16 bits: 2 x 15 x 127, 2 x 127 x 127 at most.
-#define ST_IR 8
-typedef struct { uint8_t* q; float* d; float* c; long m16, nb; } st_xr8;   // m16: groups of 8 rows
 #define ST_XR8(X, T, LOAD) \
 static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
-    st_xr8 v = {0, 0, 0, (M + 15) / 16 * 2, K / 32}; \
-    v.q = st_scratch(v.m16 * K * 8); \
-    v.d = st_scratch(v.m16 * v.nb * 8 * sizeof(float)); \
-    v.c = st_scratch(v.m16 * v.nb * 8 * sizeof(float)); \
+    st_xr8 v = st_xr8_new(M, K); \
     _Pragma("omp parallel for num_threads(ST_TEAM) schedule(static)") \
     for (long m = 0; m < v.m16 * 8; m++) { \
         long g = m / 8, l = m % 8; \
@@ -233,10 +238,8 @@ static st_xr8 st_quantize_rows_##X(const T* x, long M, long K) { \
     return v; }
 ST_XR8(f32, float, ST_ID)
 ST_XR8(bf16, uint16_t, st_bf16_to_float)
-static void st_xr8_free(st_xr8 v) { free(v.q); free(v.d); free(v.c); }
 // the group's weights w8[r][k] (unsigned, or signed where sgn), per sub-block sw and beta at [r][s]
 typedef struct { uint8_t* w8; float *sw, *beta; long ns; int sgn; } st_wr8;
-static inline float st_s16(uint16_t h, int bf) { return bf ? st_s1_bf16(h) : st_s1_f16(h); }  // c_qdot.h's
 static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char* qs, long qs_r, const uint16_t* d,
         long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
         const unsigned char* mn, long mn_r) {
