@@ -244,8 +244,11 @@ EXPORT_FORMAT = "strata tuning database 1"
 
 def _export(db: TuningDB, path: str) -> int:
     rows = db.rows()
-    Path(path).write_text(json.dumps({"format": EXPORT_FORMAT, "version": db.version,
-                                      "rows": rows}, indent=1))
+    try:
+        Path(path).write_text(json.dumps({"format": EXPORT_FORMAT, "version": db.version,
+                                          "rows": rows}, indent=1))
+    except OSError as e:
+        raise StrataError(f"--export {path}: cannot write it ({e.strerror or e})") from None
     print(f"strata: wrote {len(rows)} rows of strata {db.version} to {path}", file=sys.stderr)
     return 0
 
@@ -258,10 +261,12 @@ def _import(db: TuningDB, path: str, force: bool) -> int:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise StrataError(f"--import {path}: not a file `strata tune --export` wrote ({e})") from None
     rows = data.get("rows") if isinstance(data, dict) and data.get("format") == EXPORT_FORMAT else None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"signature", "target",
-                                                 "version", "knobs"} <= set(r) for r in rows):
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise StrataError(f"--import {path}: not a file `strata tune --export` wrote")
-    added, kept, skipped = db.merge(rows, replace=force)
+    try:
+        added, kept, skipped = db.merge(rows, replace=force)
+    except StrataError as e:
+        raise StrataError(f"--import {path}: {e}") from None
     print(f"strata: {added} rows added from {path}"
           + (f", {kept} kept as they were here (--force replaces them)" if kept else "")
           + (f", {skipped} skipped: measured by another strata version ({data.get('version')}), "

@@ -2,8 +2,8 @@
 as a call of preludes/c_int8_rows.h's kernel, where the compiler targets AVX512-VNNI (vpdpbusd)
 or AVX2 (vpmaddubsw).
 
-Why a call: the kernel is a fixed micro-kernel (4 weight rows by 32 activation rows a step, the
-activation rows as vpdpbusd's lanes, measured by strata.bench.quant_prefill) whose only
+Why a call: the kernel is a fixed micro-kernel (VNNI: 8 weight rows by 32 activation rows a
+step; AVX2: 4 by 16; the activation rows as the lanes; strata.bench.quant_prefill) whose only
 variables are where the group's bytes and scales start and how far apart its rows are; those
 are the QuantRow's own index expressions at the group's first row and the next, so a weight
 merged from several projections (its rows offset) needs nothing more. The activations are

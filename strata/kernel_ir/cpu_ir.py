@@ -202,7 +202,7 @@ class QuantRow(CpuForm):
 class QuantRows(CpuForm):
     """A group of a quantized weight's rows (the loop) each times M activation rows (an inner
     loop of the row's QuantRow, int8 activations, and the store of its sum; cpu_int8_rows.py):
-    one kernel on vpdpbusd, activation rows as lanes (codegen/c_int8_rows.py)."""
+    one kernel on vpdpbusd (AVX2: vpmaddubsw), activation rows as lanes (codegen/c_int8_rows.py)."""
     row: QuantRow | None = None     # the dot product of weight row `var`, activation row `m`
     m: str = ""                     # the activation rows' loop variable
     rows: int = 0                   # M

@@ -16,6 +16,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..core.errors import StrataError
 from ..core.user_cache import caching_enabled, user_cache_dir
 from ..version import __version__, source_digest
 
@@ -31,8 +32,6 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     measured TEXT,                -- JSON [[knobs, ms, the default's ms in the same rounds], ...]
     PRIMARY KEY (signature, target, version))"""
 ADDED = ("other_load REAL", "spread REAL", "measured TEXT")   # columns an older database lacks
-COLUMNS = ("signature", "target", "version", "knobs", "label", "default_ms", "tuned_ms",
-           "candidates", "rejected", "created", "other_load", "spread", "measured")
 
 
 def db_path() -> Path:
@@ -111,10 +110,17 @@ class TuningDB:
     def merge(self, rows: list[dict], replace: bool = False) -> tuple[int, int, int]:
         """Rows of an exported database into this one: (added, kept because a row of the same
         kernel and target was here, skipped because another strata version measured them: its
-        kernels are not this one's). `replace`: an imported row wins over one already here."""
+        kernels are not this one's). `replace`: an imported row wins over one already here. A row
+        lacking a column the table requires is a StrataError naming it."""
         added = kept = skipped = 0
         with self._connect() as con:
+            table = [(row[1], row[3]) for row in con.execute("PRAGMA table_info(tuned)")]
+            columns = [name for name, _ in table]
             for r in rows:
+                missing = [name for name, required in table if required and r.get(name) is None]
+                if missing:
+                    raise StrataError(f"a row to import has no {', '.join(missing)}: not a row "
+                                      f"`strata tune --export` wrote")
                 if r["version"] != self.version:
                     skipped += 1
                     continue
@@ -123,8 +129,8 @@ class TuningDB:
                 if here and not replace:
                     kept += 1
                     continue
-                con.execute(f"INSERT OR REPLACE INTO tuned ({', '.join(COLUMNS)}) VALUES "
-                            f"({', '.join('?' * len(COLUMNS))})", [r.get(c) for c in COLUMNS])
+                con.execute(f"INSERT OR REPLACE INTO tuned ({', '.join(columns)}) VALUES "
+                            f"({', '.join('?' * len(columns))})", [r.get(c) for c in columns])
                 added += 1
         self._cache.clear()
         return added, kept, skipped

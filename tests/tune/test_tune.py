@@ -424,10 +424,17 @@ def test_a_database_exported_here_is_imported_on_another_machine(tmp_path, monke
     assert {r["signature"] for r in TuningDB().rows()} == {"sig", "sig2"}
 
     (tmp_path / "bad.json").write_text('{"rows": 3}')
+    data["rows"] = [dict(data["rows"][0], signature="sig3"),          # a whole row, then a short one
+                    {"signature": "s", "target": "t", "version": TuningDB().version, "knobs": "{}"}]
+    (tmp_path / "short.json").write_text(json.dumps(data))
     for path, says in ((tmp_path / "none.json", "no such file"),
-                       (tmp_path / "bad.json", "not a file `strata tune --export` wrote")):
+                       (tmp_path / "bad.json", "not a file `strata tune --export` wrote"),
+                       (tmp_path / "short.json", "a row to import has no label, default_ms")):
         assert main(["tune", "--import", str(path)]) != 0
         assert says in capsys.readouterr().err
+    assert {r["signature"] for r in TuningDB().rows()} == {"sig", "sig2"}    # nothing half-done
+    assert main(["tune", "--export", str(tmp_path / "no" / "dir.json")]) != 0
+    assert "cannot write it" in capsys.readouterr().err
 
 
 @native

@@ -12,11 +12,11 @@ QuantRows form, which codegen/c_int8_rows.py prints as preludes/c_int8_rows.h's 
 
 QGEMM=int8|bf16 pins the choice; int8 is the default where the CPU has AVX512-VNNI (and BW, VL),
 or AVX2 without AVX-512 (vpmaddubsw: Zen 3), but no AMX (its bf16 tiles take the dequantized
-weight faster; AMX-INT8 rows are not written),
-M >= MIN_M, M * N * K >= MIN_WORK, the N sides dequantized in blocks of 16 or more, K a
-multiple of 32 and N of INT8_ROWS. `python -m strata.bench.quant_prefill` measures it (Zen 5,
-128 x 2048 x 5632: 1.4x to 1.7x the bf16 path for blocks of 32, Q6_K's 16 1.1x to 1.2x). The activations are
-rounded to int8 blocks of 32 as llama.cpp and QDOT=vnni round them (~0.6% of the output's norm).
+weight faster; AMX-INT8 rows are not written), M >= MIN_M, M * N * K >= MIN_WORK, the N sides
+dequantized in blocks of 16 or more, K a multiple of 32 and N of INT8_ROWS.
+`python -m strata.bench.quant_prefill` measures it (Zen 5, 128 x 2048 x 5632: 1.4x to 1.7x the
+bf16 path for blocks of 32, Q6_K's 16 1.1x to 1.2x). The activations are rounded to int8 blocks
+of 32 as llama.cpp and QDOT=vnni round them (~0.6% of the output's norm).
 """
 from __future__ import annotations
 
