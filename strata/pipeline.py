@@ -166,7 +166,7 @@ def _as_tuple(x) -> tuple:
 
 
 def run_tile_passes(loop_program, ctx: Context):
-    ctx = _packing_that_fits(loop_program, ctx)
+    ctx = packing_that_fits(loop_program, ctx)
     buffers = {b.name: b for b in loop_program.buffers}
     passes = schedule_passes(ctx.arch)
     diffs = ctx.verbosity >= 2          # printing every stage costs time on a whole model
@@ -208,7 +208,7 @@ def run_tile_passes(loop_program, ctx: Context):
     return TileProgram(kernels, loop_program, origin)
 
 
-def _packing_that_fits(loop_program, ctx: Context) -> Context:
+def packing_that_fits(loop_program, ctx: Context) -> Context:
     """PACK=call on a CPU when a packed copy of every weight could not take under half the free
     memory: the native runtime would then pack them on every call (runtime/native.py), and the
     bf16 forms are better off in the dot form, which reads a weight as it lies."""
@@ -275,6 +275,13 @@ def lower_torch_program(torch_program, ctx: Context | None = None, until: str = 
         return out
     out.loop, out.timings["loop"] = _timed(ctx, "fuse -> loop", lower_loops, out.tensor, ctx)
     out.loop.verify()
+    return schedule_loop_program(out, ctx, until)
+
+
+def schedule_loop_program(out: Lowered, ctx: Context, until: str = "cuda") -> Lowered:
+    """The stages after Loop IR, for `out.loop`: a whole program's, or the few kernels a tuning
+    candidate changes (tune/units.py), which need not pass through the stages before again."""
+    stop = STAGES.index(until)
     if stop < 3:
         return out
     out.tile, out.timings["tile"] = _timed(ctx, "schedule -> tile", run_tile_passes, out.loop, ctx)

@@ -138,6 +138,20 @@ def new_caches(config, max_len: int, dtype: torch.dtype, device="cpu") -> list[t
             for _ in range(2 * config.num_hidden_layers)]
 
 
+def tuning_step(model: nn.Module, position: int, max_len: int) -> tuple[nn.Module, tuple]:
+    """A decode step of `model` and its inputs at `position` of a max_len cache whose earlier
+    positions hold random keys and values (seeded): the program `strata tune MODEL` tunes and
+    checks against eager beside the prefill."""
+    if not 0 <= position < max_len:
+        raise StrataError(f"position {position} is outside a cache of {max_len} positions")
+    caches = new_caches(model.config, max_len, model_dtype(model))
+    gen = torch.Generator().manual_seed(0)
+    for c in caches:
+        c[:, :, :position] = torch.randn(c[:, :, :position].shape, generator=gen).to(c.dtype)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    return DecodeStep(model).eval(), (ids, torch.tensor([position]), *caches)
+
+
 def cache_positions(need: int) -> int:
     """The cache length a generate that needs `need` positions gets when the user names none: the
     next power of two, at least 16, so a longer or shorter --max-new-tokens reuses the compiled

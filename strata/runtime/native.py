@@ -231,19 +231,33 @@ class NativeProgram:
                                         f"out of range for {what}, which has {rows} rows "
                                         f"(0..{rows - 1})")
 
-    def kernel_runner(self, inputs):
+    def kernel_runner(self, inputs, whole_run: bool = True):
         """A function of k that runs the program's k-th kernel (launch order) alone, on buffers
-        one whole run on `inputs` has filled: how the tuner times one kernel's schedules."""
+        one whole run on `inputs` has filled (none yet unless `whole_run`): how the tuner times
+        one kernel's schedules. Its `view(name)` is a tensor over that buffer's memory as the
+        kernels left it, and `once` the kernels that ran at load (a weight's panel): how the
+        tuner takes one kernel's operands from a run stepped kernel by kernel (tune/units.py)."""
         args = prepare_args(self.spec, list(inputs), "cpu")
         outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self._outs]
         slab, ptrs = self._new_call()
         self._fill(ptrs, args, outs)
         self._team_now()
-        self._entry(ptrs)
+        if whole_run:
+            self._entry(ptrs)
         fn = self.library.strata_run_kernel
+        at = {b.name: i for i, b in enumerate(self.program.buffers)}
 
         def run_kernel(k: int) -> None:
             fn(k, ptrs)
+
+        def view(name: str) -> Tensor:
+            b = self.buffers[name]
+            dtype, size = dtypes.to_torch(b.dtype), b.numel * dtypes.ITEMSIZE[b.dtype]
+            if not size:
+                return torch.empty(tuple(b.shape), dtype=dtype)
+            memory = (ctypes.c_byte * size).from_address(ptrs[at[name]])
+            return torch.frombuffer(memory, dtype=dtype).view(tuple(b.shape))
+        run_kernel.view, run_kernel.once = view, frozenset(self._once)
         run_kernel.buffers = (args, outs, slab)       # alive as long as the runner
         return run_kernel
 

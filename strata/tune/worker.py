@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 
+import torch
+
 from ..api import Program, compile as strata_compile, on_device
 from ..bench.cases import cases
 from ..bench.check import eager_error, expect, verify
@@ -40,9 +42,15 @@ from ..core.errors import StrataError
 from ..frontend.snippet import parse_snippet
 from ..loop.ir import signature
 from ..models.build import build
+from ..models.decode import tuning_step
 from ..pipeline import lower_torch_program
 from .cost import program_ms
 from .search import candidates
+from .units import carve, check_unit, load_unit, lower_unit, operands, unit_calls
+
+
+LOSER = 1.5         # a candidate this much slower than the default in a first round is not
+                    # timed again: the budget goes to those that may win
 
 
 def _label(kernel, loop_program) -> str:
@@ -57,9 +65,11 @@ class Worker:
         self.static = False             # the cost model prices hot loops with llvm-mca
         self.target = None              # a CPU target to rank for (None: this machine's)
         self.module = self.inputs = self.default = self.expected = self.floor = None
+        self.units = {}                 # signature -> units.py's unit of its kernels, or None
 
     def build(self, req: dict) -> None:
-        """The program to tune: a -c snippet, a MODEL (one decoder layer with `layer`, weights
+        """The program to tune: a -c snippet, a MODEL (its prefill, one decoder layer's with
+        `layer`, or with `decode` its decode step at position seq_len of a max_len cache; weights
         loaded or drawn as `strata compile MODEL` does), or a case of the op suite."""
         if req.get("code"):
             snippet = parse_snippet(req["code"])
@@ -68,6 +78,8 @@ class Worker:
             built = build(req["model"], layer=req.get("layer"), seq_len=req.get("seq_len", 128),
                           dtype=req.get("dtype"), materialise=True)
             self.module, self.inputs = built.module, tuple(built.example_inputs)
+            if req.get("decode"):
+                self.module, self.inputs = tuning_step(built.model, req["seq_len"], req["max_len"])
         else:
             case = next(c for c in cases() if c.name == req["case"])
             self.module, self.inputs = case.build("cpu")
@@ -104,6 +116,8 @@ class Worker:
         self.device, self.pins = req.get("device", "cpu"), req.get("knobs", {})
         self.static = req.get("cost") == "mca"
         self.build(req)
+        if isinstance(self.module, torch.nn.Module):      # tuned for inference
+            self.module.requires_grad_(False)
         self.expected = expect(self.module, self.inputs)        # eager's, once per program
         # a schedule is as right as eager in the program's own dtypes, with a margin of 2
         self.floor = [2 * e for e in eager_error(self.module, self.expected)]
@@ -113,11 +127,15 @@ class Worker:
             return {"error": "wrong", "why": f"the default schedule does not match eager: {problem}"}
         lowered = self.default.lowered
         kernels = self._kernels()
-        if self.device == "cpu":
-            for k in kernels:
-                calls = self.kernel_calls(self.default, k["signature"])
+        if self.device == "cpu":          # a signature's kernels (a model's layers) timed once
+            ms = {}
+            for sig in dict.fromkeys(k["signature"] for k in kernels):
+                calls = self.kernel_calls(self.default, sig)
                 if calls is not None:
-                    k["ms"] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
+                    ms[sig] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
+            for k in kernels:
+                if k["signature"] in ms:
+                    k["ms"] = ms[k["signature"]]
         return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
 
     def _kernels(self) -> list[dict]:
@@ -162,6 +180,9 @@ class Worker:
         return Context(knobs=dict(self.pins), tuned=False, kernel_knobs=kernel_knobs,
                        target=self.target)
 
+    def _cpu_context(self, kernel_knobs: dict) -> Context:
+        return on_device(self._context(kernel_knobs), "cpu")
+
     def time(self, programs: dict, rounds: int) -> dict:
         args = [x.clone() for x in self.inputs]
         samples = interleaved_samples(programs, args, rounds)
@@ -198,6 +219,10 @@ class Worker:
             return None
 
     def try_(self, req: dict) -> dict:
+        (sig, *more) = req["kernel_knobs"]
+        if self.device == "cpu" and not more and req.get("scope") != "program" \
+                and self._unit(sig) is not None:
+            return self.try_unit(sig, req["kernel_knobs"][sig], req.get("rounds", 7))
         try:
             program = self.compile(req["kernel_knobs"])
         except StrataError as e:
@@ -208,7 +233,6 @@ class Worker:
         if problem:
             return {"error": "wrong", "why": problem}
         rounds = req.get("rounds", 7)
-        (sig, *more) = req["kernel_knobs"]
         runs = {"default": self.kernel_calls(self.default, sig),
                 "candidate": self.kernel_calls(program, sig)} \
             if self.device == "cpu" and not more and req.get("scope") != "program" else {}
@@ -221,16 +245,49 @@ class Worker:
         return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False,
                 "scope": "program"}
 
+    def _unit(self, sig: str):
+        """(unit's Loop IR, its operands, its default C) of signature `sig`, made once; None
+        when its kernels cannot stand alone (units.carve)."""
+        if sig not in self.units:
+            whole = self.default.lowered.loop
+            unit = carve(whole, self.names.get(sig, set()))
+            self.units[sig] = unit and (
+                unit, operands(self.default, unit, [x.clone() for x in self.inputs]),
+                lower_unit(unit, self._cpu_context({}), whole).source)
+        return self.units[sig]
+
+    def try_unit(self, sig: str, pins: dict, rounds: int) -> dict:
+        """A candidate for one signature's kernels compiled as a unit of their own (units.py):
+        checked against the default's outputs, timed against the default's kernels."""
+        unit, ops, default_source = self._unit(sig)
+        try:
+            lowered = lower_unit(unit, self._cpu_context({sig: pins}), self.default.lowered.loop)
+        except StrataError as e:
+            return {"error": "does not fit", "why": str(e)}
+        if lowered.source == default_source:
+            return {"same": True}
+        native = load_unit(lowered, self.default.runtime.weights)
+        problem = check_unit(native, ops)
+        if problem:
+            return {"error": "wrong", "why": problem}
+        runs = {"default": self.kernel_calls(self.default, sig), "candidate": unit_calls(native, ops)}
+        ms = {name: ts[0] for name, ts in interleaved_samples(runs, (), 1).items()}
+        if ms["candidate"] < LOSER * ms["default"]:     # else a round says enough: it lost
+            ms = {name: statistics.median(ts)
+                  for name, ts in interleaved_samples(runs, (), rounds).items()}
+        return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False, "scope": "kernel"}
+
     def kernel_calls(self, program, sig: str):
         """A function running, alone and in launch order, the kernels of `program` that come
-        from the loop kernels of signature `sig` (a split one is several); None if none do."""
+        from the loop kernels of signature `sig` (a split one is several); None if none do.
+        Not those the program ran at load (a weight packed into its panel): a call does not."""
         lowered = program.lowered
         loops = self.names.get(sig, set())
+        run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
         picks = [i for i, k in enumerate(lowered.kernel.kernels)
-                 if lowered.tile.origin.get(k.name, k.name) in loops]
+                 if lowered.tile.origin.get(k.name, k.name) in loops and i not in run.once]
         if not picks:
             return None
-        run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
 
         def calls():
             for i in picks:
