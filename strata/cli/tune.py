@@ -3,10 +3,13 @@ fastest correct ones in the tuning database (strata/tune/), which later compiles
 
     strata tune -c CODE [--device cpu] [--budget S] [--force]
     strata tune MODEL [--layer N] [--seq-len S] [--dtype bf16|fp16|fp32] [--budget S]
+                     (its prefill of S tokens and the decode step after it; one layer's prefill)
     strata tune --suite [--ops rmsnorm,mlp] [--seqs 1,128] [--dtypes f32] [--budget S]
     strata tune ... --target CPU     (rank schedules for another CPU by llvm-mca; nothing timed)
     strata tune --show
     strata tune --export FILE | --import FILE [--force]   (share winners with machines alike)
+    strata tune ... --ray ADDRESS|local      (every node of a Ray cluster searches, on its CPU)
+    strata tune ... --continue               (go on with searches an earlier budget cut short)
 """
 from __future__ import annotations
 
@@ -51,6 +54,13 @@ def add_parser(sub) -> None:
     t.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
                    help=f"seconds of search per program (default {DEFAULT_BUDGET_S})")
     t.add_argument("--force", action="store_true", help="measure kernels tuned before again")
+    t.add_argument("--ray", metavar="ADDRESS",
+                   help="search on every node of this Ray cluster, each timing on its own "
+                        "hardware (`local`: start one on this machine; needs pip install -e "
+                        "\".[ray]\")")
+    t.add_argument("--continue", dest="go_on", action="store_true",
+                   help="go on with the searches an earlier run's budget cut short (a search "
+                        "Ctrl-C cut short goes on without it)")
     t.add_argument("--show", action="store_true", help="print the tuning database and exit")
     t.add_argument("--export", metavar="FILE", help="write this strata version's rows of the "
                    "tuning database to FILE (JSON) and exit")
@@ -112,7 +122,12 @@ def tune_command(args) -> int:
             def say(text, where=where):
                 status.update(f"{where}: {text}")
             try:
-                results, _, times = tune_program(req, args.budget, db, args.force, say)
+                results, _, times = tune_program(req, args.budget, db, args.force, say,
+                                                 go_on=args.go_on, ray=args.ray)
+            except KeyboardInterrupt:
+                print(f"strata: interrupted: what was measured is kept; the same command goes "
+                      f"on from there", file=sys.stderr)
+                return 130
             except RuntimeError as e:
                 print(f"strata: {label}: {e}", file=sys.stderr)
                 failed += 1
@@ -196,9 +211,16 @@ def _requests(args, pins: dict) -> list[tuple[str, dict]]:
     base = {"op": "prepare", "device": args.device, "knobs": pins, "cost": args.cost}
     if args.model:
         resolve(args.model)                      # an unknown MODEL is one sentence here
-        what = args.model + (f" layer {args.layer}" if args.layer is not None else "")
-        return [(what, {**base, "model": args.model, "layer": args.layer,
-                        "seq_len": args.seq_len, "dtype": args.dtype})]
+        model = {**base, "model": args.model, "layer": args.layer, "seq_len": args.seq_len,
+                 "dtype": args.dtype}
+        if args.layer is not None:
+            return [(f"{args.model} layer {args.layer}", model)]
+        # the decode step `strata generate` compiles after a prompt of --seq-len tokens
+        from ..models.decode import NEW_TOKENS, cache_positions
+        max_len = cache_positions(args.seq_len + NEW_TOKENS)
+        return [(f"{args.model} prefill of {args.seq_len} tokens", model),
+                (f"{args.model} decode step ({max_len}-position cache)",
+                 {**model, "decode": True, "max_len": max_len})]
     if args.code:
         return [(args.code if len(args.code) <= 40 else args.code[:37] + "...",
                  {**base, "code": args.code})]
@@ -228,7 +250,8 @@ def _print_results(label: str, results, times) -> None:
                    if r.complete else f"the budget ran out after {r.tried} candidates")
             print(f"  {r.name:<28} nothing timed: {why}")
             continue
-        cut = "" if r.complete else ", budget ran out: not recorded unless it won"
+        cut = "" if r.complete else (f", budget ran out with {len(r.untried)} left: --continue "
+                                     f"tries them")
         knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "default kept"
         model = "" if r.model_rank is None else f", cost model rank {r.model_rank:+.2f}"
         print(f"  {r.name:<28} {r.default_ms * 1e3:9.1f} us -> {r.ms * 1e3:9.1f} us  "

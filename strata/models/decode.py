@@ -152,6 +152,9 @@ def tuning_step(model: nn.Module, position: int, max_len: int) -> tuple[nn.Modul
     return DecodeStep(model).eval(), (ids, torch.tensor([position]), *caches)
 
 
+NEW_TOKENS = 16         # what `strata generate` makes unless told (--max-new-tokens's default)
+
+
 def cache_positions(need: int) -> int:
     """The cache length a generate that needs `need` positions gets when the user names none: the
     next power of two, at least 16, so a longer or shorter --max-new-tokens reuses the compiled

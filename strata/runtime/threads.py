@@ -34,7 +34,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _from_env() -> int | None:
+def from_environment() -> int | None:
     for name in ("STRATA_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").split(",")[0].strip()
         if value.isdigit() and int(value) > 0:
@@ -77,7 +77,7 @@ class Threads:
     def _look(self, now: float) -> None:
         share = self._load.share() if self._load is not None else None
         cpus = os.cpu_count() or self.cores          # what /proc/stat's shares are of
-        if env := _from_env():
+        if env := from_environment():
             self.n = env
         elif share is not None and now - self._since >= FIRST_LOOK:
             self.n = max(1, min(self.cores, cpus - math.floor(share * cpus + TAKEN)))

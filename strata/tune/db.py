@@ -30,8 +30,11 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     other_load REAL,              -- share of the CPU other processes took while it was timed
     spread REAL,                  -- slowest / fastest schedule measured
     measured TEXT,                -- JSON [[knobs, ms, the default's ms in the same rounds], ...]
+    stopped TEXT,                 -- why the search ended before its last candidate: "budget" or
+                                  -- "interrupted" (NULL: every candidate was tried)
+    untried TEXT,                 -- JSON [knobs, ...] of the candidates it did not get to
     PRIMARY KEY (signature, target, version))"""
-ADDED = ("other_load REAL", "spread REAL", "measured TEXT")   # columns an older database lacks
+ADDED = ("other_load REAL", "spread REAL", "measured TEXT", "stopped TEXT", "untried TEXT")   # columns an older database lacks
 
 
 def db_path() -> Path:
@@ -39,7 +42,7 @@ def db_path() -> Path:
 
 
 @functools.cache
-def _version() -> str:
+def compiler_version() -> str:
     """strata's version and a digest of its sources (C preludes too): an edited checkout is a new
     compiler, whose kernels are not the ones measured."""
     return f"{__version__}+{source_digest()[:12]}"
@@ -50,7 +53,7 @@ class TuningDB:
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path or db_path())
-        self.version = _version()
+        self.version = compiler_version()
         self._cache: dict[tuple[str, str], dict | None] = {}
 
     def _connect(self) -> sqlite3.Connection:
@@ -86,16 +89,37 @@ class TuningDB:
 
     def put(self, signature: str, target: str, knobs: dict, label: str, default_ms: float,
             tuned_ms: float, candidates: int, rejected: list[str], other_load: float | None = None,
-            spread: float | None = None, measured: list | None = None) -> None:
-        """`measured`: each candidate timed, as [knobs, ms, the default's ms in its rounds]."""
+            spread: float | None = None, measured: list | None = None, stopped: str | None = None,
+            untried: list | None = None) -> None:
+        """`measured`: each candidate timed, as [knobs, ms, the default's ms in its rounds];
+        `stopped` and `untried`: a search that ended early, and the candidates it left."""
         with self._connect() as con:
             con.execute("INSERT OR REPLACE INTO tuned (signature, target, version, knobs, label, "
                         "default_ms, tuned_ms, candidates, rejected, created, other_load, spread, "
-                        "measured) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "measured, stopped, untried) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (signature, target, self.version, json.dumps(knobs, sort_keys=True), label,
                          default_ms, tuned_ms, candidates, json.dumps(rejected), time.time(),
-                         other_load, spread, None if measured is None else json.dumps(measured)))
+                         other_load, spread, None if measured is None else json.dumps(measured),
+                         stopped, None if untried is None else json.dumps(untried)))
         self._cache[(signature, target)] = knobs
+
+    def search(self, signature: str, target: str) -> dict | None:
+        """How a kernel's search ended ({"stopped", "untried", "measured", "rejected", "tried",
+        "default_ms"}),
+        or None when it was never searched: what a later search goes on from."""
+        if not self.path.exists():
+            return None
+        with self._connect() as con:
+            row = con.execute("SELECT stopped, untried, measured, rejected, candidates, default_ms "
+                              "FROM tuned "
+                              "WHERE signature=? AND target=? AND version=?",
+                              (signature, target, self.version)).fetchone()
+        if row is None:
+            return None
+        stopped, untried, measured, rejected, tried, default_ms = row
+        return {"stopped": stopped, "untried": json.loads(untried or "[]"),
+                "measured": json.loads(measured or "[]"), "rejected": json.loads(rejected),
+                "tried": tried, "default_ms": default_ms}
 
     def rows(self) -> list[dict]:
         """Every record of this strata version, the most recent first."""

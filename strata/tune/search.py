@@ -14,8 +14,9 @@ its time (strata view lists them). On the CPU a kernel is timed alone
 program's time would drown; the whole program is then timed with every winner, and when it is
 not faster the program's winners are dropped. A crash or a hang (timeout) kills
 the worker, is reported, and the search goes on with a fresh one. A kernel already in the
-database is not measured again (--force re-measures); one whose search the budget cut short
-before every candidate was tried is recorded only if a candidate won.
+database is not measured again (--force re-measures). A search the budget cut short is recorded
+with the candidates it did not get to, which `--continue` tries later; one cut short by Ctrl-C
+is recorded so too, and the next run goes on from there by itself.
 """
 from __future__ import annotations
 
@@ -63,13 +64,18 @@ class KernelResult:
     tried: int = 0
     rejected: list[str] = field(default_factory=list)
     note: str = ""                                  # why nothing was measured
-    complete: bool = True       # every single-knob candidate was tried (else not recorded)
+    stopped: str = ""           # "budget" or "interrupted": ended before its last candidate
+    untried: list = field(default_factory=list)     # the candidates it did not get to
     model_rank: float | None = None     # Spearman of the cost model against the measured times
     model_top_ok: bool | None = None    # its top pick within 1.2x of the measured best
     spread: float = 1.0                 # slowest / fastest measured schedule
     dropped: str = ""                   # why a winner was not kept (the program was not faster)
     other_load: float | None = None     # share of the CPU other processes took while it was timed
     measured: list = field(default_factory=list)    # [pins, ms, default ms] of each timed one
+
+    @property
+    def complete(self) -> bool:
+        return not self.stopped
 
     @property
     def speedup(self) -> float:
@@ -131,11 +137,33 @@ def _show(knobs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "default"
 
 
-def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int = 1 << 10
-                ) -> KernelResult:
-    """Search one kernel's knobs until `deadline` (time.monotonic())."""
+def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int = 1 << 10,
+                before: dict | None = None) -> KernelResult:
+    """Search one kernel's knobs until `deadline` (time.monotonic()); `before`: how an earlier
+    search of it stopped (TuningDB.search), whose timed candidates count and whose untried ones
+    are what is left to try. Ctrl-C ends it with what it had not tried (stopped "interrupted")."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
-    sig, measured = k["signature"], {}          # {pins as json: ratio to the default}
+    pending = candidates(r.default_knobs, cores)
+    try:
+        return _search(worker, r, pending, deadline, say, before)
+    except KeyboardInterrupt:
+        r.stopped, r.untried, r.knobs = "interrupted", pending, {}
+        return r
+
+
+def _key(pins: dict) -> str:
+    return json.dumps(pins, sort_keys=True)
+
+
+def _search(worker, r: KernelResult, pending: list, deadline: float, say, before) -> KernelResult:
+    """tune_kernel's search; `pending` is emptied from the front as candidates are tried."""
+    sig, measured = r.signature, {}          # {pins as json: ratio to the default}
+    if before:
+        r.measured, r.rejected, r.tried = list(before["measured"]), list(before["rejected"]), before["tried"]
+        measured.update((_key(pins), ms / default) for pins, ms, default in r.measured)
+        r.default_ms = r.ms = before["default_ms"]
+        left = {_key(p) for p in before["untried"]}
+        pending[:] = [p for p in pending if _key(p) in left]
 
     def attempt(pins: dict, rounds: int = ROUNDS) -> float | None:
         reply = worker.ask({"op": "try", "kernel_knobs": {sig: pins}, "rounds": rounds})
@@ -149,24 +177,24 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
         ratio = reply["ms"] / reply["default_ms"]
         r.measured.append([pins, reply["ms"], reply["default_ms"]])
         r.default_ms = r.ms = r.default_ms or reply["default_ms"]
-        measured[json.dumps(pins, sort_keys=True)] = ratio
+        measured[_key(pins)] = ratio
         best = min(measured.values())
         say(f"{r.name}: {r.tried} candidates, best {1 / best:.2f}x the default")
         return ratio
 
-    todo = candidates(r.default_knobs, cores)
     estimates, left = {}, deadline - time.monotonic()
-    if left > 0:          # the cost model's order, the likeliest winners first, in half the time
-        reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in todo],
+    if left > 0 and pending:    # the cost model's order, the likeliest winners first, in half the time
+        reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in pending],
                             "seconds": left / 2}, timeout=TIMEOUT_S + left / 2)
         if "ms" in reply:
-            estimates = {json.dumps(p, sort_keys=True): e for p, e in zip([{}] + todo, reply["ms"])}
-            todo.sort(key=lambda p: estimates.get(json.dumps(p, sort_keys=True), float("inf")))
-    for pins in todo:
+            estimates = {_key(p): e for p, e in zip([{}] + pending, reply["ms"])}
+            pending.sort(key=lambda p: estimates.get(_key(p), float("inf")))
+    while pending:
         if time.monotonic() > deadline:
-            r.complete = False
+            r.stopped, r.untried = "budget", list(pending)
             break
-        attempt(pins)
+        attempt(pending[0])
+        pending.pop(0)
     _judge_model(r, estimates, measured)
     best_single: dict[str, tuple] = {}          # knob -> (value, ratio) of its best change
     for key, ratio in measured.items():
@@ -203,11 +231,19 @@ def _judge_model(r: KernelResult, estimates: dict, measured: dict) -> None:
 
 
 def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,
-                 say=lambda text: None, command=None) -> tuple[list[KernelResult], str, tuple | None]:
+                 say=lambda text: None, command=None, go_on: bool = False, ray: str | None = None
+                 ) -> tuple[list[KernelResult], str, tuple | None]:
     """Tune every kernel of one program (worker.py's prepare request) within `budget_s`;
     returns the results, the target's key and the whole program's (default ms, tuned ms) when
-    this run measured something. Raises RuntimeError when the default schedule
-    itself cannot be compiled or is wrong."""
+    this run measured something. A kernel searched before is not searched again (`force`: it
+    is), but for one whose search was interrupted, which goes on from where it stopped, as one
+    the budget cut short does with `go_on`. With `ray` (an address, or "local") the kernels are
+    searched on every node of that Ray cluster (farm.py). Raises RuntimeError when the default
+    schedule itself cannot be compiled or is wrong; KeyboardInterrupt once the interrupted
+    search is stored."""
+    if ray is not None:
+        from .farm import tune_on_farm
+        return tune_on_farm(ray, prepare, budget_s, db, force, say, command, go_on)
     worker = WorkerProcess(prepare, command)
     try:
         say("compiling and checking the default schedule")
@@ -215,27 +251,7 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
         if "error" in info:
             raise RuntimeError(info["why"])
         start = time.monotonic()        # the budget is the search's: a model's compile is not in it
-        target, results, todo = info["target"], [], []
-        pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
-        kernels = _distinct(info["kernels"])
-        total_ms = sum(k.get("ms", 0.0) for k in kernels)
-        for k in kernels:
-            k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
-            r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
-            if not force and db.get(k["signature"], target) is not None:
-                r.note = "tuned before (--force measures again)"
-            elif not k["knobs"]:
-                r.note = "its schedule has no knobs"
-            elif total_ms and k.get("ms", total_ms) < MINOR * total_ms and total_ms > MINOR_MS:
-                r.note = (f"{k['ms'] * 1e3:.1f} us alone, under {MINOR:.0%} of the program's "
-                          f"kernels: not worth its budget")
-            else:
-                todo.append(k)
-                continue
-            results.append(r)
-        # the budget goes where the time is: the slowest kernels first, each a share of what is
-        # left in proportion to its time alone (an equal share without times)
-        todo.sort(key=lambda k: -k.get("ms", 0.0))
+        results, todo = plan(info, prepare, db, force, go_on)
         for i, k in enumerate(todo):
             left = budget_s - (time.monotonic() - start)
             rest = sum(t.get("ms", 0.0) for t in todo[i:])
@@ -243,31 +259,91 @@ def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = Fal
             deadline = time.monotonic() + left * share
             def progress(text, i=i):
                 say(f"kernel {i + 1}/{len(todo)}, {text}")
-            load = OtherLoad([worker.proc.pid])
-            r = tune_kernel(worker, k, deadline, progress, info.get("cores", 1 << 10))
-            r.other_load = load.share()
-            if busy_sentence(r.other_load):          # never keep what a busy machine crowned
-                r.dropped = f"not stored: {busy_sentence(r.other_load)}"
-                r.knobs, r.ms = {}, r.default_ms
-            elif r.complete or r.knobs:     # a search the budget cut short is not the last word
-                db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried,
-                       r.rejected, r.other_load, r.spread, r.measured)
-            results.append(r)
-        order = [k["name"] for k in info["kernels"]]
-        results.sort(key=lambda r: order.index(r.name))         # launch order, for the report
-        times = _program_times(worker, results, db, target, say) if todo else None
-        if times and times[1] >= times[0]:      # never slower: the program keeps its defaults
-            for r in results:
-                if r.knobs and not r.note:
-                    r.dropped = (f"{_show(r.knobs)} dropped: the whole program was not faster "
-                                 f"with it ({times[0] / times[1]:.2f}x)")
-                    r.knobs, r.ms = {}, r.default_ms
-                    db.put(r.signature, target, {}, r.label, r.default_ms, r.default_ms, r.tried,
-                           r.rejected, r.other_load, r.spread, r.measured)
-            times = None
-        return results, target, times
+            r = tune_loaded(worker, k, deadline, progress, info.get("cores", 1 << 10))
+            results.append(keep(db, info["target"], r))
+        return finish(worker.ask, info, results, db, say, bool(todo))
     finally:
         worker.close()
+
+
+def tune_loaded(worker: WorkerProcess, k: dict, deadline: float, say, cores: int) -> KernelResult:
+    """tune_kernel, with the share of the CPU other processes took meanwhile (never this one's,
+    nor its measuring process's), from where k's earlier search stopped (plan's k["before"])."""
+    load = OtherLoad([worker.proc.pid])
+    r = tune_kernel(worker, k, deadline, say, cores, k.get("before"))
+    r.other_load = load.share()
+    return r
+
+
+def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
+         ) -> tuple[list[KernelResult], list[dict]]:
+    """(the kernels not to search, each with its note; those to search, slowest first: the
+    budget goes where the time is, each a share in proportion to its time alone)."""
+    results, todo, target = [], [], info["target"]
+    pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
+    kernels = _distinct(info["kernels"])
+    total_ms = sum(k.get("ms", 0.0) for k in kernels)
+    for k in kernels:
+        k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
+        r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
+        k["before"] = None if force else db.search(k["signature"], target)
+        if k["before"] and k["before"]["stopped"] == "budget" and not go_on:
+            left = len(k["before"]["untried"])
+            r.note = (f"tuned before; its budget ran out with {left} candidate"
+                      f"{'s' * (left != 1)} left (--continue tries them)")
+        elif k["before"] and k["before"]["stopped"] not in ("budget", "interrupted"):
+            r.note = "tuned before (--force measures again)"
+        elif not k["knobs"]:
+            r.note = "its schedule has no knobs"
+        elif total_ms and k.get("ms", total_ms) < MINOR * total_ms and total_ms > MINOR_MS:
+            r.note = (f"{k['ms'] * 1e3:.1f} us alone, under {MINOR:.0%} of the program's "
+                      f"kernels: not worth its budget")
+        else:
+            todo.append(k)
+            continue
+        results.append(r)
+    todo.sort(key=lambda k: -k.get("ms", 0.0))
+    return results, todo
+
+
+def keep(db: TuningDB, target: str, r: KernelResult) -> KernelResult:
+    """Store a kernel's search, unless a busy machine timed it (never keep what it crowned);
+    after an interrupted one, stop (KeyboardInterrupt)."""
+    if busy_sentence(r.other_load):
+        r.dropped = f"not stored: {busy_sentence(r.other_load)}"
+        r.knobs, r.ms = {}, r.default_ms
+    else:
+        db.put(r.signature, target, r.knobs, r.label, r.default_ms, r.ms, r.tried, r.rejected,
+               r.other_load, r.spread, r.measured, r.stopped or None, r.untried)
+    if r.stopped == "interrupted":
+        raise KeyboardInterrupt
+    return r
+
+
+def finish(ask, info: dict, results: list[KernelResult], db: TuningDB, say, searched: bool
+           ) -> tuple[list[KernelResult], str, tuple | None]:
+    """tune_program's answer: the results in launch order, and the whole program timed with
+    every winner, compiled whole and checked against eager (`ask`: the worker's); the winners
+    are dropped when it is not faster, or not right."""
+    target = info["target"]
+    order = [k["name"] for k in info["kernels"]]
+    results.sort(key=lambda r: order.index(r.name))         # launch order, for the report
+    reply = _program_times(ask, results, db, target, say) if searched else None
+    times = (reply["default_ms"], reply["ms"]) if reply and "ms" in reply else None
+    why = (f"the whole program was not faster with it ({times[0] / times[1]:.2f}x)"
+           if times and times[1] >= times[0] else
+           f"the whole program with every winner: {reply['error']}: {reply['why']}"
+           if reply and "error" in reply else None)
+    if why:
+        for r in results:
+            if r.knobs and not r.note:
+                r.dropped = f"{_show(r.knobs)} dropped: {why}"
+                r.knobs, r.ms = {}, r.default_ms
+                db.put(r.signature, target, {}, r.label, r.default_ms, r.default_ms, r.tried,
+                       r.rejected, r.other_load, r.spread, r.measured, r.stopped or None,
+                       r.untried)
+        times = None
+    return results, target, times
 
 
 def _distinct(kernels: list[dict]) -> list[dict]:
@@ -286,14 +362,12 @@ def _distinct(kernels: list[dict]) -> list[dict]:
     return list(first.values())
 
 
-def _program_times(worker, results, db: TuningDB, target: str, say) -> tuple[float, float] | None:
-    """(default ms, ms with every tuned schedule) of the whole program, interleaved in the same
-    rounds; None when no kernel has a tuned schedule."""
+def _program_times(ask, results, db: TuningDB, target: str, say) -> dict | None:
+    """The worker's answer to timing the whole program with every tuned schedule against the
+    defaults, interleaved in the same rounds; None when no kernel has a tuned schedule."""
     pins = {r.signature: db.get(r.signature, target) for r in results}
     pins = {sig: knobs for sig, knobs in pins.items() if knobs}
     if not pins:
         return None
     say("timing the program with every tuned schedule")
-    reply = worker.ask({"op": "try", "kernel_knobs": pins, "rounds": CONFIRM_ROUNDS,
-                        "scope": "program"})
-    return (reply["default_ms"], reply["ms"]) if "ms" in reply else None
+    return ask({"op": "try", "kernel_knobs": pins, "rounds": CONFIRM_ROUNDS, "scope": "program"})

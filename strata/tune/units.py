@@ -70,11 +70,13 @@ def operands(program, unit: LoopProgram, inputs) -> Operands:
     return Operands({n: taken[n] for n in order}, expected)
 
 
-def lower_unit(unit: LoopProgram, ctx: Context, whole: LoopProgram) -> Lowered:
+def lower_unit(unit: LoopProgram, ctx: Context, whole: LoopProgram, source: bool = True) -> Lowered:
     """The unit scheduled as the whole program would schedule its kernels: packing weights or
-    not is decided by all of the program's weights (pipeline.packing_that_fits), not the unit's."""
+    not is decided by all of the program's weights (pipeline.packing_that_fits), not the unit's.
+    To its C, or to Kernel IR (what the cost model reads) unless `source`."""
     ctx = packing_that_fits(whole, ctx)
-    return schedule_loop_program(Lowered(None, loop=unit, target=ctx.arch), ctx, ctx.arch.language)
+    return schedule_loop_program(Lowered(None, loop=unit, target=ctx.arch), ctx,
+                                 ctx.arch.language if source else "kernel")
 
 
 def load_unit(lowered: Lowered, weights: dict) -> NativeProgram:

@@ -10,17 +10,19 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}, "ms"?}],
           "target": key}   (ms: on the CPU, the default schedule's time of the kernel alone)
   {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...], "seconds": S?}
-      -> {"ms": [the cost model's time of the program with each, tune/cost.py; with "cost":
-          "mca" each candidate is compiled and its hot loops priced by llvm-mca]}
-         (the first candidates only, when estimating them took S seconds: each one lowers the
-         whole program, so a kernel's budget must not go to ranking what it cannot time)
+      -> {"ms": [the cost model's time of the program with each (of the signature's first
+          kernel on the CPU), tune/cost.py; with "cost": "mca" each candidate is compiled and
+          its hot loops priced by llvm-mca]}
+         (the first candidates only, when estimating them took S seconds: a kernel's budget must
+         not go to ranking what it cannot time)
   {"op": "rank", ... as prepare, "target": NAME}
       -> {"kernels": [{... as prepare, "ranked": [[{NAME: value}, modelled ms], ...]}], "target"}
          (llvm-mca's model for that CPU, fastest first; compiled only, so any CPU will do)
   {"op": "try", "kernel_knobs": {signature: {NAME: value}}, "rounds": R, "scope": "program"?}
       -> {"ms": candidate, "default_ms": default, "same": bool, "scope": "kernel" | "program"}
-         (interleaved medians; with one signature on the CPU, of that kernel's launches alone,
-         run on buffers a whole run filled, unless scope "program" asks for the whole program)
+         (interleaved medians; with one signature on the CPU, the candidate is compiled alone
+         (units.py) and its kernels' launches timed against the default's, unless scope
+         "program" asks for the whole program, compiled and checked against eager)
       or {"error": "wrong" | "does not fit" | "bug", "why": one sentence}
 """
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ..loop.ir import signature
 from ..models.build import build
 from ..models.decode import tuning_step
 from ..pipeline import lower_torch_program
+from ..runtime.threads import THREADS, from_environment, set_threads
 from .cost import program_ms
 from .search import candidates
 from .units import carve, check_unit, load_unit, lower_unit, operands, unit_calls
@@ -51,6 +54,8 @@ from .units import carve, check_unit, load_unit, lower_unit, operands, unit_call
 
 LOSER = 1.5         # a candidate this much slower than the default in a first round is not
                     # timed again: the budget goes to those that may win
+UNIT_KERNELS = 4    # a candidate's unit holds the first few kernels of its signature (a 22-layer
+                    # model's repeats cost 5x the time to build and time, and say the same)
 
 
 def _label(kernel, loop_program) -> str:
@@ -150,7 +155,7 @@ class Worker:
                     knobs.update(t.knobs)
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs})
-            self.names.setdefault(kernels[-1]["signature"], set()).add(k.name)
+            self.names.setdefault(kernels[-1]["signature"], []).append(k.name)
         return kernels
 
     def rank(self, req: dict) -> dict:
@@ -200,13 +205,27 @@ class Worker:
 
     def estimate(self, kernel_knobs: dict) -> float:
         """The cost model's time of the program with these knobs (lowered, not compiled);
-        infinite for knobs that do not fit the kernel (ranked last, and refused when tried)."""
-        lowered = self._lowered(kernel_knobs)
+        infinite for knobs that do not fit the kernel (ranked last, and refused when tried).
+        With one signature's knobs, of one of its kernels alone (units.carve): the others are
+        the same whatever the knobs, and lowering the whole program took 6 s on TinyLlama."""
+        lowered = self._lowered_alone(kernel_knobs)
         try:
             return program_ms(lowered.kernel.kernels, lowered.target,
                               lowered.source if self.static else None) if lowered else float("inf")
         except StrataError:             # llvm-mca cannot price it
             return float("inf")
+
+    def _lowered_alone(self, kernel_knobs: dict):
+        """_lowered, or with one signature's knobs on the CPU, its first kernel alone."""
+        (sig, *more), loop = kernel_knobs, self.default.lowered.loop
+        one = self.names.get(sig, [])[:1]
+        unit = carve(loop, set(one)) if self.device == "cpu" and not more and one else None
+        if unit is None:
+            return self._lowered(kernel_knobs)
+        try:
+            return lower_unit(unit, self._cpu_context(kernel_knobs), loop, self.static)
+        except StrataError:
+            return None
 
     def _lowered(self, kernel_knobs: dict):
         """The default's Torch IR lowered with these knobs (to C for llvm-mca's model), or None
@@ -250,7 +269,7 @@ class Worker:
         when its kernels cannot stand alone (units.carve)."""
         if sig not in self.units:
             whole = self.default.lowered.loop
-            unit = carve(whole, self.names.get(sig, set()))
+            unit = carve(whole, set(self.names.get(sig, [])[:UNIT_KERNELS]))
             self.units[sig] = unit and (
                 unit, operands(self.default, unit, [x.clone() for x in self.inputs]),
                 lower_unit(unit, self._cpu_context({}), whole).source)
@@ -258,7 +277,8 @@ class Worker:
 
     def try_unit(self, sig: str, pins: dict, rounds: int) -> dict:
         """A candidate for one signature's kernels compiled as a unit of their own (units.py):
-        checked against the default's outputs, timed against the default's kernels."""
+        checked against the default's outputs, timed against the same kernels of the default,
+        the times scaled to all of the signature's kernels."""
         unit, ops, default_source = self._unit(sig)
         try:
             lowered = lower_unit(unit, self._cpu_context({sig: pins}), self.default.lowered.loop)
@@ -270,19 +290,23 @@ class Worker:
         problem = check_unit(native, ops)
         if problem:
             return {"error": "wrong", "why": problem}
-        runs = {"default": self.kernel_calls(self.default, sig), "candidate": unit_calls(native, ops)}
+        runs = {"default": self.kernel_calls(self.default, sig, {k.name for k in unit.kernels}),
+                "candidate": unit_calls(native, ops)}
         ms = {name: ts[0] for name, ts in interleaved_samples(runs, (), 1).items()}
         if ms["candidate"] < LOSER * ms["default"]:     # else a round says enough: it lost
             ms = {name: statistics.median(ts)
                   for name, ts in interleaved_samples(runs, (), rounds).items()}
-        return {"ms": ms["candidate"], "default_ms": ms["default"], "same": False, "scope": "kernel"}
+        scale = len(self.names[sig]) / len(unit.kernels)        # as if all of them ran
+        return {"ms": ms["candidate"] * scale, "default_ms": ms["default"] * scale, "same": False,
+                "scope": "kernel"}
 
-    def kernel_calls(self, program, sig: str):
+    def kernel_calls(self, program, sig: str, loops: set | None = None):
         """A function running, alone and in launch order, the kernels of `program` that come
-        from the loop kernels of signature `sig` (a split one is several); None if none do.
-        Not those the program ran at load (a weight packed into its panel): a call does not."""
+        from the loop kernels of signature `sig` (a split one is several), or of `loops` of
+        them; None if none do. Not those the program ran at load (a weight packed into its
+        panel): a call does not."""
         lowered = program.lowered
-        loops = self.names.get(sig, set())
+        loops = set(self.names.get(sig, [])) if loops is None else loops
         run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
         picks = [i for i, k in enumerate(lowered.kernel.kernels)
                  if lowered.tile.origin.get(k.name, k.name) in loops and i not in run.once]
@@ -301,6 +325,8 @@ def _source(program) -> str:
 
 
 def main() -> None:
+    if from_environment() is None:      # what the database keeps is timed on every core, not on
+        set_threads(THREADS.cores)      # those a passing load left (runtime/threads.py)
     worker = Worker()
     for line in sys.stdin:
         req = json.loads(line)
