@@ -32,6 +32,7 @@ from ..runtime.threads import THREADS, set_threads
 from ..tune.db import TuningDB, db_path
 
 DEFAULT_BUDGET_S = 60
+MODEL_BUDGET_S = 150    # a model's programs: TinyLlama's prefill and decode tune in 7 minutes
 
 
 def add_parser(sub) -> None:
@@ -51,8 +52,9 @@ def add_parser(sub) -> None:
     t.add_argument("--dtypes", default="f32,bf16", help="with --suite: dtypes (default f32,bf16)")
     t.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where candidates are timed (default cpu)")
-    t.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
-                   help=f"seconds of search per program (default {DEFAULT_BUDGET_S})")
+    t.add_argument("--budget", type=float, metavar="S",
+                   help=f"seconds of search per program (default {DEFAULT_BUDGET_S}; for a whole "
+                        f"MODEL's prefill and decode step, {MODEL_BUDGET_S} each)")
     t.add_argument("--force", action="store_true", help="measure kernels tuned before again")
     t.add_argument("--ray", metavar="ADDRESS",
                    help="search on every node of this Ray cluster, each timing on its own "
@@ -98,6 +100,8 @@ def tune_command(args) -> int:
         return _rank(args)
     if not caching_enabled():
         raise StrataError("STRATA_NO_CACHE is set: the tuning database would not be written")
+    if args.budget is None:
+        args.budget = MODEL_BUDGET_S if args.model and args.layer is None else DEFAULT_BUDGET_S
     if args.budget <= 0:
         raise StrataError(f"--budget {args.budget:g}: give a number of seconds above 0")
     from ..api import check_device

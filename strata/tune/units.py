@@ -4,14 +4,14 @@
 Why: a candidate changes the kernels of one signature only, yet compiling and checking a whole
 model for it took a minute (TinyLlama's prefill: 312 loop kernels, 6 s of lowering, 2.6 MB of C).
 A unit is those kernels (one per layer, say) from Loop IR on: a C file of their own, loaded with
-the program's weights, checked against the default schedule's outputs on the same operands within
-the output dtype's tolerance (bench/check.py), and timed against the default's kernels. The
-operands are taken once per signature from a run of the default stepped kernel by kernel. A
-unit's winner is checked again in the whole program against eager before it is kept (search.py).
+the program's weights, run on the operands a run of the default stepped kernel by kernel gave
+them (taken once per signature), checked against the same unit with the default schedule within
+the output dtype's tolerance (bench/check.py) and timed against it. A unit's winner is checked
+again in the whole program against eager before it is kept (search.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from torch import Tensor
 
@@ -22,11 +22,6 @@ from ..pipeline import Lowered, packing_that_fits, schedule_loop_program
 from ..runtime.native import NativeProgram
 
 
-@dataclass
-class Operands:
-    """What a unit reads (by buffer name, in its input order) and what the default wrote."""
-    inputs: dict[str, Tensor]
-    expected: dict[str, Tensor]
 
 
 def carve(loop: LoopProgram, names: set[str]) -> LoopProgram | None:
@@ -48,26 +43,24 @@ def carve(loop: LoopProgram, names: set[str]) -> LoopProgram | None:
                        {n: loop.weights[n] for n in loop.weights if n in read and kinds[n] == "weight"})
 
 
-def operands(program, unit: LoopProgram, inputs) -> Operands:
-    """Run the whole `program` (api.Program, CPU) kernel by kernel on `inputs`, taking a copy of
-    each unit input before its first reader runs and of each unit output after its writer."""
+def operands(program, unit: LoopProgram, inputs) -> dict[str, Tensor]:
+    """What the unit reads, by name in its input order: run the whole `program` (api.Program,
+    CPU) kernel by kernel on `inputs`, taking a copy of each before its first reader runs."""
     run = program.runtime.kernel_runner(inputs, whole_run=False)
     lowered = program.lowered
     loops = {k.name: k for k in unit.kernels}
     launches = [(i, lowered.tile.origin.get(k.name, k.name))
                 for i, k in enumerate(lowered.kernel.kernels) if i not in run.once]
-    last = {name: i for i, name in launches if name in loops}
-    wanted = {b.name for b in unit.buffers if b.kind == "input"}
-    taken, expected = {}, {}
+    order = [b.name for b in unit.buffers if b.kind == "input"]
+    taken = {}
     for i, name in launches:
         for r in loops[name].reads if name in loops else ():
-            if r in wanted and r not in taken:
+            if r in order and r not in taken:
                 taken[r] = run.view(r).clone()
+        if len(taken) == len(order):
+            break
         run(i)
-        if last.get(name) == i:
-            expected.update((w, run.view(w).clone()) for w in loops[name].writes)
-    order = [b.name for b in unit.buffers if b.kind == "input"]
-    return Operands({n: taken[n] for n in order}, expected)
+    return {n: taken[n] for n in order}
 
 
 def lower_unit(unit: LoopProgram, ctx: Context, whole: LoopProgram, source: bool = True) -> Lowered:
@@ -86,26 +79,30 @@ def load_unit(lowered: Lowered, weights: dict) -> NativeProgram:
                          source=lowered.source)
 
 
-def check_unit(native: NativeProgram, ops: Operands) -> str | None:
-    """None when the unit's outputs (poisoned first) match the default's within their dtype's
-    tolerance, else the first that does not."""
-    native.poison = True
-    try:
-        outs = native.run(list(ops.inputs.values()))
-    finally:
-        native.poison = False
-    for name, got in zip(native.program.outputs, outs):
+def check_unit(native: NativeProgram, default: NativeProgram, ops: dict) -> str | None:
+    """None when the unit's outputs match its default schedule's on the same operands within
+    their dtype's tolerance, else the first that does not. Both poisoned first: an element one
+    leaves unwritten that the other writes shows (a unit may write part of a buffer, a split
+    kernel's other part being another signature's)."""
+    outs = []
+    for program in (native, default):
+        program.poison = True
+        try:
+            outs.append(program.run(list(ops.values())))
+        finally:
+            program.poison = False
+    for name, got, want in zip(native.program.outputs, *outs):
         dt = next(b.dtype for b in native.program.buffers if b.name == name)
-        out = compare(name, dt, as_numpy64(got), as_numpy64(ops.expected[name]), tolerance(dt, True))
+        out = compare(name, dt, as_numpy64(got), as_numpy64(want), tolerance(dt, True))
         if not out.passed:
             return f"{name}: rel err {out.rel:.3g} against the default schedule's (tolerance {out.tol})"
     return None
 
 
-def unit_calls(native: NativeProgram, ops: Operands):
+def unit_calls(native: NativeProgram, ops: dict):
     """A function running the unit's kernels (not those run at load), on buffers a whole run of
     it filled."""
-    run = native.kernel_runner(list(ops.inputs.values()))
+    run = native.kernel_runner(list(ops.values()))
     picks = [i for i in range(len(native.program.kernels)) if i not in run.once]
 
     def calls():

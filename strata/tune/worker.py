@@ -46,6 +46,7 @@ from ..loop.ir import signature
 from ..models.build import build
 from ..models.decode import tuning_step
 from ..pipeline import lower_torch_program
+from ..runtime.native import NativeProgram
 from ..runtime.threads import THREADS, from_environment, set_threads
 from .cost import program_ms
 from .search import candidates
@@ -71,6 +72,7 @@ class Worker:
         self.target = None              # a CPU target to rank for (None: this machine's)
         self.module = self.inputs = self.default = self.expected = self.floor = None
         self.units = {}                 # signature -> units.py's unit of its kernels, or None
+        self._last_default = (None, None)       # (signature, its default unit loaded)
 
     def build(self, req: dict) -> None:
         """The program to tune: a -c snippet, a MODEL (its prefill, one decoder layer's with
@@ -275,10 +277,20 @@ class Worker:
                 lower_unit(unit, self._cpu_context({}), whole).source)
         return self.units[sig]
 
+    def _default_unit(self, sig: str) -> NativeProgram:
+        """The default schedule of `sig`'s unit, loaded: what its candidates are timed against,
+        built and loaded as they are (the program's own kernels ran ~10% slower than the same
+        code as a unit, on panels packed long before). Only the last signature's is kept."""
+        if self._last_default[0] != sig:
+            unit, _, _ = self._unit(sig)
+            lowered = lower_unit(unit, self._cpu_context({}), self.default.lowered.loop)
+            self._last_default = (sig, load_unit(lowered, self.default.runtime.weights))
+        return self._last_default[1]
+
     def try_unit(self, sig: str, pins: dict, rounds: int) -> dict:
         """A candidate for one signature's kernels compiled as a unit of their own (units.py):
-        checked against the default's outputs, timed against the same kernels of the default,
-        the times scaled to all of the signature's kernels."""
+        checked against the default's outputs, timed against the default's unit, the times
+        scaled to all of the signature's kernels."""
         unit, ops, default_source = self._unit(sig)
         try:
             lowered = lower_unit(unit, self._cpu_context({sig: pins}), self.default.lowered.loop)
@@ -287,10 +299,10 @@ class Worker:
         if lowered.source == default_source:
             return {"same": True}
         native = load_unit(lowered, self.default.runtime.weights)
-        problem = check_unit(native, ops)
+        problem = check_unit(native, self._default_unit(sig), ops)
         if problem:
             return {"error": "wrong", "why": problem}
-        runs = {"default": self.kernel_calls(self.default, sig, {k.name for k in unit.kernels}),
+        runs = {"default": unit_calls(self._default_unit(sig), ops),
                 "candidate": unit_calls(native, ops)}
         ms = {name: ts[0] for name, ts in interleaved_samples(runs, (), 1).items()}
         if ms["candidate"] < LOSER * ms["default"]:     # else a round says enough: it lost
@@ -300,13 +312,12 @@ class Worker:
         return {"ms": ms["candidate"] * scale, "default_ms": ms["default"] * scale, "same": False,
                 "scope": "kernel"}
 
-    def kernel_calls(self, program, sig: str, loops: set | None = None):
+    def kernel_calls(self, program, sig: str):
         """A function running, alone and in launch order, the kernels of `program` that come
-        from the loop kernels of signature `sig` (a split one is several), or of `loops` of
-        them; None if none do. Not those the program ran at load (a weight packed into its
-        panel): a call does not."""
+        from the loop kernels of signature `sig` (a split one is several); None if none do.
+        Not those the program ran at load (a weight packed into its panel): a call does not."""
         lowered = program.lowered
-        loops = set(self.names.get(sig, [])) if loops is None else loops
+        loops = set(self.names.get(sig, []))
         run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
         picks = [i for i, k in enumerate(lowered.kernel.kernels)
                  if lowered.tile.origin.get(k.name, k.name) in loops and i not in run.once]

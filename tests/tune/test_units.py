@@ -36,15 +36,13 @@ def test_a_units_default_schedule_gives_the_whole_programs_bits():
     k = _kernel(info, "THREAD_M")
     unit, ops, source = w._unit(k["signature"])
     assert [b.kind for b in unit.buffers] == ["input", "input", "output"]
-    assert list(ops.inputs) == ["in1", "softmax"]
+    assert list(ops) == ["in1", "softmax"]
     x, m = w.inputs
-    torch.testing.assert_close(ops.inputs["softmax"], torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ops["softmax"], torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
     lowered = units.lower_unit(unit, w._cpu_context({}), w.default.lowered.loop)
     assert lowered.source == source and "k_softmax" not in source
-    native_unit = units.load_unit(lowered, w.default.runtime.weights)
-    assert units.check_unit(native_unit, ops) is None
-    (out,) = native_unit.run(list(ops.inputs.values()))
-    assert torch.equal(out, ops.expected["matmul"])
+    (out,) = units.load_unit(lowered, w.default.runtime.weights).run(list(ops.values()))
+    assert torch.equal(out, w.default(x, m))
 
 
 @native
@@ -73,13 +71,31 @@ def test_a_unit_that_computes_something_else_is_wrong(monkeypatch):
     pins = {"TILE_N": 16 if k["knobs"]["TILE_N"] != 16 else 32}
     good = units.load_unit(units.lower_unit(unit, w._cpu_context({k["signature"]: pins}),
                                             w.default.lowered.loop), w.default.runtime.weights)
-    assert units.check_unit(good, ops) is None
+    default = w._default_unit(k["signature"])
+    assert units.check_unit(good, default, ops) is None
     weights = dict(w.default.runtime.weights)
     name = next(b.name for b in unit.buffers if b.kind == "weight")
     weights[name] = weights[name] * 1.03
     bad = units.load_unit(units.lower_unit(unit, w._cpu_context({}), w.default.lowered.loop),
                           weights)
-    assert "against the default schedule's" in units.check_unit(bad, ops)
+    assert "against the default schedule's" in units.check_unit(bad, default, ops)
+
+
+@native
+def test_a_unit_writing_part_of_a_buffer_is_compared_where_it_writes():
+    """Causal attention at 128 tokens splits its score kernel by query block (k_..._q0 and _q64
+    write halves of one buffer): each half's candidates were all refused as wrong, the other
+    half of the buffer left as poisoned."""
+    from model_helpers import hf_model
+    from strata.models.wrappers import CausalLMLogits
+    w = Worker()
+    w.module = CausalLMLogits(hf_model("llama", seed=3, max_position_embeddings=256)).eval()
+    w.inputs = (torch.randint(0, 96, (1, 128)),)
+    w.build = lambda req: None
+    info = w.prepare({"op": "prepare", "device": "cpu"})
+    k = next(k for k in info["kernels"] if k["name"].endswith("_q0") and "THREADS" in k["knobs"])
+    reply = w.try_({"kernel_knobs": {k["signature"]: {"THREADS": 1}}, "rounds": 3})
+    assert reply.get("scope") == "kernel", reply
 
 
 def test_kernels_that_update_what_they_read_are_not_carved():
