@@ -87,14 +87,15 @@ class WorkerProcess:
     raising when the child dies or overruns, and restarts it."""
 
     def __init__(self, prepare: dict, command: list[str] | None = None):
-        self.prepare, self.proc = prepare, None
+        self.prepare, self.proc, self.info = prepare, None, {}
         self.command = command or [sys.executable, "-m", "strata.tune.worker"]
 
     def start(self) -> dict:
         self.proc = subprocess.Popen(self.command, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL)
-        return self.ask(self.prepare, timeout=PREPARE_S, restart=False)
+        self.info = self.ask(self.prepare, timeout=PREPARE_S, restart=False)
+        return self.info
 
     def ask(self, req: dict, timeout: float | None = None, restart: bool = True) -> dict:
         timeout = TIMEOUT_S if timeout is None else timeout
@@ -145,7 +146,7 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
     pending = candidates(r.default_knobs, cores)
     try:
-        return _search(worker, r, pending, deadline, say, before)
+        return _search(worker, r, pending, deadline, say, before, cores)
     except KeyboardInterrupt:
         r.stopped, r.untried, r.knobs = "interrupted", pending, {}
         return r
@@ -155,7 +156,8 @@ def _key(pins: dict) -> str:
     return json.dumps(pins, sort_keys=True)
 
 
-def _search(worker, r: KernelResult, pending: list, deadline: float, say, before) -> KernelResult:
+def _search(worker, r: KernelResult, pending: list, deadline: float, say, before,
+            cores: int) -> KernelResult:
     """tune_kernel's search; `pending` is emptied from the front as candidates are tried."""
     sig, measured = r.signature, {}          # {pins as json: ratio to the default}
     if before:
@@ -189,10 +191,15 @@ def _search(worker, r: KernelResult, pending: list, deadline: float, say, before
         if "ms" in reply:
             estimates = {_key(p): e for p, e in zip([{}] + pending, reply["ms"])}
             pending.sort(key=lambda p: estimates.get(_key(p), float("inf")))
+    built = set()       # candidates compiled ahead, a batch of one per core (worker "build")
     while pending:
         if time.monotonic() > deadline:
             r.stopped, r.untried = "budget", list(pending)
             break
+        if getattr(worker, "info", {}).get("builds") and _key(pending[0]) not in built:
+            batch = pending[:max(1, cores)]
+            worker.ask({"op": "build", "kernel_knobs": [{sig: p} for p in batch]})
+            built |= {_key(p) for p in batch}
         attempt(pending[0])
         pending.pop(0)
     _judge_model(r, estimates, measured)

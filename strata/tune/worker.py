@@ -15,6 +15,9 @@ line on stdin and answers one JSON line on stdout (logs go to stderr):
           its hot loops priced by llvm-mca]}
          (the first candidates only, when estimating them took S seconds: a kernel's budget must
          not go to ranking what it cannot time)
+  {"op": "build", "kernel_knobs": [{signature: {NAME: value}}, ...]}
+      -> {"built": N}  (the next candidates' units compiled at once, a compiler per core: `try`
+         finds them in the cache; prepare's "builds" says a worker takes this)
   {"op": "rank", ... as prepare, "target": NAME}
       -> {"kernels": [{... as prepare, "ranked": [[{NAME: value}, modelled ms], ...]}], "target"}
          (llvm-mca's model for that CPU, fastest first; compiled only, so any CPU will do)
@@ -46,6 +49,7 @@ from ..loop.ir import signature
 from ..models.build import build
 from ..models.decode import tuning_step
 from ..pipeline import lower_torch_program
+from ..runtime import native_build
 from ..runtime.native import NativeProgram
 from ..runtime.threads import THREADS, from_environment, set_threads
 from .cost import program_ms
@@ -73,6 +77,7 @@ class Worker:
         self.module = self.inputs = self.default = self.expected = self.floor = None
         self.units = {}                 # signature -> units.py's unit of its kernels, or None
         self._last_default = (None, None)       # (signature, its default unit loaded)
+        self._built = {}                # (signature, pins) -> a candidate unit lowered by build
 
     def build(self, req: dict) -> None:
         """The program to tune: a -c snippet, a MODEL (its prefill, one decoder layer's with
@@ -143,7 +148,8 @@ class Worker:
             for k in kernels:
                 if k["signature"] in ms:
                     k["ms"] = ms[k["signature"]]
-        return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores}
+        return {"kernels": kernels, "target": lowered.target.key, "cores": lowered.target.cores,
+                "builds": self.device == "cpu"}
 
     def _kernels(self) -> list[dict]:
         """The default program's loop kernels: name, signature, label and schedule knobs."""
@@ -277,6 +283,27 @@ class Worker:
                 lower_unit(unit, self._cpu_context({}), whole).source)
         return self.units[sig]
 
+    def build_units(self, kernel_knobs: list[dict]) -> int:
+        """Lower the units of these candidates (one signature each) and compile them at once, a
+        C compiler per candidate on the cores there are (the cache keeps their libraries for
+        `try`); how many were compiled. One that does not fit is left for `try` to say so."""
+        sources = []
+        for (sig, pins), in (c.items() for c in kernel_knobs):
+            if self._unit(sig) is None:
+                continue
+            try:
+                lowered = lower_unit(self.units[sig][0], self._cpu_context({sig: pins}),
+                                     self.default.lowered.loop)
+            except StrataError:
+                continue
+            self._built[_key(sig, pins)] = lowered
+            if lowered.source != self.units[sig][2]:
+                native_build.build_soon(lowered.source)
+                sources.append(lowered.source)
+        for source in sources:
+            native_build.build_library(source)
+        return len(sources)
+
     def _default_unit(self, sig: str) -> NativeProgram:
         """The default schedule of `sig`'s unit, loaded: what its candidates are timed against,
         built and loaded as they are (the program's own kernels ran ~10% slower than the same
@@ -293,7 +320,8 @@ class Worker:
         scaled to all of the signature's kernels."""
         unit, ops, default_source = self._unit(sig)
         try:
-            lowered = lower_unit(unit, self._cpu_context({sig: pins}), self.default.lowered.loop)
+            lowered = self._built.pop(_key(sig, pins), None) or \
+                lower_unit(unit, self._cpu_context({sig: pins}), self.default.lowered.loop)
         except StrataError as e:
             return {"error": "does not fit", "why": str(e)}
         if lowered.source == default_source:
@@ -330,6 +358,10 @@ class Worker:
         return calls
 
 
+def _key(sig: str, pins: dict) -> str:
+    return sig + json.dumps(pins, sort_keys=True)
+
+
 def _source(program) -> str:
     lowered = program.lowered
     return hashlib.sha256(lowered.source.encode()).hexdigest()
@@ -344,6 +376,8 @@ def main() -> None:
         try:
             if req["op"] == "rank":
                 reply = worker.rank(req)
+            elif req["op"] == "build":
+                reply = {"built": worker.build_units(req["kernel_knobs"])}
             elif req["op"] == "estimate":
                 reply = {"ms": worker.estimates(req["candidates"], req.get("seconds"))}
             else:

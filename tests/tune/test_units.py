@@ -53,6 +53,12 @@ def test_a_candidate_is_compiled_alone_checked_and_timed():
     reply = w.try_({"kernel_knobs": {k["signature"]: {"THREAD_M": other}}, "rounds": 3})
     assert reply["scope"] == "kernel" and 0 < reply["ms"] < float("inf")
     assert w.try_({"kernel_knobs": {k["signature"]: {}}, "rounds": 3}) == {"same": True}
+    # compiled ahead, two at once (the default's own code is not compiled again)
+    batch = [{k["signature"]: {"TILE_N": 16}}, {k["signature"]: {"TILE_N": 32}},
+             {k["signature"]: {}}]
+    assert w.build_units(batch) == 2 and len(w._built) == 3
+    assert w.try_({"kernel_knobs": batch[0], "rounds": 3})["scope"] == "kernel"
+    assert len(w._built) == 2
 
 
 @native
