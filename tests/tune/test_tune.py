@@ -315,6 +315,19 @@ def test_a_winner_that_slows_the_whole_program_is_dropped(tmp_path, monkeypatch)
     assert times is None and db.get("s", "fake") == {}
 
 
+def test_winners_the_whole_program_refuses_are_dropped(tmp_path, monkeypatch):
+    """A unit is checked against the default's unit; the winners together are checked once more
+    in the whole program against eager, and dropped when that fails."""
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (64,)})
+    wrong = SLOWER_PROGRAM.replace(
+        '{"ms": 2.2, "default_ms": 2.0, "same": False, "scope": "program"}',
+        '{"error": "wrong", "why": "out: rel err 0.3"}')
+    db = TuningDB(tmp_path / "t.sqlite")
+    (r,), _, times = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", wrong])
+    assert r.knobs == {} and times is None and db.get("s", "fake") == {}
+    assert r.dropped == "TILE_N=64 dropped: the whole program with every winner: wrong: out: rel err 0.3"
+
+
 @native
 def test_the_worker_times_one_kernel_alone_on_the_cpu():
     """A single kernel's candidates are timed by running that kernel's launches alone
