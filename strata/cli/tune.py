@@ -126,8 +126,13 @@ def tune_command(args) -> int:
             def say(text, where=where):
                 status.update(f"{where}: {text}")
             try:
-                results, _, times = tune_program(req, args.budget, db, args.force, say,
-                                                 go_on=args.go_on, ray=args.ray)
+                if args.ray:
+                    from ..tune.farm import tune_on_farm
+                    results, _, times = tune_on_farm(args.ray, req, args.budget, db, args.force,
+                                                     say, None, args.go_on)
+                else:
+                    results, _, times = tune_program(req, args.budget, db, args.force, say,
+                                                     go_on=args.go_on)
             except KeyboardInterrupt:
                 print(f"strata: interrupted: what was measured is kept; the same command goes "
                       f"on from there", file=sys.stderr)

@@ -238,19 +238,15 @@ def _judge_model(r: KernelResult, estimates: dict, measured: dict) -> None:
 
 
 def tune_program(prepare: dict, budget_s: float, db: TuningDB, force: bool = False,
-                 say=lambda text: None, command=None, go_on: bool = False, ray: str | None = None
+                 say=lambda text: None, command=None, go_on: bool = False
                  ) -> tuple[list[KernelResult], str, tuple | None]:
     """Tune every kernel of one program (worker.py's prepare request) within `budget_s`;
     returns the results, the target's key and the whole program's (default ms, tuned ms) when
     this run measured something. A kernel searched before is not searched again (`force`: it
     is), but for one whose search was interrupted, which goes on from where it stopped, as one
-    the budget cut short does with `go_on`. With `ray` (an address, or "local") the kernels are
-    searched on every node of that Ray cluster (farm.py). Raises RuntimeError when the default
-    schedule itself cannot be compiled or is wrong; KeyboardInterrupt once the interrupted
-    search is stored."""
-    if ray is not None:
-        from .farm import tune_on_farm
-        return tune_on_farm(ray, prepare, budget_s, db, force, say, command, go_on)
+    the budget cut short does with `go_on` (farm.py: the same over a Ray cluster's nodes). Raises
+    RuntimeError when the default schedule itself cannot be compiled or is wrong;
+    KeyboardInterrupt once the interrupted search is stored."""
     worker = WorkerProcess(prepare, command)
     try:
         say("compiling and checking the default schedule")

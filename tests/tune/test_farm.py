@@ -11,6 +11,7 @@ import pytest
 
 from strata.cli import main
 from strata.tune.db import TuningDB
+from strata.tune.farm import tune_on_farm
 from strata.tune.search import tune_program
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e \".[ray]\")")
@@ -82,8 +83,8 @@ def _made_up(kill: str = "") -> list[str]:
 def test_a_tune_on_two_ray_nodes_writes_the_rows_a_local_one_does(connected, tmp_path):
     local, farmed = TuningDB(tmp_path / "local.sqlite"), TuningDB(tmp_path / "farm.sqlite")
     tune_program({"op": "prepare"}, 60, local, command=_made_up())
-    results, target, times = tune_program({"op": "prepare"}, 60, farmed, command=_made_up(),
-                                          ray=connected)
+    results, target, times = tune_on_farm(connected, {"op": "prepare"}, 60, farmed, False,
+                                          lambda text: None, _made_up(), False)
     assert _rows(farmed) == _rows(local)
     assert {(s, json.loads(k)) == (s, {"TILE_N": 8}) for s, _, k, _ in _rows(farmed)} == {True}
     assert len(results) == 3 and target == "fake" and times == (2.0, 1.0)
@@ -94,8 +95,8 @@ def test_a_ray_node_killed_mid_search_gives_its_kernel_to_the_other(connected, t
     local, farmed = TuningDB(tmp_path / "local.sqlite"), TuningDB(tmp_path / "farm.sqlite")
     tune_program({"op": "prepare"}, 60, local, command=_made_up())
     said = []
-    tune_program({"op": "prepare"}, 60, farmed, say=said.append,
-                 command=_made_up(str(tmp_path / "killed")), ray=connected)
+    tune_on_farm(connected, {"op": "prepare"}, 60, farmed, False, said.append,
+                 _made_up(str(tmp_path / "killed")), False)
     assert (tmp_path / "killed").exists() and any("a Ray node died" in s for s in said)
     assert _rows(farmed) == _rows(local)
 

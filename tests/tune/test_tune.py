@@ -490,26 +490,10 @@ def test_a_models_repeated_kernels_are_one_search_and_count_once():
     assert one[1]["label"] == "l (and 21 kernels alike)" and sum(k["ms"] for k in one) == 21.0
 
 
-PATIENT = textwrap.dedent("""
-    import json, sys
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req["op"] == "prepare":
-            reply = {"target": "fake", "kernels": [
-                {"name": "k", "signature": "s", "label": "k[1]", "knobs": {"TILE_N": 32}}]}
-        elif req["op"] == "estimate":
-            reply = {"ms": [1.0] * len(req["candidates"])}
-        else:
-            n = req["kernel_knobs"]["s"].get("TILE_N")
-            reply = {"ms": 1.0 if n == 8 else 2.0, "default_ms": 2.0, "same": False}
-        print(json.dumps(reply), flush=True)
-""")
-
-
 def test_an_interrupted_search_goes_on_where_it_stopped(tmp_path, monkeypatch):
     """Ctrl-C in the middle of a kernel's search keeps what it timed and what it had left; the
     next run tries only those left, and finds the winner among them."""
-    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (4, 8, 16, 64)})
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (4, 8, 256)})
     db = TuningDB(tmp_path / "t.sqlite")
     asked, ask = [], WorkerProcess.ask
 
@@ -521,33 +505,32 @@ def test_an_interrupted_search_goes_on_where_it_stopped(tmp_path, monkeypatch):
         return ask(self, req, timeout, restart)
     monkeypatch.setattr(WorkerProcess, "ask", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", PATIENT])
+        tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
     (row,) = db.rows()
     assert row["stopped"] == "interrupted" and json.loads(row["knobs"]) == {}
-    assert json.loads(row["untried"]) == [{"TILE_N": 8}, {"TILE_N": 16}, {"TILE_N": 64}]
+    assert json.loads(row["untried"]) == [{"TILE_N": 8}, {"TILE_N": 256}]
     asked.clear()
     monkeypatch.setattr(WorkerProcess, "ask", ask)
-    (r,), _, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", PATIENT])
-    assert r.knobs == {"TILE_N": 8} and r.complete and r.tried == 4
-    assert [pins for pins, _, _ in r.measured] == [{"TILE_N": 4}, {"TILE_N": 8}, {"TILE_N": 16},
-                                                   {"TILE_N": 64}]
+    (r,), _, _ = tune_program({"op": "prepare"}, 60, db, command=[sys.executable, "-c", FAKE])
+    assert r.knobs == {"TILE_N": 8} and r.complete and r.tried == 3
+    assert [pins for pins, _, _ in r.measured] == [{"TILE_N": 4}, {"TILE_N": 8}, {"TILE_N": 256}]
 
 
 def test_a_search_the_budget_cut_short_goes_on_with_continue(tmp_path, monkeypatch):
     """A second run with the same budget measures nothing; --continue tries what was left."""
     import time
-    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (4, 8, 16, 64)})
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (4, 8, 256)})
     db = TuningDB(tmp_path / "t.sqlite")
     clock = iter(range(0, 10 ** 6, 10))          # every look at the clock is 10 s later
     monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
-    (r,), _, _ = tune_program({"op": "prepare"}, 45, db, command=[sys.executable, "-c", PATIENT])
-    assert r.stopped == "budget" and 0 < r.tried < 4 and r.untried
-    again, _, _ = tune_program({"op": "prepare"}, 45, db, command=[sys.executable, "-c", PATIENT])
+    (r,), _, _ = tune_program({"op": "prepare"}, 45, db, command=[sys.executable, "-c", FAKE])
+    assert r.stopped == "budget" and 0 < r.tried < 3 and r.untried
+    again, _, _ = tune_program({"op": "prepare"}, 45, db, command=[sys.executable, "-c", FAKE])
     assert again[0].note.startswith("tuned before; its budget ran out") and again[0].tried == 0
     monkeypatch.setattr(time, "monotonic", lambda: 0.0)
     (done,), _, _ = tune_program({"op": "prepare"}, 45, db, go_on=True,
-                                 command=[sys.executable, "-c", PATIENT])
-    assert done.complete and done.tried == 4 and done.knobs == {"TILE_N": 8}
+                                 command=[sys.executable, "-c", FAKE])
+    assert done.complete and done.tried == 3 and done.knobs == {"TILE_N": 8}
 
 
 @native
