@@ -62,6 +62,7 @@ HEAVY = {
     "safetensors": "only checkpoints need it",
     "triton": "optional: only the benchmarks' environment report names its version",
     "llama_cpp": "optional (the bench-llamacpp extra): llama.cpp's rows of the decode benchmark",
+    "ray": "optional (the ray extra), seconds to import: only `strata tune --ray` needs it",
 }
 
 

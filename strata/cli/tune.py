@@ -30,6 +30,7 @@ from ..models.source import resolve
 from ..runtime.mca import NEWER, llvm_mca, mcpu
 from ..runtime.threads import THREADS, set_threads
 from ..tune.db import TuningDB, db_path
+from ..tune.farm import tune_on_farm
 
 DEFAULT_BUDGET_S = 60
 MODEL_BUDGET_S = 150    # a model's programs: TinyLlama's prefill and decode tune in 7 minutes
@@ -127,7 +128,6 @@ def tune_command(args) -> int:
                 status.update(f"{where}: {text}")
             try:
                 if args.ray:
-                    from ..tune.farm import tune_on_farm
                     results, _, times = tune_on_farm(args.ray, req, args.budget, db, args.force,
                                                      say, None, args.go_on)
                 else:

@@ -121,10 +121,10 @@ def test_an_edited_c_prelude_is_a_new_key(tmp_path, monkeypatch):
     header = tmp_path / "codegen" / "preludes" / "c_qdot.h"
     header.write_text("#define ST_QAHEAD 4096\n")
     before = source_digest(tmp_path)
-    versions.append(db._version.__wrapped__())
+    versions.append(db.compiler_version.__wrapped__())
     header.write_text("#define ST_QAHEAD 1024\n")
     after = source_digest(tmp_path)
-    versions.append(db._version.__wrapped__())
+    versions.append(db.compiler_version.__wrapped__())
     assert after != before and versions[0] != versions[1]
     (tmp_path / "notes.txt").write_text("not source")
     assert source_digest(tmp_path) == after
