@@ -172,6 +172,12 @@ def product(body) -> tuple[str, str, str] | str:
 
 THREADS = 256                     # threads per block the default tiles aim for
 CPU_VECTORS_N = 2                 # SIMD vectors across a CPU register tile's row (cpu_matmul)
+WIDE_N = 4                        # ... 4 in the outer form where 32 vector registers hold 6 x 4
+                                  # accumulators and its K x 4-vector panel takes at most half of
+                                  # L2 or K can run in chunks (cpu_matmul._outer_chunk)
+                                  # (codegen/c_outer.py prints it; 2-core EMR, fp32, M=128:
+                                  # K=2048, N=5632 1.25x faster than 6 x 2; K=5632 with its 1.4
+                                  # MiB panel 0.69x)
 DOT_MIN_K = 256                   # the shortest K a bf16 contraction runs in the dot form: at
                                   # M=128, N=2048 it took 0.73x the packed form's time at K=256,
                                   # 1.05x at 128, 1.5x at 64 (the 2-core EPYC, 2026-11-25)
@@ -271,6 +277,14 @@ def fastest_axis(k: TileKernel, stmts, k_var: str, x_var: str | None) -> str:
 def along(k: TileKernel, load: Load, var: str) -> bool:
     """Whether consecutive `var` read consecutive elements of the load's buffer."""
     return coefficient(flat_index(load.index, k.shape_of(load.buf)), var) == 1
+
+
+def outer_vectors(k_total: int, lanes: int, ctx: Context, chunkable: bool = False) -> int:
+    """SIMD vectors across the outer form's register tile row, WIDE_N or CPU_VECTORS_N: a block
+    packs a panel of that many vectors of columns (TILE_N's default) for K = `k_total`."""
+    half_l2 = dict(ctx.arch.caches).get("L2", 1 << 19) // 2    # the panel's share of L2
+    fits = k_total * WIDE_N * lanes * 4 <= half_l2 or chunkable
+    return WIDE_N if ctx.arch.vector_registers >= 32 and fits else CPU_VECTORS_N
 
 
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:

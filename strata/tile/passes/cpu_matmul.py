@@ -57,17 +57,12 @@ from ...core.errors import KnobError
 from ...core.expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
 from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
-                           match, plain_bf16, pow2_ceil, sides, value_dtype)
+                           match, outer_vectors, plain_bf16, pow2_ceil, sides, value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
-WIDE_N = 4                  # ... 6 x 4 in the outer form where 32 vector registers hold them
-                            # and its K x 4-vector panel takes at most half of L2 or K can run
-                            # in chunks (_outer_chunk)
-                            # (codegen/c_outer.py prints it; 2-core EMR, fp32, M=128: K=2048,
-                            # N=5632 1.25x faster than 6 x 2; K=5632 with its 1.4 MiB panel
-                            # 0.69x)
+                            # (6 x 4 in the outer form: contraction.WIDE_N)
 TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quarter of L2: each
                             # tile streams it from further out, taller tiles fewer times
                             # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
@@ -85,8 +80,7 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
     half_l2 = dict(ctx.arch.caches).get("L2", 1 << 19) // 2    # the panel's share of L2
     k_total = sum(l.extent for l in c.loops)
     wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
-    vectors = WIDE_N if form == "outer" and wide_registers and \
-        (k_total * WIDE_N * lanes * 4 <= half_l2 or chunkable) else CPU_VECTORS_N
+    vectors = outer_vectors(k_total, lanes, ctx, chunkable) if form == "outer" else CPU_VECTORS_N
     tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else vectors * lanes,
                                     max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \

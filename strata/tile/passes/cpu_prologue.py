@@ -11,7 +11,10 @@ decode step's matrix-vector products are rows of dot products, each computing th
 prologue again: RoPE on q once per cached key, softmax's exp once per value dimension.
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
-output has more than one panel of columns (N > CPU_VECTORS_N SIMD vectors), or always in the dot
+output has more than one block's panel of columns (N > TILE_N: 4 SIMD vectors in the outer form
+where 32 registers hold its tile, else 2; contraction.outer_vectors: the rule read 2 vectors
+for all, so causal attention's first 64 scores per row stored RoPE'd q first, which `strata
+tune` found 1.58x slower than fused, Zen 5, 2026-11-30), or always in the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
@@ -36,7 +39,7 @@ from __future__ import annotations
 from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
+from ..contraction import (along, closure, cpu_form, dequantized, held, match, outer_vectors,
                            plain_bf16, sides, split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
@@ -102,9 +105,10 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k
     pinned = ctx.knob("PROLOGUE", "")
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    if pinned == "fuse" or (not pinned and not dot and k.extent(c.n) <= CPU_VECTORS_N * lanes):
+    panel = ctx.knob("TILE_N", outer_vectors(sum(loop.extent for loop in c.loops), lanes, ctx) * lanes)
+    if pinned == "fuse" or (not pinned and not dot and k.extent(c.n) <= panel):
         why = "PROLOGUE=fuse pinned" if pinned else \
-            f"N={k.extent(c.n)} is one panel: each row is packed once anyway"
+            f"N={k.extent(c.n)} is one block's panel: each row is packed once anyway"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse")
     dtype = stored or next((x[4] for x in computed if x[4]), "bf16")
