@@ -30,8 +30,9 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS tuned (
     other_load REAL,              -- share of the CPU other processes took while it was timed
     spread REAL,                  -- slowest / fastest schedule measured
     measured TEXT,                -- JSON [[knobs, ms, the default's ms in the same rounds], ...]
-    stopped TEXT,                 -- why the search ended before its last candidate: "budget" or
-                                  -- "interrupted" (NULL: every candidate was tried)
+    stopped TEXT,                 -- why the search ended before its last candidate: "budget",
+                                  -- "interrupted", or "minor" (under 2% of its program's kernel
+                                  -- time: not searched); NULL: every candidate was tried
     untried TEXT,                 -- JSON [knobs, ...] of the candidates it did not get to
     PRIMARY KEY (signature, target, version))"""
 ADDED = ("other_load REAL", "spread REAL", "measured TEXT", "stopped TEXT", "untried TEXT")   # columns an older database lacks

@@ -294,6 +294,9 @@ def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
             left = len(k["before"]["untried"])
             r.note = (f"tuned before; its budget ran out with {left} candidate"
                       f"{'s' * (left != 1)} left (--continue tries them)")
+        elif k["before"] and k["before"]["stopped"] == "minor":
+            r.note = (f"{k['before']['default_ms'] * 1e3:.1f} us alone when first timed, under "
+                      f"{MINOR:.0%} of the program's kernels: not searched (--force times it again)")
         elif k["before"] and k["before"]["stopped"] not in ("budget", "interrupted"):
             r.note = "tuned before (--force measures again)"
         elif not k["knobs"]:
@@ -301,6 +304,9 @@ def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
         elif total_ms and k.get("ms", total_ms) < MINOR * total_ms and total_ms > MINOR_MS:
             r.note = (f"{k['ms'] * 1e3:.1f} us alone, under {MINOR:.0%} of the program's "
                       f"kernels: not worth its budget")
+            # kept, so that a run whose timings put it just over the line does not search it
+            db.put(k["signature"], target, {}, k["label"], k["ms"], k["ms"], 0, [],
+                   stopped="minor")
         else:
             todo.append(k)
             continue

@@ -12,7 +12,8 @@ prologue again: RoPE on q once per cached key, softmax's exp once per value dime
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
 output has more than one block's panel of columns (N > TILE_N: 4 SIMD vectors in the outer form
-where 32 registers hold its tile, else 2; contraction.outer_vectors: the rule read 2 vectors
+where 32 registers hold its tile, else 2, and 2 for a matrix-vector product, whose vector eager
+rounds to bf16 where a stored one is bf16; contraction.outer_vectors: the rule read 2 vectors
 for all, so causal attention's first 64 scores per row stored RoPE'd q first, which `strata
 tune` found 1.58x slower than fused, Zen 5, 2026-11-30), or always in the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
@@ -39,8 +40,8 @@ from __future__ import annotations
 from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (along, closure, cpu_form, dequantized, held, match, outer_vectors,
-                           plain_bf16, sides, split_prologues, uses, value_dtype)
+from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
+                           outer_vectors, plain_bf16, sides, split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -105,7 +106,8 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         return k
     pinned = ctx.knob("PROLOGUE", "")
     lanes = max(1, ctx.arch.vector_bytes // 4)
-    panel = ctx.knob("TILE_N", outer_vectors(sum(loop.extent for loop in c.loops), lanes, ctx) * lanes)
+    panel = CPU_VECTORS_N * lanes if c.m is None else \
+        ctx.knob("TILE_N", outer_vectors(sum(l.extent for l in c.loops), lanes, ctx) * lanes)
     if pinned == "fuse" or (not pinned and not dot and k.extent(c.n) <= panel):
         why = "PROLOGUE=fuse pinned" if pinned else \
             f"N={k.extent(c.n)} is one block's panel: each row is packed once anyway"
