@@ -548,3 +548,23 @@ def test_tune_a_whole_model_prefill_and_decode(tmp_path, monkeypatch, capsys):
     assert "k_index_copy" in out                      # the step writes its cache
     assert main(["tune", str(d), "--seq-len", "8", "--budget", "4"]) == 0
     assert "0 kernels timed" in capsys.readouterr().err
+
+
+def test_a_kernel_too_small_to_search_stays_so_when_timed_again(tmp_path, monkeypatch):
+    """Under 2% of the program's kernel time a kernel is not searched, and that is kept: a second
+    run whose noisy timings put it at 3% measures nothing (CI's whole-model test, run beside
+    others, searched it on its second run)."""
+    monkeypatch.setattr("strata.tune.search.VALUES", {"TILE_N": (4, 8, 256)})
+    db = TuningDB(tmp_path / "t.sqlite")
+
+    def worker(small_ms: float) -> list[str]:
+        one = '{"name": "k", "signature": "s", "label": "k[1]", "knobs": {"TILE_N": 32}}'
+        two = (one[:-1] + ', "ms": 1.0}, {"name": "q", "signature": "q", "label": "q[1]", '
+               f'"knobs": {{"TILE_N": 32}}, "ms": {small_ms}}}')
+        assert FAKE.count(one) == 1
+        return [sys.executable, "-c", FAKE.replace(one, two)]
+    results, _, _ = tune_program({"op": "prepare"}, 60, db, command=worker(0.01))
+    assert "not worth its budget" in results[1].note and results[0].tried == 3
+    again, _, _ = tune_program({"op": "prepare"}, 60, db, command=worker(0.03))
+    assert "when first timed" in again[1].note and again[1].tried == 0
+    assert again[0].note.startswith("tuned before")
