@@ -12,10 +12,9 @@ prologue again: RoPE on q once per cached key, softmax's exp once per value dime
 
 PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized when the
 output has more than one block's panel of columns (N > TILE_N: 4 SIMD vectors in the outer form
-where 32 registers hold its tile, else 2, and 2 for a matrix-vector product, whose vector eager
-rounds to bf16 where a stored one is bf16; contraction.outer_vectors: the rule read 2 vectors
-for all, so causal attention's first 64 scores per row stored RoPE'd q first, which `strata
-tune` found 1.58x slower than fused, Zen 5, 2026-11-30), or always in the dot
+where 32 registers hold its tile, else 2; 2 for a matrix-vector product; outer_vectors: the rule
+read 2 for all, so causal attention's first 64 scores per row stored RoPE'd q first, which
+`strata tune` found 1.58x slower than fused, Zen 5, 2026-11-30), or always in the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
