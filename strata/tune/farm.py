@@ -41,9 +41,11 @@ def connect(address: str):
 
 def _answers(address: str) -> None:
     """One sentence when nothing listens at host:port (Ray itself would retry for ever)."""
-    host, _, port = address.split("://")[-1].rpartition(":")
+    host, colon, port = address.split("://")[-1].rpartition(":")
+    if not colon:                       # a host alone: Ray's default port (its client's: 10001)
+        host, port = port, "10001" if "://" in address else "6379"
     try:
-        socket.create_connection((host or address, int(port or 6379)), timeout=5).close()
+        socket.create_connection((host, int(port)), timeout=5).close()
     except (OSError, ValueError) as e:
         raise StrataError(f"--ray {address}: no Ray cluster answers there "
                           f"({getattr(e, 'strerror', None) or e}); give its head's host:port, "
@@ -54,7 +56,7 @@ class Node:
     """What runs in a Ray actor on one node: search.py's measuring process, and the searches."""
 
     def __init__(self, prepare: dict, command: list[str] | None):
-        from .search import WorkerProcess
+        from .search import WorkerProcess      # (numpy, through the cost model: not at `--help`)
         self.worker = WorkerProcess(prepare, command)
 
     def start(self) -> dict:

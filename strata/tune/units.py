@@ -22,8 +22,6 @@ from ..pipeline import Lowered, packing_that_fits, schedule_loop_program
 from ..runtime.native import NativeProgram
 
 
-
-
 def carve(loop: LoopProgram, names: set[str]) -> LoopProgram | None:
     """The loop kernels `names` as a program: what they read that none of them wrote before is
     an input (weights stay weights), what they write an output. None when one of them writes

@@ -316,8 +316,8 @@ class Worker:
 
     def try_unit(self, sig: str, pins: dict, rounds: int) -> dict:
         """A candidate for one signature's kernels compiled as a unit of their own (units.py):
-        checked against the default's outputs, timed against the default's unit, the times
-        scaled to all of the signature's kernels."""
+        checked against and timed with the default schedule's unit, the times scaled to all of
+        the signature's kernels."""
         unit, ops, default_source = self._unit(sig)
         try:
             lowered = self._built.pop(_key(sig, pins), None) or \
