@@ -33,7 +33,8 @@ from ..tune.db import TuningDB, db_path
 from ..tune.farm import tune_on_farm
 
 DEFAULT_BUDGET_S = 60
-MODEL_BUDGET_S = 150    # a model's programs: TinyLlama's prefill and decode tune in 7 minutes
+MODEL_BUDGET_S = 150    # a model's programs: TinyLlama's prefill and decode tune in 4.5 minutes
+                        # (2 Zen 5 cores, docs/tune/model-tinyllama-...)
 
 
 def add_parser(sub) -> None:
