@@ -288,7 +288,7 @@ class Program:
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
+    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):   # values as float32
         return t.float().numpy()
     return t.numpy()
 

@@ -9,7 +9,7 @@ provenance comments); CEmitter adds what is C's:
   - a kernel is `static void k_name(const T* restrict in, ..., T* restrict out)`, and
     `void strata_run(void** args)` calls every kernel in launch order with args[k] the data
     pointer of KernelProgram.buffers[k] (one ctypes call per program run);
-  - bf16 and f16 are uint16_t in memory, converted in registers by the prelude (c_prelude.py);
+  - bf16 and f16 are uint16_t in memory (FP8 uint8_t), converted in registers by the prelude (c_prelude.py);
   - vector loads/stores (load.v4 ...) are plain element accesses: the compiler vectorises;
   - `#pragma omp simd [reduction(...)]` on the innermost loops kernel_ir/simd_plan.py proves safe,
     `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count;
@@ -42,9 +42,10 @@ from .cfamily import (ATOM, INDENT, REL, CFamilyEmitter, cname, distinct_kernels
                       numbered, strip_parens)
 
 # Storage type of each dtype in C (CUDA's, with the 16-bit floats as their bits).
-C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t"}
-TO_FLOAT = {"f16": "st_f16_to_float", "bf16": "st_bf16_to_float"}      # the prelude's
-TO_STORAGE = {"f16": "st_float_to_f16", "bf16": "st_float_to_bf16"}
+C_TYPES = {**dtypes.C_STORAGE, "f16": "uint16_t", "bf16": "uint16_t", "f8e4m3": "uint8_t",
+           "f8e5m2": "uint8_t"}
+TO_FLOAT = {d: f"st_{d}_to_float" for d in dtypes.NARROW}       # the prelude's
+TO_STORAGE = {d: f"st_float_to_{d}" for d in dtypes.NARROW}
 UNROLL_MAX = 64      # `#pragma GCC unroll n` up to this trip count
 SERIAL_WORK = 1 << 17    # statements run by a whole kernel below which it stays on one thread:
                          # waking the OpenMP team costs 1.5 to 2 us; `strata tune` found kernels

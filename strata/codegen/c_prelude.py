@@ -10,7 +10,8 @@ the conversions (gcc 12 vectorises no `_Float16` arithmetic without AVX512-FP16)
   bf16 -> float: bits << 16 (exact);   float -> bf16: round to nearest even, NaN -> 0x7FC0
   (dtypes.to_bf16_bits and torch do the same);
   f16 -> float: exact, subnormals included;   float -> f16: round to nearest even, overflow to
-  inf, NaN kept NaN (quiet), as NumPy's and F16C's conversions do.
+  inf, NaN kept NaN (quiet), as NumPy's and F16C's conversions do; FP8 (uint8_t) as torch
+  converts them (cfamily.fp8_convert).
 tests/runtime/test_native.py checks them against NumPy (every f16 pattern, the rounding edges, a
 million random floats); all 2^32 floats were checked once against the CPU's F16C instructions.
 With -std=c11 no libc header declares rsqrt/min/max/abs, so the names are free. With
@@ -19,7 +20,8 @@ loops that call them vectorise through glibc's libmvec.
 """
 from __future__ import annotations
 
-from .cfamily import prelude, torch_math
+from .cfamily import fp8_convert, prelude, torch_math
 
 PRELUDE = (prelude("c_head.h") + torch_math("static inline", suffixed=True) + "\n"
-           + prelude("c_tail.h"))
+           + prelude("c_tail.h")
+           + fp8_convert("static inline", "uint8_t", "uint32_t", "st_bits", "st_float") + "\n")

@@ -205,6 +205,41 @@ def torch_math(qualifier: str, types=("float", "double"), suffixed: bool = False
     return "\n".join(out)
 
 
+# FP8 formats: mantissa bits, exponent bias, the bits of the first float32 past the largest finite
+# value's rounding range (464 for e4m3fn, 65536 for e5m2), what such a value becomes (torch
+# saturates e4m3fn to 448, which has no infinity; e5m2 overflows to infinity).
+FP8 = {"f8e4m3": (3, 7, 0x43E80000, 0x7E), "f8e5m2": (2, 15, 0x47800000, 0x7C)}
+
+
+def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str) -> str:
+    """st_float_to_f8e4m3 / st_f8e4m3_to_float (and e5m2) in any C-family language: q is the
+    function qualifier, bits/flt reinterpret float <-> u32. Rounded as torch rounds float32:
+    to nearest even; a subnormal by adding the float whose ULP is the format's smallest step (the
+    FPU rounds), a normal by re-biasing and rounding the dropped bits; past the largest finite
+    value (infinity too) as FP8 says; NaN stays NaN. Decoding is exact."""
+    out = []
+    for name, (m, bias, big, past) in FP8.items():
+        shift, emax = 23 - m, (1 << (7 - m)) - 1
+        tiny = (151 - bias - m) << 23                       # ULP = 2^(1 - bias - m)
+        rebias = ((bias - 127) << 23) & 0xFFFFFFFF
+        special = ("(b & 0x7Fu) == 0x7Fu ? 0x7FC00000u" if name == "f8e4m3"
+                   else f"e == {emax}u ? (0x7F800000u | m << {shift})")      # inf, NaN
+        out += [f"{q} {u8} st_float_to_{name}(float f) {{",
+                f"    {u32} u = {bits}(f), a = u & 0x7FFFFFFFu;",
+                f"    {u32} sub = {bits}({flt}(a) + {flt}({tiny:#x}u)) - {tiny:#x}u;",
+                f"    {u32} normal = (a + {rebias:#x}u + {(1 << (shift - 1)) - 1:#x}u + ((a >> {shift}) & 1u))"
+                f" >> {shift};",
+                f"    {u32} r = a >= {big:#x}u ? (a > 0x7F800000u ? 0x7Fu : {past:#x}u) : "
+                f"(a < {(128 - bias) << 23:#x}u ? sub : normal);",
+                f"    return ({u8})(r | ((u >> 24) & 0x80u));", "}",
+                f"{q} float st_{name}_to_float({u8} b) {{",
+                f"    {u32} e = (b >> {m}) & {emax}u, m = b & {(1 << m) - 1}u;",
+                f"    {u32} mag = e == 0 ? {bits}((float)m * {flt}({(150 - bias - m - 22) << 23:#x}u)) : "
+                f"{special} : ((e + {127 - bias}u) << 23 | m << {shift});",
+                f"    return {flt}(mag | ({u32})(b & 0x80u) << 24);", "}"]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- the walk
 
 class CFamilyEmitter:
@@ -279,7 +314,7 @@ class CFamilyEmitter:
         if dst == "bool":
             zero = float_literal(0.0, src) if dtypes.is_float(src) else "0"
             return f"{self.expr(e.arg, EQ + 1)} != {zero}", EQ
-        if dst in ("f16", "bf16"):     # a value rounded to half precision, kept in float
+        if dst in dtypes.NARROW:       # a value rounded to 16 or 8 bits, kept in float
             inner = f"{self.to_storage[dst]}({self.rounded_arg(e.arg)})"
             return f"{self.to_float[dst]}({inner})", ATOM
         target = "float" if dst == "f32" else dtypes.C_STORAGE[dst]

@@ -29,7 +29,7 @@ from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, 
                             WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from ..core.targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
-                      prelude, refuse_unprintable, strip_parens, torch_math)
+                      fp8_convert, prelude, refuse_unprintable, strip_parens, torch_math)
 
 PRELUDE = r"""// NVRTC has no <math.h>: the float specials as bit patterns (device code only).
 #ifndef INFINITY
@@ -52,7 +52,8 @@ __device__ __forceinline__ void st_grid_dependency() {
 
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign;
 // a tie (-0.0, 0.0) gives b, as NumPy (the simulator) does.
-""" + torch_math("__device__ __forceinline__") + "\n"
+""" + torch_math("__device__ __forceinline__") + "\n" + fp8_convert(
+    "__device__ __forceinline__", "unsigned char", "unsigned int", "__float_as_uint", "__uint_as_float") + "\n"
 # atomicMax/Min on floats: a compare-and-swap loop on the bits (NaN never replaces a value).
 ATOMIC_PRELUDE = r"""__device__ __forceinline__ void st_atomic_max(float* p, float v) {
     int* q = (int*)p; int old = *q, seen;
@@ -89,8 +90,10 @@ _PACK2 = {"f16": "__floats2half2_rn", "bf16": "__floats2bfloat162_rn"}
 class CudaEmitter(CFamilyEmitter):
     """The family's walk with CUDA's frame, C++ operators, vector types, atomics and inline PTX."""
     cxx = True
-    to_float = {"f16": "__half2float", "bf16": "__bfloat162float"}
-    to_storage = {"f16": "__float2half_rn", "bf16": "__float2bfloat16_rn"}
+    to_float = {"f16": "__half2float", "bf16": "__bfloat162float",     # FP8: the prelude's
+                **{d: f"st_{d}_to_float" for d in dtypes.FLOAT8}}
+    to_storage = {"f16": "__float2half_rn", "bf16": "__float2bfloat16_rn",
+                  **{d: f"st_float_to_{d}" for d in dtypes.FLOAT8}}
 
     def __init__(self, kernel: Kernel):
         super().__init__(kernel)

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..core import dtypes
 from ..core.errors import InputMismatch, SimError
 from ..core.expr import Expr, evaluate
 from . import sim_mma, sim_profile
@@ -75,7 +76,7 @@ def simulate(program: KernelProgram, inputs: Mapping[str, np.ndarray],
         if b.name not in inputs:
             raise InputMismatch(f"missing input {b.name!r} ({b.dtype}{list(b.shape)})")
         a = np.asarray(inputs[b.name])
-        want = np.dtype(np.float32 if b.dtype == "bf16" else storage_numpy(b.dtype))
+        want = np.dtype(np.float32 if b.dtype in ("bf16", *dtypes.FLOAT8) else storage_numpy(b.dtype))
         if tuple(a.shape) != tuple(b.shape) or a.dtype != want:
             raise InputMismatch(f"input {b.name!r} is {a.dtype}{list(a.shape)}, expected "
                                 f"{want}{list(b.shape)} ({b.dtype})")

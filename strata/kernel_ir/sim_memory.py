@@ -1,8 +1,8 @@
 """Storage for the simulator: how each dtype is held in memory, poisoned, loaded and stored.
 
 Global buffers are flat NumPy arrays of the *storage* type (bf16 as uint16 bit patterns, see
-`dtypes.to_bf16_bits`); values in flight are in the *compute* type: float32 for f32/f16/bf16
-(the GPU's fp32, never float64), float64 for f64, int64 for every integer type, bool for bool.
+`dtypes.to_bf16_bits`, FP8 as uint8 ones); values in flight are in the *compute* type: float32
+for f32/f16/bf16/FP8 (the GPU's fp32, never float64), float64 for f64, int64 for every integer type, bool for bool.
 Kept apart from sim.py so that the runtime and tests can build and read buffers the same way.
 """
 from __future__ import annotations
@@ -14,13 +14,14 @@ from ..core.expr import cast_values
 
 
 def storage_numpy(dtype: str):
-    """NumPy type of one stored element of `dtype` (bf16 -> uint16 bit patterns)."""
-    return np.uint16 if dtype == "bf16" else dtypes.to_numpy(dtype)
+    """NumPy type of one stored element of `dtype` (bf16 -> uint16 bit patterns, FP8 -> uint8)."""
+    return np.uint16 if dtype == "bf16" else np.uint8 if dtype in dtypes.FLOAT8 \
+        else dtypes.to_numpy(dtype)
 
 
 def compute_numpy(dtype: str):
     """NumPy type a value of `dtype` is computed in (f16/bf16 -> float32, ints -> int64)."""
-    if dtype in ("f32", "f16", "bf16"):
+    if dtype == "f32" or dtype in dtypes.NARROW:
         return np.float32
     if dtype == "f64":
         return np.float64
@@ -34,6 +35,8 @@ def poison(dtype: str, numel: int) -> np.ndarray:
     negative value for signed ints, the largest for unsigned ones (bool cannot be poisoned)."""
     if dtype == "bf16":
         return np.full(numel, 0x7FC0, dtype=np.uint16)
+    if dtype in dtypes.FLOAT8:
+        return np.full(numel, 0x7F, dtype=np.uint8)          # NaN in both formats
     t = storage_numpy(dtype)
     if dtypes.is_float(dtype):
         return np.full(numel, np.nan, dtype=t)
@@ -48,6 +51,8 @@ def to_storage(values, dtype: str) -> np.ndarray:
     v = np.asarray(values)
     if dtype == "bf16":
         return dtypes.to_bf16_bits(v)
+    if dtype in dtypes.FLOAT8:
+        return dtypes.to_f8_bits(v, dtype)
     if dtype == "f16":
         return v.astype(np.float16)          # float32 -> float16 rounds to nearest even
     if dtype in ("f32", "f64"):
@@ -59,13 +64,17 @@ def from_storage(stored: np.ndarray, dtype: str) -> np.ndarray:
     """Storage elements -> compute values (what a Load yields)."""
     if dtype == "bf16":
         return dtypes.from_bf16_bits(stored)
+    if dtype in dtypes.FLOAT8:
+        return dtypes.from_f8_bits(stored, dtype)
     return stored.astype(compute_numpy(dtype), copy=False)
 
 
 def to_user(stored: np.ndarray, dtype: str) -> np.ndarray:
-    """Storage elements -> the values `simulate` hands back (bf16 as float32 values)."""
+    """Storage elements -> the values `simulate` hands back (bf16 and FP8 as float32 values)."""
     if dtype == "bf16":
         return dtypes.from_bf16_bits(stored)
+    if dtype in dtypes.FLOAT8:
+        return dtypes.from_f8_bits(stored, dtype)
     return stored.copy()
 
 

@@ -149,7 +149,7 @@ class LoopBuilder:
         if n.op == "cast":
             (v,) = vals
             v = v if isinstance(v, Expr) else Const(v, cdt)
-            want = n.type.dtype if n.type.dtype in ("f16", "bf16") else cdt   # f16: round, hold as f32
+            want = n.type.dtype if n.type.dtype in dtypes.NARROW else cdt   # f16: round, hold as f32
             return self.let(Cast(v, want)) if v.dtype != want or want != cdt else v
         if n.op in _LOGICAL:
             operand_dts = ["bool"] * len(vals)

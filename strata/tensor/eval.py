@@ -81,7 +81,7 @@ def _node(n: Node, vals: dict, inputs: Mapping, weights: Mapping, precision: str
         src = inputs[n.name] if n.kind == "input" else weights[n.name]
         if hasattr(src, "detach"):                      # a torch tensor
             src = src.detach().cpu()
-            src = (src.float() if dt == "bf16" else src).numpy()
+            src = (src.float() if dt in ("bf16", *dtypes.FLOAT8) else src).numpy()
         src = np.asarray(src)
         return _store(src, dt, precision) if precision == "f64" else dtypes.round_to(src, dt)
     if isinstance(n, Full):

@@ -6,6 +6,7 @@ the M/N dims a 1-D operand does not have). A transposed weight (linear) is only 
 """
 from __future__ import annotations
 
+from ..core.errors import UnsupportedOp
 from ..core.expr import Const, Var
 from .builder import T, broadcast_shapes, rule
 
@@ -26,15 +27,16 @@ def _operand_index(x: T, batch_rank: int, batch: tuple, mk: str, transposed: boo
     return (*index, rows, cols)
 
 
-def matmul(b, a: T, w: T, transposed: bool = False, hint: str = "") -> T:
-    """a @ w (or a @ w.T when `transposed`), any ranks torch.matmul accepts."""
+def matmul(b, a: T, w: T, transposed: bool = False, hint: str = "", dtype: str = "") -> T:
+    """a @ w (or a @ w.T when `transposed`), any ranks torch.matmul accepts; the operands are
+    cast to `dtype` (the node's output dtype unless given) and summed in it."""
     M = a.shape[-2] if a.rank > 1 else 1
     K = a.shape[-1]
     N = 1 if w.rank == 1 else (w.shape[-2] if transposed else w.shape[-1])
     batch = broadcast_shapes(a.shape[:-2], w.shape[:-2])
     br = len(batch)
     shape = (*batch, M, K, N)
-    dt = b.out.dtype
+    dt = dtype or b.out.dtype
     a_bc = b.index_map(b.cast(a, dt), shape, _operand_index(a, br, batch, "a", False),
                        hint=f"{a.name}_bc", prefix=False)
     w_bc = b.index_map(b.cast(w, dt), shape, _operand_index(w, br, batch, "w", transposed),
@@ -57,6 +59,20 @@ def matmul(b, a: T, w: T, transposed: bool = False, hint: str = "") -> T:
 @rule("aten.mm", "aten.bmm", "aten.matmul")
 def mm(b, a):
     return matmul(b, a.self, a.other if "other" in a else a.mat2)
+
+
+@rule("aten._scaled_mm")
+def scaled_mm(b, a):
+    """torch._scaled_mm (FP8 operands on Hopper): the product in f32, times scale_a (one scale, or
+    a column [M, 1]) and scale_b (one, or a row [1, N]), plus bias, rounded to out_dtype."""
+    if a.get("scale_result") is not None:
+        raise UnsupportedOp("aten._scaled_mm with scale_result")
+    y = matmul(b, a.self, a.mat2, hint="mm", dtype="f32")
+    for scale in (a.scale_a, a.scale_b):
+        y = b.ew("multiply", y, b.cast(scale, "f32"), hint="scaled")
+    if a.get("bias") is not None:
+        y = b.ew("add", y, b.cast(a.bias, "f32"))
+    return b.cast(y, b.out.dtype)
 
 
 @rule("aten.linear")

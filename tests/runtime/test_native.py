@@ -209,6 +209,25 @@ def test_half_conversions_match_numpy():
         np.testing.assert_array_equal(as_f64(got), as_f64(want), err_msg=dtype)
 
 
+@pytest.mark.parametrize("dtype", dtypes.FLOAT8)
+def test_fp8_conversions_match_torch(dtype):
+    """Every FP8 bit pattern to float; float to FP8 bit for bit as torch converts it, at the
+    edges (ties, subnormals, the saturation of e4m3fn at 448, e5m2's overflow to inf, NaN) and on
+    a million random bit patterns."""
+    t = dtypes.to_torch(dtype)
+    every = torch.arange(256, dtype=torch.uint8).view(t).float()
+    got = native_run(C.convert(256, dtype, "f32"), {"x": every.numpy()})[0]
+    np.testing.assert_array_equal(as_f64(got), as_f64(every))
+    edges = np.array([448, 464, 464.01, 480, 57344, 61439, 61440, 65536, 2.0 ** -6, 2.0 ** -9,
+                      2.0 ** -10, 3 * 2.0 ** -11, 2.0 ** -16, 2.0 ** -17, 3 * 2.0 ** -18, np.inf,
+                      np.nan, 0.0, 1e-45, 3.4e38], dtype=np.float32)
+    bits = np.random.default_rng(7).integers(0, 2 ** 32, 1 << 20, dtype=np.uint64)
+    floats = np.concatenate([edges, -edges, bits.astype(np.uint32).view(np.float32)])
+    got = native_run(C.convert(len(floats), "f32", dtype), {"x": floats})[0]
+    want = torch.from_numpy(floats).to(t)
+    np.testing.assert_array_equal(got.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
+
+
 def test_float_exp_is_within_one_and_a_half_ulps_and_keeps_every_special():
     """The prelude's branch-free expf (vectorised inline) against exp in float64: 2^21 bit
     patterns spread over every float, the ends of its range (subnormal results, overflow) and
