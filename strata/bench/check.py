@@ -2,7 +2,7 @@
 
 Tolerances follow docs/design.md ("Tolerances"): relative error ||out - ref|| / ||ref|| below
 1e-5 for float32 elementwise and reductions, 1e-4 when the program contains a contraction, 1e-2
-for fp16/bf16 outputs; integer and bool outputs must match exactly; NaN never passes unless the
+for fp16/bf16 outputs, half an FP8 step (2^-4 e4m3, 2^-3 e5m2) for FP8 outputs; integer and bool outputs must match exactly; NaN never passes unless the
 reference has NaN in the same place.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ..core.errors import StrataError
 from ..frontend.snippet import dry_run
 
 CONTRACTIONS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.linear", "aten.addmm", "aten.baddbmm",
-                "aten.scaled_dot_product_attention", "aten.einsum")
+                "aten.scaled_dot_product_attention", "aten.einsum", "aten._scaled_mm")
+FP8_TOL = {"f8e4m3": 2.0 ** -4, "f8e5m2": 2.0 ** -3}     # one value rounded the other way
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Report:
 def tolerance(dtype: str, has_contraction: bool) -> float:
     if dtype in ("f16", "bf16"):
         return 1e-2
+    if dtype in FP8_TOL:
+        return FP8_TOL[dtype]
     if not dtypes.is_float(dtype):
         return 0.0
     return 1e-4 if has_contraction else 1e-5
@@ -59,6 +62,8 @@ class _Float64(TorchDispatchMode):
     activation) computes in float64, so the reference never fails where eager itself does not."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._scaled_mm.default:         # FP8 operands, in float64
+            return _scaled_mm64(*args, **(kwargs or {}))
         kwargs = {k: (torch.float64 if v is torch.float32 else v) for k, v in (kwargs or {}).items()}
         tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         floats = {a.dtype for a in tensors if a.is_floating_point()}
@@ -72,6 +77,16 @@ class _Float64(TorchDispatchMode):
         if func._schema.is_mutable:          # in place: the destination keeps its storage
             return func(*args, **kwargs)
         return func(*pytree.tree_map(up, args), **pytree.tree_map(up, kwargs))
+
+
+def _scaled_mm64(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                 use_fast_accum=False):
+    """torch._scaled_mm's product in float64: (a @ b) * scale_a * scale_b + bias, rounded to
+    out_dtype (float32 stays float64, as every float32 result of the reference does)."""
+    y = (a.double() @ b.double()) * scale_a.double() * scale_b.double()
+    y = y if bias is None else y + bias.double()
+    out = out_dtype or a.dtype
+    return y if out in (torch.float32, torch.float64) else y.to(out)
 
 
 def _to64(x):

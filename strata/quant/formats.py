@@ -14,6 +14,7 @@ and, for a Hugging Face checkpoint quantized at load, the same layouts with bf16
   int8  per output channel: one scale a row, d [N, 1, 1] = max |w| / 127
   int4  per group of 32: q4_0's nibbles, d = max |w| / 7 (symmetric: q in -7..7, stored + 8)
 and llama.cpp's K-quants q4_k and q6_k (super-blocks of 256; their layout: quant/kquants.py).
+`fp8` is not a block format: the layer becomes an FP8Linear (quant/fp8.py, torch._scaled_mm).
 K is padded with zeros to a multiple of 32 (256 for a K-quant) where it is not one (a Hugging Face
 weight; GGUF's are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
 package gives the same bytes (tests/quant check it).
@@ -30,21 +31,23 @@ from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, quantize_kquant
 BLOCK = 32
 FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k")
 MIXES = {"q4_k_m": q4_k_m}                               # a format per layer, by its name
+LAYERS = ("fp8",)                                       # a module of its own (quant/fp8.py)
 BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
 INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers
 
 
 def check_format(fmt: str, mixes: bool = True) -> str:
-    """fmt, if strata quantizes to it (a mix such as q4_k_m where `mixes`), else one sentence."""
-    if fmt not in FORMATS and not (mixes and fmt in MIXES):
+    """fmt, if strata quantizes to it (a mix such as q4_k_m, or fp8, where `mixes`), else one
+    sentence."""
+    if fmt not in FORMATS and not (mixes and fmt in (*MIXES, *LAYERS)):
         raise StrataError(f"unknown quantization {fmt!r}: strata quantizes to "
-                          f"{', '.join(FORMATS + (tuple(MIXES) if mixes else ()))}")
+                          f"{', '.join(FORMATS + ((*MIXES, *LAYERS) if mixes else ()))}")
     return fmt
 
 
 def quantize_weight(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(qs, d) of a 2-d weight [N, K], K padded to a multiple of 32 (see the module docstring)."""
-    if check_format(fmt) in PARTS or fmt in MIXES:
+    if check_format(fmt) in PARTS or fmt in MIXES or fmt in LAYERS:
         raise StrataError(f"{fmt} is not one (qs, d) pair: QuantLinear.from_linear makes it")
     n, k = w.shape
     w = F.pad(w.detach().float(), (0, -k % BLOCK)).view(n, -1, BLOCK)
@@ -131,12 +134,14 @@ class QuantLinear(nn.Module):
 
 def quantize(model: nn.Module, fmt: str, skip: tuple[str, ...] = ()) -> nn.Module:
     """`model` with every nn.Linear (but those whose qualified name ends with one in `skip`)
-    replaced in place by a QuantLinear of format `fmt` (a mix: the format its name gets); the
-    full-precision weights are dropped."""
+    replaced in place by a QuantLinear of format `fmt` (a mix: the format its name gets; fp8: an
+    FP8Linear); the full-precision weights are dropped."""
+    from .fp8 import FP8Linear
     pick = MIXES.get(check_format(fmt), lambda layer: fmt)
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Linear) and not full.endswith(skip):
-                setattr(module, child_name, QuantLinear.from_linear(child, pick(full)))
+                setattr(module, child_name, FP8Linear.from_linear(child) if fmt == "fp8"
+                        else QuantLinear.from_linear(child, pick(full)))
     return model
