@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
     g.add_argument("--quant", metavar="FORMAT",
                    help="quantize the linear weights at load: q8_0, q4_0, q4_k, q6_k or the "
                         "q4_k_m mix (GGUF's block formats), int8 (per channel) or int4 (per group "
-                        "of 32), bf16 scales")
+                        "of 32), bf16 scales; or fp8 (e4m3 weights and activations, row scales)")
     g.add_argument("--temperature", type=float, metavar="T",
                    help="sample the next token inside the compiled program (default: greedy)")
     g.add_argument("--top-k", type=int, metavar="K",

@@ -83,6 +83,7 @@ _HALF2 = {"f16": "__half2", "bf16": "__nv_bfloat162"}
 _TO_STORAGE = {"f16": "__float2half_rn", "bf16": "__float2bfloat16_rn"}
 _TO_FLOAT = {"f16": "__half2float", "bf16": "__bfloat162float"}
 _PACK2 = {"f16": "__floats2half2_rn", "bf16": "__floats2bfloat162_rn"}
+_PTX_TYPE = {"f8e4m3": "e4m3", "f8e5m2": "e5m2"}        # wgmma's operand types
 
 
 # ---------------------------------------------------------------- the emitter
@@ -274,16 +275,18 @@ class CudaEmitter(CFamilyEmitter):
 
     def wgmma(self, s: Wgmma, depth: int) -> None:
         """D = A @ B.T + D per warpgroup; scale-d is a predicate set from an int; imm-scale-a/b
-        are 1, imm-trans-a/b are trans_a/trans_b (1: that operand MN-major). The empty asm
+        are 1, imm-trans-a/b are trans_a/trans_b (1: that operand MN-major; FP8 forms have no
+        transpose operands). The empty asm
         after it ties the accumulators to the asynchronous instruction (the compiler must not
         move or copy them before wgmma.wait_group)."""
         d = [cname(v) for v in s.d]
         nd = len(d)
         scale = "1" if s.scale_d is None else self.expr(s.scale_d, UNARY)
+        ptx = f"{_PTX_TYPE.get(s.dtype, s.dtype)}." * 2
+        ptx, trans = ptx[:-1], ("" if s.dtype in dtypes.FLOAT8 else f", {int(s.trans_a)}, {int(s.trans_b)}")
         self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 2}, 0; "
-                 f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{s.dtype}.{s.dtype} "
-                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, {int(s.trans_a)}, "
-                 f"{int(s.trans_b)}; }}",
+                 f"wgmma.mma_async.sync.aligned.m64n{s.n}k{s.k}.f32.{ptx} "
+                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1{trans}; }}",
                  [f'"+f"({v})' for v in d],
                  [f'"l"({strip_parens(self.expr(s.a))})', f'"l"({strip_parens(self.expr(s.b))})',
                   f'"r"((int){scale})'], depth)

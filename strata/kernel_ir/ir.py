@@ -414,9 +414,10 @@ class WgmmaDesc(Expr):
 @printed_in("cuda", what="a wgmma")
 @dataclass(frozen=True)
 class Wgmma(Stmt):
-    """wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}: per warpgroup (128 threads,
-    warps 4w..4w+3) D = A @ B.T + (D if scale_d else 0), A 64x16 and B n x16, both K-major in
-    shared memory through the descriptors `a` and `b` (i64 expressions), D 64 x n in f32.
+    """wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{dtype}.{dtype}: per warpgroup (128 threads,
+    warps 4w..4w+3) D = A @ B.T + (D if scale_d else 0), A 64 x k and B n x k (k = 32 bytes of
+    K: 16 for f16/bf16, 32 for FP8 e4m3/e5m2), both K-major in shared memory through the
+    descriptors `a` and `b` (i64 expressions), D 64 x n in f32.
     trans_a / trans_b: PTX imm-trans-a / imm-trans-b (f16/bf16 only): 1 reads that operand
     MN-major (M- or N-contiguous; sim_wgmma.py gives the layout) instead of K-major.
 
@@ -433,11 +434,15 @@ class Wgmma(Stmt):
     trans_a: bool = False             # A is M-major (imm-trans-a = 1)
     trans_b: bool = False             # B is N-major (imm-trans-b = 1)
 
+    @property
+    def k(self) -> int:
+        return 32 // dtypes.ITEMSIZE[self.dtype]
+
     def to_text(self, fmt):
         d = ", ".join(self.d) if len(self.d) <= 4 else f"{self.d[0]}..{self.d[-1]}"
         scale = "" if self.scale_d is None else f" scale_d={fmt(self.scale_d)}"
         trans = "".join(f" trans_{x}" for x in "ab" if getattr(self, f"trans_{x}"))
-        return f"{d} <- wgmma.m64n{self.n}k16.{self.dtype} a={fmt(self.a)} b={fmt(self.b)}{scale}{trans}"
+        return f"{d} <- wgmma.m64n{self.n}k{self.k}.{self.dtype} a={fmt(self.a)} b={fmt(self.b)}{scale}{trans}"
 
 
 @printed_in("cuda", what="wgmma.fence")

@@ -2,8 +2,8 @@
 
 blockIdx.x enumerates (batch axes..., M tile, N tile) as in lower_mma.py. Warpgroup g of the
 block owns rows 64 g .. 64 g + 63 of the tile and all TILE_N columns: one wgmma m64nNk16 per 16
-of K, A and B read from shared memory through descriptors (K-major: the swizzle of a
-2 x TILE_K-byte row; MN-major, for an operand contiguous along M or N: boxes of 64 elements by
+of K (k32 per 32 for FP8: 32 bytes either way), A and B read from shared memory through
+descriptors (K-major: the swizzle of a TILE_K-element row; MN-major, for an operand contiguous along M or N: boxes of 64 elements by
 TILE_K rows, 128B swizzle, read with wgmma's transpose bit). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
 into one of STAGES buffers (dynamic shared memory) and arms that buffer's mbarrier with their
 bytes; every thread waits on the barrier with the parity of the buffer's use count, issues the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from math import prod
 
+from ..core import dtypes
 from ..core.expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import MmaLoop, MmaOperand, TileKernel
 from ..tile.tensor_core import mn_major, tma_dims
@@ -54,7 +55,8 @@ class _WgmmaLowerer(MmaLowerer):
         taken = {b.name for b in tk.buffers}
         self.v.update({n: n if n not in taken else f"{n}_idx" for n in EXTRA})
         mt = self.mt
-        self.swizzle_bytes = 2 * mt.tile_k
+        self.item = dtypes.ITEMSIZE[mt.dtype]          # bytes of an element (2, or 1 for FP8)
+        self.swizzle_bytes = self.item * mt.tile_k
         self.a_stage, self.b_stage = mt.tile_m * mt.tile_k, mt.tile_n * mt.tile_k
         self.maps: dict[str, TensorMap] = {}      # buffer -> its map (one per buffer: checked)
         self.axes: dict[tuple, tuple] = {}        # (K var, side) -> the axis of each coordinate
@@ -81,7 +83,7 @@ class _WgmmaLowerer(MmaLowerer):
             box, swz = (MN_RUN, mt.tile_k), "128B"
         else:
             box, swz = (mt.tile_k, xtile), f"{self.swizzle_bytes}B"
-        tm = TensorMap(tuple(e for _, e, _ in dims), tuple(2 * c for _, _, c in dims[1:]),
+        tm = TensorMap(tuple(e for _, e, _ in dims), tuple(self.item * c for _, _, c in dims[1:]),
                        box + (1,) * (len(dims) - 2), swz)
         return tm, tuple(v for v, _, _ in dims)
 
@@ -90,7 +92,7 @@ class _WgmmaLowerer(MmaLowerer):
         box per K-major operand, TILE / 64 boxes (64 apart along X, MN_RUN * TILE_K elements
         apart in shared memory) per MN-major one."""
         mt = self.mt
-        out = [MbarArrive(self.bar(li), stage, 2 * (self.a_stage + self.b_stage))]
+        out = [MbarArrive(self.bar(li), stage, self.item * (self.a_stage + self.b_stage))]
         for op, size in ((lp.a, self.a_stage), (lp.b, self.b_stage)):
             buf = op.body[0].buf
             axes = self.axes[lp.k_var, op.side]
@@ -103,8 +105,8 @@ class _WgmmaLowerer(MmaLowerer):
         return tuple(out)
 
     def desc(self, lp: MmaLoop, op: MmaOperand, at) -> tuple:
-        """(descriptor, its advance per k16 in 16-byte units, MN-major) of the operand's tile.
-        K-major: rows of 2 x TILE_K bytes, SBO 8 rows, +32 bytes per k16. MN-major (PTX
+        """(descriptor, its advance per wgmma in 16-byte units, MN-major) of the operand's tile.
+        K-major: rows of TILE_K elements, SBO 8 rows, +32 bytes per k16 (or FP8's k32). MN-major (PTX
         canonical ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) under the 128B swizzle): LBO between
         the 64-element X runs (one TMA box, MN_RUN * TILE_K elements), SBO between groups of 8
         K rows of 128 bytes, +16 rows of 128 bytes per k16."""
@@ -148,7 +150,8 @@ class _WgmmaLowerer(MmaLowerer):
                      Let(da.name, "i64", a_desc), Let(db.name, "i64", b_desc)]
             body += [Wgmma(self.d(li), add(da, Const(a_step * kk, "i64")),
                            add(db, Const(b_step * kk, "i64")), mt.tile_n, mt.dtype,
-                           trans_a=a_mn, trans_b=b_mn) for kk in range(mt.tile_k // 16)] + [WgmmaCommit()]
+                           trans_a=a_mn, trans_b=b_mn) for kk in range(mt.tile_k * self.item // 32)]
+            body += [WgmmaCommit()]
             if done:                        # the step before is done: its buffer is free
                 body += [WgmmaWait(1)] + refill(*done)
             done = [kt, stage]

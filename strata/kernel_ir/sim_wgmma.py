@@ -1,14 +1,15 @@
-"""wgmma in the simulator: warpgroup MMA m64nNk16 (f16/bf16 in, f32 accumulators) reading A and
+"""wgmma in the simulator: warpgroup MMA m64nNk16 (f16/bf16 in; k32 for FP8; f32 accumulators) reading A and
 B from shared memory through 64-bit matrix descriptors, with the PTX ISA's accumulator layout,
 so that a wrong descriptor, swizzle or lane mapping gives wrong numbers here as on the GPU.
 
 Descriptor (PTX "matrix descriptor"): bits 0-13 start address >> 4, 16-29 leading-dimension byte
 offset (LBO) >> 4, 32-45 stride-dimension byte offset (SBO) >> 4, 49-51 base offset (must be 0
 here), 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B). With the transpose bit of an operand 0
-(imm-trans-a / imm-trans-b) it is K-major: row r (of A's 64 or B's N rows), element k < 16 of
-the K slice is at byte
-  no swizzle:    start + (r // 8) * SBO + (r % 8) * 16 + (k // 8) * LBO + (k % 8) * 2
-  swizzle S:     swz(start + (r // 8) * SBO + (r % 8) * S + 2 * k)     (LBO unused)
+(imm-trans-a / imm-trans-b) it is K-major: row r (of A's 64 or B's N rows), element k of the
+32-byte K slice (k < 16 16-bit or 32 FP8 elements of E bytes, P = 16 / E to a core matrix row)
+is at byte
+  no swizzle:    start + (r // 8) * SBO + (r % 8) * 16 + (k // P) * LBO + (k % P) * E
+  swizzle S:     swz(start + (r // 8) * SBO + (r % 8) * S + E * k)     (LBO unused)
 With it 1 the operand is MN-major (M- or N-contiguous), 16-bit elements only. The PTX ISA's
 canonical layouts (9.7.15.5.1.2.1.3, CuTe notation in elements, T = 8 for 16 bits):
   no swizzle:  ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import dtypes
 from ..core.expr import free_vars
 from .ir import (
     SWIZZLE_BYTES,
@@ -80,12 +82,13 @@ def decode(desc: int) -> tuple[int, int, int, int, str]:
             (d >> 49) & 7, _MODES[(d >> 62) & 3])
 
 
-def operand_addresses(desc: int, rows: int, mn_major: bool = False) -> np.ndarray:
-    """(rows, 16) byte addresses of the 16-bit operand described by `desc`: [r, k] is row r (M or
-    N) and k of the K slice; K-major, or MN-major (transpose bit 1)."""
+def operand_addresses(desc: int, rows: int, mn_major: bool = False, item: int = 2) -> np.ndarray:
+    """(rows, 32 // item) byte addresses of the operand of `item`-byte elements described by
+    `desc`: [r, k] is row r (M or N) and k of the K slice; K-major, or MN-major (transpose bit 1,
+    16-bit only)."""
     start, lbo, sbo, _, mode = decode(desc)
     r = np.arange(rows)[:, None]
-    k = np.arange(16)[None, :]
+    k = np.arange(32 // item)[None, :]
     s = SWIZZLE_BYTES[mode]
     if mn_major:
         if not s:
@@ -93,9 +96,10 @@ def operand_addresses(desc: int, rows: int, mn_major: bool = False) -> np.ndarra
         run = s // 2                     # elements of one MN run of S bytes
         return swizzle(start + (r // run) * lbo + (r % run) * 2 + (k // 8) * sbo + (k % 8) * s,
                        mode)
+    per = 16 // item
     if not s:
-        return start + (r // 8) * sbo + (r % 8) * 16 + (k // 8) * lbo + (k % 8) * 2
-    return swizzle(start + (r // 8) * sbo + (r % 8) * s + 2 * k, mode)
+        return start + (r // 8) * sbo + (r % 8) * 16 + (k // per) * lbo + (k % per) * item
+    return swizzle(start + (r // 8) * sbo + (r % 8) * s + item * k, mode)
 
 
 class _Record:
@@ -126,7 +130,7 @@ class WgmmaState:
         if sh is None:
             b.launch.fail(f"wgmma descriptor of {e.buf}, which is not a shared array")
         index = np.asarray(index, dtype=np.int64)
-        addr = b.tma.bases[e.buf] + 2 * index
+        addr = b.tma.bases[e.buf] + dtypes.ITEMSIZE[sh.decl.dtype] * index
         bad = addr % 16 != 0
         if np.any(bad):
             b.launch.fail(f"wgmma descriptor of {e.buf}[{np.asarray(index).flat[np.flatnonzero(bad)[0]]}]"
@@ -207,23 +211,24 @@ class WgmmaState:
             b.launch.fail(f"wgmma {what} differs across the warpgroup of {b.who(wl[w, 0])}")
         return v[:, 0]
 
-    def operand(self, desc: int, rows: int, wl_row, what: str, mn_major: bool = False):
-        """(buf, element indices (rows, 16)) of one warpgroup's operand."""
+    def operand(self, desc: int, rows: int, wl_row, what: str, dtype: str, mn_major: bool = False):
+        """(buf, element indices (rows, k)) of one warpgroup's operand of `dtype`."""
         b = self.batch
         start, _, _, base_off, _ = decode(desc)
         if base_off:
             b.launch.fail(f"wgmma {what} descriptor has base offset {base_off} (not modelled)")
-        addr = operand_addresses(desc, rows, mn_major)
+        item = dtypes.ITEMSIZE[dtype]
+        addr = operand_addresses(desc, rows, mn_major, item)
         for name, base in b.tma.bases.items():
             sh = b.smem[name]
-            end = base + sh.decl.size * 2
+            end = base + sh.decl.size * dtypes.ITEMSIZE[sh.decl.dtype]
             if base <= start < end:
-                if addr.min() < base or addr.max() + 2 > end:
+                if addr.min() < base or addr.max() + item > end:
                     b.launch.fail(f"wgmma {what} operand runs outside shared array {name}, "
                                   f"issued by {b.who(wl_row[0])}")
-                if sh.decl.dtype not in ("f16", "bf16"):
-                    b.launch.fail(f"wgmma {what} operand in {name} of {sh.decl.dtype}")
-                return name, (addr - base) // 2
+                if sh.decl.dtype != dtype:
+                    b.launch.fail(f"wgmma.{dtype} {what} operand in {name} of {sh.decl.dtype}")
+                return name, (addr - base) // item
         b.launch.fail(f"wgmma {what} descriptor points at no shared array, issued by "
                       f"{b.who(wl_row[0])}")
 
@@ -245,13 +250,13 @@ class WgmmaState:
         b_desc = self.uniform(s.b, idx, wl, "B descriptor")
         scale = np.ones(nw, dtype=bool) if s.scale_d is None else \
             self.uniform(s.scale_d, idx, wl, "scale-d") != 0
-        A = np.empty((nw, 64, 16), np.float32)
-        B = np.empty((nw, s.n, 16), np.float32)
+        A = np.empty((nw, 64, s.k), np.float32)
+        B = np.empty((nw, s.n, s.k), np.float32)
         reads = []
         for w in range(nw):
             for mat, desc, rows, what, tr in ((A, a_desc[w], 64, "A", s.trans_a),
                                               (B, b_desc[w], s.n, "B", s.trans_b)):
-                buf, elem = self.operand(int(desc), rows, wl[w], what, tr)
+                buf, elem = self.operand(int(desc), rows, wl[w], what, s.dtype, tr)
                 who = wl[w][np.arange(elem.size) % 128]
                 mat[w] = np.asarray(b.load(buf, elem.reshape(-1), who, what=f"wgmma {what} read"),
                                     np.float32).reshape(elem.shape)
@@ -261,7 +266,7 @@ class WgmmaState:
         regs = np.stack([b.env[v][lanes] for v in s.d], axis=0).reshape(len(s.d), nw, 128)
         acc[:, rows, cols] = np.moveaxis(regs.astype(np.float32), 1, 0)
         acc[~scale] = 0
-        for k in range(16):
+        for k in range(s.k):
             acc += A[:, :, k, None] * B[:, None, :, k]
         out = acc[:, rows, cols]                              # (W, n/2, 128)
         for i, name in enumerate(s.d):

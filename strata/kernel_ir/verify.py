@@ -25,6 +25,7 @@ class KernelVerifyError(Exception):
 # Kernel IR is checked against the most any target allows (a Target says what one allows).
 MAX_SMEM_BYTES = STATIC_SMEM_BYTES                                    # static __shared__ per block
 MAX_DYNAMIC_SMEM_BYTES = max(t.smem_optin for t in GPUS)             # static + dynamic (opt-in)
+WGMMA_TYPES = ("f16", "bf16") + dtypes.FLOAT8
 
 
 def verify_program(program: KernelProgram, target=None) -> None:
@@ -215,18 +216,20 @@ def _check_hopper_ops(k: Kernel) -> None:
                  f"statements may use it")
         for e in s.exprs():
             for dsc in (x for x in nodes(e) if isinstance(x, WgmmaDesc)):
-                if dsc.buf not in smem or dtypes.ITEMSIZE[smem[dsc.buf].dtype] != 2:
+                if dsc.buf not in smem or smem[dsc.buf].dtype not in WGMMA_TYPES:
                     fail(f"wgmma descriptor of {dsc.buf}, which is not a shared array of 16-bit "
-                         f"elements")
+                         f"or FP8 elements")
                 if dsc.swizzle not in SWIZZLES:
                     fail(f"wgmma descriptor with unknown swizzle {dsc.swizzle!r}")
         if isinstance(s, Wgmma):
-            if s.dtype not in ("f16", "bf16"):
-                fail(f"wgmma takes f16 or bf16 inputs, not {s.dtype}")
+            if s.dtype not in WGMMA_TYPES:
+                fail(f"wgmma takes f16, bf16 or FP8 inputs, not {s.dtype}")
+            if s.dtype in dtypes.FLOAT8 and (s.trans_a or s.trans_b):
+                fail("wgmma reads FP8 operands K-major only (no transpose bit)")
             if s.n % 8 or not 8 <= s.n <= 256:
-                fail(f"wgmma m64nNk16 needs N a multiple of 8 in 8..256, not {s.n}")
+                fail(f"wgmma m64nNk{s.k} needs N a multiple of 8 in 8..256, not {s.n}")
             if len(s.d) != s.n // 2:
-                fail(f"wgmma m64n{s.n}k16 takes {s.n // 2} f32 accumulators, not {len(s.d)}")
+                fail(f"wgmma m64n{s.n}k{s.k} takes {s.n // 2} f32 accumulators, not {len(s.d)}")
             for v in s.d:
                 if declared.get(v) != "f32":
                     fail(f"wgmma accumulator {v} is not f32")

@@ -19,7 +19,7 @@ from ..kernel_ir.ir import SWIZZLE_BYTES, Param
 from . import driver as default_driver
 
 DATA_TYPES = {"bf16": "BFLOAT16", "f16": "FLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
-              "i32": "INT32", "i64": "INT64", "u8": "UINT8"}
+              "i32": "INT32", "i64": "INT64", "u8": "UINT8", "f8e4m3": "UINT8", "f8e5m2": "UINT8"}
 SWIZZLE = {"none": "NONE", "32B": "32B", "64B": "64B", "128B": "128B"}
 L2_PROMOTION = "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
 

@@ -1,10 +1,11 @@
 """What the tensor-core schedules (mma_tile, mma_swizzle, mma_pipeline, wgmma_tile,
 materialize_prologue) share: which reduce loops can run on tensor cores and with which 16-bit
-operands, and the shapes of the operand tiles in shared memory and in TMA boxes. A module of its
+(or, for wgmma, FP8) operands, and the shapes of the operand tiles in shared memory and in TMA boxes. A module of its
 own so that passes never import each other."""
 from __future__ import annotations
 
-from ..core.expr import Var, affine_terms, coefficient
+from ..core import dtypes
+from ..core.expr import Cast, Var, affine_terms, coefficient
 from ..loop.ir import Accum, Let, Load, Loop
 from .contraction import closure, conjoin, depends, edge, product
 from .ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
@@ -19,16 +20,31 @@ def tile_rows_cols(op: MmaOperand, mt: MmaTile) -> tuple[int, int]:
     return (x, mt.tile_k) if op.kmajor else (mt.tile_k, x)
 
 
-def half_dtype(k: TileKernel, stmts, out_half: bool) -> str:
-    """The 16-bit dtype the operand computed by stmts has, or why it has none."""
+def half_dtype(k: TileKernel, stmts, out_half: bool, fp8: bool = False) -> str:
+    """The 16-bit dtype the operand computed by stmts has (or an FP8 one it loads as it is,
+    where `fp8`: wgmma's e4m3/e5m2 forms), or why it has none."""
     loads = [s for s in stmts if isinstance(s, Load)]
     kinds = {k.dtype_of(s.buf) for s in loads}
+    if fp8 and (len(stmts) == 1 and kinds <= set(dtypes.FLOAT8) or fp8_rounded(stmts)):
+        return kinds.pop() if len(stmts) == 1 else fp8_rounded(stmts)
     if len(kinds) != 1 or not kinds <= set(HALF):
         return f"it reads {', '.join(sorted(kinds)) or 'no buffer'}, not f16 or bf16 alone"
     if any(isinstance(s, Let) for s in stmts) and not out_half:
         return "its prologue computes in f32 for an f32 result (rounding it to 16 bits would " \
                "lose what eager keeps)"
     return kinds.pop()
+
+
+def fp8_rounded(stmts) -> str | None:
+    """The FP8 dtype an operand's prologue rounds its value to last (`x.to(float8).float()`:
+    FP8Linear's activations), so that storing it in that dtype loses nothing; else None."""
+    lets = {s.var: s.value for s in stmts if isinstance(s, Let)}
+    last = stmts[-1] if stmts else None
+    if isinstance(last, Let) and isinstance(last.value, Cast) and isinstance(last.value.arg, Var):
+        inner = lets.get(last.value.arg.name)
+        if isinstance(inner, Cast) and inner.dtype in dtypes.FLOAT8:
+            return inner.dtype
+    return None
 
 
 def kmajor(k: TileKernel, stmts, k_var: str, x_var: str | None) -> bool:
@@ -41,8 +57,9 @@ def kmajor(k: TileKernel, stmts, k_var: str, x_var: str | None) -> bool:
     return True
 
 
-def operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
-    """(acc, A, B, dtype) of one reduce loop, or why it cannot run on tensor cores."""
+def operands(k: TileKernel, loop: Loop, m, n, out_half: bool, fp8: bool = False):
+    """(acc, A, B, dtype) of one reduce loop, or why it cannot run on tensor cores (FP8 operands
+    only where `fp8`)."""
     found = product(loop.body)
     if isinstance(found, str):
         return found
@@ -63,8 +80,8 @@ def operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
     for side, stmts in (("A", ca), ("B", cb)):
         # a 16-bit contraction in eager: each operand is a 16-bit tensor there, so rounding a
         # computed prologue (RMSNorm's normed x, SiLU(gate) * up) to it is what eager does
-        dt = held if held in HALF else half_dtype(k, stmts, out_half)
-        if dt not in HALF:
+        dt = held if held in HALF else half_dtype(k, stmts, out_half, fp8)
+        if dt not in HALF + dtypes.FLOAT8:
             return f"operand {side} of {loop.var}: {dt}"
         dts.append(dt)
     if dts[0] != dts[1]:
@@ -75,12 +92,13 @@ def operands(k: TileKernel, loop: Loop, m, n, out_half: bool):
     return acc, ops[0], ops[1], dts[0]
 
 
-def mma_loops(k: TileKernel, c) -> tuple[list[MmaLoop], str] | str:
-    """The contraction `c`'s reduce loops as MmaLoops and their one 16-bit dtype, or why not."""
+def mma_loops(k: TileKernel, c, fp8: bool = False) -> tuple[list[MmaLoop], str] | str:
+    """The contraction `c`'s reduce loops as MmaLoops and their one 16-bit (or, where `fp8`,
+    FP8) dtype, or why not."""
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     loops, dtype = [], None
     for loop in c.loops:
-        got = operands(k, loop, c.m, c.n, out_half)
+        got = operands(k, loop, c.m, c.n, out_half, fp8)
         if isinstance(got, str):
             return got
         acc, a, b, dt = got
@@ -109,7 +127,7 @@ def stage_elems(op: MmaOperand, mt: MmaTile) -> int:
     return rows * row_stride(cols, mt.swizzle)
 
 
-SWIZZLE_OF_TILE_K = {16: "32B", 32: "64B", 64: "128B"}     # a shared row is 2 x TILE_K bytes
+SWIZZLE_OF_ROW = {32: "32B", 64: "64B", 128: "128B"}     # by the bytes of a shared row (of TILE_K)
 
 
 def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
@@ -147,7 +165,7 @@ def tma_dims(k: TileKernel, op: MmaOperand, k_var: str, k_extent: int):
         dims.append((v, batch[v], c))
     if len(dims) > 5:
         return "it has more than 5 dimensions"
-    bad = [v for v, _, c in dims[1:] if c % 8]
+    bad = [v for v, _, c in dims[1:] if c * dtypes.ITEMSIZE[k.dtype_of(load.buf)] % 16]
     if bad:
         return f"its stride along {bad[0]} is not a multiple of 16 bytes"
     return tuple(dims)

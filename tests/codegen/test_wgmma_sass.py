@@ -54,6 +54,31 @@ def test_wgmma_groups_are_chained_and_pipelined_not_serialized(m, k, n, silu):
             assert any("DEPBAR.LE gsb0, 0x1" in ln for ln in lines), f"{t.name}: no overlap"
 
 
+@pytest.mark.parametrize("m,k,n", [(4096, 4096, 4096), (128, 2048, 5632)], ids=str)
+def test_fp8_scaled_mm_runs_chained_qgmma(m, k, n):
+    """torch._scaled_mm of e4m3 operands (row scales, bf16 out) on sm_90a: QGMMA 64xNx32 E4M3
+    in the SASS, a step's four chained (one scoreboard wait), steps overlapping, no C7514, no
+    spills."""
+    e4m3 = torch.float8_e4m3fn
+    inputs = (torch.randn(m, k).to(e4m3), torch.randn(n, k).to(e4m3), torch.rand(m, 1),
+              torch.rand(1, n))
+
+    def f(a, b, sa, sb):
+        return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=BF16)
+    prog = strata.compile(f, inputs, device="sim", ctx=Context(target=ARCH))
+    source = prog.source("cuda")
+    kernels = [t.name for t in prog.lowered.tile.kernels if t.mode == "wgmma"]
+    assert kernels and "C7514" not in ptxas_log(source, ARCH)
+    for name, use in resource_usage(source, ARCH).items():
+        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+    code = sass(source, ARCH)
+    for name in kernels:
+        lines = code[name].splitlines()
+        qgmma = [ln for ln in lines if "QGMMA.64x128x32.F32.E4M3.E4M3" in ln]
+        assert qgmma and len(qgmma) == 4 * sum("gsb0" in ln for ln in qgmma)
+        assert any("DEPBAR.LE gsb0, 0x1" in ln for ln in lines)
+
+
 def test_no_sm90a_kernel_of_a_decoder_layer_is_serialized_or_spills():
     """Every kernel of a TinyLlama bf16 decoder layer at 64 tokens on sm_90a (wgmma projections,
     attention, norms): ptxas serializes no wgmma and spills nothing."""

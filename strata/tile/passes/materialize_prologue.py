@@ -5,7 +5,8 @@ Why: in an LLM layer nearly every projection reads a computed operand (RMSNorm's
 q/k/v and gate/up, SiLU(gate) * up for down); fused, wgmma_tile declines them all and Hopper
 runs prefill on mma.sync. The kernel becomes two: `<name>_prologue` (elementwise over the
 operand's axes and K) stores the operand, rounded to the 16-bit dtype eager holds it in (as
-mma.sync rounds it on its way into shared memory), into the temp `<name>_operand`; the
+mma.sync rounds it on its way into shared memory) or to the FP8 dtype its prologue rounds it to
+last (FP8Linear's activations), into the temp `<name>_operand`; the
 contraction then loads that buffer plainly. Equal operands of several reductions share one.
 
 PROLOGUE=fuse|materialize pins the choice (INSTR=wgmma alone does not: it still refuses a
@@ -38,7 +39,7 @@ def materialize_prologue(k: TileKernel, ctx: Context):
     out_half = all(k.dtype_of(w) in HALF for w in k.writes)
     found = []
     for loop in c.loops:
-        got = operands(k, loop, c.m, c.n, out_half)
+        got = operands(k, loop, c.m, c.n, out_half, fp8=True)
         if isinstance(got, str):
             return k                    # not for tensor cores: mma_tile says why
         found.append((loop, *got))

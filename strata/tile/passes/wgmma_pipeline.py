@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.context import Context
+from ...core import dtypes
 from ...core.errors import KnobError
 from ...core.targets import DYNAMIC_SMEM_ALIGN
 from ..ir import MmaLoop, TileKernel
@@ -24,7 +25,7 @@ def smem_limit(ctx: Context) -> int:
 
 def stage_bytes(k: TileKernel) -> int:
     mt = k.matmul
-    return (mt.tile_m + mt.tile_n) * mt.tile_k * 2
+    return (mt.tile_m + mt.tile_n) * mt.tile_k * dtypes.ITEMSIZE[mt.dtype]
 
 
 def wgmma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
