@@ -30,6 +30,7 @@ ATTENTION_MODELS = ((64, "TinyLlama/TinyLlama-1.1B-Chat-v1.0"), (128, "Qwen/Qwen
 GOAL_MM = 0.9           # issue 3: >= 0.9x cuBLAS at 4096^3
 GOAL_DECODE = 1.0       # >= 1.0x cuBLAS at decode shapes (M <= 16)
 GOAL_ATTENTION = 0.8    # >= 0.8x torch's flash SDPA at seq 2048
+GOAL_FP8 = 0.9          # issue 54: FP8 matmul 4096^3 >= 0.9x torch._scaled_mm
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,35 @@ class MatmulCase:
 
 
 @dataclass(frozen=True)
+class ScaledMmCase:
+    """torch._scaled_mm of e4m3 a (M, K) and b (N, K) read as b.t(), a scale per row of a and per
+    column of b, bf16 out: the FP8 product FP8Linear runs (cuBLASLt's rowwise FP8 on a GPU)."""
+    m: int
+    k: int
+    n: int
+    label: str = ""
+    dtype: str = "f8e4m3"
+
+    @property
+    def name(self) -> str:
+        return f"fp8 scaled_mm {self.m}×{self.k}×{self.n}"
+
+    group = "fp8 matmul"
+    goal = GOAL_FP8
+    reference = "torch._scaled_mm"
+
+    def flops(self) -> int:
+        return 2 * self.m * self.k * self.n
+
+    def build(self, device: str = "cuda"):
+        gen = torch.Generator(device=device).manual_seed(0) if device != "meta" else None
+        e4m3 = _torch_dtype(self.dtype)
+        inputs = (_randn((self.m, self.k), e4m3, device, gen), _randn((self.n, self.k), e4m3, device, gen),
+                  _rand((self.m, 1), device, gen), _rand((1, self.n), device, gen))
+        return ScaledMm(), inputs, ScaledMm()
+
+
+@dataclass(frozen=True)
 class AttentionCase:
     """Causal scaled_dot_product_attention, q, k and v of shape (batch, heads, seq, head_dim)."""
     heads: int
@@ -171,6 +201,11 @@ class Mm(nn.Module):
         return torch.mm(a, b)
 
 
+class ScaledMm(nn.Module):
+    def forward(self, a, b, sa, sb):
+        return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+
 class CausalSDPA(nn.Module):
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -195,12 +230,20 @@ def _randn(shape, dtype, device, gen):
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
 
 
+def _rand(shape, device, gen):
+    if device == "meta":
+        return torch.empty(shape, device="meta")
+    return torch.rand(shape, generator=gen, device=device) + 0.5
+
+
 def cases(quick: bool = False, configs: dict[str, dict] | None = None) -> list:
-    """Every case in table order: 4096³ mm, the decode-shape linears (M = 1 and 16), attention.
-    quick: the mm, TinyLlama's projections at M = 1 and attention at head dim 64."""
+    """Every case in table order: 4096³ mm, its FP8 form, the decode-shape linears (M = 1 and
+    16), attention. quick: the mm (both), TinyLlama's projections at M = 1 and attention at head
+    dim 64."""
     configs = configs if configs is not None else _bundled(
         {n for n, _ in DECODE_MODELS} | {n for _, n in ATTENTION_MODELS})
-    out: list = [MatmulCase(MM_SIZE, MM_SIZE, MM_SIZE, label="square, 4096³")]
+    out: list = [MatmulCase(MM_SIZE, MM_SIZE, MM_SIZE, label="square, 4096³"),
+                 ScaledMmCase(MM_SIZE, MM_SIZE, MM_SIZE, label="square, 4096³, e4m3 row scales")]
     projs = decode_projections(configs)
     if quick:
         first = DECODE_MODELS[0][1]

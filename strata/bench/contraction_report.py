@@ -30,7 +30,7 @@ COLUMNS = ("case", "layers", "accuracy", "strata kernels", "torch ms", "strata m
 class ContractionRow:
     """One measured case: its CaseResult plus what the table needs from the case."""
     result: CaseResult
-    group: str            # "matmul", "decode matmul", "attention"
+    group: str            # "matmul", "fp8 matmul", "decode matmul", "attention"
     goal: float           # minimum strata / torch ratio
     reference: str        # "torch (cuBLAS)", "torch SDPA (flash)"
     label: str = ""

@@ -94,7 +94,7 @@ def failed_row(case, status: str) -> ContractionRow:
 def print_list(cs, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"contractions: {len(cs)} cases (bf16)", title_justify="left")
+    table = Table(title=f"contractions: {len(cs)} cases (bf16; FP8 where named)", title_justify="left")
     for col in ("#", "case", "layers", "FLOPs", "goal"):
         table.add_column(col, justify="right" if col in ("#", "FLOPs") else "left")
     for i, c in enumerate(cs, 1):

@@ -1,5 +1,6 @@
 """The GPU acceptance cases: one small program per kind of kernel strata emits for CUDA (a row
-reduction, softmax, fp32 and bf16 matmuls on mma.sync and on wgmma, causal attention prefill on
+reduction, softmax, fp32 and bf16 matmuls on mma.sync and on wgmma, an FP8 (e4m3) product on
+wgmma, causal attention prefill on
 tensor cores, split-KV decode attention, a q4_0 quantized GEMV, a `@strata.kernel` with shared
 memory and barriers).
 
@@ -66,6 +67,15 @@ def _matmul(dtype, m=96, k=256, n=200):
     return make
 
 
+def _scaled_mm_fp8():
+    e4m3 = torch.float8_e4m3fn
+
+    def f(a, b, sa, sb):
+        return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    return _Fn(f), ((torch.randn(128, 512) * 4).to(e4m3), (torch.randn(200, 512) * 4).to(e4m3),
+                    torch.rand(128, 1) + 0.5, torch.rand(1, 200) + 0.5)
+
+
 def _qkv(b, h, lq, lk, d, dtype=torch.bfloat16):
     return (torch.randn(b, h, lq, d).to(dtype), torch.randn(b, h, lk, d).to(dtype),
             torch.randn(b, h, lk, d).to(dtype))
@@ -94,6 +104,9 @@ CASES: dict[str, GpuCase] = {
                                _matmul(torch.bfloat16), "sm_80", ("mma.sync",)),
     "matmul_bf16_wgmma": GpuCase("bf16 matmul on wgmma + TMA (sm_90a)",
                                  _matmul(torch.bfloat16, 128, 512, 256), "sm_90a", ("wgmma",)),
+    "scaled_mm_fp8_wgmma": GpuCase("torch._scaled_mm of e4m3 operands, row scales, on wgmma's "
+                                   "k32 form + TMA (sm_90a)", _scaled_mm_fp8, "sm_90a",
+                                   ("k32.f32.e4m3.e4m3",)),
     "attention_prefill": GpuCase("causal flash attention, 130 tokens, bf16 on tensor cores",
                                  _prefill, "sm_80", ("mma.sync",)),
     "decode_split_kv": GpuCase("one query against 300 keys: split-KV kernel + combine",

@@ -59,9 +59,11 @@ def test_case_list_order_goals_and_quick():
     assert all(c.goal == C.GOAL_DECODE and c.group == "decode matmul" for c in linears)
     att = [c for c in cs if isinstance(c, C.AttentionCase)]
     assert [(c.heads, c.seq, c.head_dim) for c in att] == [(32, 2048, 64), (28, 2048, 128)]
-    assert all(c.goal == C.GOAL_ATTENTION for c in att) and {c.dtype for c in cs} == {"bf16"}
+    assert all(c.goal == C.GOAL_ATTENTION for c in att) and {c.dtype for c in cs} == {"bf16", "f8e4m3"}
+    fp8 = [c for c in cs if isinstance(c, C.ScaledMmCase)]
+    assert [(c.m, c.k, c.n, c.goal) for c in fp8] == [(4096, 4096, 4096, C.GOAL_FP8)]
     quick = C.cases(quick=True)
-    assert len(quick) < len(cs) and quick[0] == cs[0] and isinstance(quick[-1], C.AttentionCase)
+    assert len(quick) < len(cs) and quick[:2] == cs[:2] and isinstance(quick[-1], C.AttentionCase)
 
 
 def test_flops_matmul_and_causal_attention_halved():
@@ -123,7 +125,8 @@ def test_markdown_and_json(tmp_path):
 
 
 @pytest.mark.parametrize("case", [C.MatmulCase(16, 40, 24, linear=True, bias=True),
-                                  C.AttentionCase(2, 24, 16)], ids=["linear", "attention"])
+                                  C.AttentionCase(2, 24, 16), C.ScaledMmCase(33, 64, 40)],
+                         ids=["linear", "attention", "fp8"])
 def test_run_case_on_the_simulator(case):
     """The measuring path end to end on the CPU: strata on the simulator, a fake timer."""
     import strata
@@ -156,7 +159,7 @@ def test_list_needs_no_gpu(capsys):
     from strata.bench.contractions import main
     assert main(["--list", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "6 cases" in out and "causal attention 1×32×2048×64" in out
+    assert "7 cases" in out and "causal attention 1×32×2048×64" in out and "fp8 scaled_mm" in out
 
 
 @gpu

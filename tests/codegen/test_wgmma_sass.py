@@ -79,13 +79,22 @@ def test_fp8_scaled_mm_runs_chained_qgmma(m, k, n):
         assert any("DEPBAR.LE gsb0, 0x1" in ln for ln in lines)
 
 
-def test_no_sm90a_kernel_of_a_decoder_layer_is_serialized_or_spills():
-    """Every kernel of a TinyLlama bf16 decoder layer at 64 tokens on sm_90a (wgmma projections,
-    attention, norms): ptxas serializes no wgmma and spills nothing."""
+@pytest.mark.parametrize("quant,seq", [(None, 64), ("fp8", 128)], ids=["bf16", "fp8"])
+def test_no_sm90a_kernel_of_a_decoder_layer_is_serialized_or_spills(quant, seq):
+    """Every kernel of a TinyLlama bf16 decoder layer on sm_90a (wgmma projections, attention,
+    norms), translation unit by unit: ptxas serializes no wgmma and spills nothing. With
+    `--quant fp8` all seven projections run on QGMMA (e4m3 activations stored by a kernel of
+    their own; none left on CUDA cores)."""
     from strata.api import compile_model
-    program, _ = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0, seq_len=64,
-                               dtype="bf16", ctx=Context(target=ARCH))
-    source = program.source()
-    assert "wgmma.mma_async" in source and "C7514" not in ptxas_log(source, ARCH)
-    for name, use in resource_usage(source, ARCH).items():
-        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+    from strata.codegen.cuda_units import plan_units
+    program, _ = compile_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0", layer=0, seq_len=seq,
+                               dtype="bf16", ctx=Context(target=ARCH), quant=quant)
+    units = plan_units(program.lowered.kernel, ARCH).sources
+    assert any("wgmma.mma_async" in source for source in units)
+    for source in units:
+        assert "C7514" not in ptxas_log(source, ARCH)
+        for name, use in resource_usage(source, ARCH).items():
+            assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+    if quant:
+        assert not [k.name for k in program.lowered.tile.kernels if k.mode in ("matmul", "mma")]
+        assert sum(t.count("QGMMA") for s in units for t in sass(s, ARCH).values()) > 0

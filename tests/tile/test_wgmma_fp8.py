@@ -54,11 +54,14 @@ def test_per_tensor_scales_bias_and_f32_out():
 
 def test_fp8_linear_layer_and_tile_k_pins():
     """FP8Linear as a module: its activations rounded to e4m3 are stored in e4m3 by a kernel of
-    their own (materialize_prologue; pinned here, the layer being small) and the product runs
-    on wgmma; TILE_K pinned to 64 (the 64B swizzle) stays right."""
+    their own (materialize_prologue does so for any FP8 operand: fused, the product would run on
+    CUDA cores) and the product runs on wgmma; TILE_K pinned to 64 (the 64B swizzle) stays
+    right; PROLOGUE=fuse keeps the prologue fused, on CUDA cores."""
     layer = FP8Linear.from_linear(torch.nn.Linear(96, 48, bias=False))
     x = torch.randn(33, 96, dtype=torch.bfloat16)
-    prog = _compile(layer, (x,), {"PROLOGUE": "materialize"})
+    fused = _compile(layer, (x,), {"PROLOGUE": "fuse"})
+    assert "wgmma" not in [k.mode for k in fused.lowered.tile.kernels]
+    prog = _compile(layer, (x,))
     tile = prog.lowered.tile
     assert "wgmma" in [k.mode for k in tile.kernels], prog.ir("tile")
     assert any(b.dtype == "f8e4m3" and b.name.endswith("_operand") for k in tile.kernels

@@ -13,13 +13,15 @@ PROLOGUE=fuse|materialize pins the choice (INSTR=wgmma alone does not: it still 
 prologue, so that the extra kernel is asked for). By default
 an operand is materialized when it is small next to the other (at most 1/MAX_SHARE of its
 bytes: activations against a weight, so the extra write and read are cheap) and the work is
-big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK). Declines, saying why, off sm_90a, for
+big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK); an FP8 operand always (FP8 has no
+tensor-core path but wgmma: fused, the product would run on CUDA cores). Declines, saying why, off sm_90a, for
 a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel anyway.
 """
 from __future__ import annotations
 
 from math import prod
 
+from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Load
 from ..contraction import closure, depends, match, split_prologues, uses
@@ -63,7 +65,7 @@ def materialize_prologue(k: TileKernel, ctx: Context):
         return decline("its reductions mix dtypes: wgmma takes it neither way")
     axes = {v for v, _ in k.domain}
     work = k.extent(c.m) * k.extent(c.n) * c.loops[0].extent
-    forced = pinned == "materialize"
+    forced = pinned == "materialize" or found[0][-1] in dtypes.FLOAT8
     for loop, op, other in computed:
         deps = depends(loop.body, axes)
         mine, theirs = (prod(k.extent(v) for v in deps[x.value]) * loop.extent for x in (op, other))
