@@ -230,7 +230,8 @@ BENCHES = {
                   "--variants", "eager,torch.compile,strata", "--budget-s", "100"], 130,
                  "TinyLlama's ops in bf16 at 1 and 128 tokens vs eager and torch.compile"),
     "contractions": (["strata.bench.contractions", "--quick"], 80,
-                     "4096³ bf16 mm and decode projections vs cuBLAS, causal attention vs flash SDPA"),
+                     "4096³ bf16 mm and decode projections vs cuBLAS, 4096³ FP8 (e4m3) vs "
+                     "torch._scaled_mm, causal attention vs flash SDPA"),
     "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
                "TinyLlama-shaped bf16 greedy decode: tokens/s vs HF eager and torch.compile, "
                "fraction of the bandwidth limit, with and without programmatic edges; the step's "

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import StrataError
+from .fp8 import FP8Linear
 from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, quantize_kquant
 
 BLOCK = 32
@@ -136,7 +137,6 @@ def quantize(model: nn.Module, fmt: str, skip: tuple[str, ...] = ()) -> nn.Modul
     """`model` with every nn.Linear (but those whose qualified name ends with one in `skip`)
     replaced in place by a QuantLinear of format `fmt` (a mix: the format its name gets; fp8: an
     FP8Linear); the full-precision weights are dropped."""
-    from .fp8 import FP8Linear
     pick = MIXES.get(check_format(fmt), lambda layer: fmt)
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):

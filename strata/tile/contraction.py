@@ -287,6 +287,20 @@ def outer_vectors(k_total: int, lanes: int, ctx: Context, chunkable: bool = Fals
     return WIDE_N if ctx.arch.vector_registers >= 32 and fits else CPU_VECTORS_N
 
 
+def one_block_n(k: TileKernel, c: Contraction, lanes: int, ctx: Context) -> int:
+    """TILE_N of an outer-form matrix product that fuses its computed M-side operand and takes
+    all of N in one block when N is over one panel but at most two (0 otherwise): each operand
+    row is then computed once, not once per block. Causal attention's scores of the second 64
+    queries of 128 (N = 128 keys, K = 64) ran 1.50x faster so than stored first (PROLOGUE=fuse,
+    TILE_N=128, THREAD_M=2 found by `strata tune TinyLlama...`, Zen 5, 2026-11-30)."""
+    panel = outer_vectors(sum(l.extent for l in c.loops), lanes, ctx) * lanes
+    n = k.extent(c.n)
+    if c.m is None or ctx.knob("TILE_N", 0) or ctx.arch.vector_registers < 32 \
+            or not panel < n <= 2 * panel:
+        return 0                        # (16 registers hold no 2 x 8 tile: AVX2 keeps its rule)
+    return -(-n // lanes) * lanes
+
+
 def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
     """FORM of a CPU contraction (cpu_prologue and cpu_matmul both follow it): "dot" (vectors
     along K, no packing) when every reduction runs over at least DOT_MIN_K (DOT_FEW_M_MIN_K for

@@ -57,7 +57,8 @@ from ...core.errors import KnobError
 from ...core.expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
 from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
-                           match, outer_vectors, plain_bf16, pow2_ceil, sides, value_dtype)
+                           match, one_block_n, outer_vectors, plain_bf16, pow2_ceil, sides,
+                           value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
@@ -69,6 +70,8 @@ TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quart
                             # in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 512           # rows of a piece, which packs its own panels (512 as one: 1.12x)
+WIDE_ACCUMULATORS = 16     # a block of two panels (contraction.one_block_n): 2 rows of 8 vectors,
+                           # 3 of 5
 DOT_M, DOT_N = 2, 8        # a dot-form register tile: 16 vector accumulators (over the
                            # reductions it runs: 2 x 4 each for the MLP's gate and up)
 
@@ -81,9 +84,11 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
     k_total = sum(l.extent for l in c.loops)
     wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
     vectors = outer_vectors(k_total, lanes, ctx, chunkable) if form == "outer" else CPU_VECTORS_N
-    tile_n = ctx.knob("TILE_N", min(max(1, DOT_N // loops) if dot else vectors * lanes,
-                                    max(16 if amx else 1, pow2_ceil(k.extent(n)))))
+    wide = form == "outer" and dict(k.knobs).get("PROLOGUE") == "fuse" and one_block_n(k, c, lanes, ctx)
+    tile_n = ctx.knob("TILE_N", wide or min(max(1, DOT_N // loops) if dot else vectors * lanes,
+                                            max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
+        max(1, WIDE_ACCUMULATORS // (wide // lanes)) if wide else \
         TALL_M if wide_registers and vectors == CPU_VECTORS_N and k_total * tile_n * 4 > half_l2 // 2 \
         else THREAD_M
     thread_m = ctx.knob("THREAD_M", rows if amx else min(rows, k.extent(m)))

@@ -14,7 +14,8 @@ PROLOGUE=fuse|materialize pins the choice. By default an operand is materialized
 output has more than one block's panel of columns (N > TILE_N: 4 SIMD vectors in the outer form
 where 32 registers hold its tile, else 2; 2 for a matrix-vector product; outer_vectors: the rule
 read 2 for all, so causal attention's first 64 scores per row stored RoPE'd q first, which
-`strata tune` found 1.58x slower than fused, Zen 5, 2026-11-30), or always in the dot
+`strata tune` found 1.58x slower than fused, Zen 5, 2026-11-30) unless a matrix product's N
+fits two panels, which then takes one block that wide (contraction.one_block_n), or always in the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
@@ -40,7 +41,8 @@ from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
 from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
-                           outer_vectors, plain_bf16, sides, split_prologues, uses, value_dtype)
+                           one_block_n, outer_vectors, plain_bf16, sides, split_prologues, uses,
+                           value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -107,9 +109,11 @@ def cpu_prologue(k: TileKernel, ctx: Context):
     lanes = max(1, ctx.arch.vector_bytes // 4)
     panel = CPU_VECTORS_N * lanes if c.m is None else \
         ctx.knob("TILE_N", outer_vectors(sum(l.extent for l in c.loops), lanes, ctx) * lanes)
-    if pinned == "fuse" or (not pinned and not dot and k.extent(c.n) <= panel):
+    wide = not dot and one_block_n(k, c, lanes, ctx)
+    if pinned == "fuse" or (not pinned and not dot and (k.extent(c.n) <= panel or wide)):
         why = "PROLOGUE=fuse pinned" if pinned else \
-            f"N={k.extent(c.n)} is one block's panel: each row is packed once anyway"
+            f"N={k.extent(c.n)} is one block's panel: each row is packed once anyway" if not wide \
+            else f"N={k.extent(c.n)} fits one block of two panels: each row is packed once"
         ctx.log(f"cpu_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse")
     dtype = stored or next((x[4] for x in computed if x[4]), "bf16")
