@@ -1,4 +1,4 @@
-"""A vector times a matrix of byte weights (Q8_0, Q4_0 ...) as rows read by 16-byte loads.
+"""A vector times a matrix of byte weights (Q8_0, Q4_0 ..., FP8) as rows read by 16-byte loads.
 
 Why: the CUDA-core matmul stages every operand element into shared memory by a scalar load, so
 a quantized weight was read a byte at a time (LDG.E.U8) and its fp16 scales two bytes at a
@@ -25,13 +25,13 @@ GROUP_MAX = WARP = 32           # a row's group stays within a warp (shuffles on
 
 
 def byte_vec(k: TileKernel, c, loop) -> int | None:
-    """VEC when `loop` of contraction `c` (one row of activations) reads 1-byte integer weights
-    that the gather plan can read whole, else None."""
+    """VEC when `loop` of contraction `c` (one row of activations) reads 1-byte weights (integer
+    blocks, or FP8) that the gather plan can read whole, else None."""
     if c.m is not None and k.extent(c.m) != 1:
         return None
     loads = moving(loop.body, loop.var, k.shape_of)
     size = lambda b: dtypes.ITEMSIZE[k.dtype_of(b)]
-    if not any(size(s.buf) == 1 and dtypes.is_int(k.dtype_of(s.buf)) for s in loads):
+    if not any(size(s.buf) == 1 and k.dtype_of(s.buf) != "bool" for s in loads):    # or FP8
         return None
     bounds = {**dict(k.domain), loop.var: loop.extent}
     for vec in VECS:

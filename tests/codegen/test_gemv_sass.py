@@ -96,6 +96,29 @@ def test_quantized_gemv_matches_eager_on_the_simulator(fmt):
     assert dict(prog.lowered.tile.kernels[0].knobs)["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt]
 
 
+@pytest.mark.parametrize("k,n", QUANT, ids=[f"{k}x{n}" for k, n in QUANT])
+def test_fp8_gemv_reads_weights_with_128_bit_loads_and_matches_eager(k, n):
+    """FP8Linear at M = 1 (`--quant fp8` decode): its e4m3 weights come by 128-bit loads, 16
+    points a step (tile/gemv.py's byte rows), not staged byte by byte; 0 spills; the numbers
+    match eager on the simulator. (32-bit loads: the activations' scale and, unsplit, the row's.)"""
+    from strata.quant.fp8 import FP8Linear
+    torch.manual_seed(0)
+    layer = FP8Linear.from_linear(torch.nn.Linear(k, n, bias=False))
+    x = torch.randn(1, k, dtype=torch.bfloat16)
+    prog = _compile(layer, x)
+    source = prog.source("cuda")
+    [gemv] = [t for t in prog.lowered.tile.kernels if "_scaled_mm" in t.name and "VEC" in dict(t.knobs)
+              and dict(t.knobs).get("GROUP", 1) > 1]
+    assert gemv.mode == "rows" and dict(gemv.knobs)["VEC"] == 16, f"{gemv.name}: {gemv.knobs}"
+    loads = global_loads(sass(source, ARCH)[gemv.name])
+    assert loads[128] >= 2 and set(loads) <= {128, 32} and loads[32] <= 2, \
+        f"{gemv.name}'s global loads by width: {loads}"
+    for name, use in resource_usage(source, ARCH).items():
+        assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
+    if k < 4096:
+        assert check.verify(prog, layer, (x,)).passed
+
+
 @pytest.mark.parametrize("m,dtype", [(1, "bf16"), (16, "f16")])
 def test_split_gemv_matches_eager_on_the_simulator(m, dtype):
     torch.manual_seed(0)
