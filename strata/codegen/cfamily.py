@@ -216,14 +216,16 @@ def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str) -> str:
     function qualifier, bits/flt reinterpret float <-> u32. Rounded as torch rounds float32:
     to nearest even; a subnormal by adding the float whose ULP is the format's smallest step (the
     FPU rounds), a normal by re-biasing and rounding the dropped bits; past the largest finite
-    value (infinity too) as FP8 says; NaN stays NaN. Decoding is exact."""
+    value (infinity too) as FP8 says; NaN stays NaN. Decoding is exact: the 7 bits below the sign
+    shifted into a float's exponent and mantissa, scaled by 2^(127 - bias) (a subnormal comes in
+    as a float subnormal: no flush to zero is compiled), infinity and NaN set apart."""
     out = []
     for name, (m, bias, big, past) in FP8.items():
         shift, emax = 23 - m, (1 << (7 - m)) - 1
         tiny = (151 - bias - m) << 23                       # ULP = 2^(1 - bias - m)
         rebias = ((bias - 127) << 23) & 0xFFFFFFFF
-        special = ("(b & 0x7Fu) == 0x7Fu ? 0x7FC00000u" if name == "f8e4m3"
-                   else f"e == {emax}u ? (0x7F800000u | m << {shift})")      # inf, NaN
+        special = ("a == 0x7Fu ? 0x7FC00000u" if name == "f8e4m3"         # NaN; e5m2: inf, NaN
+                   else f"a >= {emax << m:#x}u ? (0x7F800000u | (a & {(1 << m) - 1}u) << {shift})")
         out += [f"{q} {u8} st_float_to_{name}(float f) {{",
                 f"    {u32} u = {bits}(f), a = u & 0x7FFFFFFFu;",
                 f"    {u32} sub = {bits}({flt}(a) + {flt}({tiny:#x}u)) - {tiny:#x}u;",
@@ -233,9 +235,8 @@ def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str) -> str:
                 f"(a < {(128 - bias) << 23:#x}u ? sub : normal);",
                 f"    return ({u8})(r | ((u >> 24) & 0x80u));", "}",
                 f"{q} float st_{name}_to_float({u8} b) {{",
-                f"    {u32} e = (b >> {m}) & {emax}u, m = b & {(1 << m) - 1}u;",
-                f"    {u32} mag = e == 0 ? {bits}((float)m * {flt}({(150 - bias - m - 22) << 23:#x}u)) : "
-                f"{special} : ((e + {127 - bias}u) << 23 | m << {shift});",
+                f"    {u32} a = b & 0x7Fu;",
+                f"    {u32} mag = {special} : {bits}({flt}(a << {shift}) * {flt}({(254 - bias) << 23:#x}u));",
                 f"    return {flt}(mag | ({u32})(b & 0x80u) << 24);", "}"]
     return "\n".join(out)
 
