@@ -2,8 +2,8 @@
 
 Tolerances follow docs/design.md ("Tolerances"): relative error ||out - ref|| / ||ref|| below
 1e-5 for float32 elementwise and reductions, 1e-4 when the program contains a contraction, 1e-2
-for fp16/bf16 outputs, half an FP8 step (2^-4 e4m3, 2^-3 e5m2) for FP8 outputs; integer and bool outputs must match exactly; NaN never passes unless the
-reference has NaN in the same place.
+for fp16/bf16 outputs, half an FP8 step (2^-4 e4m3, 2^-3 e5m2) for FP8 outputs; integer and
+bool outputs must match exactly; NaN never passes unless the reference has NaN in the same place.
 """
 from __future__ import annotations
 

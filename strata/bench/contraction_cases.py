@@ -146,7 +146,8 @@ class ScaledMmCase:
     def build(self, device: str = "cuda"):
         gen = torch.Generator(device=device).manual_seed(0) if device != "meta" else None
         e4m3 = _torch_dtype(self.dtype)
-        inputs = (_randn((self.m, self.k), e4m3, device, gen), _randn((self.n, self.k), e4m3, device, gen),
+        inputs = (_randn((self.m, self.k), e4m3, device, gen),
+                  _randn((self.n, self.k), e4m3, device, gen),
                   _rand((self.m, 1), device, gen), _rand((1, self.n), device, gen))
         return ScaledMm(), inputs, ScaledMm()
 

@@ -9,7 +9,8 @@ provenance comments); CEmitter adds what is C's:
   - a kernel is `static void k_name(const T* restrict in, ..., T* restrict out)`, and
     `void strata_run(void** args)` calls every kernel in launch order with args[k] the data
     pointer of KernelProgram.buffers[k] (one ctypes call per program run);
-  - bf16 and f16 are uint16_t in memory (FP8 uint8_t), converted in registers by the prelude (c_prelude.py);
+  - bf16 and f16 are uint16_t in memory (FP8 uint8_t), converted in registers by the prelude
+    (c_prelude.py);
   - vector loads/stores (load.v4 ...) are plain element accesses: the compiler vectorises;
   - `#pragma omp simd [reduction(...)]` on the innermost loops kernel_ir/simd_plan.py proves safe,
     `#pragma GCC unroll n` for loops the schedule marks unrolled with a constant trip count;

@@ -282,8 +282,8 @@ class CudaEmitter(CFamilyEmitter):
         d = [cname(v) for v in s.d]
         nd = len(d)
         scale = "1" if s.scale_d is None else self.expr(s.scale_d, UNARY)
-        ptx = f"{_PTX_TYPE.get(s.dtype, s.dtype)}." * 2
-        ptx, trans = ptx[:-1], ("" if s.dtype in dtypes.FLOAT8 else f", {int(s.trans_a)}, {int(s.trans_b)}")
+        ptx = ".".join([_PTX_TYPE.get(s.dtype, s.dtype)] * 2)
+        trans = "" if s.dtype in dtypes.FLOAT8 else f", {int(s.trans_a)}, {int(s.trans_b)}"
         self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 2}, 0; "
                  f"wgmma.mma_async.sync.aligned.m64n{s.n}k{s.k}.f32.{ptx} "
                  f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1{trans}; }}",
