@@ -36,7 +36,7 @@ from .db import TuningDB
 VALUES = {
     "TILE_M": (16, 32, 48, 64, 96, 128, 192, 256), "TILE_N": (4, 8, 16, 32, 64, 128),
     "THREAD_M": (1, 2, 3, 4, 5, 6, 8), "PROLOGUE": ("fuse", "materialize"),
-    "TILE_K": (8, 16, 32, 64), "THREAD_N": (1, 2, 4, 8), "SPLIT_K": (1, 2, 4, 8),
+    "TILE_K": (8, 16, 32, 64, 128), "THREAD_N": (1, 2, 4, 8), "SPLIT_K": (1, 2, 4, 8),
     "STAGES": (2, 3, 4), "WARPS_M": (1, 2, 4), "WARPS_N": (1, 2, 4), "VEC": (1, 2, 4, 8),
     "BLOCK": (64, 128, 256, 512), "GROUP": (1, 32, 64, 128, 256), "CHUNKS": (1, 2, 4, 8),
     "BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128), "KV_SPLITS": (1, 2, 4, 8),
