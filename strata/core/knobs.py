@@ -80,6 +80,9 @@ _TABLE = [
      "(no packing; vdpbf16ps on bf16 with AVX512-BF16), or as outer products of a bf16 panel "
      "holding K in pairs (vdpbf16ps along N), or that panel on AMX tiles (tdpbf16ps; emulated "
      "where the CPU has no AMX)", _one_of("outer", "dot", "pairs", "amx"), "CPU contractions"),
+    ("ORDER", "which of a CPU contraction's block loops is outermost: mn (M pieces outer, N "
+     "panels fastest: a thread's run of blocks keeps its M-side rows in cache) or nm (M fastest: "
+     "each thread an equal share of a short last M piece)", _one_of("mn", "nm"), "CPU contractions"),
     ("PACK", "a CPU contraction's panel of a weight packed by its own kernel, run once when the "
      "program is loaded, or by each block on every call", _one_of("once", "call"), "CPU contractions"),
     ("QDOT", "a quantized matrix-vector row's blocks as int8 dot products (activations quantized "

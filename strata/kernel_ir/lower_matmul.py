@@ -306,12 +306,8 @@ def lower_matmul_kernel(tk: TileKernel) -> Kernel:
     t = Var(v["t"], idx)
     body: list = [Let(v["t"], idx, ThreadIdx())]
     tiles = [("bm", -(-tk.extent(mt.m) // mt.tile_m)), ("bn", -(-tk.extent(mt.n) // mt.tile_n))]
-    if mt.serial and tiles[0][1] > 1 and 0 < tk.extent(mt.m) % mt.tile_m < mt.tile_m * 3 // 4:
-        tiles.reverse()     # a CPU's blocks M tile fastest where M's last piece is short: each
-                            # thread's run of blocks (OpenMP's static schedule) then takes an
-                            # equal share of it (512 rows as 240 + 240 + 32, N fastest, left one of
-                            # 2 threads 70% of the work); else N fastest, each thread's M-side rows
-                            # staying in cache (2048^3 as 3 x 528 + 464 rows 1.03x-1.09x, Zen 3)
+    if mt.order == "nm":
+        tiles.reverse()             # M tiles fastest (the ORDER knob, cpu_matmul's rule)
     block = dict(bind_domain(BlockIdx(), list(tk.batch) + tiles, {"blockIdx.x": tk.grid}))
     body += [Let(var, idx, block[var]) for var, _ in tk.batch]
     if mt.m:

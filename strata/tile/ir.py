@@ -92,7 +92,8 @@ class MatmulTile:
     serial: a CPU's tile: the block is one thread that runs its tile_m / thread_m register tiles
     along M in turn (`MicroTiles`), tile_n == thread_n; point (i, j) is (m0 + i, n0 + j), with
     m0 the register tile's first row, so that the points of a row are contiguous (one SIMD
-    vector of N per FMA)."""
+    vector of N per FMA). order: which block loop is outermost, "mn" (M tiles outer, N fastest)
+    or "nm" (the ORDER knob; a CPU's blocks run in that order, each thread a run of them)."""
     m: str | None
     n: str
     tile_m: int
@@ -100,6 +101,7 @@ class MatmulTile:
     thread_m: int
     thread_n: int
     serial: bool = False
+    order: str = "mn"
 
     @property
     def threads_m(self) -> int:

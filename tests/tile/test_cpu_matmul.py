@@ -190,3 +190,24 @@ def test_dual_contraction_packs_two_panels():
     inputs = (r(13, 37), r(29, 37), r(29, 37))
     [tile] = assert_cpu_matches(gated, inputs)
     assert str(tile).count("_panel") >= 2
+
+
+def test_block_order_is_a_knob_with_a_rule():
+    """ORDER (which block loop is outermost) is decided in Tile IR and printed: M pieces fastest
+    ("nm") where the last of several M pieces is short (each thread then gets an equal share of
+    it), N fastest ("mn") otherwise; a pin of either order computes the same numbers."""
+    short = (r(200, 24), r(24, 40))                 # TILE_M 96 pinned: pieces of 96, 96 and 8
+    [tile] = assert_cpu_matches(torch.mm, short, {"TILE_M": 96})
+    assert dict(tile.knobs)["ORDER"] == "nm" and "ORDER=nm" in str(tile)
+    [tile] = assert_cpu_matches(torch.mm, short, {"TILE_M": 96, "ORDER": "mn"})
+    assert dict(tile.knobs)["ORDER"] == "mn"
+    even = (r(192, 24), r(24, 200))                # 2 M pieces by 4 N panels
+    [tile] = assert_cpu_matches(torch.mm, even, {"TILE_M": 96})
+    assert dict(tile.knobs)["ORDER"] == "mn"
+    [tile] = assert_cpu_matches(torch.mm, even, {"TILE_M": 96, "ORDER": "nm"})
+    assert dict(tile.knobs)["ORDER"] == "nm"
+    sources = {o: cpu_compile(torch.mm, even, {"TILE_M": 96, "ORDER": o})[0].source("c")
+               for o in ("mn", "nm")}
+    assert sources["mn"] != sources["nm"]           # the lowering enumerates blocks in that order
+    with pytest.raises(KnobError, match="ORDER"):
+        cpu_compile(torch.mm, even, {"ORDER": "km"})
