@@ -3,8 +3,9 @@
 blockIdx.x enumerates (batch axes..., M tile, N tile) as in lower_mma.py. Warpgroup g of the
 block owns rows 64 g .. 64 g + 63 of the tile and all TILE_N columns: one wgmma m64nNk16 per 16
 of K (k32 per 32 for FP8: 32 bytes either way), A and B read from shared memory through
-descriptors (K-major: the swizzle of a TILE_K-element row; MN-major, for an operand contiguous along M or N: boxes of 64 elements by
-TILE_K rows, 128B swizzle, read with wgmma's transpose bit). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
+descriptors (K-major: the swizzle of a TILE_K-element row; MN-major, for an operand contiguous
+along M or N: boxes of 64 elements by TILE_K rows, 128B swizzle, read with wgmma's transpose
+bit). Per `MmaLoop`, thread 0 issues the TMA copies of a K step's A and B tiles
 into one of STAGES buffers (dynamic shared memory) and arms that buffer's mbarrier with their
 bytes; every thread waits on the barrier with the parity of the buffer's use count, issues the
 step's wgmmas (fence, commit), and once the step before is done (k_loop says when), after a
@@ -106,8 +107,8 @@ class _WgmmaLowerer(MmaLowerer):
 
     def desc(self, lp: MmaLoop, op: MmaOperand, at) -> tuple:
         """(descriptor, its advance per wgmma in 16-byte units, MN-major) of the operand's tile.
-        K-major: rows of TILE_K elements, SBO 8 rows, +32 bytes per k16 (or FP8's k32). MN-major (PTX
-        canonical ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) under the 128B swizzle): LBO between
+        K-major: rows of TILE_K elements, SBO 8 rows, +32 bytes per k16 (or FP8's k32). MN-major
+        (PTX canonical ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) under the 128B swizzle): LBO between
         the 64-element X runs (one TMA box, MN_RUN * TILE_K elements), SBO between groups of 8
         K rows of 128 bytes, +16 rows of 128 bytes per k16."""
         if self.mn[lp.k_var, op.side]:

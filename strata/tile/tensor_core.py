@@ -1,7 +1,7 @@
 """What the tensor-core schedules (mma_tile, mma_swizzle, mma_pipeline, wgmma_tile,
 materialize_prologue) share: which reduce loops can run on tensor cores and with which 16-bit
-(or, for wgmma, FP8) operands, and the shapes of the operand tiles in shared memory and in TMA boxes. A module of its
-own so that passes never import each other."""
+(or, for wgmma, FP8) operands, and the shapes of the operand tiles in shared memory and in TMA
+boxes. A module of its own so that passes never import each other."""
 from __future__ import annotations
 
 from ..core import dtypes
