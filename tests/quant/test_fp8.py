@@ -116,3 +116,14 @@ def test_fp8_model_prefill_matches_eager(dtype):
         assert rel(got, want) < 1e-4
     else:
         assert rel(got, exact) < 1.5 * rel(want, exact), (rel(got, exact), rel(want, exact))
+
+
+def test_fp8_linear_through_torch_compile():
+    """`torch.compile(layer, backend="strata")` on an FP8Linear (3-d activations, a bias): the
+    same numbers as eager, a second input too."""
+    layer = FP8Linear.from_linear(torch.nn.Linear(256, 128)).eval()
+    compiled = torch.compile(layer, backend="strata")
+    with torch.no_grad():
+        for seed in (0, 1):
+            x = torch.randn(4, 7, 256, generator=torch.Generator().manual_seed(seed))
+            torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
