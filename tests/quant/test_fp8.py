@@ -127,3 +127,31 @@ def test_fp8_linear_through_torch_compile():
         for seed in (0, 1):
             x = torch.randn(4, 7, 256, generator=torch.Generator().manual_seed(seed))
             torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+
+
+EDGES = {
+    "0-d": (lambda x: (x * 3).to(E4M3), lambda: (torch.tensor(1.7),)),
+    "empty": (lambda x: x.to(E4M3), lambda: (torch.randn(0, 5),)),
+    "size 1, e5m2": (lambda x: x.to(E5M2).float() + 1, lambda: (torch.randn(1),)),
+    "prime, past 448": (lambda x: x.to(E4M3), lambda: (torch.randn(7, 13) * 200,)),
+    "non-contiguous": (lambda y: y.t().float() * 2, lambda: ((torch.randn(5, 3) * 4).to(E4M3),)),
+    "in place": (lambda buf, x: buf.copy_(x), lambda: (torch.zeros(4, 6).to(E4M3), torch.randn(4, 6))),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "sim"])
+@pytest.mark.parametrize("edge", EDGES, ids=str)
+def test_fp8_edges(edge, device):
+    """The edges users hit, bit for bit against eager: a 0-d tensor, an empty one, size 1, a
+    prime shape saturating at 448, a transposed FP8 input, a copy into an FP8 tensor in place
+    (the caller's tensor holds the result)."""
+    fn, make = EDGES[edge]
+    torch.manual_seed(0)
+    inputs = make()
+    want = fn(*[x.clone() for x in inputs])
+    got = strata.compile(fn, inputs, device=device)(*inputs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.view(torch.uint8) if got.dtype in (E4M3, E5M2) else got,
+                       want.view(torch.uint8) if want.dtype in (E4M3, E5M2) else want)
+    if edge == "in place":
+        assert torch.equal(inputs[0].view(torch.uint8), want.view(torch.uint8))
