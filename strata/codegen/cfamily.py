@@ -211,14 +211,15 @@ def torch_math(qualifier: str, types=("float", "double"), suffixed: bool = False
 FP8 = {"f8e4m3": (3, 7, 0x43E80000, 0x7E), "f8e5m2": (2, 15, 0x47800000, 0x7C)}
 
 
-def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str) -> str:
+def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str, hardware=None) -> str:
     """st_float_to_f8e4m3 / st_f8e4m3_to_float (and e5m2) in any C-family language: q is the
     function qualifier, bits/flt reinterpret float <-> u32. Rounded as torch rounds float32:
     to nearest even; a subnormal by adding the float whose ULP is the format's smallest step (the
     FPU rounds), a normal by re-biasing and rounding the dropped bits; past the largest finite
     value (infinity too) as FP8 says; NaN stays NaN. Decoding is exact: the 7 bits below the sign
     shifted into a float's exponent and mantissa, scaled by 2^(127 - bias) (a subnormal comes in
-    as a float subnormal: no flush to zero is compiled), infinity and NaN set apart."""
+    as a float subnormal: no flush to zero is compiled), infinity and NaN set apart; or
+    `hardware(ptx type)`'s lines first (CUDA's one-instruction conversion where the GPU has it)."""
     out = []
     for name, (m, bias, big, past) in FP8.items():
         shift, emax = 23 - m, (1 << (7 - m)) - 1
@@ -235,9 +236,11 @@ def fp8_convert(q: str, u8: str, u32: str, bits: str, flt: str) -> str:
                 f"(a < {(128 - bias) << 23:#x}u ? sub : normal);",
                 f"    return ({u8})(r | ((u >> 24) & 0x80u));", "}",
                 f"{q} float st_{name}_to_float({u8} b) {{",
+                *(hardware(name[2:]) + ("#else",) if hardware else ()),
                 f"    {u32} a = b & 0x7Fu;",
                 f"    {u32} mag = {special} : {bits}({flt}(a << {shift}) * {flt}({(254 - bias) << 23:#x}u));",
-                f"    return {flt}(mag | ({u32})(b & 0x80u) << 24);", "}"]
+                f"    return {flt}(mag | ({u32})(b & 0x80u) << 24);",
+                *(("#endif",) if hardware else ()), "}"]
     return "\n".join(out)
 
 

@@ -53,7 +53,10 @@ __device__ __forceinline__ void st_grid_dependency() {
 // torch semantics: NaN propagates through maximum/minimum and sign; mod takes the divisor's sign;
 // a tie (-0.0, 0.0) gives b, as NumPy (the simulator) does.
 """ + torch_math("__device__ __forceinline__") + "\n" + fp8_convert(
-    "__device__ __forceinline__", "unsigned char", "unsigned int", "__float_as_uint", "__uint_as_float") + "\n"
+    "__device__ __forceinline__", "unsigned char", "unsigned int", "__float_as_uint", "__uint_as_float",
+    lambda ptx: ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890   // cvt to f16x2: exact",
+                 f'    unsigned int h; asm("cvt.rn.f16x2.{ptx}x2 %0, %1;" : "=r"(h) : "h"((unsigned short)b));',
+                 "    return __half2float(__ushort_as_half((unsigned short)h));")) + "\n"
 # atomicMax/Min on floats: a compare-and-swap loop on the bits (NaN never replaces a value).
 ATOMIC_PRELUDE = r"""__device__ __forceinline__ void st_atomic_max(float* p, float v) {
     int* q = (int*)p; int old = *q, seen;

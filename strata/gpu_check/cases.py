@@ -1,6 +1,6 @@
 """The GPU acceptance cases: one small program per kind of kernel strata emits for CUDA (a row
 reduction, softmax, fp32 and bf16 matmuls on mma.sync and on wgmma, an FP8 (e4m3) product on
-wgmma, causal attention prefill on
+wgmma and an FP8 GEMV, causal attention prefill on
 tensor cores, split-KV decode attention, a q4_0 quantized GEMV, a `@strata.kernel` with shared
 memory and barriers).
 
@@ -28,6 +28,7 @@ import strata
 from ..bench import check
 from ..core.context import Context
 from ..quant.formats import QuantLinear
+from ..quant.fp8 import FP8Linear
 from .dsl_case import block_rmsnorm_check
 
 
@@ -76,6 +77,11 @@ def _scaled_mm_fp8():
                     torch.rand(128, 1) + 0.5, torch.rand(1, 200) + 0.5)
 
 
+def _gemv_fp8():
+    layer = FP8Linear.from_linear(torch.nn.Linear(2048, 512, bias=False)).eval()
+    return layer, (torch.randn(1, 2048).bfloat16(),)
+
+
 def _qkv(b, h, lq, lk, d, dtype=torch.bfloat16):
     return (torch.randn(b, h, lq, d).to(dtype), torch.randn(b, h, lk, d).to(dtype),
             torch.randn(b, h, lk, d).to(dtype))
@@ -111,6 +117,8 @@ CASES: dict[str, GpuCase] = {
                                  _prefill, "sm_80", ("mma.sync",)),
     "decode_split_kv": GpuCase("one query against 300 keys: split-KV kernel + combine",
                                _decode, None, (), 2),
+    "gemv_fp8": GpuCase("FP8Linear at M = 1: e4m3 weights by 16-byte loads, decoded by "
+                        "cvt.rn.f16x2.e4m3x2 (sm_89+)", _gemv_fp8, None, ("cvt.rn.f16x2.e4m3x2",)),
     "gemv_q4_0": GpuCase("q4_0 weights (GGUF blocks): nibbles unpacked and scaled inside the "
                          "matrix-vector product", _gemv_q4_0, None, (">> 4",)),
 }
