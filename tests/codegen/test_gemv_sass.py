@@ -100,7 +100,8 @@ def test_quantized_gemv_matches_eager_on_the_simulator(fmt):
 def test_fp8_gemv_reads_weights_with_128_bit_loads_and_matches_eager(k, n):
     """FP8Linear at M = 1 (`--quant fp8` decode): its e4m3 weights come by 128-bit loads, 16
     points a step (tile/gemv.py's byte rows), not staged byte by byte, decoded by the GPU's own
-    conversion (cvt.rn.f16x2.e4m3x2, sm_89+); 0 spills; the numbers
+    conversion (cvt.rn.f16x2.e4m3x2, sm_89+), the activations rounded to e4m3 once; 0 spills;
+    the numbers
     match eager on the simulator. (32-bit loads: the activations' scale and, unsplit, the row's.)"""
     from strata.quant.fp8 import FP8Linear
     torch.manual_seed(0)
@@ -116,6 +117,11 @@ def test_fp8_gemv_reads_weights_with_128_bit_loads_and_matches_eager(k, n):
     assert loads[128] >= 2 and set(loads) <= {128, 32} and loads[32] <= 2, \
         f"{gemv.name}'s global loads by width: {loads}"
     assert "F2FP.F16.E4M3" in code          # sm_89+: one conversion instruction, not integer ops
+    # the activations rounded to e4m3 once, by a kernel of their own (materialize_prologue),
+    # not divided and rounded again for every weight row
+    assert any(t.name.endswith("_prologue") and any(b.dtype == "f8e4m3" for b in t.buffers
+                                                    if b.name in t.writes)
+               for t in prog.lowered.tile.kernels)
     for name, use in resource_usage(source, ARCH).items():
         assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
     if k < 4096:

@@ -14,7 +14,10 @@ prologue, so that the extra kernel is asked for). By default
 an operand is materialized when it is small next to the other (at most 1/MAX_SHARE of its
 bytes: activations against a weight, so the extra write and read are cheap) and the work is
 big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK); an FP8 operand always (FP8 has no
-tensor-core path but wgmma: fused, the product would run on CUDA cores). Declines, saying why, off sm_90a, for
+tensor-core path but wgmma: fused, the product would run on CUDA cores), and on any GPU the
+vector of a matrix-vector product rounded to FP8 last (FP8Linear's decode activations: stored
+once in FP8, not divided and rounded again for every weight row; tile/gemv.py then reads both
+by 16-byte loads). Declines, saying why, off sm_90a, for
 a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel anyway.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ from math import prod
 
 from ...core import dtypes
 from ...core.context import Context
-from ...loop.ir import Load
+from ...loop.ir import Let, Load
 from ..contraction import closure, depends, match, split_prologues, uses
 from ..ir import TileKernel
 from ..tensor_core import HALF, operands, tma_dims
@@ -55,16 +58,17 @@ def materialize_prologue(k: TileKernel, ctx: Context):
     def decline(why: str, knob: bool = True):
         ctx.log(f"materialize_prologue: {k.name}: declined, {why}")
         return k.with_knob("PROLOGUE", "fuse") if knob else k
-    if not ctx.arch.has("wgmma"):
+    fp8_vector = c.m is None and found[0][-1] in dtypes.FLOAT8 and ctx.arch.is_gpu
+    if not ctx.arch.has("wgmma") and not fp8_vector:
         return decline(f"target {ctx.arch} has no wgmma (needs sm_90a)", knob=False)
-    if pinned == "fuse" or instr in ("mma", "fma"):
+    if pinned == "fuse" or instr in ("mma", "fma") and not fp8_vector:
         return decline(f"PROLOGUE=fuse pinned" if pinned == "fuse" else f"INSTR={instr} pinned")
-    if c.m is None:
+    if c.m is None and not fp8_vector:
         return decline("its M side is a vector (one row): wgmma takes it neither way")
     if len({dt for *_, dt in found}) > 1:
         return decline("its reductions mix dtypes: wgmma takes it neither way")
     axes = {v for v, _ in k.domain}
-    work = k.extent(c.m) * k.extent(c.n) * c.loops[0].extent
+    work = k.extent(c.m) * k.extent(c.n) * c.loops[0].extent if c.m else 0
     forced = pinned == "materialize" or found[0][-1] in dtypes.FLOAT8
     for loop, op, other in computed:
         deps = depends(loop.body, axes)
@@ -78,7 +82,8 @@ def materialize_prologue(k: TileKernel, ctx: Context):
         if not forced and (k.extent(c.m) < 64 or work < MIN_WORK):
             return decline(f"{where}: {k.extent(c.m)}x{k.extent(c.n)}x{loop.extent} is too small "
                            f"to want wgmma (PROLOGUE=materialize pins it)")
-        defined = {s.var for s in closure(loop.body, op.value)} | axes | {loop.var}
+        defined = {s.var for s in (*k.prelude, *closure(loop.body, op.value))
+                   if isinstance(s, (Load, Let))} | axes | {loop.var}
         outside = set().union(*map(uses, closure(loop.body, op.value))) - defined
         if outside:
             return decline(f"{where}: its prologue reads {sorted(outside)[0]}, computed before the row")
