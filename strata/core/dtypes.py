@@ -102,8 +102,9 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 
 
 def to_f8_bits(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float -> FP8 bit patterns (uint8) as torch converts float32: round to nearest even; e4m3
-    has no infinity (what rounds past 448 is NaN), e5m2 overflows to infinity."""
+    """float -> FP8 bit patterns (uint8) as torch converts float32: round to nearest even; e4m3fn
+    has no infinity (torch saturates what rounds past 448, infinity too, to 448), e5m2 overflows
+    to infinity; NaN stays NaN."""
     import torch
     f = torch.from_numpy(np.array(values, dtype=np.float32))
     return f.to(to_torch(dtype)).view(torch.uint8).numpy().reshape(np.shape(values))

@@ -2,7 +2,8 @@
 
 Global buffers are flat NumPy arrays of the *storage* type (bf16 as uint16 bit patterns, see
 `dtypes.to_bf16_bits`, FP8 as uint8 ones); values in flight are in the *compute* type: float32
-for f32/f16/bf16/FP8 (the GPU's fp32, never float64), float64 for f64, int64 for every integer type, bool for bool.
+for f32/f16/bf16/FP8 (the GPU's fp32, never float64), float64 for f64, int64 for every integer
+type, bool for bool.
 Kept apart from sim.py so that the runtime and tests can build and read buffers the same way.
 """
 from __future__ import annotations
