@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ..core import dtypes
 from ..core.context import Context
 from ..core.errors import KnobError
-from ..core.expr import Const, Op, Var, call, children, coefficient, free_vars, to_str
+from ..core.expr import Cast, Const, Op, Var, call, children, coefficient, free_vars, to_str
 from ..loop.ir import Accum, BufferInfo, Let, Load, Loop, Store
 from .ir import MatmulTile, TileKernel, flat_index, rename_stmt, subst_body, walk
 
@@ -207,6 +207,32 @@ def held(loop: Loop) -> str | None:
     return next(s.operands for s in loop.body if isinstance(s, Accum))
 
 
+def fp8_rounded(stmts) -> str | None:
+    """The FP8 dtype an operand's prologue rounds its value to last (`x.to(float8).float()`:
+    FP8Linear's activations), so that storing it in that dtype loses nothing; else None."""
+    lets = {s.var: s.value for s in stmts if isinstance(s, Let)}
+    last = stmts[-1] if stmts else None
+    if isinstance(last, Let) and isinstance(last.value, Cast) and isinstance(last.value.arg, Var):
+        inner = lets.get(last.value.arg.name)
+        if isinstance(inner, Cast) and inner.dtype in dtypes.FLOAT8:
+            return inner.dtype
+    return None
+
+
+def bf16_exact(k: TileKernel, c: Contraction, loop: Loop) -> bool:
+    """Whether a reduce loop's multiplicands are bf16 values as computed: eager holds them in
+    bf16 (held), or one is FP8 (a load, or a prologue rounding to FP8) and the other FP8 or bf16.
+    FP8 values are exact in bf16 and a product of such is exact in f32, so the bf16 forms
+    (vdpbf16ps, AMX) round nothing that the f32 product does not (torch._scaled_mm)."""
+    if held(loop) == "bf16":
+        return True
+    kinds = []
+    for side in (closure(loop.body, v) for v in sides(c, loop)):
+        plain = len(side) == 1 and isinstance(side[0], Load)
+        kinds.append(k.dtype_of(side[0].buf) if plain else fp8_rounded(side))
+    return all(d in ("bf16", *dtypes.FLOAT8) for d in kinds) and any(d in dtypes.FLOAT8 for d in kinds)
+
+
 def pow2_ceil(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -341,8 +367,8 @@ def cpu_form(k: TileKernel, c: Contraction, ctx: Context) -> str:
 
     def pairs(loop) -> bool:
         b = closure(loop.body, sides(c, loop)[1])
-        return held(loop) == "bf16" and loop.extent % 2 == 0 \
-            and len(b) == 1 and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
+        return bf16_exact(k, c, loop) and loop.extent % 2 == 0 and len(b) == 1 \
+            and isinstance(b[0], Load) and k.dtype_of(b[0].buf) in ("bf16", *dtypes.FLOAT8)
     if c.m is None:
         return "outer"                  # a matrix-vector product: rows of dot products already
     amx = ctx.arch.has("amx_bf16") and k.extent(c.m) >= AMX_MIN_M and \

@@ -5,9 +5,9 @@ boxes. A module of its own so that passes never import each other."""
 from __future__ import annotations
 
 from ..core import dtypes
-from ..core.expr import Cast, Var, affine_terms, coefficient
+from ..core.expr import Var, affine_terms, coefficient
 from ..loop.ir import Accum, Let, Load, Loop
-from .contraction import closure, conjoin, depends, edge, product
+from .contraction import closure, conjoin, depends, edge, fp8_rounded, product
 from .ir import Guard, MmaLoop, MmaOperand, MmaTile, TileKernel, flat_index
 
 
@@ -33,18 +33,6 @@ def half_dtype(k: TileKernel, stmts, out_half: bool, fp8: bool = False) -> str:
         return "its prologue computes in f32 for an f32 result (rounding it to 16 bits would " \
                "lose what eager keeps)"
     return kinds.pop()
-
-
-def fp8_rounded(stmts) -> str | None:
-    """The FP8 dtype an operand's prologue rounds its value to last (`x.to(float8).float()`:
-    FP8Linear's activations), so that storing it in that dtype loses nothing; else None."""
-    lets = {s.var: s.value for s in stmts if isinstance(s, Let)}
-    last = stmts[-1] if stmts else None
-    if isinstance(last, Let) and isinstance(last.value, Cast) and isinstance(last.value.arg, Var):
-        inner = lets.get(last.value.arg.name)
-        if isinstance(inner, Cast) and inner.dtype in dtypes.FLOAT8:
-            return inner.dtype
-    return None
 
 
 def kmajor(k: TileKernel, stmts, k_var: str, x_var: str | None) -> bool:

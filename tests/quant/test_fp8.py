@@ -155,3 +155,23 @@ def test_fp8_edges(edge, device):
                        want.view(torch.uint8) if want.dtype in (E4M3, E5M2) else want)
     if edge == "in place":
         assert torch.equal(inputs[0].view(torch.uint8), want.view(torch.uint8))
+
+
+def test_fp8_prefill_runs_on_bf16_pairs_where_the_cpu_has_them():
+    """FP8 values are exact in bf16 and their products exact in f32, so an FP8Linear's product
+    at 64 rows takes the bf16 pairs form (vdpbf16ps) with its e4m3 weight packed once into a bf16
+    panel at load, and its e4m3 activations stored in bf16 (contraction.bf16_exact); without
+    AVX512-BF16 (cpu-avx2) it stays the f32 outer form. Same numbers as eager either way."""
+    from strata.core.context import Context
+    layer = FP8Linear.from_linear(torch.nn.Linear(256, 96, bias=False)).eval()
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    forms = {}
+    for target in ("cpu-znver4", "cpu-avx2"):
+        prog = strata.compile(layer, (x,), device="cpu", until="c", ctx=Context(target=target))
+        [knobs] = [dict(t.knobs) for t in prog.lowered.tile.kernels if "FORM" in dict(t.knobs)]
+        forms[target] = (knobs["FORM"], knobs.get("PACK"))
+    assert forms == {"cpu-znver4": ("pairs", "once"), "cpu-avx2": ("outer", None)}
+    with torch.no_grad():
+        got = strata.compile(layer, (x,), device="cpu")(x)
+        want = layer(x)
+    assert ((got.double() - want.double()).norm() / want.double().norm()) < 1e-2   # bf16 out

@@ -56,9 +56,9 @@ from ...core.context import Context
 from ...core.errors import KnobError
 from ...core.expr import Const, Var, call, sub, substitute
 from ...loop.ir import Accum, Load, Loop
-from ..contraction import (CPU_VECTORS_N, closure, conjoin, cpu_form, depends, edge, fastest_axis,
-                           match, one_block_n, outer_vectors, plain_bf16, pow2_ceil, sides,
-                           value_dtype)
+from ..contraction import (CPU_VECTORS_N, bf16_exact, closure, conjoin, cpu_form, depends, edge,
+                           fastest_axis, match, one_block_n, outer_vectors, plain_bf16, pow2_ceil,
+                           sides, value_dtype)
 from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageTile, TileKernel,
                   rename_stmt)
 
@@ -145,11 +145,12 @@ def _prefetch(c, mt: MatmulTile, chunk: int, ctx: Context) -> bool:
 
 
 def _pairable(k: TileKernel, c, loop: Loop) -> bool:
-    """Whether FORM=pairs can run the loop: both operands bf16 loads, the M-side one contiguous
-    along K (a pair is adjacent), K even."""
+    """Whether FORM=pairs can run the loop: both operands bf16 loads (or an FP8 weight, packed
+    into the bf16 panel exactly: contraction.bf16_exact), the M-side one contiguous along K (a
+    pair is adjacent), K even."""
     a, b = (closure(loop.body, v) for v in sides(c, loop))
     return loop.extent % 2 == 0 and plain_bf16(k, a, loop.var) and len(b) == 1 \
-        and isinstance(b[0], Load) and k.dtype_of(b[0].buf) == "bf16"
+        and isinstance(b[0], Load) and (k.dtype_of(b[0].buf) == "bf16" or bf16_exact(k, c, loop))
 
 
 def _reduction(k: TileKernel, c, loop: Loop, mt: MatmulTile, n_edge):

@@ -40,9 +40,9 @@ from __future__ import annotations
 from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, along, closure, cpu_form, dequantized, held, match,
-                           one_block_n, outer_vectors, plain_bf16, sides, split_prologues, uses,
-                           value_dtype)
+from ..contraction import (CPU_VECTORS_N, along, bf16_exact, closure, cpu_form, dequantized,
+                           held, match, one_block_n, outer_vectors, plain_bf16, sides,
+                           split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
 
 
@@ -90,11 +90,14 @@ def cpu_prologue(k: TileKernel, ctx: Context):
             continue                    # a bf16 GEMV row: vdpbf16ps on both as loaded
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
-        if len(side) == 1 and isinstance(side[0], Load) and (along(k, side[0], loop.var) if dot
-                                                             else k.dtype_of(side[0].buf) == dtype):
+        fp8 = dot and bf16_exact(k, c, loop)
+        if len(side) == 1 and isinstance(side[0], Load) and (
+                along(k, side[0], loop.var) and not (fp8 and k.dtype_of(side[0].buf) != "bf16")
+                if dot else k.dtype_of(side[0].buf) == dtype):
             continue                    # a plain load: nothing to compute (or widen, dot form)
-        if (dot or gemv) and held(loop) == "bf16":
-            stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output)
+        if (dot or gemv) and held(loop) == "bf16" or fp8:
+            stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output), or its
+                                        # values are FP8 (exact in bf16: torch._scaled_mm's)
         defined = {s.var for s in (*k.prelude, *side) if isinstance(s, (Load, Let))} | axes | {loop.var}
         outside = set().union(*map(uses, side)) - defined
         if outside:
