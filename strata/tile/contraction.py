@@ -230,7 +230,8 @@ def bf16_exact(k: TileKernel, c: Contraction, loop: Loop) -> bool:
     for side in (closure(loop.body, v) for v in sides(c, loop)):
         plain = len(side) == 1 and isinstance(side[0], Load)
         kinds.append(k.dtype_of(side[0].buf) if plain else fp8_rounded(side))
-    return all(d in ("bf16", *dtypes.FLOAT8) for d in kinds) and any(d in dtypes.FLOAT8 for d in kinds)
+    return all(d in ("bf16", *dtypes.FLOAT8) for d in kinds) and \
+        any(d in dtypes.FLOAT8 for d in kinds)
 
 
 def pow2_ceil(n: int) -> int:

@@ -25,8 +25,11 @@ def half_dtype(k: TileKernel, stmts, out_half: bool, fp8: bool = False) -> str:
     where `fp8`: wgmma's e4m3/e5m2 forms), or why it has none."""
     loads = [s for s in stmts if isinstance(s, Load)]
     kinds = {k.dtype_of(s.buf) for s in loads}
-    if fp8 and (len(stmts) == 1 and kinds <= set(dtypes.FLOAT8) or fp8_rounded(stmts)):
-        return kinds.pop() if len(stmts) == 1 else fp8_rounded(stmts)
+    if fp8:
+        rounded = kinds.pop() if len(stmts) == 1 and kinds and kinds <= set(dtypes.FLOAT8) \
+            else fp8_rounded(stmts)
+        if rounded:
+            return rounded
     if len(kinds) != 1 or not kinds <= set(HALF):
         return f"it reads {', '.join(sorted(kinds)) or 'no buffer'}, not f16 or bf16 alone"
     if any(isinstance(s, Let) for s in stmts) and not out_half:

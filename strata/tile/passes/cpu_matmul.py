@@ -84,7 +84,8 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
     k_total = sum(l.extent for l in c.loops)
     wide_registers = ctx.arch.vector_registers >= 32     # 16 hold 6 x 2 accumulators at most
     vectors = outer_vectors(k_total, lanes, ctx, chunkable) if form == "outer" else CPU_VECTORS_N
-    wide = form == "outer" and dict(k.knobs).get("PROLOGUE") == "fuse" and one_block_n(k, c, lanes, ctx)
+    wide = form == "outer" and dict(k.knobs).get("PROLOGUE") == "fuse" and \
+        one_block_n(k, c, lanes, ctx)
     tile_n = ctx.knob("TILE_N", wide or min(max(1, DOT_N // loops) if dot else vectors * lanes,
                                             max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
@@ -290,7 +291,8 @@ def cpu_matmul(k: TileKernel, ctx: Context) -> TileKernel:
     out = replace(k, mode=Mode.MATMUL, matmul=mt, body=(*panels, tiles), block=1, group=1)
     prefetch = ((("PREFETCH", ctx.knob("PREFETCH", _prefetch(c, mt, tiles.k_chunk, ctx))),)
                 if form == "outer" else ())
+    k_chunk = (("K_CHUNK", tiles.k_chunk),) if dot or tiles.k_chunk else ()
     for name, value in (("TILE_M", mt.tile_m), ("TILE_N", mt.tile_n), ("THREAD_M", mt.thread_m),
-                        ("FORM", form), ("ORDER", mt.order)) + ((("K_CHUNK", tiles.k_chunk),) if dot or tiles.k_chunk else ()) + prefetch:
+                        ("FORM", form), ("ORDER", mt.order)) + k_chunk + prefetch:
         out = out.with_knob(name, value)
     return out

@@ -15,7 +15,8 @@ output has more than one block's panel of columns (N > TILE_N: 4 SIMD vectors in
 where 32 registers hold its tile, else 2; 2 for a matrix-vector product; outer_vectors: the rule
 read 2 for all, so causal attention's first 64 scores per row stored RoPE'd q first, which
 `strata tune` found 1.58x slower than fused, Zen 5, 2026-11-30) unless a matrix product's N
-fits two panels, which then takes one block that wide (contraction.one_block_n), or always in the dot
+fits two panels, which then takes one block that wide (contraction.one_block_n), or always in
+the dot
 form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
@@ -90,7 +91,7 @@ def cpu_prologue(k: TileKernel, ctx: Context):
             continue                    # a bf16 GEMV row: vdpbf16ps on both as loaded
         side = closure(loop.body, a)
         dtype = dtypes.compute_dtype(value_dtype(side[-1]))
-        fp8 = dot and bf16_exact(k, c, loop)
+        fp8 = dot and held(loop) != "bf16" and bf16_exact(k, c, loop)     # FP8 values
         if len(side) == 1 and isinstance(side[0], Load) and (
                 along(k, side[0], loop.var) and not (fp8 and k.dtype_of(side[0].buf) != "bf16")
                 if dot else k.dtype_of(side[0].buf) == dtype):

@@ -1,11 +1,13 @@
-"""wgmma_tile: on sm_90a, schedule an fp16/bf16 or FP8 contraction on Hopper tensor cores (mode "wgmma").
+"""wgmma_tile: on sm_90a, schedule an fp16/bf16 or FP8 contraction on Hopper tensor cores (mode
+"wgmma").
 
 A block of WARPGROUPS warpgroups computes a TILE_M x TILE_N output tile (TILE_M = 64 x
 WARPGROUPS: each warpgroup one m64nNk16 row of TILE_N columns, accumulators in registers).
 Per reduce loop both operands come into shared memory by TMA (cp.async.bulk.tensor), TILE_K of
 K at a time laid out with the swizzle of a TILE_K-element row wgmma reads (TILE_K = 64 16-bit or
 128 FP8 elements: 128B), the edges zero-filled by TMA. FP8 operands (torch._scaled_mm's e4m3 or
-e5m2, loaded as stored) run wgmma's k32 form, K-major only. The epilogue (bias, activation, residual, cast, SiLU(gate) * up) runs
+e5m2, loaded as stored) run wgmma's k32 form, K-major only. The epilogue (bias, activation,
+residual, cast, SiLU(gate) * up) runs
 per accumulator element, guarded at the M and N edges, as in mode "mma".
 
 Declines, saying why (mma_tile then takes the kernel), for a target other than sm_90a, INSTR=mma
@@ -84,8 +86,9 @@ def choose_tiles(k: TileKernel, m: str, n: str, loops: int, ctx: Context,
     if tile_n % 8 or not 8 <= tile_n <= 256:
         raise KnobError(f"TILE_N={tile_n}: wgmma's N is a multiple of 8 in 8..256")
     if tile_k * item not in SWIZZLE_OF_ROW:
-        raise KnobError(f"TILE_K={tile_k}: INSTR=wgmma takes {', '.join(str(b // item) for b in SWIZZLE_OF_ROW)}"
-                        f" {dtype} elements (rows of a 32B, 64B or 128B swizzle)")
+        takes = ", ".join(str(b // item) for b in SWIZZLE_OF_ROW)
+        raise KnobError(f"TILE_K={tile_k}: INSTR=wgmma takes {takes} {dtype} elements (rows of a "
+                        f"32B, 64B or 128B swizzle)")
     return tile_m, tile_n, tile_k
 
 
