@@ -26,6 +26,7 @@ from .core.knobs import KNOBS, show
 from .core.targets import SOURCE, STAGES
 from .kernel_ir.lower import lower as lower_kernels
 from .kernel_ir.lower_cpu import lower_cpu_forms
+from .kernel_ir.prefetch_weights import prefetch_weights
 from .kernel_ir.thread_loops import to_thread_loops
 from .kernel_ir.verify import verify_program
 from .loop.ir import LoopKernel, signature
@@ -291,6 +292,7 @@ def schedule_loop_program(out: Lowered, ctx: Context, until: str = "cuda") -> Lo
     # CPU's instruction forms
     finish = (lambda k: k) if ctx.arch.is_gpu else (lambda k: lower_cpu_forms(to_thread_loops(k)))
     out.kernel, out.timings["kernel"] = _timed(ctx, "lower -> kernel", lower_kernels, out.tile, finish)
+    out.kernel = prefetch_weights(out.kernel, ctx)
     verify_program(out.kernel, ctx.arch)
     if stop < 5:
         return out

@@ -25,8 +25,9 @@ from ..core.expr import Expr, nodes
 from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, BlockIdx, CpAsync,
                             CpAsyncCommit, CpAsyncWait, FenceProxyAsync, Kernel, KernelProgram,
                             LdMatrix, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait,
-                            Mma, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad, Wgmma,
-                            WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+                            Mma, PrefetchL2, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad,
+                            Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+from ..kernel_ir.prefetch_weights import leading
 from ..core.targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,
                       fp8_convert, prelude, refuse_unprintable, strip_parens, torch_math)
@@ -47,6 +48,14 @@ __device__ __forceinline__ void st_grid_dependency() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Ask L2 for `bytes` (a multiple of 16) of global memory from p, 16-byte aligned (sm_90+; before,
+// a no-op): what a kernel reads before st_grid_dependency(), its weights (PrefetchL2).
+__device__ __forceinline__ void st_prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
 #endif
 }
 
@@ -154,7 +163,7 @@ class CudaEmitter(CFamilyEmitter):
                 WgmmaFence: "wgmma_fence", WgmmaCommit: "wgmma_commit", WgmmaWait: "wgmma_wait",
                 FenceProxyAsync: "fence_proxy_async", MbarInit: "mbar_init",
                 MbarArrive: "mbar_arrive", MbarTryWait: "mbar_try_wait", MbarWait: "mbar_wait",
-                TmaLoad: "tma_load"}
+                TmaLoad: "tma_load", PrefetchL2: "prefetch_l2"}
 
     def ldmatrix(self, s: LdMatrix, depth: int) -> None:
         names = [cname(v) for v in s.vars]
@@ -172,6 +181,10 @@ class CudaEmitter(CFamilyEmitter):
             ins.append(f'"r"((unsigned){self.expr(s.src_bytes, UNARY)})')
             size += ", %2"
         self.asm(f"cp.async.{s.cache}.shared.global [%0], [%1], {size};", [], ins, depth)
+
+    def prefetch_l2(self, s: PrefetchL2, depth: int) -> None:
+        at = f"&{cname(s.buf)}[{strip_parens(self.expr(s.index))}]"
+        self.emit(f"if (threadIdx.x == 0) st_prefetch_l2({at}, {s.nbytes});", depth)
 
     def cp_async_commit(self, s: CpAsyncCommit, depth: int) -> None:
         self.asm("cp.async.commit_group;", [], [], depth)
@@ -421,8 +434,10 @@ class CudaEmitter(CFamilyEmitter):
         self.dynamic_smem()
         for name in sorted(self.hoisted):
             self.stmt(self.smem[name], 1)
+        early = leading(k.body)          # weights asked of L2 before the wait
+        self.body(k.body[:early], 1)
         self.emit("st_grid_dependency();", 1)
-        self.body(k.body, 1)
+        self.body(k.body[early:], 1)
         self.lines.append("}")
         return "\n".join(self.lines)
 

@@ -126,6 +126,8 @@ _TABLE = [
     ("BLOCK_LOOPS", "run a CPU loop whose indices divide its variable by a constant (a quantized "
      "weight's blocks) as blocks of that constant (1), or as one loop (0)", _FLAG,
      "CPU row kernels"),
+    ("L2_PREFETCH", "KiB of its weights a kernel asks L2 for before it waits for the kernel "
+     "before it (0: none; default an eighth of L2)", _between(0), "CUDA kernels reading weights (sm_90+)"),
     ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
      "has enough work, else one)", _between(0, 256), "CPU kernels"),
 ]

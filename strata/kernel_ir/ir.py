@@ -361,6 +361,21 @@ class CpAsyncWait(Stmt):
         return f"cp.async.wait_group {self.pending}"
 
 
+@printed_in("cuda", what="an L2 prefetch (cp.async.bulk.prefetch, sm_90+)")
+@dataclass(frozen=True)
+class PrefetchL2(Stmt):
+    """cp.async.bulk.prefetch.L2.global: thread 0 of the block asks L2 for `nbytes` (a multiple of
+    16) of global buf from element `index` (16-byte aligned); a hint, no value changes. The ones
+    heading a kernel's body run before it waits for the kernel before it (programmatic dependent
+    launch), so they may read only what no kernel of the program writes (prefetch_weights.py)."""
+    buf: BufName
+    index: Expr
+    nbytes: int
+
+    def to_text(self, fmt):
+        return f"prefetch.L2 {self.buf}[{fmt(self.index)}], {self.nbytes} bytes"
+
+
 # Hopper (sm_90a): TMA, mbarrier and wgmma. The simulator's sim_tma.py and sim_wgmma.py spell out
 # the semantics. An mbarrier is one element of a shared array of dtype i64 that only Mbar* and
 # TmaLoad statements touch; `parity` is the phase parity (0 or 1) that try_wait.parity takes.

@@ -38,8 +38,8 @@ from ..core.errors import InputMismatch, SimError
 from ..core.expr import Expr, evaluate
 from . import sim_mma, sim_profile
 from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
-                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, ShflIdx, ShflXor, Smem, Store,
-                 StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
+                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, PrefetchL2, ShflIdx, ShflXor, Smem,
+                 Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
 from .cpu_ir import CpuForm
 from .sim_async import AsyncCopies
 from .sim_cpu import MEANINGS
@@ -325,6 +325,19 @@ class _Batch:
             out.append(from_storage(mem[i], p.dtype))
         return out if width > 1 else out[0]
 
+    def prefetch(self, s: PrefetchL2, idx) -> None:
+        """An L2 prefetch changes no value: its range must lie in its (global) buffer, whole
+        16-byte pieces from a 16-byte boundary."""
+        p = self.launch.params.get(s.buf)
+        if p is None or s.buf in self.smem:
+            self.launch.fail(f"prefetch of {s.buf}, which is not a global buffer of the kernel")
+        size = dtypes.ITEMSIZE[p.dtype]
+        index = self.ints(self.eval(s.index, idx), idx)
+        if s.nbytes % 16 or s.nbytes < size or (index * size % 16).any():
+            self.launch.fail(f"prefetch of {s.nbytes} bytes of {s.buf} from a 16-byte boundary "
+                             f"in whole 16-byte pieces, was {s.nbytes} from element {index[0]}")
+        self.check_bounds(s.buf, index, p.numel, idx, "prefetch of", s.nbytes // size)
+
     def store(self, buf: str, index: np.ndarray, values, idx, what: str = "store") -> None:
         lanes = self.lanes(idx)
         width = len(values)
@@ -557,6 +570,7 @@ STEPS = {
     LdMatrix: sim_mma.run_ldmatrix, Mma: sim_mma.run_mma,
     CpAsync: lambda b, s, idx: b.copies.issue(s, idx),
     CpAsyncCommit: lambda b, s, idx: b.copies.commit(idx),
+    PrefetchL2: lambda b, s, idx: b.prefetch(s, idx),
     CpAsyncWait: lambda b, s, idx: b.copies.wait(s.pending, idx),
     **{c: lambda b, s, idx: b.tma.run(s, idx) for c in TMA_STMTS},
     **{c: lambda b, s, idx: b.wgmma.run(s, idx) for c in WGMMA_STMTS},

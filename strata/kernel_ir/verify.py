@@ -14,8 +14,9 @@ from .cpu_ir import CpuForm
 from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, Comment, CpAsync,
                  CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel, KernelProgram,
                  LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait, Mma,
-                 Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma, WgmmaCommit,
-                 WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+                 PrefetchL2, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
+                 WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+from .prefetch_weights import leading
 
 
 class KernelVerifyError(Exception):
@@ -39,6 +40,13 @@ def verify_program(program: KernelProgram, target=None) -> None:
                 raise KernelVerifyError(f"{k.name}: parameter {p.name} does not match a buffer")
         if k.name not in program.twins:                    # a renamed copy of one checked
             verify_kernel(k, gpu=getattr(target, "kind", "gpu") == "gpu")
+    written = {p.name for k in program.kernels for p in k.params if p.output}
+    for k in program.kernels:      # what a kernel reads before its grid dependency
+        early = {s.buf for s in k.body[:leading(k.body)]}
+        if early & written or early - {p.name for p in k.params}:
+            raise KernelVerifyError(f"{k.name}: prefetches {sorted(early)} before it waits for "
+                                    f"the kernel before it, but the program writes "
+                                    f"{sorted(early & written)} (or it is no parameter)")
 
 
 def _thread_dependent(e: Expr, tainted: set[str]) -> bool:
@@ -176,7 +184,7 @@ RULES = {Let: _Walk.define, Assign: _Walk.define, LoadVec: _Walk.load_vars,
          MbarTryWait: _Walk.declare_flag,
          **dict.fromkeys((Store, StoreVec, Smem, Comment, CpAsync, CpAsyncCommit, CpAsyncWait,
                           TmaLoad, MbarInit, MbarArrive, MbarWait, WgmmaFence, WgmmaCommit,
-                          WgmmaWait, FenceProxyAsync))}
+                          WgmmaWait, FenceProxyAsync, PrefetchL2))}
 
 
 def _check_hopper_ops(k: Kernel) -> None:

@@ -68,3 +68,9 @@ def global_loads(text: str) -> Counter:
         widths = [_BITS[m] for m in mods.split(".") if m in _BITS]
         out[widths[-1] if widths else 32] += 1
     return out
+
+
+def prefetches_before_wait(text: str) -> bool:
+    """Whether one kernel's SASS asks L2 for bytes (UBLKPF, cp.async.bulk.prefetch) before it
+    waits for the kernel before it (ACQBULK, griddepcontrol.wait)."""
+    return "UBLKPF" in text and "ACQBULK" in text and text.index("UBLKPF") < text.index("ACQBULK")

@@ -43,6 +43,7 @@ VALUES = {
     "THREADS": (0, 1, 2, 4, 8), "KEEP": (True, False), "PREFETCH": (True, False),
     "FORM": ("outer", "dot", "pairs", "amx"), "K_CHUNK": (512, 1024, 2048, 4096),
     "QDOT": ("vnni", "float"), "QGEMM": ("int8", "bf16"), "ORDER": ("mn", "nm"),
+    "L2_PREFETCH": (0, 2048, 8192, 32768),
 }
 NOISE = 0.97            # a candidate must take under 97% of the default's time to win
 MINOR, MINOR_MS = 0.02, 0.05    # kernels under 2% of a program's kernel time (when that is over

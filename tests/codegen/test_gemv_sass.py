@@ -20,7 +20,7 @@ import strata  # noqa: E402
 from strata.bench import check  # noqa: E402
 from strata.core.context import Context  # noqa: E402
 from strata.runtime.nvrtc import resource_usage  # noqa: E402
-from strata.runtime.sass import global_loads, sass  # noqa: E402
+from strata.runtime.sass import global_loads, prefetches_before_wait, sass  # noqa: E402
 from strata.tile.passes.split_matmul_k import GEMV_K_MIN, K_MIN  # noqa: E402
 
 ARCH = "sm_90a"
@@ -47,8 +47,12 @@ def test_decode_gemv_reads_weights_with_128_bit_loads_and_no_spills(dtype, m, k,
     shortest = max(GEMV_K_MIN, min(K_MIN, 16 * m))
     assert slices > 1 and (split.grid >= arch.cores or k // (2 * slices) < shortest), \
         f"{split.grid} blocks on {arch.cores} SMs with K split {slices} ways"
-    loads = global_loads(sass(source, ARCH)[split.name])
+    code = sass(source, ARCH)[split.name]
+    loads = global_loads(code)
     assert loads and set(loads) <= {128, "tma"}, f"{split.name}'s global loads by width: {loads}"
+    # a weight read by pointer is asked of L2 before the grid dependency (TMA's are not yet)
+    assert "tma" in loads or prefetches_before_wait(code), \
+        f"{split.name} waits before asking L2 for its weight"
     for name, use in resource_usage(source, ARCH).items():
         assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
 
@@ -78,8 +82,10 @@ def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt, act, k, n):
         assert gemv.name.endswith("_splitk") and slices > 1
         assert gemv.grid >= arch.cores or knobs["GROUP"] * 32 == k // slices, \
             f"{gemv.grid} blocks on {arch.cores} SMs with K split {slices} ways"
-    loads = global_loads(sass(source, ARCH)[gemv.name])
+    code = sass(source, ARCH)[gemv.name]
+    loads = global_loads(code)
     assert loads and set(loads) == {128}, f"{gemv.name}'s global loads by width: {loads}"
+    assert prefetches_before_wait(code), f"{gemv.name} waits before asking L2 for its weight"
     for name, use in resource_usage(source, ARCH).items():
         assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
 
