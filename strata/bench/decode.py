@@ -33,6 +33,7 @@ from ..core import progress
 from ..core.command import guarded
 from ..core.context import Context
 from ..core.errors import ModelError, StrataError
+from ..models.sampling import Greedy
 from ..models.source import resolve
 from .decode_kernels import weight_bandwidth
 from .decode_report import (DecodeBench, DecodeVariant, HF_EAGER, STRATA, TORCH_COMPILE, goals,
@@ -218,14 +219,16 @@ def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None,
     from ..models.decode import compile_decoder, new_caches
     from .decode_loops import strata_greedy
     max_len = args.prompt_len + args.new_tokens
-    try:
+    try:        # the step picks the id itself (one sync per token, as `strata generate`)
         prefill, step = compile_decoder(lm, args.prompt_len, max_len,
-                                        device if device in ("cuda", "cpu") else "sim", ctx, say)
+                                        device if device in ("cuda", "cpu") else "sim", ctx, say,
+                                        sampling=Greedy())
     except Exception as e:  # noqa: BLE001 - strata's row says why; the baselines still run
         return [DecodeVariant(STRATA, strata_status(e))]
     caches = new_caches(lm.config, max_len, DTYPES[args.dtype], device)
     say("decoding with strata")
-    run = lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device)  # noqa: E731
+    run = lambda k: strata_greedy(prefill, step, caches, prompt, k, device=device,  # noqa: E731
+                                  picks=Greedy())
     rows = [measure(STRATA, run, args.new_tokens, args.repeats)]
     if kept is not None:            # decode_rounds.py times it again
         kept["run"] = run

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from ..models.decode import greedy
+from ..models.decode import greedy, sample
 from ..models.hf import transformers
 from .variants import torch_compile
 
@@ -118,10 +118,12 @@ class StaticCompiled:
         return toks, t_prefill, time.perf_counter() - t0, steps
 
 
-def strata_greedy(prefill, step, caches, prompt_ids, n: int, eos=(), device="cuda"):
+def strata_greedy(prefill, step, caches, prompt_ids, n: int, eos=(), device="cuda", picks=None):
     """strata's prefill and step programs over `caches` (zeroed first, in place, so a CUDA graph
-    captured over them stays valid)."""
+    captured over them stays valid); picks: Greedy() where they were compiled to return the id."""
     for c in caches:
         c.zero_()
     with torch.no_grad():
+        if picks is not None:
+            return sample(prefill, step, caches, list(prompt_ids), n, picks, set(eos) or None, device)
         return greedy(prefill, step, caches, list(prompt_ids), n, set(eos) or None, device)

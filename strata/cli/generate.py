@@ -20,7 +20,7 @@ from pathlib import Path
 from ..bench.decode_report import agree
 from ..bench.threads_option import add_threads_option
 from ..core.errors import ModelError, StrataError
-from ..models.sampling import DEFAULT_TOP_K, Sampling
+from ..models.sampling import DEFAULT_TOP_K, Greedy, Sampling
 from ..models.source import hf_config, resolve
 from .model import ProgressContext
 
@@ -175,7 +175,7 @@ def generate_command(args) -> int:
 
     from ..api import check_device
     from ..models.build import build
-    from ..models.decode import compile_decoder, eos_ids, greedy, new_caches, sample
+    from ..models.decode import compile_decoder, eos_ids, new_caches, sample
     check_device(args.device)
     if args.quant is not None:
         from ..quant.formats import check_format
@@ -204,19 +204,15 @@ def generate_command(args) -> int:
         ctx = ProgressContext(verbosity=args.verbose, on_step=step)     # logs: stderr
         t0 = time.perf_counter()
         prefill, decode = compile_decoder(lm, len(prompt), max_len, args.device, ctx, step,
-                                          sampling, threads=args.threads)
+                                          sampling or Greedy(), threads=args.threads)
         t_compile = time.perf_counter() - t0
         device = "cuda" if args.device == "cuda" else "cpu"
         caches = new_caches(config, max_len, next(lm.parameters()).dtype, device)
         eos = eos_ids(getattr(config, "eos_token_id", None))
         total = args.max_new_tokens
         on_token = lambda k: step(f"decoding on {args.device}: token {k + 1} of {total}")  # noqa: E731
-        if sampling is None:
-            ids, t_pre, t_dec, steps = greedy(prefill, decode, caches, prompt, total, eos, device,
-                                              on_token=on_token)
-        else:
-            ids, t_pre, t_dec, steps = sample(prefill, decode, caches, prompt, total, sampling,
-                                              eos, device, on_token=on_token)
+        ids, t_pre, t_dec, steps = sample(prefill, decode, caches, prompt, total,
+                                          sampling or Greedy(), eos, device, on_token=on_token)
         results = [(f"strata ({args.device})", ids, t_pre, t_dec, steps)]
         if args.compare:
             step("decoding with Hugging Face eager")

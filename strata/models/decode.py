@@ -11,7 +11,10 @@ from transformers; only the cache is ours (`StaticKV`, a duck-typed transformers
     step(input_ids (1, 1), position (1,), k_0, v_0, ...)        -> logits (1, 1, vocab)
 
 With a `Sampling` (sampling.py) both take a uniform u (1,) after their ids/position and return
-the sampled token id (1, 1) instead of the logits.
+the sampled token id (1, 1) instead of the logits; with `Greedy` they return the argmax id. A step
+that returns an id also writes it into its input_ids and adds one to its position, in place: the
+next step takes the same two tensors, so a token costs one call and one read of the id (on CUDA,
+one graph launch with unchanged pointers and one sync).
 
 Both update the caches in place (the cache inputs are mutated: on CUDA the kernels write only
 the new rows of the caller's tensors; the simulator writes them back). Caches are
@@ -34,7 +37,7 @@ from ..frontend.capture import capture
 from ..pipeline import lower_torch_program
 from ..runtime import native_build
 from . import compile_cache, hf, layer_replica
-from .sampling import sample_next
+from .sampling import Greedy, needs_uniform, sample_next
 
 
 class StaticKV:
@@ -98,9 +101,11 @@ class _Decode(nn.Module):
         return self.head(self.norm(hidden[:, -1:]))
 
     def finish(self, logits, rest):
-        """(logits, caches), or with sampling (the sampled id, caches): u is rest's first."""
+        """(logits, caches), or with sampling (the picked id, caches): u, if any, is rest's first."""
         if self.sampling is None:
             return logits, rest
+        if not needs_uniform(self.sampling):
+            return sample_next(logits, None, self.sampling), rest
         return sample_next(logits, rest[0], self.sampling), rest[1:]
 
 
@@ -110,7 +115,7 @@ class Prefill(_Decode):
 
     def forward(self, input_ids, *rest):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        caches = rest[1:] if self.sampling is not None else rest
+        caches = rest[1:] if needs_uniform(self.sampling) else rest
         logits = self.run(input_ids, positions, caches)
         return self.finish(logits, rest)[0]
 
@@ -120,9 +125,13 @@ class DecodeStep(_Decode):
         super().__init__(model, prefill=False, sampling=sampling, layers=layers)
 
     def forward(self, input_ids, position, *rest):
-        caches = rest[1:] if self.sampling is not None else rest
+        caches = rest[1:] if needs_uniform(self.sampling) else rest
         logits = self.run(input_ids, position, caches)
-        return self.finish(logits, rest)[0]
+        picked = self.finish(logits, rest)[0]
+        if self.sampling is not None:       # the next step's inputs, in place
+            input_ids.copy_(picked)
+            position.add_(1)
+        return picked
 
 
 def cache_names(n_layers: int) -> list[str]:
@@ -183,8 +192,8 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     names = cache_names(config.num_hidden_layers)
     caches = new_caches(config, max_len, model_dtype(model))
     ids = torch.zeros((1, prompt_len), dtype=torch.long)
-    u = (torch.zeros(1),) if sampling is not None else ()
-    u_name = ["u"] if sampling is not None else []
+    u = (torch.zeros(1),) if needs_uniform(sampling) else ()
+    u_name = ["u"] if needs_uniform(sampling) else []
     programs = []
     for label, kind, inputs, in_names in (
             ("prefill", Prefill, (ids, *u, *caches), ["input_ids", *u_name, *names]),
@@ -244,17 +253,13 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 16, device: s
         raise StrataError(f"input_ids must be one prompt of shape (1, S), got {tuple(input_ids.shape)}")
     prompt = input_ids[0].tolist()
     max_len = max_len or cache_positions(len(prompt) + max_new_tokens)
-    if sampling is not None:
-        sampling.check(model.config.vocab_size)
+    sampling = (sampling or Greedy()).check(model.config.vocab_size)
     prefill, step = compile_decoder(model, len(prompt), max_len, device, ctx, sampling=sampling,
                                     threads=threads)
     where = "cuda" if device == "cuda" else "cpu"
     caches = new_caches(model.config, max_len, model_dtype(model), where)
     eos = eos_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    if sampling is None:
-        new, *_ = greedy(prefill, step, caches, prompt, max_new_tokens, eos, where)
-    else:
-        new, *_ = sample(prefill, step, caches, prompt, max_new_tokens, sampling, eos, where)
+    new, *_ = sample(prefill, step, caches, prompt, max_new_tokens, sampling, eos, where)
     return torch.tensor([prompt + new], dtype=input_ids.dtype, device=input_ids.device)
 
 
@@ -274,39 +279,43 @@ def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
 
 def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int, sampling,
            eos: set[int] | None = None, device="cpu", on_token=None):
-    """Like greedy, with programs compiled for `sampling`: each call gets the next of
-    sampling.uniforms(max_new_tokens) and returns the sampled id."""
+    """Like greedy, with programs compiled for `sampling` (a Sampling or Greedy), which return
+    the picked id: each call of a Sampling's gets the next of sampling.uniforms(max_new_tokens)."""
     return _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device,
                    on_token)
 
 
 def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device, on_token):
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    us = sampling.uniforms(max_new_tokens).to(device) if sampling is not None else None
+    us = sampling.uniforms(max_new_tokens).to(device) if needs_uniform(sampling) else None
 
     def u(i: int) -> tuple:             # the uniform the i-th token's call consumes, if sampling
         return () if us is None else (us[i:i + 1],)
-
-    def pick(result) -> int:            # logits (greedy) or the sampled id
-        return int(result[0, -1].argmax()) if us is None else int(result.reshape(-1)[0])
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     t0 = time.perf_counter()
-    out = [pick(prefill(ids, *u(0), *caches))]
+    first = prefill(ids, *u(0), *caches)
+    out = [int(first[0, -1].argmax()) if sampling is None else int(first.reshape(-1)[0])]
     sync()
     t_prefill = time.perf_counter() - t0
-    pos = len(prompt_ids)
-    # the step's token and position live in two tensors filled in place on the device (no host
-    # copy; on CUDA the step's graph keeps its pointers, so no kernel node is updated)
-    token, position = (torch.empty(shape, dtype=torch.long, device=device) for shape in ((1, 1), (1,)))
+    # the step's token and position: two device tensors the step itself advances when it picks
+    # the id (no host copy; on CUDA its graph keeps its pointers, so no kernel node is updated),
+    # else filled in place here
+    token = torch.full((1, 1), out[0], dtype=torch.long, device=device)
+    position = torch.full((1,), len(prompt_ids), dtype=torch.long, device=device)
+    picked = torch.empty((1, 1), dtype=torch.long, device=device)
     t0 = time.perf_counter()
     steps = 0
     while len(out) < max_new_tokens and not (eos and out[-1] in eos):
         if on_token is not None:
             on_token(len(out))
-        token.fill_(out[-1])
-        position.fill_(pos)
-        out.append(pick(step(token, position, *u(len(out)), *caches)))
-        pos += 1
+        if sampling is None:
+            logits = step(token, position, *caches)
+            out.append(int(logits[0, -1].argmax()))
+            token.fill_(out[-1])
+            position.add_(1)
+        else:                           # into one tensor: no new output, no pointer changed
+            step(token, position, *u(len(out)), *caches, out=picked)
+            out.append(int(picked))
         steps += 1
     sync()
     return out, t_prefill, time.perf_counter() - t0, steps

@@ -1,4 +1,5 @@
-"""Sampling the next token inside the compiled decode programs: temperature, top-k, top-p.
+"""Picking the next token inside the compiled decode programs: greedy, or sampled (temperature,
+top-k, top-p).
 
 Why in the program: the step then returns one token id instead of the vocabulary's logits, and
 the random number it needs is an input (one uniform per token, drawn on the host from a seeded
@@ -8,7 +9,8 @@ logits and the same uniforms, is the reference sampler the tests compare with.
 The order is Hugging Face's: logits / temperature, keep the top_k largest (topk: k rounds of
 argmax, so k is bounded by MAX_TOP_K), softmax over them, keep the smallest prefix of that
 sorted list whose probability reaches top_p (the most likely token always), then inverse-CDF
-sampling: the first token whose cumulative probability exceeds u times the kept mass.
+sampling: the first token whose cumulative probability exceeds u times the kept mass. `Greedy` is
+the argmax (the first of equals, as torch.argmax), with no uniform.
 """
 from __future__ import annotations
 
@@ -45,10 +47,25 @@ class Sampling:
         return torch.rand(n, generator=g, dtype=torch.float32)
 
 
-def sample_next(logits, u, s: Sampling):
+@dataclass(frozen=True)
+class Greedy:
+    """The most likely token, picked in the program: a step returns one id, not the logits."""
+
+    def check(self, vocab: int) -> "Greedy":
+        return self
+
+
+def needs_uniform(s) -> bool:
+    """Whether programs picking by `s` (a Sampling, Greedy or None: logits) take a uniform u."""
+    return isinstance(s, Sampling)
+
+
+def sample_next(logits, u, s: Sampling | Greedy):
     """The next token id (1, 1) for the last position of `logits` (1, S, vocab) and a uniform
-    u (1,); written in torch ops so that strata captures it into the program."""
+    u (1,) (None for Greedy); written in torch ops so that strata captures it into the program."""
     import torch
+    if isinstance(s, Greedy):
+        return logits[0, -1].argmax().view(1, 1)
     x = logits[0, -1].float() / s.temperature
     vals, idx = torch.topk(x, s.top_k)
     probs = torch.softmax(vals, dim=-1)

@@ -161,19 +161,26 @@ def test_a_new_cache_written_in_place_and_returned(device):
     _assert_close("sum", total.numpy(), want_total.numpy())
 
 
-def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
-    """CudaProgram on the simulated driver (tests/runtime): the step's kernels get the caller's
-    cache pointers, so the cache is updated where it lies; nothing else of it is copied."""
+def _sim_driver(monkeypatch):
+    """tests/runtime's simulated CUDA driver (kernels run in the simulator, driver calls counted),
+    with NVRTC left out."""
     import importlib.util
     from pathlib import Path
 
     from strata.runtime import program as runtime_program
-    from strata.runtime.program import CudaProgram
     path = Path(__file__).parents[1] / "runtime" / "test_cuda_program.py"
     spec = importlib.util.spec_from_file_location("_cuda_program_tests", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     monkeypatch.setattr(runtime_program, "compile_cubin", lambda source, arch, names: b"cubin")
+    return mod
+
+
+def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
+    """CudaProgram on the simulated driver (tests/runtime): the step's kernels get the caller's
+    cache pointers, so the cache is updated where it lies; nothing else of it is copied."""
+    from strata.runtime.program import CudaProgram
+    mod = _sim_driver(monkeypatch)
     ref = hf_model("smollm2")
     prompt = torch.randint(0, ref.config.vocab_size, (3,)).tolist()
     prefill, step = compile_decoder(ref, len(prompt), 6)
@@ -193,3 +200,35 @@ def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
     with pytest.raises(strata.core.errors.InputMismatch, match="updated in place"):
         rt.run([torch.tensor([[5]]), torch.tensor([3]), caches[0].transpose(2, 3).contiguous()
                 .transpose(2, 3), *caches[1:]])
+
+
+def test_a_greedy_step_replays_one_graph_with_nothing_updated(monkeypatch):
+    """On CUDA (the simulated driver) a Greedy step advances its own token and position and
+    writes the id into the caller's tensor: after the call that builds the graph, later tokens
+    are graph launches with no kernel node updated, and the ids are the simulator path's."""
+    from fake_cuda import counts
+    from strata.models.sampling import Greedy
+    from strata.runtime.program import CudaProgram
+    mod = _sim_driver(monkeypatch)
+    ref = hf_model("smollm2")
+    prompt = torch.randint(0, ref.config.vocab_size, (3,)).tolist()
+    prefill, step = compile_decoder(ref, len(prompt), 8, sampling=Greedy())
+    kp, tp = step.lowered.kernel, step.torch_program
+    driver = mod.SimDriver(kp)
+    rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=driver,
+                     poison=True, units=step.lowered.units)
+    caches = new_caches(ref.config, 8, torch.float32)
+    first = prefill(torch.tensor([prompt]), *caches)
+    mirror = [c.clone() for c in caches]
+    token, position, picked = first.clone(), torch.tensor([3]), torch.empty(1, 1, dtype=torch.long)
+    t2, p2 = first.clone(), torch.tensor([3])
+    for k in range(4):
+        before = counts()
+        rt.run([token, position, *caches], out=[picked])
+        want = step(t2, p2, *mirror)                         # the simulator path
+        after = counts()
+        assert int(picked) == int(token) == int(want) == int(t2) and int(position) == 4 + k
+        if k >= 2:       # call 1 launches plainly, call 2 builds the graph
+            assert (after["graph_launches"] - before["graph_launches"],
+                    after["node_updates"] - before["node_updates"]) == (1, 0)
+    assert driver.errors == []

@@ -1,6 +1,7 @@
 """Sampling inside the compiled decode programs (strata/models/sampling.py): with a fixed seed the
 ids are reproducible and are what the reference sampler (sample_next run eagerly on Hugging
-Face's logits, with the same uniforms) picks; bad sampling options are one sentence."""
+Face's logits, with the same uniforms) picks; greedy picking in the program is the argmax and
+advances the step's own token and position in place; bad sampling options are one sentence."""
 import pytest
 
 pytest.importorskip("transformers")
@@ -13,7 +14,7 @@ from model_helpers import hf_model, write_checkpoint  # noqa: E402
 from strata.cli import main  # noqa: E402
 from strata.core.errors import StrataError  # noqa: E402
 from strata.models.decode import compile_decoder, new_caches, sample  # noqa: E402
-from strata.models.sampling import Sampling, sample_next  # noqa: E402
+from strata.models.sampling import Greedy, Sampling, sample_next  # noqa: E402
 
 PROMPT, NEW, MAX_LEN = 4, 10, 16
 
@@ -45,6 +46,33 @@ def test_sampled_ids_match_the_reference_sampler(s, device):
     assert sample(prefill, step, caches, prompt, NEW, s)[0] == ids          # reproducible
     other = Sampling(s.temperature, s.top_k, s.top_p, seed=s.seed + 1)
     assert _reference(ref, prompt, other, NEW) != ids or s.top_k == 1
+
+
+@pytest.mark.parametrize("device", [
+    "sim", pytest.param("cpu", marks=pytest.mark.skipif(not HAS_CC, reason="no C compiler"))])
+def test_a_greedy_step_picks_the_argmax_and_advances_its_inputs_in_place(device):
+    """The Greedy programs return eager's argmax ids; the step writes the id it picked into its
+    input_ids and adds one to its position, so every call takes the same two tensors (on CUDA:
+    one graph, no pointer changed, one read of the id per token)."""
+    ref = hf_model("llama", num_hidden_layers=2)
+    prompt = torch.randint(0, ref.config.vocab_size, (PROMPT,)).tolist()
+    prefill, step = compile_decoder(ref, PROMPT, MAX_LEN, device=device, sampling=Greedy())
+    caches = new_caches(ref.config, MAX_LEN, torch.float32)
+    ref.generation_config.eos_token_id = None       # NEW tokens, an end-of-sequence id or not
+    with torch.no_grad():
+        want = ref.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False,
+                            pad_token_id=0)[0, PROMPT:].tolist()
+        first = prefill(torch.tensor([prompt]), *caches)
+        token = first.reshape(1, 1).clone()
+        position = torch.tensor([PROMPT])
+        got, seen = [int(first)], (token.data_ptr(), position.data_ptr())
+        for k in range(NEW - 1):
+            picked = step(token, position, *caches)
+            assert int(picked) == int(token) and int(position) == PROMPT + k + 1
+            got.append(int(token))
+    assert got == want and (token.data_ptr(), position.data_ptr()) == seen
+    caches = new_caches(ref.config, MAX_LEN, torch.float32)
+    assert sample(prefill, step, caches, prompt, NEW, Greedy())[0] == want
 
 
 def test_generate_cli_samples_reproducibly(tmp_path, capsys):
