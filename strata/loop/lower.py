@@ -55,13 +55,21 @@ def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | No
     taken: set[str] = set()
     alias = scatter.aliases(prog)         # scatters stored in place (KV-cache writes)
     kernels = []
-    for kp in plan.kernels:
-        if prog.node(kp.target).type.numel == 0:      # an empty output: nothing to launch
-            continue
+    planned = [kp for kp in plan.kernels if prog.node(kp.target).type.numel]   # empty: no launch
+    while planned:
+        kp = planned.pop(0)
         if hasattr(kp, "build"):          # a fused attention (loop/attention.py)
             kernels.append(kp.build(prog, materialized, kernel_name(kp, taken), alias))
         elif isinstance(prog.node(kp.target), Scatter):
-            kernels += scatter.scatter_kernels(prog, kp, materialized, kernel_name(kp, taken), alias)
+            group = [kp]                  # the K and V caches' writes: one kernel
+            while planned and not hasattr(planned[0], "build") and \
+                    scatter.siblings(prog, group + planned[:1], materialized, alias):
+                group.append(planned.pop(0))
+            if len(group) > 1:
+                ctx.log(f"loop: one kernel stores {', '.join(g.target for g in group)} (same "
+                        f"positions)", 2)
+            kernels += scatter.scatter_kernels(prog, group, materialized, kernel_name(kp, taken),
+                                               alias)
         else:
             kernels.append(build_kernel(prog, kp, materialized, kernel_name(kp, taken)))
     before, copies = scatter.snapshots(prog, materialized)   # an input returned as it was

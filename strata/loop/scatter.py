@@ -143,17 +143,19 @@ def rename_buffers(kernels: list[LoopKernel], alias: dict[str, str]) -> list[Loo
             for k in kernels]
 
 
-def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
+def scatter_kernels(prog: TensorProgram, kps, materialized: set[str], name: str,
                     alias: dict[str, str]) -> list[LoopKernel]:
-    """The copy kernel (unless in place) and the kernel that stores the rows."""
-    n = prog.node(kp.target)
-    out = []
-    if n.name not in alias:
-        out.append(_copy_kernel(prog, prog.node(n.dest), n.name, materialized, f"{name}_copy"))
+    """The copy kernel (unless in place) and the kernel that stores the rows: of one Scatter, or
+    of siblings (`siblings`), one loop nest storing each one's rows at the positions read once."""
+    kps = kps if isinstance(kps, list) else [kps]
+    nodes = [prog.node(kp.target) for kp in kps]
+    out = [_copy_kernel(prog, prog.node(n.dest), n.name, materialized, f"{name}_copy")
+           for n in nodes if n.name not in alias]
+    n = nodes[0]
     b = LoopBuilder(prog, materialized, set())
     vshape = prog.node(n.values).type.shape
     index: list = [Const(0)] * len(vshape)
-    for d in kp.outer:
+    for d in kps[0].outer:
         index[d] = Var(b.open_loop(vshape[d], "free"))
     for v in index:                   # all outer loops count as one level
         if isinstance(v, Var):
@@ -161,14 +163,34 @@ def scatter_kernels(prog: TensorProgram, kp, materialized: set[str], name: str,
     raw = b.value(n.indices, (index[n.axis],))
     last = Const(n.type.shape[n.axis] - 1, "i64")
     pos = b.let(call("minimum", call("maximum", raw, Const(0, "i64")), last), prefix="pos")
-    value = b.value(n.values, tuple(index))
     dest_index = tuple(pos if d == n.axis else e for d, e in enumerate(index))
-    b.stack[-1].stmts.append(Store(n.name, dest_index, value))
+    for m in nodes:
+        b.stack[-1].stmts.append(Store(m.name, dest_index, b.value(m.values, tuple(index))))
     while len(b.stack) > 1:
         b.close_loop()
-    kernel = LoopKernel(name, tuple(b.root.stmts), tuple(b.reads), (n.name,), src=n.src)
+    kernel = LoopKernel(name, tuple(b.root.stmts), tuple(b.reads), tuple(m.name for m in nodes),
+                        src=n.src)
     out.append(canonical_names(kernel, reserved=set(prog.by_name)))
     return out
+
+
+def siblings(prog: TensorProgram, kps: list, materialized: set[str], alias: dict[str, str]
+             ) -> bool:
+    """Whether consecutive Scatters `kps` can be one kernel: each in place (the K and V caches of
+    a layer), the same positions and axis over rows of the same shape, and none reading what
+    another writes. Why: a decode step writes two caches per layer, each a tiny kernel of its
+    own (on a GPU, a launch of one block that the next kernel waits for)."""
+    nodes = [prog.node(kp.target) for kp in kps]
+    first = nodes[0]
+    if not all(isinstance(m, Scatter) and m.name in alias and m.indices == first.indices
+               and m.axis == first.axis and kp.outer == kps[0].outer
+               and prog.node(m.values).type.shape == prog.node(first.values).type.shape
+               for m, kp in zip(nodes, kps)):
+        return False
+    alone = [scatter_kernels(prog, kp, materialized, "k", alias)[-1] for kp in kps]
+    written = [set(k.writes) | {alias[m.name]} for k, m in zip(alone, nodes)]
+    return all(not (set(k.reads) | {alias.get(r, r) for r in k.reads}) & w
+               for i, k in enumerate(alone) for j, w in enumerate(written) if i != j)
 
 
 def _copy_kernel(prog: TensorProgram, src, dest: str, materialized: set[str], name: str

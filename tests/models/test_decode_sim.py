@@ -83,6 +83,13 @@ def test_greedy_decode_matches_hf_generate(family, device, tmp_path):
         _assert_close(f"{family} step {k}", got[0, -1].numpy(), r)
 
 
+def test_a_step_writes_each_layers_caches_in_one_kernel():
+    """The K and V writes of a layer share their positions: one kernel (loop/scatter.py)."""
+    _, step = compile_decoder(hf_model("llama3"), 3, 12)        # 2 layers
+    writers = [k.writes for k in step.lowered.loop.kernels if any("cache" in w for w in k.writes)]
+    assert sorted(writers) == [("k_cache_0", "v_cache_0"), ("k_cache_1", "v_cache_1")]
+
+
 def test_the_position_input_drives_one_compiled_step():
     """One step program at several positions: each writes only its row of every cache and gives
     the logits of the model on prompt[:pos] + [token]."""
