@@ -10,8 +10,10 @@ from transformers; only the cache is ours (`StaticKV`, a duck-typed transformers
     prefill(input_ids (1, S), k_0, v_0, k_1, v_1, ...)          -> logits (1, 1, vocab)
     step(input_ids (1, 1), position (1,), k_0, v_0, ...)        -> logits (1, 1, vocab)
 
-With a `Sampling` (sampling.py) both take a uniform u (1,) after their ids/position and return
-the sampled token id (1, 1) instead of the logits; with `Greedy` they return the argmax id. A step
+With a `Sampling` (sampling.py) both take the run's uniforms u (max_len,) after their
+ids/position, the one a call consumes at the position it reads last (the prefill's S - 1, the
+step's `position`), and return the sampled token id (1, 1) instead of the logits; with `Greedy`
+they return the argmax id. A step
 that returns an id also writes it into its input_ids and adds one to its position, in place: the
 next step takes the same two tensors, so a token costs one call and one read of the id (on CUDA,
 one graph launch with unchanged pointers and one sync).
@@ -100,13 +102,14 @@ class _Decode(nn.Module):
             hidden = hf.layer_output(out)
         return self.head(self.norm(hidden[:, -1:]))
 
-    def finish(self, logits, rest):
-        """(logits, caches), or with sampling (the picked id, caches): u, if any, is rest's first."""
+    def finish(self, logits, rest, at):
+        """(logits, caches), or with sampling (the picked id, caches): the uniforms, if any, are
+        rest's first, the one at position `at` (1,) this call's."""
         if self.sampling is None:
             return logits, rest
         if not needs_uniform(self.sampling):
             return sample_next(logits, None, self.sampling), rest
-        return sample_next(logits, rest[0], self.sampling), rest[1:]
+        return sample_next(logits, torch.index_select(rest[0], 0, at), self.sampling), rest[1:]
 
 
 class Prefill(_Decode):
@@ -117,7 +120,7 @@ class Prefill(_Decode):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         caches = rest[1:] if needs_uniform(self.sampling) else rest
         logits = self.run(input_ids, positions, caches)
-        return self.finish(logits, rest)[0]
+        return self.finish(logits, rest, positions[-1:])[0]
 
 
 class DecodeStep(_Decode):
@@ -127,7 +130,7 @@ class DecodeStep(_Decode):
     def forward(self, input_ids, position, *rest):
         caches = rest[1:] if needs_uniform(self.sampling) else rest
         logits = self.run(input_ids, position, caches)
-        picked = self.finish(logits, rest)[0]
+        picked = self.finish(logits, rest, position)[0]
         if self.sampling is not None:       # the next step's inputs, in place
             input_ids.copy_(picked)
             position.add_(1)
@@ -192,7 +195,7 @@ def compile_decoder(model: nn.Module, prompt_len: int, max_len: int, device: str
     names = cache_names(config.num_hidden_layers)
     caches = new_caches(config, max_len, model_dtype(model))
     ids = torch.zeros((1, prompt_len), dtype=torch.long)
-    u = (torch.zeros(1),) if needs_uniform(sampling) else ()
+    u = (torch.zeros(max_len),) if needs_uniform(sampling) else ()
     u_name = ["u"] if needs_uniform(sampling) else []
     programs = []
     for label, kind, inputs, in_names in (
@@ -280,20 +283,25 @@ def greedy(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: i
 def sample(prefill, step, caches: list, prompt_ids: list[int], max_new_tokens: int, sampling,
            eos: set[int] | None = None, device="cpu", on_token=None):
     """Like greedy, with programs compiled for `sampling` (a Sampling or Greedy), which return
-    the picked id: each call of a Sampling's gets the next of sampling.uniforms(max_new_tokens)."""
+    the picked id: the i-th token of a Sampling's run consumes sampling.uniforms(...)[i], every
+    call reading it from one tensor of the run's uniforms by position."""
     return _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device,
                    on_token)
 
 
 def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, device, on_token):
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    us = sampling.uniforms(max_new_tokens).to(device) if needs_uniform(sampling) else None
-
-    def u(i: int) -> tuple:             # the uniform the i-th token's call consumes, if sampling
-        return () if us is None else (us[i:i + 1],)
+    u = ()            # the uniforms by the position a call reads last: one tensor for the run
+    if needs_uniform(sampling):
+        cache_len = caches[0].shape[2]
+        by_position = torch.zeros(cache_len)
+        n = min(max_new_tokens, cache_len - len(prompt_ids) + 1)
+        first = len(prompt_ids) - 1
+        by_position[first:first + n] = sampling.uniforms(max_new_tokens)[:n]
+        u = (by_position.to(device),)
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     t0 = time.perf_counter()
-    first = prefill(ids, *u(0), *caches)
+    first = prefill(ids, *u, *caches)
     out = [int(first[0, -1].argmax()) if sampling is None else int(first.reshape(-1)[0])]
     sync()
     t_prefill = time.perf_counter() - t0
@@ -314,7 +322,7 @@ def _decode(prefill, step, caches, prompt_ids, max_new_tokens, sampling, eos, de
             token.fill_(out[-1])
             position.add_(1)
         else:                           # into one tensor: no new output, no pointer changed
-            step(token, position, *u(len(out)), *caches, out=picked)
+            step(token, position, *u, *caches, out=picked)
             out.append(int(picked))
         steps += 1
     sync()

@@ -209,30 +209,34 @@ def test_cuda_runtime_writes_the_callers_cache(monkeypatch):
                 .transpose(2, 3), *caches[1:]])
 
 
-def test_a_greedy_step_replays_one_graph_with_nothing_updated(monkeypatch):
-    """On CUDA (the simulated driver) a Greedy step advances its own token and position and
+@pytest.mark.parametrize("picks", ["greedy", "sampling"])
+def test_a_picking_step_replays_one_graph_with_nothing_updated(picks, monkeypatch):
+    """On CUDA (the simulated driver) a step that picks its id (Greedy, or a Sampling reading
+    its uniform from the run's uniforms by position) advances its own token and position and
     writes the id into the caller's tensor: after the call that builds the graph, later tokens
     are graph launches with no kernel node updated, and the ids are the simulator path's."""
     from fake_cuda import counts
-    from strata.models.sampling import Greedy
+    from strata.models.sampling import Greedy, Sampling
     from strata.runtime.program import CudaProgram
     mod = _sim_driver(monkeypatch)
     ref = hf_model("smollm2")
     prompt = torch.randint(0, ref.config.vocab_size, (3,)).tolist()
-    prefill, step = compile_decoder(ref, len(prompt), 8, sampling=Greedy())
+    s = Greedy() if picks == "greedy" else Sampling(temperature=0.9, top_k=8, seed=5)
+    prefill, step = compile_decoder(ref, len(prompt), 8, sampling=s)
     kp, tp = step.lowered.kernel, step.torch_program
     driver = mod.SimDriver(kp)
     rt = CudaProgram(kp, inputs=tp.inputs, weights=tp.weights, device="cpu", driver=driver,
                      poison=True, units=step.lowered.units)
     caches = new_caches(ref.config, 8, torch.float32)
-    first = prefill(torch.tensor([prompt]), *caches)
+    u = (torch.rand(8),) if picks == "sampling" else ()
+    first = prefill(torch.tensor([prompt]), *u, *caches)
     mirror = [c.clone() for c in caches]
     token, position, picked = first.clone(), torch.tensor([3]), torch.empty(1, 1, dtype=torch.long)
     t2, p2 = first.clone(), torch.tensor([3])
     for k in range(4):
         before = counts()
-        rt.run([token, position, *caches], out=[picked])
-        want = step(t2, p2, *mirror)                         # the simulator path
+        rt.run([token, position, *u, *caches], out=[picked])
+        want = step(t2, p2, *u, *mirror)                     # the simulator path
         after = counts()
         assert int(picked) == int(token) == int(want) == int(t2) and int(position) == 4 + k
         if k >= 2:       # call 1 launches plainly, call 2 builds the graph
