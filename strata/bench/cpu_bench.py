@@ -36,22 +36,28 @@ def time_once(fn, args, min_s: float = MIN_ROUND_S) -> float:
             return dt / n
 
 
-def interleaved_samples(variants: dict, args, rounds: int = ROUNDS) -> dict[str, list[float]]:
+def interleaved_samples(variants: dict, args, rounds: int = ROUNDS, min_s: float = MIN_ROUND_S,
+                        before=None) -> dict[str, list[float]]:
     """Milliseconds per call of each variant in each of `rounds` rounds, one timing of each per
-    round, after one warm-up call each (torch.compile compiles there)."""
+    round (calls filling `min_s`; 0: one call), after one warm-up call each (torch.compile
+    compiles there); `before()` runs untimed before each timing (a cache flush)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     with torch.no_grad():
         for fn in variants.values():
             fn(*args)
         for _ in range(rounds):
             for name, fn in variants.items():
-                times[name].append(time_once(fn, args) * 1e3)
+                if before is not None:
+                    before()
+                times[name].append(time_once(fn, args, min_s) * 1e3)
     return times
 
 
-def interleaved(variants: dict, args, rounds: int = ROUNDS) -> dict[str, float]:
-    """Median milliseconds of each variant over `rounds` interleaved rounds."""
-    return {name: statistics.median(ts) for name, ts in interleaved_samples(variants, args, rounds).items()}
+def interleaved(variants: dict, args, rounds: int = ROUNDS, **how) -> dict[str, float]:
+    """Median milliseconds of each variant over `rounds` interleaved rounds (`how`: min_s,
+    before, as interleaved_samples takes them)."""
+    return {name: statistics.median(ts)
+            for name, ts in interleaved_samples(variants, args, rounds, **how).items()}
 
 
 def copy_gbps(nbytes: int = 256 << 20) -> float:

@@ -16,14 +16,13 @@ with the CPU class and the time.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
 from ..api import compile as compile_program
 from ..quant.fp8 import FP8Linear
+from .cpu_bench import interleaved
 from .env import collect_cpu_env
 from .table_report import write_report
 
@@ -61,14 +60,9 @@ def main(argv=None) -> int:
         with torch.no_grad():
             want = fp8(x).double()
             err = float((runs["fp8"](x).double() - want).norm() / want.norm())
-            times = {name: [] for name in runs}
-            for _ in range(args.rounds):
-                for name, run in runs.items():
-                    flush.add_(1)           # out of the caches: a decode step reads each
-                    t = time.perf_counter()  # layer's weights once, from memory
-                    run(x)
-                    times[name].append(time.perf_counter() - t)
-        ms = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+        # each call after a write that puts the weights out of the caches: a decode step reads
+        # each layer's weights once, from memory
+        ms = interleaved(runs, (x,), args.rounds, min_s=0, before=lambda: flush.add_(1))
         body.append([str(m), f"{ms['fp8']:.3f}", f"{ms['fp8 eager']:.3f}", f"{ms['bf16']:.3f}",
                      f"{ms['bf16 eager']:.3f}", f"{ms['fp8 eager'] / ms['fp8']:.1f}x",
                      f"{ms['bf16'] / ms['fp8']:.2f}x", f"{err:.2g}"])

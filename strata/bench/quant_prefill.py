@@ -14,15 +14,14 @@ named with the CPU class and the time.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
 from ..api import compile as compile_program
 from ..core.context import Context
 from ..quant.formats import QuantLinear
+from .cpu_bench import interleaved
 from .env import collect_cpu_env
 from .table_report import write_report
 
@@ -54,13 +53,7 @@ def main(argv=None) -> int:
                 for q in ("int8", "bf16")}
         runs["eager"] = layer
         err = {q: float((runs[q](x).double() - ref).norm() / ref.norm()) for q in ("int8", "bf16")}
-        times = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                t = time.perf_counter()
-                run(x)
-                times[name].append(time.perf_counter() - t)
-        ms = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+        ms = interleaved(runs, (x,), args.rounds, min_s=0)           # one call a timing
         cell = lambda name: f"{ms[name]:.3f} ({flops / ms[name] / 1e6:.0f})"     # noqa: E731
         body.append([fmt, cell("int8"), cell("bf16"), cell("eager"),
                      f"{ms['bf16'] / ms['int8']:.2f}x", f"{err['int8']:.2g}", f"{err['bf16']:.2g}"])

@@ -1,5 +1,5 @@
 """wgmma in the simulator: warpgroup MMA m64nNk16 (f16/bf16 in; k32 for FP8; f32 accumulators)
-reading A and B from shared memory through 64-bit matrix descriptors, with the PTX ISA's accumulator layout,
+reading A and B from shared memory through 64-bit descriptors, accumulators in PTX's layout,
 so that a wrong descriptor, swizzle or lane mapping gives wrong numbers here as on the GPU.
 
 Descriptor (PTX "matrix descriptor"): bits 0-13 start address >> 4, 16-29 leading-dimension byte

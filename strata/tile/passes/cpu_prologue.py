@@ -16,8 +16,7 @@ where 32 registers hold its tile, else 2; 2 for a matrix-vector product; outer_v
 read 2 for all, so causal attention's first 64 scores per row stored RoPE'd q first, which
 `strata tune` found 1.58x slower than fused, Zen 5, 2026-11-30) unless a matrix product's N
 fits two panels, which then takes one block that wide (contraction.one_block_n), or always in
-the dot
-form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
+the dot form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
 contiguous); the pairs form reads it the same way. A matrix-vector product's plain bf16
