@@ -86,10 +86,19 @@ def collect_cpu_env(threads: int) -> Env:
     except Exception as e:  # noqa: BLE001 - no compiler is worth a note, the run says why later
         cc_version = f"unavailable ({type(e).__name__})"
     extra = {"threads": str(threads), "C compiler": cc_version,
-             "target": f"host ({host.vector_bytes * 8}-bit vectors: {', '.join(sorted(host.features))})"}
+             "target": f"host ({host.vector_bytes * 8}-bit vectors: {', '.join(sorted(host.features))})",
+             "allocator": allocator()}
     return Env(device=cpu_name(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                torch=torch.__version__, cuda=None, strata=strata_version(),
                python=platform.python_version(), extra=extra)
+
+
+def allocator() -> str:
+    """The process's malloc: a preloaded tcmalloc or jemalloc (PyTorch's CPU tuning advice) keeps
+    freed memory, so eager's and Inductor's fresh tensors fault no new pages; glibc's does not."""
+    preload = [Path(p).name for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+               if "malloc" in Path(p).name]
+    return f"{', '.join(preload)} (LD_PRELOAD)" if preload else "glibc malloc (nothing preloaded)"
 
 
 def cpu_class() -> str:

@@ -15,7 +15,11 @@ else the row says so). --dtype bf16 runs the forward under torch.autocast(bfloat
 and the optimizer in f32, as mixed-precision training does; the default, f32,bf16, measures both
 in one run, so that issue 58's goal (1.2x the faster of eager and Inductor, geomean over the
 cases) is read from one run's rows. tokens/s = tokens per step / the median step. Markdown under
---out, named with CPU class and date.
+--out, named with CPU class and date; its header names the process's malloc. Under glibc's, a
+fresh gradient faults a page every 4 KiB (and zero_grad unmaps it), which strata's runtime avoids
+by reusing a dropped output's memory; run the baselines at their best with tcmalloc preloaded:
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python -m strata.bench.train
 """
 from __future__ import annotations
 

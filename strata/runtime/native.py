@@ -4,8 +4,9 @@ Why: the CPU target's whole runtime. The program's C (codegen/c.py) is compiled 
 compiler (runtime/cc.py) through a persistent cache and loaded with ctypes
 (runtime/native_build.py); a run is one call, `strata_run(void** args)`, with the data pointers
 of the program's buffers in KernelProgram.buffers order: inputs as given (checked and, if
-non-contiguous, copied by runtime/args.py), weights prepared once, outputs from torch.empty,
-temps in one slab planned by liveness (runtime/slab.py). The kernels the program runs once
+non-contiguous, copied by runtime/args.py), weights prepared once, outputs from torch.empty (a
+large one in the last call's memory once the caller dropped it: `_output`), temps in one slab
+planned by liveness (runtime/slab.py). The kernels the program runs once
 (KernelProgram.once: weights packed into a contraction's panel layout) run when the program is
 loaded, and their results are kept as weights, unless they would take more than half of the
 memory available then (they then run on every call, as any kernel); a panel another live program
@@ -40,6 +41,8 @@ from .slab import plan_slab
 from .threads import THREADS
 
 SMALL = 1 << 14             # elements of an output made from a kept blank one
+KEEP = 1 << 20              # bytes of an output whose memory a later call may take again
+_uses = getattr(torch._C, "_storage_Use_Count", None)   # references to a storage's memory
 
 
 class NativeProgram:
@@ -76,6 +79,7 @@ class NativeProgram:
                       for b in program.buffers if b.kind == "output"]
         self._ptrs = ctypes.c_void_p * (len(program.buffers) + 1)
         self._spare_calls: list[tuple] = []      # (slab, pointers) no call is using
+        self._kept: dict[int, torch.UntypedStorage] = {}    # large outputs' memory, by slot
         self._plan_call()
         if program.kernels:                            # empty tensors only: nothing to build
             self.library = load_library(build_library(self.source))
@@ -188,7 +192,7 @@ class NativeProgram:
                 ptrs[i] = args[k].data_ptr()
         outs = []
         for i, blank, shape, dtype in self._out_plan:
-            out = torch.empty_like(blank) if blank is not None else torch.empty(shape, dtype=dtype)
+            out = torch.empty_like(blank) if blank is not None else self._output(i, shape, dtype)
             ptrs[i] = out.data_ptr()
             outs.append(out)
         if self.poison:
@@ -207,6 +211,22 @@ class NativeProgram:
         return [outs[key] if kind == "out" else args[key] if kind == "in" else
                 (args[key] if kind == "copy" else self.weights[key]).clone().reshape(shape)
                 for kind, key, shape in self._results]
+
+    def _output(self, i: int, shape, dtype) -> Tensor:
+        """A large output in the memory of the last call's, once nothing but this program holds
+        it (a training step's gradients, dropped by zero_grad before the next backward): fresh
+        memory costs a page fault every 4 KiB, 25 ms of a 60 ms decoder-block backward on Zen 5.
+        Popped while in use, so that two threads calling at once never share it."""
+        kept = self._kept.pop(i, None)
+        # no tensor on its memory (one use: ours) and no other hold of the storage object itself
+        if kept is not None and _uses(kept._cdata) == 1 and sys.getrefcount(kept) == 2:
+            out = torch.empty(0, dtype=dtype).set_(kept, 0, shape)
+        else:
+            out = torch.empty(shape, dtype=dtype)
+            if _uses is None or out.nbytes < KEEP:
+                return out
+        self._kept[i] = out.untyped_storage()
+        return out
 
     def _prepared(self, given: list) -> list:
         """The inputs checked, and copied where a kernel cannot read them as they are."""
