@@ -35,7 +35,7 @@ the bytes, the minimums times the activations' block sums taken off; q6_k's 6-bi
 48 bytes unpacked to 64 by a vpermd, shifts and masks) less 32 times the activations' sums, a
 scale per 16. The same 5632 x 2048 row set, 2 threads, Zen 4 (another process busy): q4_0 0.33
 ms, q4_k 0.37 to 0.48, q6_k 0.47 to 0.52 (then a byte a weight); as float lanes 0.61, 1.1 to 1.3
-and 1.2 to 1.4. A row's steps prefetch the bytes 1024 on (c_qdot.h's ST_QFETCH).
+and 1.2 to 1.4. A row's steps prefetch the bytes 8192 on (c_qdot.h's ST_QFETCH).
 """
 from __future__ import annotations
 
