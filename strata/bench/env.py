@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -96,9 +97,37 @@ def collect_cpu_env(threads: int) -> Env:
 def allocator() -> str:
     """The process's malloc: a preloaded tcmalloc or jemalloc (PyTorch's CPU tuning advice) keeps
     freed memory, so eager's and Inductor's fresh tensors fault no new pages; glibc's does not."""
-    preload = [Path(p).name for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
-               if "malloc" in Path(p).name]
+    preload = _preloaded()
     return f"{', '.join(preload)} (LD_PRELOAD)" if preload else "glibc malloc (nothing preloaded)"
+
+
+def _preloaded() -> list[str]:
+    return [Path(p).name for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+            if "malloc" in Path(p).name]
+
+
+TCMALLOC = "libtcmalloc_minimal.so.4"
+
+
+def rerun_with_tcmalloc(module: str, argv: list[str]) -> None:
+    """Run `python -m module argv` again with tcmalloc preloaded, unless a malloc is preloaded
+    already: the baselines' best allocator, so a benchmark compares with their best. Where it is
+    not installed, say so in one sentence on stderr and go on (glibc's malloc, named in the
+    report)."""
+    if _preloaded():
+        return
+    import ctypes.util
+    found = ctypes.util.find_library("tcmalloc_minimal")
+    lib = next((str(d / TCMALLOC) for d in map(Path, ("/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                                                       "/usr/lib/aarch64-linux-gnu", "/usr/lib"))
+                if (d / TCMALLOC).exists()), found)
+    if lib is None:
+        print("strata: tcmalloc is not installed, so eager and Inductor run on glibc's malloc, "
+              "which faults fresh pages (apt-get install libtcmalloc-minimal4 for their best)",
+              file=sys.stderr)
+        return
+    env = dict(os.environ, LD_PRELOAD=lib)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
 def cpu_class() -> str:

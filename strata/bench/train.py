@@ -17,9 +17,9 @@ in one run, so that issue 58's goal (1.2x the faster of eager and Inductor, geom
 cases) is read from one run's rows. tokens/s = tokens per step / the median step. Markdown under
 --out, named with CPU class and date; its header names the process's malloc. Under glibc's, a
 fresh gradient faults a page every 4 KiB (and zero_grad unmaps it), which strata's runtime avoids
-by reusing a dropped output's memory; run the baselines at their best with tcmalloc preloaded:
-
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python -m strata.bench.train
+by reusing a dropped output's memory, and eager and Inductor do not; so the benchmark runs itself
+again with tcmalloc preloaded (their best, as PyTorch's CPU tuning guide advises) unless a malloc
+is preloaded already or --allocator as-is.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from ..core import progress
 from ..core.command import guarded
 from ..core.errors import StrataError
 from . import cases as C
-from .env import collect_cpu_env
+from .env import collect_cpu_env, rerun_with_tcmalloc
 from .table_report import write_report
 from .threads_option import use_threads
 
@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compile opt.step with the variant's backend (the default)")
     step.add_argument("--eager-step", dest="compile_step", action="store_false",
                       help="run opt.step eagerly in every variant")
+    p.add_argument("--allocator", choices=("tcmalloc", "as-is"), default="tcmalloc",
+                   help="tcmalloc (the default: preloaded, the baselines' best) or as-is (the "
+                   "process's own malloc, glibc's unless LD_PRELOAD says otherwise)")
     p.add_argument("--out", default="docs/bench", help="report folder (default docs/bench)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
@@ -110,6 +113,8 @@ def measure(case, rounds: int, say, compile_step: bool = True, autocast=None) ->
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.allocator == "tcmalloc" and argv is None:
+        rerun_with_tcmalloc("strata.bench.train", sys.argv[1:])
 
     def command() -> int:
         import torch

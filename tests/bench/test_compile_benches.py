@@ -1,6 +1,7 @@
 """The torch.compile benchmarks (generate_compile.py, backend_overhead.py, train.py): their
 argument errors in one sentence, the per-token clock, and a whole short generate run on a tiny
-checkpoint (the report's rows, that ids agree and nothing compiles twice; not its speed)."""
+checkpoint (the report's rows, that ids agree and nothing compiles twice; not its speed), and the
+train bench's allocator (tcmalloc preloaded by running itself again)."""
 import sys
 from pathlib import Path
 
@@ -59,3 +60,28 @@ def test_first_generate_in_a_new_process_finds_the_cache(tmp_path, monkeypatch):
     assert first
     assert G.first_in_new_process(args, "static", "strata") > 0
     assert entries() == first
+
+
+def test_the_train_bench_runs_again_with_tcmalloc_unless_a_malloc_is_preloaded():
+    """The baselines' best allocator: `rerun_with_tcmalloc` execs the module again with tcmalloc
+    preloaded (the report's header then names it); with a malloc preloaded already it returns;
+    where tcmalloc is missing it says so in one sentence and goes on."""
+    import os
+    import subprocess
+    from strata.bench import env as E
+    probe = ("import sys; from strata.bench import env as E; "
+             "E.rerun_with_tcmalloc('strata.bench.no_such_module', []); print(E.allocator())")
+
+    def run(**env):
+        base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              env={**base, **env}, timeout=120)
+    out = run()
+    if any(Path(d, E.TCMALLOC).exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                                                  "/usr/lib/aarch64-linux-gnu", "/usr/lib")):
+        assert "No module named strata.bench.no_such_module" in out.stderr   # exec'd: -m it
+    else:
+        assert "tcmalloc is not installed" in out.stderr and "glibc malloc" in out.stdout
+    # a malloc preloaded already (the loader ignores a missing one): no exec, named as it is
+    out = run(LD_PRELOAD="libnot_there_malloc.so")
+    assert out.stdout.strip() == "libnot_there_malloc.so (LD_PRELOAD)", out.stderr
