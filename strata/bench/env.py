@@ -2,6 +2,7 @@
 with every report so results from different machines or commits are never confused."""
 from __future__ import annotations
 
+import ctypes.util
 from importlib.metadata import PackageNotFoundError, version
 import os
 import platform
@@ -116,7 +117,6 @@ def rerun_with_tcmalloc(module: str, argv: list[str]) -> None:
     report)."""
     if _preloaded():
         return
-    import ctypes.util
     found = ctypes.util.find_library("tcmalloc_minimal")
     lib = next((str(d / TCMALLOC) for d in map(Path, ("/usr/lib/x86_64-linux-gnu", "/usr/lib64",
                                                        "/usr/lib/aarch64-linux-gnu", "/usr/lib"))

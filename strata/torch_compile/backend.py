@@ -122,6 +122,8 @@ def strata_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     and ignored (strata has one schedule heuristic; knobs pin the rest)."""
     opts = options_of(options)
     if training(example_inputs):
+        if is_dynamic(gm):
+            return _TrainingByShape(gm, opts)
         return forward_and_backward(gm, example_inputs, lambda g, inputs: _first_entry(g, inputs, opts))
     graph = StrataGraph(gm, opts)
     entry = graph.entry([concrete(a) for a in example_inputs])
@@ -265,6 +267,26 @@ class StrataGraph:
         if self.only is False:
             self.only = entry
         return entry(args)
+
+
+class _TrainingByShape:
+    """A training graph dynamo made shape-dynamic (a batch of another size came): AOTAutograd's
+    forward and backward graphs traced and compiled for each set of shapes met, at its first
+    call, as a static graph's are at compile time (strata's programs have fixed shapes)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, opts: dict):
+        self.gm, self.opts, self.by_shape = gm, opts, {}
+
+    def __call__(self, *args):
+        key = args_key(args)
+        if key not in self.by_shape:
+            if len(self.by_shape) + 1 == MANY_SHAPES:
+                warnings.warn(f"strata has compiled a training graph of {count_ops(self.gm)} torch "
+                              f"ops for {MANY_SHAPES} shapes, forward and backward for each; pad "
+                              f"batches to a few sizes", StrataManyShapesWarning, stacklevel=2)
+            self.by_shape[key] = forward_and_backward(
+                self.gm, list(args), lambda g, inputs: _first_entry(g, inputs, self.opts))
+        return self.by_shape[key](*args)
 
 
 class _Eager:

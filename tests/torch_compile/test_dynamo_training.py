@@ -298,3 +298,24 @@ def test_an_lr_tensor_follows_its_scheduler_without_a_recompile(compiled):
     assert len(compiled) == 1
     for p, q in zip(*(m.parameters() for m in models)):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def test_a_batch_of_another_size_compiles_forward_and_backward_for_it(compiled):
+    """A second batch size makes dynamo's graph shape-dynamic: strata compiles the forward and
+    backward programs of each size met at its first call (PyTorch's "SymIntArrayRef expected to
+    contain only concrete integers" before), gradients eager's at every size; a size met before
+compiles nothing."""
+    torch.manual_seed(12)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    fast = torch.compile(model, backend="strata")
+    made = []
+    for n in (13, 6, 13, 6, 13, 1):
+        x, y = torch.randn(n, 24), torch.randn(n, 5)
+        for run in (fast, ref):
+            _mse(run, (x, y)).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+            p.grad = q.grad = None
+        made.append(len(compiled))
+    assert made[0] == 2 and made[1] > made[0] and made[3] == made[4] == made[2]  # met before: none
