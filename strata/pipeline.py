@@ -34,6 +34,7 @@ from .loop.lower import lower as lower_loops
 from .runtime.disasm import disassemble
 from .tile.attention import tile_attention
 from .tile.ir import TileProgram, verify_kernels
+from .tile.passes.block_prelude_reduce import block_prelude_reduce
 from .tile.passes.blockify_launch import blockify_launch
 from .tile.passes.chunk_matmul_k import chunk_matmul_k
 from .tile.passes.chunk_reduce import chunk_reduce
@@ -88,6 +89,7 @@ GPU_PASSES = [
     ("blockify_launch", blockify_launch),
     ("stage_inputs", stage_inputs),
     ("mark_unroll", mark_unroll),
+    ("block_prelude_reduce", block_prelude_reduce),
 ]
 # Each kind of target names its schedule; the passes before tileify take Loop IR kernels (and
 # the buffers they touch), the rest Tile IR kernels.

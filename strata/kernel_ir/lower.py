@@ -60,7 +60,10 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         bounds = {v["row"]: tk.rows}
         for var, e in bind_domain(Var(v["row"], idx), tk.domain, bounds):
             body.append(Let(var, idx, e))
-        inner = low.stmts(tk.prelude)
+        # a prelude the whole block reduces (block_prelude_reduce) syncs: not under the row guard
+        wide = any(getattr(s, "block_wide", False) for s in tk.prelude)
+        body += low.stmts(tk.prelude) if wide else []
+        inner = [] if wide else low.stmts(tk.prelude)
         for s in tk.body:
             # a row-level result is stored once per row, by the group's first thread
             if isinstance(s, LStore) and tk.group > 1:
@@ -79,7 +82,10 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         first = mul(Var(v["gid"], idx), tk.vec)
         bounds = {v["gid"]: n}
         binds = [Let(v, idx, e) for v, e in bind_domain(first, tk.domain, bounds)]
-        inner = binds + low.stmts(tk.prelude) + (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk.body, tk.domain[-1][0], tk.vec))
+        wide = any(getattr(s, "block_wide", False) for s in tk.prelude)
+        body += low.stmts(tk.prelude) if wide else []
+        inner = binds + ([] if wide else low.stmts(tk.prelude)) + \
+            (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk.body, tk.domain[-1][0], tk.vec))
         if n % tk.block:
             body.append(If(call("lt", Var(v["gid"], idx), Const(n)), tuple(inner)))
         else:

@@ -15,7 +15,8 @@ from ..core.expr import (
     Cast, Const, Expr, Op, Var, call, coefficient, floordiv, mod, rename, simplify, substitute, add, mul)
 from ..loop.ir import Accum, Let as LLet, Load as LLoad, Loop, Store as LStore
 from ..tile.ir import Combine, Scratch, Stage, StridedLoop, TileKernel, flat_index
-from .ir import (WARP, Assign, For, If, Let, Load, LoadVec, ShflXor, Smem, Store, StoreVec, Sync)
+from .ir import (WARP, Assign, For, If, Let, Load, LoadVec, ShflXor, Smem, Store, StoreVec, Sync,
+                 ThreadIdx)
 from .lower_gather import gather_body, gathers, lane_stmts
 
 def reduce_identity(op: str, dtype: str) -> Const:
@@ -64,7 +65,8 @@ class Lowerer:
                 init.append(Let(a.acc, a.dtype, reduce_identity(a.op, a.dtype)))
                 if a.op in ("argmax", "argmin"):
                     init.append(Let(a.acc + "_i", "i64", Const(0, "i64")))
-            start = Var(self.v["t"], self.idx) if isinstance(s, StridedLoop) else Const(0)
+            start = Const(0) if not isinstance(s, StridedLoop) else \
+                ThreadIdx() if s.block_wide else Var(self.v["t"], self.idx)
             step = s.step if isinstance(s, StridedLoop) else 1
             vec = getattr(s, "vec", 1)
             if vec > 1:
@@ -116,9 +118,12 @@ class Lowerer:
         for a in c.accs:
             arg = a.op in ("argmax", "argmin")
             out += self.butterfly(a, min(16, c.threads // 2))     # a group within a warp: its lanes
-            if nwarps > 1:
+            if nwarps > 1 and c.block_wide:     # a prelude's: the thread's own index, any lowering
+                lane, warp = mod(ThreadIdx(), WARP), floordiv(ThreadIdx(), WARP)
+            elif nwarps > 1:
                 self.has_warp_ids = True
                 lane, warp = Var(self.v["lane"], self.idx), Var(self.v["warp"], self.idx)
+            if nwarps > 1:
                 names = [(a.acc, a.dtype)] + ([(a.acc + "_i", "i64")] if arg else [])
                 for name, dt in names:
                     out.append(Smem(f"{name}_smem", dt, nwarps))

@@ -22,6 +22,7 @@ that kernel instead of getting its own (residual add + RMSNorm is one kernel).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from math import prod
 
 from ..core.context import Context
@@ -167,9 +168,16 @@ def plan_scatter(prog: TensorProgram, target: str, materialized: set[str]
     return KernelPlan(target, tuple(d for d, s in enumerate(shape) if s > 1)), w.reached
 
 
+BLOCK_SCALAR_MAX = 1 << 16     # elements a GPU block sums before its contraction (decode's norm)
+
+
 def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
-                merged: tuple[str, ...] = ()) -> tuple[KernelPlan, set[str]]:
-    """The parallel domain of the kernel computing `target`; raises _Refusal on blow-up."""
+                merged: tuple[str, ...] = (), block_scalars: bool = False) -> tuple[KernelPlan, set[str]]:
+    """The parallel domain of the kernel computing `target`; raises _Refusal on blow-up.
+    block_scalars (GPUs): a reduction to one value of at most BLOCK_SCALAR_MAX elements, read by a
+    kernel that also holds a contraction over all its parallel axes (a decode step's RMSNorm sum
+    before its projection), is computed by every block of that kernel, its threads together
+    (tile/passes/block_prelude_reduce.py), rather than by a one-block kernel of its own."""
     node = prog.node(target)
     if isinstance(node, Scatter):
         return plan_scatter(prog, target, materialized)
@@ -188,7 +196,11 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
                               f"and would be computed {len(at)}x at every point")
     outer_vars = set().union(*w.reduce_deps.values())
     worst = None
+    contraction = any(deps and deps == outer_vars and r not in w.inside for r, deps in w.reduce_deps.items())
     for r, deps in w.reduce_deps.items():
+        if block_scalars and not deps and contraction \
+                and prod(prog.node(prog.node(r).arg).type.shape) <= BLOCK_SCALAR_MAX:
+            continue
         factor = prod(shape[dims[v]] for v in outer_vars - deps)
         if factor > 1 and (worst is None or factor > worst[1]):
             worst = (r, factor)
@@ -284,6 +296,7 @@ class _Indexed:
 def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     ctx = ctx or Context()
     prog = _Indexed(prog)
+    planned = partial(plan_kernel, block_scalars=ctx.arch.is_gpu)
     pos = {n.name: k for k, n in enumerate(prog.nodes)}
     materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
     # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
@@ -312,7 +325,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     while len(passed) < len(materialized):
         t = min(materialized - passed, key=pos.__getitem__)
         try:
-            plan_kernel(prog, t, materialized)
+            planned(prog, t, materialized)
             passed.add(t)
         except _Refusal as r:
             ctx.log(f"fuse: {r.reason}")
@@ -324,7 +337,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     mats = sorted(materialized, key=pos.__getitem__)
     reached = {t: reached_buffers(prog, attn[t], materialized) if t in attn
                else set(custom[t].operands()) if t in custom
-               else plan_kernel(prog, t, materialized)[1] for t in mats}
+               else planned(prog, t, materialized)[1] for t in mats}
 
     # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
     merged_into: dict[str, str] = {}
@@ -353,14 +366,15 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             continue
         extra = tuple(x for x in mats if merged_into.get(x) == t)
         try:
-            kp, _ = plan_kernel(prog, t, materialized, extra)
+            kp, _ = planned(prog, t, materialized, extra)
         except _Refusal:
             for x in extra:
                 merged_into.pop(x)
-            kp, _ = plan_kernel(prog, t, materialized)
-            kernels.extend(plan_kernel(prog, x, materialized)[0] for x in extra)
+            kp, _ = planned(prog, t, materialized)
+            kernels.extend(planned(prog, x, materialized)[0] for x in extra)
         if extra:
             ctx.log(f"fuse: {', '.join(extra)} stored by the kernel of {t} (same domain)")
         kernels.append(kp)
     kernels.sort(key=lambda k: pos[k.target])
     return FusionPlan(mats, kernels)
+

@@ -432,7 +432,7 @@ def split_prologues(k: TileKernel, c: Contraction, computed, dtype: str, axes: s
             name = f"{k.name}_prologue{tag}{i or ''}"
             buf = BufferInfo(f"{k.name}_operand{tag}{i or ''}", tuple(e for _, e in dom),
                              own[0] if own else dtype, "temp")
-            pre = _prelude_for(k, stmts)
+            pre = prelude_for(k.prelude, stmts)
             reads = tuple(r for r in k.reads if _loads(pre + stmts, r))
             var = Var(value, next(s.dtype for s in stmts if s.var == value))
             body = stmts + (Store(buf.name, tuple(Var(v) for v, _ in dom), var),)
@@ -474,11 +474,16 @@ def _tiled_transpose(dom, body, tile: int = 32) -> tuple:
     return order, subst_body(body, at)
 
 
-def _prelude_for(k: TileKernel, stmts) -> tuple:
-    """The statements of k's prelude (computed once, before the parallel domain: a decode
-    step's RMSNorm scale) that `stmts` read."""
-    need = {id(x) for v in set().union(*map(uses, stmts)) for x in closure(k.prelude, v)}
-    return tuple(s for s in k.prelude if id(s) in need)
+def prelude_for(prelude, stmts) -> tuple:
+    """The statements of a prelude (computed once, before the parallel domain: a decode step's
+    RMSNorm scale, and the row sum it takes, a reduce loop) that `stmts` read, in order."""
+    need, out = set().union(*map(reads, stmts)), []
+    for s in reversed(prelude):
+        made = {a.acc for a in s.accs} if isinstance(s, Loop) else {s.var} if isinstance(s, (Load, Let)) else set()
+        if made & need:
+            need |= reads(s)
+            out.append(s)
+    return tuple(reversed(out))
 
 
 def _canonical(stmts, value: str, dom, k_var: str) -> tuple:

@@ -52,6 +52,7 @@ class StridedLoop(Operands):
     accs: tuple[AccInit, ...] = ()
     unroll: bool = False
     vec: int = 1                        # each thread takes `vec` consecutive iterations at a time
+    block_wide: bool = False            # dealt to the whole block (a prelude's reduction), t = tid
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Combine(Operands):
     """Merge the group's partial accumulators; afterwards every thread holds the total."""
     accs: tuple[AccInit, ...]
     threads: int
+    block_wide: bool = False            # the whole block's (a prelude's reduction)
 
 
 @dataclass(frozen=True)
@@ -387,7 +389,8 @@ def verify_kernel(k: TileKernel, target) -> None:
             fail(f"scratch array {s.name} in a block of {k.block} threads (it is one thread's)")
         if isinstance(s, (Load, Store)) and s.buf not in names | staged:
             fail(f"{type(s).__name__.lower()} of {s.buf}, which is neither a buffer nor staged")
-        if isinstance(s, StridedLoop) and k.mode is Mode.ROWS and s.step != k.group:
+        if isinstance(s, StridedLoop) and k.mode is Mode.ROWS and s.step != k.group \
+                and not s.block_wide:
             fail(f"strided loop {s.var} steps by {s.step}, its group has {k.group} threads")
     knobs = [n for n, _ in k.knobs]
     if knobs != sorted(set(knobs)) or not set(knobs) <= set(KNOBS):
@@ -428,7 +431,8 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
     for s in body:
         if isinstance(s, StridedLoop):
             tag = (", unroll" if s.unroll else "") + (f", vec={s.vec}" if s.vec > 1 else "")
-            start = f"t * {s.vec}" if s.vec > 1 else "t"
+            t = "tid" if s.block_wide else "t"
+            start = f"{t} * {s.vec}" if s.vec > 1 else t
             out.append(f"{pad}StridedLoop({s.var} = {start}; < {s.extent}; += {s.step * s.vec}):  "
                        f"# {s.kind}{tag}")
             _format(s.body, depth + 1, out, mt)
@@ -436,7 +440,7 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}" + (", unroll" if s.unroll else ""))
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Combine):
-            out.append(f"{pad}{_accs(s.accs, 'Combine', f'threads={s.threads}')}")
+            out.append(f"{pad}{_accs(s.accs, 'Combine', f'threads={s.threads}' + (', block' if s.block_wide else ''))}")
         elif isinstance(s, Stage):
             tag = f", vec={s.vec}" if s.vec > 1 else ""
             out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")

@@ -24,7 +24,7 @@ from ...core import dtypes
 from ...core.context import Context
 from ...core.expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
-from ..contraction import choose_tiles, match
+from ..contraction import choose_tiles, match, prelude_for
 from ..gemv import byte_vec, group_of
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
@@ -67,10 +67,11 @@ def split_matmul_k(k: TileKernel, ctx: Context):
 
     # kernel 1: the slice index is one more (batch) axis; the loop covers one slice
     body = subst_body(loop.body, {a: add(mul(Var(s), size), Var(a))}, {a: size, s: split})
-    reads = tuple(r for r in k.reads if _loads(k.prelude + (loop,), r))
+    reads = tuple(r for r in k.reads if _loads(prelude_for(k.prelude, (loop,)) + (loop,), r))
+    sliced = (replace(loop, extent=size, body=body),
+              Store(partial.name, (Var(s),) + row, Var(acc.acc, acc.dtype)))
     first = replace(k, name=f"{k.name}_splitk", domain=((s, split),) + k.domain,
-                    body=(replace(loop, extent=size, body=body),
-                          Store(partial.name, (Var(s),) + row, Var(acc.acc, acc.dtype))),
+                    prelude=prelude_for(k.prelude, sliced), body=sliced,
                     reads=reads, writes=(partial.name,),
                     buffers=tuple(b for b in k.buffers if b.name in reads) + (partial,))
 
@@ -79,8 +80,9 @@ def split_matmul_k(k: TileKernel, ctx: Context):
         Load(f"{acc.acc}_p", partial.name, (Var(a),) + row, acc.dtype),
         Accum(acc.acc, acc.op, Var(f"{acc.acc}_p", acc.dtype))))
     rest = tuple(summed if x is loop else x for x in c.body)
-    keep = {r for r in k.reads if _loads(k.prelude + rest, r)}
-    second = replace(k, body=rest, reads=(partial.name,) + tuple(r for r in k.reads if r in keep),
+    keep = {r for r in k.reads if _loads(prelude_for(k.prelude, rest) + rest, r)}
+    second = replace(k, prelude=prelude_for(k.prelude, rest), body=rest,
+                     reads=(partial.name,) + tuple(r for r in k.reads if r in keep),
                      buffers=tuple(b for b in k.buffers if b.name in keep or b.name in k.writes)
                      + (partial,))
     ctx.log(f"split_matmul_k: {k.name}: K={loop.extent} split {split} ways over {blocks} tiles")

@@ -1,6 +1,7 @@
 """tileify: lift the kernel's outer free loops into the parallel domain of a TileKernel.
 
-Statements before the outer loops become the prelude. If a row still holds loops (reductions,
+Statements before the outer loops become the prelude (a reduction to one value among them:
+block_prelude_reduce.py has each block's threads compute it together). If a row still holds loops (reductions,
 inner free loops) the kernel is scheduled by rows, otherwise element by element. Perfectly
 nested inner free loops are flattened into one so that a group of threads can share it.
 """
@@ -34,6 +35,10 @@ def _flatten_free(loop: Loop) -> Loop:
     return Loop(chain[0].var, extent, "free", body)
 
 
+def _reduces(loop: Loop) -> bool:
+    return any(isinstance(s, Loop) and (s.kind == "reduce" or _reduces(s)) for s in loop.body)
+
+
 def tileify(k: LoopKernel | TileKernel, ctx: Context, buffers: tuple = ()) -> TileKernel:
     if isinstance(k, TileKernel):       # scheduled already (tile_attention)
         return k
@@ -46,7 +51,10 @@ def tileify(k: LoopKernel | TileKernel, ctx: Context, buffers: tuple = ()) -> Ti
     body = k.body
     prelude = ()
     if body and isinstance(body[-1], Loop) and body[-1].kind == "free" \
-            and all(isinstance(s, (Let, Load)) for s in body[:-1]):
+            and all(isinstance(s, (Let, Load)) or isinstance(s, Loop) and s.kind == "reduce"
+                    and _reduces(body[-1]) for s in body[:-1]):
+        # a reduce loop before a contraction's rows: a value each block sums (fuse.py);
+        # before elementwise work (softmax of one row) the kernel stays one row
         prelude, body = body[:-1], body[-1:]
     domain = []
     while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "free":
