@@ -78,10 +78,11 @@ def new_static_cache(lm, max_len: int, device, dtype):
 
 class StaticCompiled:
     """HF forward with a StaticCache; the decode step under `compile_fn` (default
-    torch.compile(mode="reduce-overhead") with fresh dynamo caches). Build once, call many times:
-    the step compiles on the first run."""
+    torch.compile(mode="reduce-overhead") with fresh dynamo caches), and the prefill too with
+    compile_prefill (a graph of its own: static shapes), else eager as transformers' generate runs
+    it. Build once, call many times: each compiles on the first run."""
 
-    def __init__(self, lm, max_len: int, device="cuda", compile_fn=None):
+    def __init__(self, lm, max_len: int, device="cuda", compile_fn=None, compile_prefill=False):
         self.lm, self.device = lm, device
         self.cache = new_static_cache(lm, max_len, device, next(lm.parameters()).dtype)
         self.kw = _last_logits_kw(lm)
@@ -89,6 +90,7 @@ class StaticCompiled:
             lm.model.forward if hasattr(lm, "model") else lm.forward).parameters
         compile_fn = compile_fn or (lambda fn: torch_compile(fn, "reduce-overhead"))
         self.step = compile_fn(self._forward)
+        self.prefill = self.step if compile_prefill else self._forward
 
     def _forward(self, ids, positions):
         extra = {"cache_position": positions} if self.cache_position else {}
@@ -102,7 +104,7 @@ class StaticCompiled:
         ids = torch.tensor([list(prompt_ids)], device=dev)
         with torch.no_grad():
             t0 = time.perf_counter()
-            logits = self._forward(ids, torch.arange(len(prompt_ids), device=dev))
+            logits = self.prefill(ids, torch.arange(len(prompt_ids), device=dev))
             toks = [int(logits[0, -1].argmax())]
             _sync(dev)
             t_prefill = time.perf_counter() - t0

@@ -62,14 +62,22 @@ def test_limit_fraction_and_goals():
     assert R.fraction_of_limit(b, R.STRATA) == pytest.approx(1.0)
     assert R.vs(b, R.STRATA, R.TORCH_COMPILE) == pytest.approx(1.25)
     assert R.goals(b) == [("strata decode ≥ 2.5× torch.compile", "not met (1.25×)"),
-                          ("strata ≥ 75% of the bandwidth limit", "met (100%)")]
+                          ("strata ≥ 75% of the bandwidth limit", "met (100%)"),
+                          ("strata prefill ≥ 1× torch.compile's (4 tokens, compiled)", "met (1.40×)")]
     fast = _bench(compile_tps=40.0)
     assert R.goals(fast)[0] == ("strata decode ≥ 2.5× torch.compile", "met (2.50×)")
     slow = _bench(strata_tps=74.0)
-    assert [v for _, v in R.goals(slow)] == ["not met (0.93×)", "not met (74%)"]
+    slow.variants[0].prefill_ms = 10.0
+    assert [v for _, v in R.goals(slow)] == ["not met (0.93×)", "not met (74%)", "not met (0.70×)"]
     failed = _bench()
     failed.variants[0] = R.DecodeVariant(R.STRATA, "unsupported: op x")
-    assert [v for _, v in R.goals(failed)] == ["not met (strata unsupported)"] * 2
+    assert [v for _, v in R.goals(failed)] == ["not met (strata unsupported)"] * 3
+    no_compile = _bench()
+    no_compile.variants[2] = R.DecodeVariant(R.TORCH_COMPILE, "failed: x")
+    assert R.goals(no_compile)[2][1] == "— (torch.compile did not run)"
+    on_cpu = _bench()
+    on_cpu.device = "cpu"
+    assert len(R.goals(on_cpu)) == 2           # the CPU's prefill is uncompiled (generate's)
 
 
 def test_table_and_markdown(tmp_path):
@@ -127,6 +135,22 @@ def test_whole_run_on_the_cpu(tmp_path):
     assert "loaded from" in b.weights and b.hf_attention == "sdpa"
     assert b.weight_bytes == 4 * _hand_count_params(config_dict("llama"))
     assert b.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4 * 7
+
+
+def test_a_compiled_prefill_runs_through_the_compiled_function():
+    """compile_prefill (the GPU bench's torch.compile row): the prompt goes through the compiled
+    function too, a graph of its own shape, and the ids are eager's."""
+    from strata.bench.decode_loops import StaticCompiled, hf_eager_greedy
+    lm = hf_model("llama", seed=4).eval()
+    shapes = []
+
+    def compile_fn(fn):
+        compiled = torch.compile(fn, backend="eager", dynamic=False)
+        return lambda ids, positions: shapes.append(tuple(ids.shape)) or compiled(ids, positions)
+    run = StaticCompiled(lm, 12, "cpu", compile_fn, compile_prefill=True)
+    ids, *_ = run([3, 1, 4, 1, 5], 4)
+    assert shapes[0] == (1, 5) and set(shapes[1:]) == {(1, 1)}
+    assert ids == hf_eager_greedy(lm, [3, 1, 4, 1, 5], 4, device="cpu")[0]
 
 
 @no_gpu
