@@ -8,7 +8,9 @@ through the gather plan (tile/gather.py: whole 16-byte windows of the quants, of
 and the aligned window around a block's scale), multiplying in registers; the group adds its
 partials by warp shuffles. VEC is the shortest run (16, 32 or 64 points) whose byte windows are
 read whole: 16 for Q8_0 (one load of its bytes; its block's scale read by both halves) and 32
-for Q4_0 (one load of 32 nibbles).
+for Q4_0 (one load of 32 nibbles). Up to ROWS_MAX rows of activations (a few tokens at once) take
+the same rows, one group per (weight row, activation row), the activation rows innermost so that
+a weight row's groups sit in one block and its bytes come from DRAM once.
 """
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ VECS = (16, 32, 64)
 GROUP_MAX = WARP = 32           # a row's group stays within a warp (shuffles only)
 
 
+# rows of activations a byte GEMV takes (decode, a short draft): each row's group dequantizes
+# the weights again, so CUDA-core work grows M-fold while the bytes do not; past 4 rows it would
+# outrun the DRAM time of an H100 (estimated: Q4_0, 2048^2, 0.8 us of bytes against 0.4 us of
+# dequantize-and-FMA a row), and the tensor cores' shared dequantization takes the product
+ROWS_MAX = 4
+
+
 def byte_vec(k: TileKernel, c, loop) -> int | None:
-    """VEC when `loop` of contraction `c` (one row of activations) reads 1-byte weights (integer
-    blocks, or FP8) that the gather plan can read whole, else None."""
-    if c.m is not None and k.extent(c.m) != 1:
+    """VEC when `loop` of contraction `c` (at most ROWS_MAX rows of activations) reads 1-byte
+    weights (integer blocks, or FP8) that the gather plan can read whole, else None."""
+    if c.m is not None and k.extent(c.m) > ROWS_MAX:
         return None
     loads = moving(loop.body, loop.var, k.shape_of)
     size = lambda b: dtypes.ITEMSIZE[k.dtype_of(b)]
@@ -72,5 +81,8 @@ def gemv_rows(k: TileKernel, c, ctx: Context) -> TileKernel | None:
             body.append(s)
     ctx.log(f"tile_matmul: {k.name}: a vector times byte weights: rows of {group} threads, "
             f"{vec} points of K per thread and step, blocks of {block}", 2)
-    out = replace(k, body=tuple(body), group=group, block=block)
+    # several rows of activations: their points of one weight row in neighbouring groups of a
+    # block (M innermost), so the row's bytes come from DRAM once and from L1 for the others
+    domain = tuple(d for d in k.domain if d[0] != c.m) + tuple(d for d in k.domain if d[0] == c.m)
+    out = replace(k, domain=domain, body=tuple(body), group=group, block=block)
     return out.with_knob("GROUP", group).with_knob("VEC", vec).with_knob("BLOCK", block)

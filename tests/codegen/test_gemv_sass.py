@@ -63,21 +63,25 @@ QUANT = [(2048, 256), (5632, 2048)]         # (K, N): K split at N = 256, not at
 @pytest.mark.parametrize("k,n", QUANT, ids=[f"{k}x{n}" for k, n in QUANT])
 @pytest.mark.parametrize("act", ["f32", "bf16"])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
-def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt, act, k, n):
-    """Q8_0/Q4_0 at M = 1 (tile/gemv.py): the quants, their fp16 scales and the activations all
-    come by 128-bit loads (LDG.E.128), none byte by byte; K split at N = 256 until the grid
-    fills the SMs or every thread takes one block; 0 spills."""
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_quantized_gemv_reads_weights_with_128_bit_loads(m, fmt, act, k, n):
+    """Q8_0/Q4_0 at M = 1 to 4 (tile/gemv.py): the quants, their fp16 scales and the activations
+    all come by 128-bit loads (LDG.E.128), none byte by byte; at M = 1 K split at N = 256 until
+    the grid fills the SMs or every thread takes one block; rows of M > 1 with M innermost (a
+    weight row's neighbouring groups); 0 spills."""
     from strata.quant.formats import QuantLinear
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[act]
     layer = QuantLinear.from_linear(torch.nn.Linear(k, n, bias=False), fmt)
-    prog = _compile(layer, torch.randn(1, k, dtype=dtype))
+    prog = _compile(layer, torch.randn(m, k, dtype=dtype))
     source, arch = prog.source("cuda"), Context(target=ARCH).arch
     gemv = prog.lowered.tile.kernels[0]
     knobs = dict(gemv.knobs)
     # q8_0: 16 points are one 16-byte window of its quants (since 32 o + i // 32 simplifies
     # at VEC 16 too); q4_0: 32 points are one window of its nibbles
     assert gemv.mode == "rows" and knobs["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt], f"{gemv.name}: {knobs}"
-    if n == 256:
+    if m > 1:
+        assert gemv.domain[-1][1] == m, f"{gemv.name}: {gemv.domain}"
+    if n == 256 and m == 1:
         slices = knobs["SPLIT_K"]
         assert gemv.name.endswith("_splitk") and slices > 1
         assert gemv.grid >= arch.cores or knobs["GROUP"] * 32 == k // slices, \
@@ -91,15 +95,21 @@ def test_quantized_gemv_reads_weights_with_128_bit_loads(fmt, act, k, n):
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
-def test_quantized_gemv_matches_eager_on_the_simulator(fmt):
+@pytest.mark.parametrize("m", [1, 3, 4, 5])
+def test_quantized_gemv_matches_eager_on_the_simulator(fmt, m):
+    """At M <= 4 the byte rows (VEC points a thread), past it the tensor cores; eager's numbers."""
     from strata.quant.formats import QuantLinear
     torch.manual_seed(0)
     layer = QuantLinear.from_linear(torch.nn.Linear(1024, 64, bias=True), fmt).eval()
-    x = torch.randn(1, 1024, dtype=torch.bfloat16)
+    x = torch.randn(m, 1024, dtype=torch.bfloat16)
     prog = _compile(layer, x)
     for res in check.verify(prog, layer, (x,), True).outputs:
         assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
-    assert dict(prog.lowered.tile.kernels[0].knobs)["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt]
+    gemv = prog.lowered.tile.kernels[0]
+    if m <= 4:
+        assert dict(gemv.knobs)["VEC"] == {"q8_0": 16, "q4_0": 32}[fmt] and gemv.mode == "rows"
+    else:
+        assert gemv.mode != "rows", f"{gemv.name}: {gemv.mode}"
 
 
 @pytest.mark.parametrize("k,n", QUANT, ids=[f"{k}x{n}" for k, n in QUANT])
