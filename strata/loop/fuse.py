@@ -196,7 +196,8 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
                               f"and would be computed {len(at)}x at every point")
     outer_vars = set().union(*w.reduce_deps.values())
     worst = None
-    contraction = any(deps and deps == outer_vars and r not in w.inside for r, deps in w.reduce_deps.items())
+    contraction = any(deps and deps == outer_vars and r not in w.inside
+                      for r, deps in w.reduce_deps.items())
     for r, deps in w.reduce_deps.items():
         if block_scalars and not deps and contraction \
                 and prod(prog.node(prog.node(r).arg).type.shape) <= BLOCK_SCALAR_MAX:
@@ -377,4 +378,3 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
         kernels.append(kp)
     kernels.sort(key=lambda k: pos[k.target])
     return FusionPlan(mats, kernels)
-

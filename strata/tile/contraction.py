@@ -479,7 +479,8 @@ def prelude_for(prelude, stmts) -> tuple:
     RMSNorm scale, and the row sum it takes, a reduce loop) that `stmts` read, in order."""
     need, out = set().union(*map(reads, stmts)), []
     for s in reversed(prelude):
-        made = {a.acc for a in s.accs} if isinstance(s, Loop) else {s.var} if isinstance(s, (Load, Let)) else set()
+        made = {a.acc for a in s.accs} if isinstance(s, Loop) else \
+            {s.var} if isinstance(s, (Load, Let)) else set()
         if made & need:
             need |= reads(s)
             out.append(s)

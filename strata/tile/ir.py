@@ -440,7 +440,8 @@ def _format(body, depth: int, out: list[str], mt: MatmulTile | None = None) -> N
             out.append(f"{pad}for {s.var} in 0..{s.extent}:  # {s.kind}" + (", unroll" if s.unroll else ""))
             _format(s.body, depth + 1, out, mt)
         elif isinstance(s, Combine):
-            out.append(f"{pad}{_accs(s.accs, 'Combine', f'threads={s.threads}' + (', block' if s.block_wide else ''))}")
+            extra = f"threads={s.threads}" + (", block" if s.block_wide else "")
+            out.append(f"{pad}{_accs(s.accs, 'Combine', extra)}")
         elif isinstance(s, Stage):
             tag = f", vec={s.vec}" if s.vec > 1 else ""
             out.append(f"{pad}{s.name} = Stage({s.buf}, origin={to_str(s.base)}, slab={s.size}{tag})")

@@ -81,7 +81,8 @@ def test_two_tokens_and_the_cpu_keep_the_norms_kernel():
     module = NormProj(256, 96)
     two = torch.randn(1, 2, 256)
     program = _compiled(module, two, "sm_90a")
-    assert not _fused(program) and not _block_wide(program)    # a sum per row: recomputed per column, so its own kernel
+    # a sum per row would be recomputed per column: its own kernel
+    assert not _fused(program) and not _block_wide(program)
     _check(program, module, two, "f32")
     cpu = strata.compile(module.requires_grad_(False), [two[:, :1]], ctx=Context(target="cpu"),
                          until="loop")

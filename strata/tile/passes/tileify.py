@@ -1,9 +1,10 @@
 """tileify: lift the kernel's outer free loops into the parallel domain of a TileKernel.
 
-Statements before the outer loops become the prelude (a reduction to one value among them:
-block_prelude_reduce.py has each block's threads compute it together). If a row still holds loops (reductions,
-inner free loops) the kernel is scheduled by rows, otherwise element by element. Perfectly
-nested inner free loops are flattened into one so that a group of threads can share it.
+Statements before the outer loops become the prelude (a reduction to one value among them, ahead
+of a contraction's rows: block_prelude_reduce.py has each block's threads compute it together).
+If a row still holds loops (reductions, inner free loops) the kernel is scheduled by rows,
+otherwise element by element. Perfectly nested inner free loops are flattened into one so that a
+group of threads can share it.
 """
 from __future__ import annotations
 
