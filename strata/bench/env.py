@@ -117,10 +117,9 @@ def rerun_with_tcmalloc(module: str, argv: list[str]) -> None:
     report)."""
     if _preloaded():
         return
-    found = ctypes.util.find_library("tcmalloc_minimal")
     lib = next((str(d / TCMALLOC) for d in map(Path, ("/usr/lib/x86_64-linux-gnu", "/usr/lib64",
                                                        "/usr/lib/aarch64-linux-gnu", "/usr/lib"))
-                if (d / TCMALLOC).exists()), found)
+                if (d / TCMALLOC).exists()), None) or ctypes.util.find_library("tcmalloc_minimal")
     if lib is None:
         print("strata: tcmalloc is not installed, so eager and Inductor run on glibc's malloc, "
               "which faults fresh pages (apt-get install libtcmalloc-minimal4 for their best)",

@@ -47,6 +47,11 @@ def lower_kernel(tk: TileKernel) -> Kernel:
     idx = low.idx
     v = low.v
     body: list = []
+    # a prelude the whole block reduces (block_prelude_reduce) syncs: before the bounds guard
+    pre = low.stmts(tk.prelude)
+    wide = any(getattr(s, "block_wide", False) for s in tk.prelude)
+    body += pre if wide else []
+    pre = [] if wide else pre
     t = Var(v["t"], idx)
     if tk.mode == "rows":
         per_block = tk.block // tk.group
@@ -60,10 +65,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         bounds = {v["row"]: tk.rows}
         for var, e in bind_domain(Var(v["row"], idx), tk.domain, bounds):
             body.append(Let(var, idx, e))
-        # a prelude the whole block reduces (block_prelude_reduce) syncs: not under the row guard
-        wide = any(getattr(s, "block_wide", False) for s in tk.prelude)
-        body += low.stmts(tk.prelude) if wide else []
-        inner = [] if wide else low.stmts(tk.prelude)
+        inner = pre
         for s in tk.body:
             # a row-level result is stored once per row, by the group's first thread
             if isinstance(s, LStore) and tk.group > 1:
@@ -82,9 +84,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         first = mul(Var(v["gid"], idx), tk.vec)
         bounds = {v["gid"]: n}
         binds = [Let(v, idx, e) for v, e in bind_domain(first, tk.domain, bounds)]
-        wide = any(getattr(s, "block_wide", False) for s in tk.prelude)
-        body += low.stmts(tk.prelude) if wide else []
-        inner = binds + ([] if wide else low.stmts(tk.prelude)) + \
+        inner = binds + pre + \
             (low.stmts(tk.body) if tk.vec == 1 else _vector_body(low, tk.body, tk.domain[-1][0], tk.vec))
         if n % tk.block:
             body.append(If(call("lt", Var(v["gid"], idx), Const(n)), tuple(inner)))
