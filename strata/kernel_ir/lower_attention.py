@@ -114,8 +114,9 @@ def block_origin(at, idx: str) -> tuple[list, dict]:
     if batch:
         body += [Let(v, idx, e) for v, e in bind_domain(I("b_flat"), batch,
                                                         {"b_flat": prod([n for _, n in batch])})]
+    staged = (("k", op.k), ("v", op.v)) + ((("k2", op.k2),) if op.k2 is not None else ())
     kv_ops = {n: replace(o, body=tuple(subst_body(o.body, kv_sub)), value=substitute(o.value, kv_sub))
-              if kv_sub else o for n, o in (("k", op.k), ("v", op.v))}
+              if kv_sub else o for n, o in staged}
     return body, kv_ops
 
 
@@ -175,38 +176,60 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         body.append(Let(iv, idx, add(mul(I("q_blk"), bm), I(r))))
     row_ok = call("lt", I(iv), Const(lq)) if lq % qb or qb > lq else None
 
-    # q: this thread's slice of the query row, in registers
-    for u in range(du):
-        dcoord = add(I(t), g * u)
-        body.append(Let(f"q_{u}", F32, Const(0.0, F32)))
-        ok = _and(row_ok, call("lt", dcoord, Const(d)) if dp > d else None)
-        body += _guarded(ok, operand(low, op.q, [Let(dv_, idx, dcoord)], f"q_{u}", False))
-    body += [Let("m_run", F32, NEG_INF), Let("l_run", F32, Const(0.0, F32))]
+    # q (and q2): this thread's slice of the query row, in registers
+    rows = [("q", op.q, dv_, d, du)]
+    if op.q2 is not None:
+        rows.append(("q2", op.q2, op.d2[0], op.d2[1], at.d2_per_thread))
+    for name, o, ax, extent, per in rows:
+        for u in range(per):
+            dcoord = add(I(t), g * u)
+            body.append(Let(f"{name}_{u}", F32, Const(0.0, F32)))
+            ok = _and(row_ok, call("lt", dcoord, Const(extent)) if per * g > extent else None)
+            body += _guarded(ok, operand(low, o, [Let(ax, idx, dcoord)], f"{name}_{u}", False))
+    softmax = op.norm != "sum"
+    if softmax:
+        body += [Let("m_run", F32, NEG_INF), Let("l_run", F32, Const(0.0, F32))]
     body += [Let(f"acc_{u}", F32, Const(0.0, F32)) for u in range(eu)]
     unmasked = unmasked_scores(at)
 
     def key_step(edge: bool) -> list:
         """One key block: fill K and V tiles, scores, online-softmax step. Only an edge block
         (past the whole ones) checks Lk and applies the causal mask."""
-        step = fill_kv(low, at, kv_ops, (("k_tile", "k", dp, d, dv_, dp), ("v_tile", "v", ep, dv, ev, ep)),
-                       edge, tk.block)
+        tiles = [("k_tile", "k", dp, d, dv_, dp), ("v_tile", "v", ep, dv, ev, ep)]
+        dots = [("dot", "q", "k_tile", du, dp)]
+        if op.q2 is not None:
+            d2p = at.d2_per_thread * g
+            tiles.append(("k2_tile", "k2", d2p, op.d2[1], op.d2[0], d2p))
+            dots.append(("dot2", "q2", "k2_tile", at.d2_per_thread, d2p))
+        step = fill_kv(low, at, kv_ops, tiles, edge, tk.block)
         step.append(Sync())
         for n in range(bn):
-            for u in range(du):
-                kval = Load("k_tile", add(Const(n * dp), add(I(t), g * u)), F32)
-                term = call("multiply", _f(f"q_{u}"), kval)
-                step.append(Let(f"dot_{n}", F32, term) if u == 0 else
-                            Assign(f"dot_{n}", call("add", _f(f"dot_{n}"), term)))
-            m = g // 2
-            while m >= 1:
-                step.append(Assign(f"dot_{n}", call("add", _f(f"dot_{n}"),
-                                                    ShflXor(_f(f"dot_{n}"), m, F32))))
-                m //= 2
-            step.append(Let(f"x_{n}", F32, NEG_INF))
+            for dot, q, tile, per, width in dots:
+                for u in range(per):
+                    kval = Load(tile, add(Const(n * width), add(I(t), g * u)), F32)
+                    term = call("multiply", _f(f"{q}_{u}"), kval)
+                    step.append(Let(f"{dot}_{n}", F32, term) if u == 0 else
+                                Assign(f"{dot}_{n}", call("add", _f(f"{dot}_{n}"), term)))
+                m = g // 2
+                while m >= 1:
+                    step.append(Assign(f"{dot}_{n}", call("add", _f(f"{dot}_{n}"),
+                                                          ShflXor(_f(f"{dot}_{n}"), m, F32))))
+                    m //= 2
+            # a key past the end weighs nothing: -inf before a softmax, 0 in the sum form
+            step.append(Let(f"x_{n}", F32, NEG_INF if softmax else Const(0.0, F32)))
             j = add(I("j0"), n)
             ok = _and(row_ok, call("lt", j, Const(lk)) if edge else None)
             xs = [Let(jv, idx, j), Let(op.score, F32, _f(f"dot_{n}"))]
+            if op.q2 is not None:
+                xs.append(Let(op.score2, F32, _f(f"dot2_{n}")))
             step += _guarded(ok, operand(low, op.x, xs, f"x_{n}", False, op.x.body if edge else unmasked))
+        if not softmax:
+            for u in range(eu):
+                for n in range(bn):
+                    vval = Load("v_tile", add(Const(n * ep), add(I(t), g * u)), F32)
+                    step.append(Assign(f"acc_{u}", call("add", _f(f"acc_{u}"),
+                                                        call("multiply", _f(f"x_{n}"), vval))))
+            return step + [Sync()]
         step.append(Let("m_new", F32, _f("m_run")))
         step += [Assign("m_new", call("maximum", _f("m_new"), _f(f"x_{n}"))) for n in range(bn)]
         # a row with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)
@@ -227,6 +250,8 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         return step
 
     body += [Smem("k_tile", op.k.dtype, bn * dp), Smem("v_tile", op.v.dtype, bn * ep)]
+    if op.k2 is not None:
+        body.append(Smem("k2_tile", op.k2.dtype, bn * at.d2_per_thread * g))
     body += key_range(at, I, idx)
     body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
     body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
@@ -244,11 +269,18 @@ def _store_out(at, tk, t, idx, row_ok) -> list:
     out = []
     for u in range(at.e_per_thread):
         ecoord = add(t, g * u)
-        value = call("divide", _f(f"acc_{u}"), _f("l_run"))
+        value = _f(f"acc_{u}")
+        if op.norm != "sum":
+            value = call("divide", value, _f("l_run"))
         if op.safe:
             value = call("where", call("eq", _f("m_run"), NEG_INF), Const(0.0, F32), value)
         ok = _and(row_ok, call("lt", ecoord, Const(dv)) if ep > dv else None)
         out += _guarded(ok, [Let(ev, idx, ecoord), Store(op.out, flat_index(op.out_index, shape), value)])
+    if op.lse:          # the row's log-sum-exp, by its first thread (-inf for a row of -inf)
+        buf, index = op.lse
+        lse = call("add", _f("m_run"), call("log", _f("l_run")))
+        out += _guarded(_and(row_ok, call("eq", t, Const(0))),
+                        [Store(buf, flat_index(index, tk.shape_of(buf)), lse)])
     return out
 
 

@@ -2,6 +2,11 @@
 
     out[*b, i, e] = sum_j softmax_j(x(s_ij)) * v[*b, j, e],   s_ij = sum_d q[*b, i, d] * k[*b, j, d]
 
+or, in the sum form (a flash-attention backward's gradients, whose weights x are rebuilt from a
+saved log-sum-exp), out[*b, i, e] = sum_j x(s_ij, t_ij) * v[*b, j, e], with an optional second
+score t_ij = sum_d2 q2[*b, i, d2] * k2[*b, j, d2]. The softmax form may also write each row's
+log-sum-exp of x (`lse`: what a training forward saves for that backward).
+
 Each operand (q, k, v, and x as a function of the raw score `s`) is a short list of Loop IR
 statements computed at symbolic indices, with whatever was inlined into it (casts, scale folded
 into q, GQA head maps, RoPE, masks). The scores and weights are never stored: the Tile IR
@@ -42,20 +47,42 @@ class Attention(Stmt):
     safe: bool
     out: str
     out_index: tuple[Expr, ...]
+    norm: str = "softmax"           # or "sum": no softmax, out = sum_j x * v
+    lse: tuple[str, tuple[Expr, ...]] | None = None     # (buffer, index at (*batch, i))
+    d2: tuple[str, int] | None = None                   # head dim of the second score
+    q2: Operand | None = None       # at (*batch, i, d2)
+    k2: Operand | None = None       # at (*batch, j, d2)
+    score2: str | None = None
+
+    def operands(self) -> dict:
+        """The operands by role, the second score's only when there is one."""
+        ops = {"q": self.q, "k": self.k, "x": self.x, "v": self.v}
+        return {**ops, "q2": self.q2, "k2": self.k2} if self.q2 is not None else ops
 
     def format(self, depth: int, out: list[str]) -> None:      # as loop/ir.py's format_stmt asks
         pad = "    " * depth
         batch = ", ".join(f"{v}:{n}" for v, n in self.batch)
         axes = ", ".join(f"{name}={v}:{n}" for name, (v, n) in zip("ijde", (self.i, self.j, self.d, self.e)))
-        rows = "0" if self.safe else "NaN"
-        out.append(f"{pad}attention(batch=({batch}), {axes}):  # fully masked rows -> {rows}")
+        if self.d2:
+            axes += f", d2={self.d2[0]}:{self.d2[1]}"
+        note = "sum form" if self.norm == "sum" else \
+            f"fully masked rows -> {'0' if self.safe else 'NaN'}"
+        out.append(f"{pad}attention(batch=({batch}), {axes}):  # {note}")
         for name, op in (("q", self.q), ("k", self.k)):
             _operand(name, op, depth + 1, out)
         out.append(f"{pad}    {self.score} = sum over {self.d[0]} of q * k")
+        if self.q2 is not None:
+            for name, op in (("q2", self.q2), ("k2", self.k2)):
+                _operand(name, op, depth + 1, out)
+            out.append(f"{pad}    {self.score2} = sum over {self.d2[0]} of q2 * k2")
         _operand("x", self.x, depth + 1, out)
         _operand("v", self.v, depth + 1, out)
+        weights = "x" if self.norm == "sum" else f"softmax_{self.j[0]}(x)"
         out.append(f"{pad}    {self.out}[{', '.join(to_str(e) for e in self.out_index)}] = "
-                   f"sum over {self.j[0]} of softmax_{self.j[0]}(x) * v  # online")
+                   f"sum over {self.j[0]} of {weights} * v  # online")
+        if self.lse:
+            out.append(f"{pad}    {self.lse[0]}[{', '.join(to_str(e) for e in self.lse[1])}] = "
+                       f"logsumexp_{self.j[0]}(x)")
 
 
 def _operand(name: str, op: Operand, depth: int, out: list[str]) -> None:
@@ -97,13 +124,15 @@ def _build_operand(prog, materialized, counts, node: str, index, axes) -> tuple[
 
 def build_attention_kernel(prog, m: AttentionMatch, materialized: set, name: str) -> LoopKernel:
     br = len(m.batch)
-    names = [f"a{d}" for d in range(br + 4)]
+    n_axes = br + (5 if m.qk2 else 4)
+    names = [f"a{d}" for d in range(n_axes)]
     taken = set(prog.by_name)
     names = [n if n not in taken else f"{n}_ax" for n in names]
-    bvars, (i, j, d, e) = names[:br], names[br:]
+    bvars, (i, j, d, e, *d2) = names[:br], names[br:]
+    d2 = d2[0] if d2 else None
     B = [Var(v) for v in bvars]
     axes_b = list(zip(bvars, m.batch))
-    counts = {"a": br + 4}
+    counts = {"a": n_axes}
     reads: list[str] = []
 
     def operand(node, index, axes, dtype, extra=()):
@@ -120,31 +149,46 @@ def build_attention_kernel(prog, m: AttentionMatch, materialized: set, name: str
                           by[m.k_bc].type.dtype)
     vb, vv, vdt = operand(m.v_bc, [*B, Const(0), Var(j), Var(e)], axes_b + [(j, m.lk), (e, m.dv)],
                           by[m.v_bc].type.dtype)
+    second = {}
+    if m.qk2:
+        q2b, q2v, q2dt = operand(m.q2_bc, [*B, Var(i), Var(d2), Const(0)],
+                                 axes_b + [(i, m.lq), (d2, m.d2)], by[m.q2_bc].type.dtype)
+        k2b, k2v, k2dt = operand(m.k2_bc, [*B, Const(0), Var(d2), Var(j)],
+                                 axes_b + [(j, m.lk), (d2, m.d2)], by[m.k2_bc].type.dtype)
+        second = dict(q2=Operand((*bvars, i, d2), tuple(q2b), q2v, q2dt),
+                      k2=Operand((*bvars, j, d2), tuple(k2b), k2v, k2dt), d2=(d2, m.d2))
     xb, xv, xdt = operand(m.x, [*B, Var(i), Var(j)], axes_b + [(i, m.lq), (j, m.lk)],
-                          by[m.x].type.dtype, extra=(m.qk,))
-    score = "s"
-    while score in taken:
-        score += "_"
+                          by[m.x].type.dtype, extra=(m.qk,) + ((m.qk2,) if m.qk2 else ()))
+    fresh = lambda name: name if name not in taken else fresh(name + "_")
+    score = fresh("s")
+    scores = {m.qk: score}
+    if m.qk2:
+        second["score2"] = scores[m.qk2] = fresh("s2")
     ones = {v: Const(0) for v, n in [*axes_b, (i, m.lq), (j, m.lk)] if n == 1}
     norm = lambda e: to_str(simplify(substitute(e, ones)))
     want = [norm(x) for x in (*B, Var(i), Const(0), Var(j))]
     xb2, ren = [], {}
     for s in xb:
-        if isinstance(s, Load) and s.buf == m.qk:
+        if isinstance(s, Load) and s.buf in scores:
             if [norm(x) for x in s.index] != want:
-                raise ValueError(f"the scores read {m.qk} at [{', '.join(map(to_str, s.index))}]")
-            ren[s.var] = score
+                raise ValueError(f"the scores read {s.buf} at [{', '.join(map(to_str, s.index))}]")
+            ren[s.var] = scores[s.buf]
             continue
         xb2.append(_rename(s, ren))
     xv = rename(xv, ren)
+    lse = None
+    if m.lse:
+        lse = (m.lse, (*B, Var(i)) if len(by[m.lse].type.shape) == br + 1 else (*B, Var(i), Const(0)))
     att = Attention(tuple(axes_b), (i, m.lq), (j, m.lk), (d, m.d), (e, m.dv),
                     Operand((*bvars, i, d), tuple(qb), qv, qdt),
                     Operand((*bvars, j, d), tuple(kb), kv, kdt),
                     Operand((*bvars, i, j), tuple(xb2), xv, xdt),
                     Operand((*bvars, j, e), tuple(vb), vv, vdt),
                     score, m.safe, m.out,
-                    (*B, Var(i), Var(e)) if m.out != m.pv else (*B, Var(i), Const(0), Var(e)))
-    return LoopKernel(name, (att,), tuple(reads), (m.out,), src=by[m.out].src)
+                    (*B, Var(i), Var(e)) if m.out != m.pv else (*B, Var(i), Const(0), Var(e)),
+                    norm=m.norm, lse=lse, **second)
+    return LoopKernel(name, (att,), tuple(reads), (m.out,) + ((m.lse,) if m.lse else ()),
+                      src=by[m.out].src)
 
 
 def _rename(s, names: dict):
@@ -185,15 +229,16 @@ def _aliased(k: LoopKernel, alias: dict) -> LoopKernel:
         body = tuple(replace(s, buf=alias.get(s.buf, s.buf)) if isinstance(s, Load) else s
                      for s in o.body)
         return replace(o, body=body)
-    att = replace(att, q=ops(att.q), k=ops(att.k), x=ops(att.x), v=ops(att.v),
-                  out=alias.get(att.out, att.out))
+    att = replace(att, **{n: ops(o) for n, o in att.operands().items()},
+                  out=alias.get(att.out, att.out),
+                  lse=att.lse and (alias.get(att.lse[0], att.lse[0]), att.lse[1]))
     names = lambda bufs: tuple(dict.fromkeys(alias.get(b, b) for b in bufs))
     return LoopKernel(k.name, (att,), names(k.reads), names(k.writes), src=k.src)
 
 
 def operand_roots(m: AttentionMatch) -> tuple[str, ...]:
     """The nodes the kernel computes its operands from (x: everything but the raw scores)."""
-    return (m.q_bc, m.k_bc, m.v_bc, m.x)
+    return (m.q_bc, m.k_bc, m.v_bc, m.x) + ((m.q2_bc, m.k2_bc) if m.qk2 else ())
 
 
 def reductions_to_materialize(prog, m: AttentionMatch, materialized: set) -> set[str]:
@@ -202,7 +247,7 @@ def reductions_to_materialize(prog, m: AttentionMatch, materialized: set) -> set
     stack = list(operand_roots(m))
     while stack:
         n = stack.pop()
-        if n in seen or n in materialized or n == m.qk:
+        if n in seen or n in materialized or n in (m.qk, m.qk2):
             continue
         seen.add(n)
         node = by[n]
@@ -219,7 +264,7 @@ def reached_buffers(prog, m: AttentionMatch, materialized: set) -> set[str]:
     stack = list(operand_roots(m))
     while stack:
         n = stack.pop()
-        if n in seen or n == m.qk:
+        if n in seen or n in (m.qk, m.qk2):
             continue
         seen.add(n)
         if n in materialized or by[n].__class__.__name__ == "Input":

@@ -29,6 +29,12 @@ class AttentionMatch:
     lk: int
     d: int
     dv: int
+    norm: str = "softmax"   # or "sum": out = sum over keys of x * v (weights rebuilt from an lse)
+    lse: str | None = None  # softmax: the node of each row's log-sum-exp, written by the kernel too
+    qk2: str | None = None  # sum: a second q @ k^T that x reads (a gradient's g @ v^T)
+    q2_bc: str | None = None
+    k2_bc: str | None = None
+    d2: int = 0
 
 
 class _NoMatch(Exception):
@@ -90,11 +96,12 @@ def _split_product(by, prod: str, lhs_free: int, rhs_free: int, seen: set) -> tu
     raise _NoMatch(f"{prod}: operands are not broadcasts of a row and a column side")
 
 
-def _score_nodes(by, x: str, materialized: set, is_qk) -> tuple[str, set]:
-    """The raw q @ k^T that the scores x are an elementwise function of (the one unmaterialized
-    reduction x depends on that `is_qk` accepts), and the nodes between. Other reductions x
-    reads (a mask computed with a cumsum, as transformers builds it) stay outside the path: they
-    get kernels of their own (reductions_to_materialize) and the fused kernel loads them."""
+def _score_nodes(by, x: str, materialized: set, is_qk, most: int = 1) -> tuple[list, set]:
+    """The raw q @ k^T products that the scores x are an elementwise function of (the
+    unmaterialized reductions x depends on that `is_qk` accepts: one, or up to `most`), and the
+    nodes between. Other reductions x reads (a mask computed with a cumsum, as transformers
+    builds it) stay outside the path: they get kernels of their own (reductions_to_materialize)
+    and the fused kernel loads them."""
     found: list[str] = []
     seen: set[str] = set()
 
@@ -111,15 +118,15 @@ def _score_nodes(by, x: str, materialized: set, is_qk) -> tuple[str, set]:
 
     reductions(x)
     qks = [r for r in found if is_qk(r)]
-    _need(len(qks) == 1, f"the scores {x} depend on {len(qks)} q @ k^T reductions, not one")
-    qk = qks[0]
+    _need(1 <= len(qks) <= most, f"the scores {x} depend on {len(qks)} q @ k^T reductions, not "
+          + ("one" if most == 1 else f"1 to {most}"))
     depends: dict[str, bool] = {}
     path: set[str] = set()
 
     def visit(name: str) -> bool:
         if name not in depends:
             n = by[name]
-            if name == qk:
+            if name in qks:
                 depends[name] = True
             elif isinstance(n, (Input, Reduce)) or name in materialized:
                 depends[name] = False
@@ -130,16 +137,17 @@ def _score_nodes(by, x: str, materialized: set, is_qk) -> tuple[str, set]:
         return depends[name]
 
     visit(x)
-    return qk, path
+    return qks, path
 
 
-def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
+def _pv(by, users, red: str) -> tuple:
+    """The sum over keys of weights * v at `red`: (out, seen, p_bc, v_bc, weights, batch, lq, dv)
+    with out the squeezed matmul when that is all its user reads."""
     pv = by[red]
     _need(isinstance(pv, Reduce) and pv.op == "sum" and len(pv.axes) == 1, f"{red} is not a sum")
     r = len(pv.type.shape)            # (*batch, Lq, 1, Dv)
     br = r - 3
     _need(br >= 0 and pv.axes == (br + 1,), f"{red} is not a matmul over keys")
-    # the kernel stores the squeezed matmul when that is all its user reads, else the keepdim sum
     out, seen = red, set()
     (only,) = users[red] if len(users[red]) == 1 else (None,)
     o = by.get(only)
@@ -147,10 +155,62 @@ def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
         out, seen = only, {red}
     p_bc, v_bc = _split_product(by, pv.arg, br, br + 2, seen)
     p_src = by[p_bc]
-    batch, lq, dv = pv.type.shape[:br], pv.type.shape[br], pv.type.shape[br + 2]
     _need(_index_is(p_src, [_iv(d) for d in range(br + 2)]), f"{p_bc} is not the weights' broadcast")
     seen.add(p_bc)
-    p = _strip_casts(by, p_src.arg, seen)
+    return out, seen, p_bc, v_bc, _strip_casts(by, p_src.arg, seen), pv.type.shape[:br], \
+        pv.type.shape[br], pv.type.shape[br + 2]
+
+
+def _qk_test(by, batch, lq: int, lk: int):
+    br = len(batch)
+
+    def is_qk(r: str) -> bool:
+        n = by[r]
+        if not (n.op == "sum" and n.axes == (br + 1,) and n.type.shape == (*batch, lq, 1, lk)):
+            return False
+        try:
+            _split_product(by, n.arg, br, br + 2, set())
+        except _NoMatch:
+            return False
+        return True
+    return is_qk
+
+
+def _closed(by, users, seen: set, materialized: set, outs: set) -> None:
+    """No node the kernel replaces is read outside it or is a program output (but `outs`)."""
+    for n in seen - outs:
+        outside = [u for u in users[n] if u not in seen and u not in outs]
+        if outside:
+            raise _NoMatch(f"{n} is also read by {outside[0]}")
+        _need(n not in materialized, f"{n} is an output of the program")
+
+
+def _lse_of(by, users, max_red: str, sum_red: str, seen: set, br: int) -> str | None:
+    """The node of max + log(sum) (the rows' log-sum-exp, squeezed or not) if the softmax's max
+    and sum are read there too, else None; its nodes join `seen`."""
+    outside = lambda n: [u for u in users[n] if u not in seen]
+    logs = outside(sum_red)
+    if len(logs) != 1 or not (isinstance(by[logs[0]], Elementwise) and by[logs[0]].op == "log"):
+        return None
+    adds = outside(max_red)
+    if len(adds) != 1 or users[logs[0]] != adds:
+        return None
+    add_ = by[adds[0]]
+    if not (isinstance(add_, Elementwise) and add_.op == "add"
+            and set(add_.args) == {max_red, logs[0]}):
+        return None
+    seen.update((logs[0], adds[0]))
+    lse = adds[0]
+    (only,) = users[lse] if len(users[lse]) == 1 else (None,)
+    if isinstance(by.get(only), IndexMap) and _index_is(by[only], [_iv(d) for d in range(br + 1)] + [0]):
+        seen.add(lse)
+        lse = only
+    return lse
+
+
+def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
+    out, seen, p_bc, v_bc, p, batch, lq, dv = _pv(by, users, red)
+    br = len(batch)
     safe = False
     pn = by[p]
     if isinstance(pn, Elementwise) and pn.op == "where":
@@ -177,47 +237,62 @@ def match_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
     seen.update((e, en.args[0]))
     _row_reduce(by, sum_bc, "sum", e, seen)
     _row_reduce(by, max_bc, "max", x, seen)
+    mx = max_bc if isinstance(by[max_bc], Reduce) else by[max_bc].arg
     if safe:
-        mx = max_bc if isinstance(by[max_bc], Reduce) else by[max_bc].arg
         _need(empty_max == mx, f"{p}: the safe softmax tests another max")
     xs = by[x].type.shape
     _need(xs == (*batch, lq, xs[-1]), f"the scores {x} have shape {xs}")
     lk = xs[-1]
-    def is_qk(r: str) -> bool:
-        n = by[r]
-        if not (n.op == "sum" and n.axes == (br + 1,) and n.type.shape == (*batch, lq, 1, lk)):
-            return False
-        try:
-            _split_product(by, n.arg, br, br + 2, set())
-        except _NoMatch:
-            return False
-        return True
-
-    qk, path = _score_nodes(by, x, materialized, is_qk)
-    qkn = by[qk]
-    _need(qkn.op == "sum" and qkn.axes == (br + 1,) and qkn.type.shape == (*batch, lq, 1, lk),
-          f"{qk} is not q @ k^T over the batch of the output")
-    q_bc, k_bc = _split_product(by, qkn.arg, br, br + 2, seen)
-    d = by[qkn.arg].type.shape[br + 1]
+    (qk,), path = _score_nodes(by, x, materialized, _qk_test(by, batch, lq, lk))
+    q_bc, k_bc = _split_product(by, by[qk].arg, br, br + 2, seen)
+    d = by[by[qk].arg].type.shape[br + 1]
     seen.update(path)
     seen.add(qk)
-    for n in seen:
-        outside = [u for u in users[n] if u not in seen and u != out]
-        if outside:
-            raise _NoMatch(f"{n} is also read by {outside[0]}")
-        _need(n not in materialized or n == out, f"{n} is an output of the program")
+    lse = _lse_of(by, users, mx, sum_bc if isinstance(by[sum_bc], Reduce) else by[sum_bc].arg,
+                  seen, br)
+    _closed(by, users, seen, materialized, {out, lse})
     return AttentionMatch(out, red, qk, q_bc, k_bc, v_bc, x, safe, frozenset(seen), tuple(batch),
-                          lq, lk, d, dv)
+                          lq, lk, d, dv, lse=lse)
+
+
+def match_sum_at(prog, by, users, red: str, materialized: set) -> AttentionMatch:
+    """out = sum over keys of x * v, x an elementwise function of one or two q @ k^T products
+    holding exp(y - r) with r from outside them: attention's weights rebuilt from a saved
+    log-sum-exp, as a flash-attention backward's three gradients read them."""
+    out, seen, p_bc, v_bc, x, batch, lq, dv = _pv(by, users, red)
+    br = len(batch)
+    xs = by[x].type.shape
+    _need(xs == (*batch, lq, xs[-1]), f"the weights {x} have shape {xs}")
+    lk = xs[-1]
+    qks, path = _score_nodes(by, x, materialized, _qk_test(by, batch, lq, lk), most=2)
+    _need(any(isinstance(by[n], Elementwise) and by[n].op == "exp" and isinstance(by[n].args[0], str)
+              and isinstance(by[by[n].args[0]], Elementwise) and by[by[n].args[0]].op == "subtract"
+              and by[by[n].args[0]].args[1] not in path for n in path | {x}),
+          f"the weights {x} are not rebuilt from a log-sum-exp (no exp(scores - rows))")
+    pairs = [_split_product(by, by[qk].arg, br, br + 2, seen) for qk in qks]
+    dims = [by[by[qk].arg].type.shape[br + 1] for qk in qks]
+    seen.update(path)
+    seen.add(x)
+    seen.update(qks)
+    _closed(by, users, seen, materialized, {out})
+    two = len(qks) == 2
+    return AttentionMatch(out, red, qks[0], *pairs[0], v_bc, x, False, frozenset(seen),
+                          tuple(batch), lq, lk, dims[0], dv, norm="sum",
+                          qk2=qks[1] if two else None, q2_bc=pairs[1][0] if two else None,
+                          k2_bc=pairs[1][1] if two else None, d2=dims[1] if two else 0)
 
 
 def find_attention(prog, materialized: set, log) -> dict[str, AttentionMatch]:
     """Every attention in the program, by output node; near misses are logged with the reason."""
     by, users, out = prog.by_name, _users(prog), {}
     for n in prog.nodes:
-        if not (isinstance(n, Reduce) and n.op == "sum" and _feeds_softmax(by, n)):
+        if not (isinstance(n, Reduce) and n.op == "sum"):
+            continue
+        matcher = match_at if _feeds_softmax(by, n) else match_sum_at if _feeds_lse(by, n) else None
+        if matcher is None:
             continue
         try:
-            m = match_at(prog, by, users, n.name, materialized)
+            m = matcher(prog, by, users, n.name, materialized)
         except _NoMatch as why:
             log(f"fuse: attention at {n.name} declined: {why}")
             continue
@@ -248,6 +323,24 @@ def _feeds_softmax(by, red: Reduce) -> bool:
             s = by[n.args[1]]
             if isinstance(s, Reduce) or (isinstance(s, IndexMap) and isinstance(by[s.arg], Reduce)):
                 return True
+    return False
+
+
+def _feeds_lse(by, red: Reduce) -> bool:
+    """Cheap pre-test of the sum form: the summed product reads, within a few elementwise
+    steps, exp(a - b)."""
+    prod = by.get(red.arg)
+    if not isinstance(prod, Elementwise) or prod.op != "multiply":
+        return False
+    stack = [(a, 0) for a in prod.operands()]
+    while stack:
+        name, depth = stack.pop()
+        n = by[name]
+        if isinstance(n, Elementwise) and n.op == "exp" and isinstance(n.args[0], str) \
+                and isinstance(by[n.args[0]], Elementwise) and by[n.args[0]].op == "subtract":
+            return True
+        if depth < 4 and isinstance(n, (Elementwise, IndexMap)):
+            stack += [(o, depth + 1) for o in n.operands()]
     return False
 
 

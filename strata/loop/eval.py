@@ -92,9 +92,12 @@ class _Evaluator:
                         env[a.acc] = _reduce(a.op, full, depth)
 
     def attention(self, s: Attention) -> None:
-        """out = softmax_j(x(sum_d q k)) @ v in float64; a row of -inf gives 0 (safe) or NaN."""
+        """out = softmax_j(x(sum_d q k)) @ v in float64 (a row of -inf gives 0 if safe, else NaN),
+        or x(s, t) @ v in the sum form; lse = logsumexp_j(x) if asked."""
         names = [v for v, _ in s.batch] + [s.i[0], s.j[0], s.d[0], s.e[0]]
         extents = [n for _, n in s.batch] + [s.i[1], s.j[1], s.d[1], s.e[1]]
+        if s.d2:
+            names, extents = names + [s.d2[0]], extents + [s.d2[1]]
         nd = len(names)
         env: dict = {}
         for ax, (v, n) in enumerate(zip(names, extents)):
@@ -106,19 +109,31 @@ class _Evaluator:
             inner = dict(env, **(extra or {}))
             self.run(o.body, inner, 0)
             return np.asarray(self.expr(o.value, inner), dtype=np.float64)
-        j_ax, d_ax = nd - 3, nd - 2
+        nb = len(s.batch)
+        j_ax, d_ax = nb + 1, nb + 2
         with np.errstate(all="ignore"):
-            score = (operand(s.q) * operand(s.k)).sum(axis=d_ax, keepdims=True)
-            x = np.broadcast_to(operand(s.x, {s.score: score}),
-                                np.broadcast_shapes(score.shape, tuple(extents[:-2]) + (1, 1)))
-            m = x.max(axis=j_ax, keepdims=True)
-            p = np.exp(x - np.where(s.safe & (m == -np.inf), 0.0, m))
-            out = (p * operand(s.v)).sum(axis=j_ax, keepdims=True) / p.sum(axis=j_ax, keepdims=True)
-            if s.safe:
-                out = np.where(m == -np.inf, 0.0, out)
-        idx = [np.asarray(self.expr(e, env)) for e in s.out_index]
-        shape = np.broadcast_shapes(out.shape, *[i.shape for i in idx])
-        self.buffers[s.out][tuple(np.broadcast_to(i, shape) for i in idx)] = np.broadcast_to(out, shape)
+            scores = {s.score: (operand(s.q) * operand(s.k)).sum(axis=d_ax, keepdims=True)}
+            if s.q2 is not None:
+                scores[s.score2] = (operand(s.q2) * operand(s.k2)).sum(axis=nd - 1, keepdims=True)
+            x = np.broadcast_to(operand(s.x, scores),
+                                np.broadcast_shapes(*(a.shape for a in scores.values()),
+                                                    tuple(extents[:nb + 2]) + (1,) * (nd - nb - 2)))
+            if s.norm == "sum":
+                out = (x * operand(s.v)).sum(axis=j_ax, keepdims=True)
+            else:
+                m = x.max(axis=j_ax, keepdims=True)
+                p = np.exp(x - np.where(s.safe & (m == -np.inf), 0.0, m))
+                out = (p * operand(s.v)).sum(axis=j_ax, keepdims=True) / p.sum(axis=j_ax, keepdims=True)
+                if s.safe:
+                    out = np.where(m == -np.inf, 0.0, out)
+                if s.lse:
+                    self._store(s.lse[0], s.lse[1], env, m + np.log(p.sum(axis=j_ax, keepdims=True)))
+        self._store(s.out, s.out_index, env, out)
+
+    def _store(self, buf: str, index, env: dict, value) -> None:
+        idx = [np.asarray(self.expr(e, env)) for e in index]
+        shape = np.broadcast_shapes(value.shape, *[i.shape for i in idx])
+        self.buffers[buf][tuple(np.broadcast_to(i, shape) for i in idx)] = np.broadcast_to(value, shape)
 
 
 def _depth(body) -> int:

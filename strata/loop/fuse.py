@@ -305,9 +305,11 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     if not attn and not ctx.arch.is_gpu:
         ctx.log(f"fuse: {ctx.arch} has no fused-attention schedule: softmax(q @ k^T) @ v, if any, "
                 f"runs as its matmul and softmax kernels", 2)
+    lse_of = {m.lse: m.out for m in attn.values() if m.lse}     # written by the attention kernel
     for m in attn.values():
         materialized.add(m.out)
         materialized |= reductions_to_materialize(prog, m, materialized)
+    materialized |= set(lse_of)
     materialized |= {v for v in prog.mutations.values() if not isinstance(prog.node(v), Input)}
     custom = {n.name: n for n in prog.nodes if isinstance(n, Custom)}
     for n in custom.values():     # a hand-written kernel reads buffers and writes one
@@ -322,7 +324,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
     # one) and planning goes on from there. Materializing only prunes what a kernel inlines, so
     # a kernel that passed keeps passing: no target is planned twice before the final pass below,
     # and the refusals come in the order a restart from the first target would find them.
-    passed: set[str] = set(attn) | set(custom)
+    passed: set[str] = set(attn) | set(custom) | set(lse_of)
     while len(passed) < len(materialized):
         t = min(materialized - passed, key=pos.__getitem__)
         try:
@@ -337,13 +339,15 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             materialized.add(instead[0] if instead else r.node)
     mats = sorted(materialized, key=pos.__getitem__)
     reached = {t: reached_buffers(prog, attn[t], materialized) if t in attn
+               else set() if t in lse_of
                else set(custom[t].operands()) if t in custom
                else planned(prog, t, materialized)[1] for t in mats}
 
     # Merge an elementwise-only materialized tensor into its first consumer kernel of equal shape.
     merged_into: dict[str, str] = {}
     for x in mats:
-        if _has_reduce(prog, x, materialized) or isinstance(prog.node(x), (Scatter, Custom)):
+        if _has_reduce(prog, x, materialized) or isinstance(prog.node(x), (Scatter, Custom)) \
+                or x in lse_of:
             continue
         loaders = [t for t in mats if x in reached[t]]
         if loaders and not isinstance(prog.node(loaders[0]), Scatter) \
@@ -357,7 +361,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
         merged_into[x] = t
     kernels = []
     for t in mats:
-        if t in merged_into:
+        if t in merged_into or t in lse_of:
             continue
         if t in attn:
             kernels.append(AttentionPlan(t, attn[t]))

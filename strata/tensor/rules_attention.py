@@ -30,10 +30,10 @@ def _share_kv_heads(b, x: T, hq: int) -> T:
     return b.index_map(x, shape, index, hint=f"{x.name}_gqa", prefix=False)
 
 
-def _causal(b, x: T) -> T:
-    """Scores with key j > query i replaced by -inf."""
+def _causal(b, x: T, transposed: bool = False) -> T:
+    """Scores with key j > query i replaced by -inf (keys on the rows when transposed)."""
     r = x.rank
-    keep = call("le", Var(f"i{r - 1}"), Var(f"i{r - 2}"))
+    keep = call("le", *(Var(f"i{r - 2}"), Var(f"i{r - 1}"))[::1 if transposed else -1])
     return b.index_map(x, x.shape, tuple(Var(f"i{d}") for d in range(r)), valid=keep,
                        fill=float("-inf"), hint="causal")
 
@@ -53,22 +53,97 @@ def sdpa(b, a):
     dt = b.out.dtype
     scale = a.get("scale")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    scores = matmul(b, q, k, transposed=True, hint="scores")
-    x = b.ew("multiply", scores, scale, hint="scaled")
     mask = a.get("attn_mask")
-    if a.get("is_causal", False):
-        if mask is not None:
-            raise UnsupportedOp("aten.scaled_dot_product_attention with both attn_mask and "
-                                "is_causal (torch rejects it too)")
-        x = _causal(b, x)
-    elif mask is not None and mask.dtype == "bool":
+    if a.get("is_causal", False) and mask is not None:
+        raise UnsupportedOp("aten.scaled_dot_product_attention with both attn_mask and "
+                            "is_causal (torch rejects it too)")
+    x = _scaled_scores(b, q, k, scale, a.get("is_causal", False), dt)
+    if mask is not None and mask.dtype == "bool":
         x = b.ew("where", mask, x, float("-inf"), dtype=dt, hint="masked")
     elif mask is not None:
         x = b.ew("add", x, b.cast(mask, dt), hint="masked")
+    p, _ = _softmax(b, x, dt)
+    return matmul(b, p, v)
+
+
+def _scaled_scores(b, q: T, k: T, scale: float, causal: bool, dt: str) -> T:
+    """q @ k^T * scale in dt, -inf past the causal diagonal."""
+    x = b.ew("multiply", matmul(b, q, k, transposed=True, hint="scores", dtype=dt), scale,
+             hint="scaled")
+    return _causal(b, x) if causal else x
+
+
+def _softmax(b, x: T, dt: str, lse: bool = False) -> tuple[T, T | None]:
+    """(safe softmax of x over its last axis, its log-sum-exp with keepdim if asked)."""
     axis = x.rank - 1
     m = b.reduce("max", x, (axis,), hint="max")
     e = b.ew("exp", b.ew("subtract", x, m, hint="shifted"))
-    p = b.ew("divide", e, b.reduce("sum", e, (axis,), hint="sum"), hint="softmax")
+    total = b.reduce("sum", e, (axis,), hint="sum")
+    p = b.ew("divide", e, total, hint="softmax")
     empty = b.ew("eq", m, float("-inf"), hint="empty")        # every score masked: weights 0
     p = b.ew("where", empty, 0.0, p, dtype=dt, hint="weights")
-    return matmul(b, p, v)
+    return p, (b.ew("add", m, b.ew("log", total), hint="lse") if lse else None)
+
+
+def _acc(dtype: str) -> str:
+    return "f64" if dtype == "f64" else "f32"
+
+
+@rule("strata.attention")
+def attention(b, a):
+    """torch_compile/attention_op.py's forward: (out, lse), the lse read off the softmax's own
+    max and sum so that the fused kernel (loop/attention_match.py) writes it too."""
+    q, k, v = a.q, a.k, a.v
+    if q.rank >= 3:                     # GQA: k and v may have fewer heads
+        k, v = _share_kv_heads(b, k, q.shape[-3]), _share_kv_heads(b, v, q.shape[-3])
+    acc = _acc(q.dtype)
+    p, lse = _softmax(b, _scaled_scores(b, q, k, float(a.scale), a.causal, acc), acc, lse=True)
+    # p @ v in q's dtype, as SDPA's rule does: the kernel stores it, no cast kernel after
+    return matmul(b, p, v, dtype=q.dtype), b.squeeze(lse, (lse.rank - 1,), hint="lse")
+
+
+@rule("strata.attention_backward")
+def attention_backward(b, a):
+    """(dq, dk, dv) as torch_compile/attention_op.py spells them. Each gradient is a sum over
+    keys (dq) or queries (dk, dv) of weights rebuilt from q, k and the saved log-sum-exp times
+    one operand, so each is its own flash kernel (the sum form of the Attention statement): dk
+    and dv walk the scores transposed, key rows against query columns; nothing Lq x Lk is kept."""
+    g, q, k0, v0, out, lse = a.grad, a.q, a.k, a.v, a.out, a.lse
+    k, v = k0, v0
+    if q.rank >= 3:                     # GQA: k and v may have fewer heads
+        k, v = _share_kv_heads(b, k, q.shape[-3]), _share_kv_heads(b, v, q.shape[-3])
+    acc, scale, causal = _acc(q.dtype), float(a.scale), a.causal
+    lse = b.ew("where", b.ew("eq", lse, float("-inf")), 0.0, b.cast(lse, acc), dtype=acc,
+               hint="lse_safe")
+    rows = b.reduce("sum", b.ew("multiply", b.cast(g, acc), b.cast(out, acc)), (g.rank - 1,),
+                    hint="grad_dot_out")                         # (*b, Lq, 1)
+    lse_row = b.reshape(lse, (*lse.shape, 1))
+    lse_col = b.reshape(lse, (*lse.shape[:-1], 1, lse.shape[-1]))
+    rows_col = b.reshape(rows, lse_col.shape)
+
+    def weights(a_: T, b_: T, lse_: T, transposed: bool) -> T:
+        x = b.ew("multiply", matmul(b, a_, b_, transposed=True, hint="scores", dtype=acc), scale,
+                 hint="scaled")
+        if causal:
+            x = _causal(b, x, transposed)
+        return b.ew("exp", b.ew("subtract", x, lse_, hint="shifted"), hint="weights")
+
+    def grad_scores(p: T, a_: T, b_: T, rows_: T) -> T:
+        dp = matmul(b, a_, b_, transposed=True, hint="grad_weights", dtype=acc)
+        return b.ew("multiply", b.ew("multiply", p, b.ew("subtract", dp, rows_)), scale,
+                    hint="grad_scores")
+    # each product in its gradient's dtype (the weights rounded to it first, as FlashAttention
+    # rounds P and dS for its tensor cores): the kernel stores it, no cast kernel after
+    dq = matmul(b, grad_scores(weights(q, k, lse_row, False), g, v, rows), k, dtype=q.dtype)
+    dk = matmul(b, grad_scores(weights(k, q, lse_col, True), v, g, rows_col), q, dtype=k.dtype)
+    dv = matmul(b, weights(k, q, lse_col, True), g, dtype=v.dtype)
+    return dq, _folded(b, dk, k0), _folded(b, dv, v0)
+
+
+def _folded(b, grad: T, x: T) -> T:
+    """A gradient at the query heads summed over each KV head's group (GQA's backward)."""
+    if grad.shape == x.shape:
+        return grad
+    hk = x.shape[-3]
+    split = b.reshape(grad, (*x.shape[:-3], hk, grad.shape[-3] // hk, *x.shape[-2:]))
+    return b.reshape(b.reduce("sum", split, (x.rank - 2,), hint="kv_heads"), x.shape)

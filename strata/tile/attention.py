@@ -86,6 +86,10 @@ class AttentionTile:
         return -(-self.op.e[1] // self.row_threads)
 
     @property
+    def d2_per_thread(self) -> int:
+        return -(-self.op.d2[1] // self.row_threads) if self.op.d2 else 0
+
+    @property
     def m_blocks(self) -> int:
         return -(-self.op.i[1] // self.q_per_block)
 
@@ -121,7 +125,9 @@ class AttentionTile:
         g = self.row_threads
         k = self.block_n * self.d_per_thread * g * dtypes.ITEMSIZE[self.op.k.dtype]
         v = self.block_n * self.e_per_thread * g * dtypes.ITEMSIZE[self.op.v.dtype]
-        return k + v
+        k2 = self.block_n * self.d2_per_thread * g * dtypes.ITEMSIZE[self.op.k2.dtype] \
+            if self.op.k2 is not None else 0
+        return k + v + k2
 
 
 def kv_head_group(op: Attention) -> tuple[str, int] | None:
@@ -201,6 +207,11 @@ def choose_kv_splits(op: Attention, at: AttentionTile, ctx: Context, name: str) 
     """KV_SPLITS: pinned, or tile/split.py's rule over the key blocks when the queries fit one
     block (decode); prefill (several query blocks) is not split by default."""
     pinned = ctx.knob("KV_SPLITS", 0)
+    if op.norm == "sum" or op.lse:
+        if pinned > 1:
+            raise KnobError(f"KV_SPLITS={pinned}: the sum form and a log-sum-exp output have no "
+                            f"split combine; only 1")
+        return 1
     if pinned:
         if not 1 <= pinned <= at.key_blocks:
             raise KnobError(f"KV_SPLITS={pinned}: must be from 1 to the {at.key_blocks} key "
@@ -233,6 +244,9 @@ def mma_decline(op: Attention, ctx: Context) -> str | None:
     """Why the tensor-core path (lower_attention_mma.py) cannot take this attention, or None."""
     if not ctx.arch.has("mma.sync"):
         return f"target {ctx.arch} has no mma.sync (sm_80+)"
+    if op.norm == "sum" or op.lse:
+        return "the sum form (a backward's gradients) and a log-sum-exp output have no " \
+               "tensor-core schedule yet"
     kinds = (op.q.dtype, op.k.dtype, op.v.dtype)
     if len(set(kinds)) != 1 or kinds[0] not in MMA_DTYPES:
         return f"q, k, v are {'/'.join(kinds)}, not all f16 or all bf16"
@@ -397,9 +411,16 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
                if mma else f"    q = Registers(q[{i}, {d} = t + {g} * u], {at.d_per_thread} per thread):")
     for s in op.q.body:
         format_stmt(s, 2, out)
-    out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{i}:16 per warp, {e}] 0 as f32 C "
-               f"fragments)" if mma else f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + "
-               f"{g} * u] 0; {at.e_per_thread} per thread)")
+    if op.q2 is not None:
+        out.append(f"    q2 = Registers(q2[{i}, {op.d2[0]} = t + {g} * u], {at.d2_per_thread} per thread):")
+        for s in op.q2.body:
+            format_stmt(s, 2, out)
+    if op.norm == "sum":
+        out.append(f"    acc = Registers(acc[{e} = t + {g} * u] 0; {at.e_per_thread} per thread)")
+    else:
+        out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{i}:16 per warp, {e}] 0 as f32 C "
+                   f"fragments)" if mma else f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + "
+                   f"{g} * u] 0; {at.e_per_thread} per thread)")
     steps = at.key_blocks
     keys = f"0..{steps}"
     if at.kv_splits > 1:
@@ -411,17 +432,26 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     else:
         keys += f"; full blocks first (no bounds), then the tail block"
     out.append(f"    for {j}_o in {keys}:  # key blocks of {at.block_n}")
-    for name, o, ax in (("k", op.k, d), ("v", op.v, e)):
+    staged = [("k", op.k, op.d), ("v", op.v, op.e)] + ([("k2", op.k2, op.d2)] if op.k2 else [])
+    for name, o, (ax, n) in staged:
         out.append(f"        {name}_smem = StageTile({name}[{j}:{at.block_n}, {ax}:"
-                   f"{-(-{'k': op.d, 'v': op.e}[name][1] // g) * g}] {o.dtype}, 0 past {op.j[1]}):")
+                   f"{-(-n // g) * g}] {o.dtype}, 0 past {op.j[1]}):")
         for s in o.body:
             format_stmt(s, 3, out)
     out.append("        Sync")
     out.append(f"        {op.score}[16 per warp, {at.block_n}] = mma(q, k_smem^T)  # f32 C fragments"
                if mma else f"        {op.score}[{at.block_n}] = Combine(sum over {d} of q * k_smem, threads={g})")
-    out.append(f"        x[{at.block_n}] = -inf past {op.j[1]}, else:")
+    if op.q2 is not None:
+        out.append(f"        {op.score2}[{at.block_n}] = Combine(sum over {op.d2[0]} of q2 * k2_smem, "
+                   f"threads={g})")
+    out.append(f"        x[{at.block_n}] = {'0' if op.norm == 'sum' else '-inf'} past {op.j[1]}, else:")
     for s in op.x.body:
         format_stmt(s, 3, out)
+    if op.norm == "sum":
+        out.append("        acc = acc + x @ v_smem")
+        out.append("        Sync")
+        out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = acc")
+        return
     out.append("        m_new = max(m, max(x)); c = exp(m - m_new); p = exp(x - m_new)  "
                "# -inf - -inf counts as 0")
     if mma:
@@ -436,6 +466,8 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         return
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}acc / l")
+    if op.lse:
+        out.append(f"    {op.lse[0]}[{', '.join(str(x) for x in op.lse[1])}] = m + log(l)")
 
 
 def _format_combine(k: TileKernel, out: list[str]) -> None:

@@ -124,10 +124,20 @@ def strata_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     if training(example_inputs):
         if is_dynamic(gm):
             return _TrainingByShape(gm, opts)
-        return forward_and_backward(gm, example_inputs, lambda g, inputs: _first_entry(g, inputs, opts))
+        return forward_and_backward(gm, example_inputs, lambda g, inputs: _first_entry(g, inputs, opts),
+                                    flash=_on_gpu(opts, example_inputs))
     graph = StrataGraph(gm, opts)
     entry = graph.entry([concrete(a) for a in example_inputs])
     return gm.forward if isinstance(entry, _Eager) else graph
+
+
+def _on_gpu(opts, inputs) -> bool:
+    """Whether the graph compiles for a GPU (or its simulator): the device option, or auto with
+    CUDA inputs."""
+    device = opts["device"]
+    if device == "auto":
+        return any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in inputs)
+    return device in ("sim", "cuda")
 
 
 def _first_entry(g, inputs, opts) -> StrataGraph:
@@ -285,7 +295,8 @@ class _TrainingByShape:
                               f"ops for {MANY_SHAPES} shapes, forward and backward for each; pad "
                               f"batches to a few sizes", StrataManyShapesWarning, stacklevel=2)
             self.by_shape[key] = forward_and_backward(
-                self.gm, list(args), lambda g, inputs: _first_entry(g, inputs, self.opts))
+                self.gm, list(args), lambda g, inputs: _first_entry(g, inputs, self.opts),
+                flash=_on_gpu(self.opts, args))
         return self.by_shape[key](*args)
 
 

@@ -14,14 +14,23 @@ AOTAutograd's default split the forward stored `t(W)` of every linear; a TinyLla
 step (128 tokens, f32, Zen 4) ran 342 tokens/s so and 372 with this one, a decoder block 167 and
 207, interleaved in one run.
 
-What the backward needs beyond AOTAutograd's core ATen decompositions is here: SDPA traced as
-its math (the fused CPU kernel's backward op has no strata rule), convolution's backward as
+For a GPU (or the simulator), an SDPA call without mask, dropout or GQA becomes
+`strata::attention` first (torch_compile/attention_op.py): the forward saves each query's
+log-sum-exp rather than the Lq x Lk weights, and its backward is one `attention_backward` that
+the GPU pipeline fuses into flash kernels. What else the backward needs beyond AOTAutograd's
+core ATen decompositions is here: SDPA traced as its math elsewhere (the fused CPU kernel's
+backward op has no strata rule), convolution's backward as
 convolutions (torch has no decomposition of it for the CPU) and max pooling's as an
 accumulating index_put.
 """
 from __future__ import annotations
 
+import math
+import operator
+
 import torch
+
+from . import attention_op  # noqa: F401  (registers strata::attention)
 
 aten = torch.ops.aten
 
@@ -33,10 +42,11 @@ def training(example_inputs) -> bool:
         isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
 
 
-def forward_and_backward(gm, example_inputs, compile_graph):
+def forward_and_backward(gm, example_inputs, compile_graph, flash: bool = False):
     """AOTAutograd over `gm`; compile_graph(graph, inputs) -> a callable of the graph's inputs
     compiles each of the two graphs, here from zeros of the traced shapes (AOTAutograd traces
-    with fake tensors). Every input is an input, parameters too: they change at every step."""
+    with fake tensors). Every input is an input, parameters too: they change at every step.
+    `flash`: SDPA calls become strata::attention where they can (a GPU target)."""
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch import config as functorch_config
@@ -54,11 +64,45 @@ def forward_and_backward(gm, example_inputs, compile_graph):
              aten.max_pool2d_with_indices_backward.default: max_pool_backward}
     # SDPA traced as its math (F.multi_head_attention_forward's call too); the backward
     # compiled now, not at the first backward
+    if flash:
+        flash_attention(gm)
     with sdpa_kernel(SDPBackend.MATH), \
             functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
                             decompositions=table,
                             partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+
+
+def flash_attention(gm) -> int:
+    """Put strata::attention in place of each SDPA call of dynamo's graph that has no mask and no
+    dropout (GQA's KV heads shared as enable_gqa says); returns how many. Others stay (traced as
+    math)."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    done = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not torch._C._nn.scaled_dot_product_attention:
+            continue
+        a = {**dict(zip(names, n.args)), **n.kwargs}
+        q, k = (getattr(x, "meta", {}).get("example_value") for x in (a["query"], a["key"]))
+        if a.get("attn_mask") is not None or a.get("dropout_p", 0.0) or q is None or k is None \
+                or q.dim() < 2 or (q.dim() >= 3 and q.shape[-3] != k.shape[-3] and not (
+                    a.get("enable_gqa", False) and q.shape[-3] % k.shape[-3] == 0)) \
+                or not all(isinstance(a.get(x, 0), (int, float, bool, type(None)))
+                           for x in ("dropout_p", "is_causal", "scale")):
+            continue
+        scale = a.get("scale")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        with gm.graph.inserting_before(n):
+            both = gm.graph.call_function(torch.ops.strata.attention.default, (
+                a["query"], a["key"], a["value"], scale, bool(a.get("is_causal", False))))
+            out = gm.graph.call_function(operator.getitem, (both, 0))
+        out.meta = dict(n.meta)
+        n.replace_all_uses_with(out)
+        gm.graph.erase_node(n)
+        done += 1
+    if done:
+        gm.recompile()
+    return done
 
 
 def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,

@@ -179,6 +179,33 @@ def test_the_models_gradients_pass_the_float64_check(name, compiled):
         assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
 
 
+def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled):
+    """On the simulator (a GPU target) SDPA becomes strata::attention: the forward program writes
+    each row's log-sum-exp, not the weights, and the backward runs dq, dk and dv as three flash
+    kernels of the sum form (GQA's dk and dv summed over each group after). Gradients against
+    float64 eager; no Lq x Lk buffer in either program."""
+    torch.manual_seed(8)
+    model = CausalSelfAttention()
+    x, y = _batch("attention")
+    fast = torch.compile(model, backend="strata", options={"device": "sim"})
+    nn.functional.mse_loss(fast(x), y).backward()
+    ref = copy.deepcopy(model).double()
+    for p in ref.parameters():
+        p.grad = None
+    nn.functional.mse_loss(ref(x.double()), y.double()).backward()
+    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+        res = check.compare(name, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
+        assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
+    forward, backward = compiled
+    fused = [[t.attention.op for t in c.program.lowered.tile.kernels if t.mode == "attention"]
+             for c in (forward, backward)]
+    assert [op.norm for op in fused[0]] == ["softmax"] and fused[0][0].lse is not None
+    assert [op.norm for op in fused[1]] == ["sum"] * 3
+    seq = x.shape[1]
+    for c in (forward, backward):
+        assert not [b for b in c.program.lowered.kernel.buffers if tuple(b.shape[-2:]) == (seq, seq)]
+
+
 def _mlp():
     return nn.Sequential(nn.Linear(24, 48), nn.GELU(), nn.LayerNorm(48), nn.Linear(48, 5))
 
