@@ -84,6 +84,11 @@ def key_range(at, I, idx) -> list:
     if at.kv_splits > 1:
         lo = mul(I("kv_split"), at.split_blocks * bn)
         hi = _imin(add(I("kv_lo"), at.split_blocks * bn), Const(lk))
+    if at.causal and at.causal.lower:        # keys from the first query's limit, all masked
+        first = mul(I("q_blk"), at.q_per_block)
+        lo = mul(floordiv(_imax(Const(0), add(first, at.causal.offset)), bn), bn)
+        return [Let("kv_lo", idx, _imin(lo, Const(lk))), Let("kv_hi", idx, hi),
+                Let("kv_mid", idx, I("kv_lo"))]
     out = [Let("kv_lo", idx, lo)]
     if at.causal:
         c = at.causal.offset
@@ -128,7 +133,7 @@ def operand(low: Lowerer, o, binds: list, value_var: str, declare: bool, stmts=N
 
 def unmasked_scores(at) -> tuple:
     """The score statements of a whole (below-diagonal) key block: the causal test is true."""
-    if not at.causal:
+    if not at.causal or at.causal.lower:
         return at.op.x.body
     return tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
                  s.var == at.causal.cond else s for s in at.op.x.body)

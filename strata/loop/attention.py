@@ -278,27 +278,45 @@ def reached_buffers(prog, m: AttentionMatch, materialized: set) -> set[str]:
 
 @dataclass(frozen=True)
 class CausalLimit:
-    """x is -inf wherever key j > query i + offset (set by the Let `cond`): the tile schedule
-    stops each query block's key loop there and masks only the diagonal blocks."""
+    """x is -inf (0 in the sum form) wherever key j > query i + offset (set by the Let `cond`):
+    the tile schedule stops each query block's key loop there and masks only the diagonal
+    blocks. `lower`: wherever j < i + offset instead (a backward's dk and dv, whose rows are
+    keys): the loop starts at the block's first row's limit."""
     cond: str
     offset: int
+    lower: bool = False
 
 
 def causal_limit(att: Attention) -> CausalLimit | None:
-    """The causal bound of x, if x = where(j <= i + c, ..., -inf) (through casts), else None."""
+    """The causal bound of x: x = where(j <= i + c, ..., -inf) (through casts), or in the sum
+    form a product (through casts) of which one factor is exp(where(cond, ..., -inf) - r) (the
+    weights are 0 where cond fails); else None."""
     lets = {s.var: s.value for s in att.x.body if isinstance(s, Let)}
 
     def follow(e):
         while isinstance(e, Var) and e.name in lets:
             e = lets[e.name]
+        while isinstance(e, Cast) or (isinstance(e, Op) and e.op == "cast"):
+            e = follow(e.arg if isinstance(e, Cast) else e.args[0])
         return e
-    e = follow(att.x.value)
-    while isinstance(e, Cast) or (isinstance(e, Op) and e.op == "cast"):
-        e = follow(e.arg if isinstance(e, Cast) else e.args[0])
-    if not (isinstance(e, Op) and e.op == "where" and isinstance(e.args[0], Var)
-            and isinstance(e.args[2], Const) and e.args[2].value == float("-inf")):
+
+    def masked(e):          # the cond of where(cond, ..., -inf), or None
+        if isinstance(e, Op) and e.op == "where" and isinstance(e.args[0], Var) \
+                and isinstance(e.args[2], Const) and e.args[2].value == float("-inf"):
+            return e.args[0].name
         return None
-    cond = e.args[0].name
+
+    def zero_where(e):      # the cond outside which the sum form's weight e is 0, or None
+        e = follow(e)
+        if isinstance(e, Op) and e.op == "multiply":
+            found = [c for c in map(zero_where, e.args) if c]
+            return found[0] if len(found) == 1 else None
+        if isinstance(e, Op) and e.op == "exp":
+            arg = follow(e.args[0])
+            if isinstance(arg, Op) and arg.op == "subtract":
+                return masked(follow(arg.args[0]))
+        return None
+    cond = zero_where(att.x.value) if att.norm == "sum" else masked(follow(att.x.value))
     c = lets.get(cond)
     if not isinstance(c, Op) or c.op not in ("le", "lt", "ge", "gt"):
         return None
@@ -307,6 +325,11 @@ def causal_limit(att: Attention) -> CausalLimit | None:
     if lin is None:
         return None
     terms = {k.name: v for k, v in lin[0].items() if isinstance(k, Var)}
-    if len(terms) != len(lin[0]) or terms != {att.i[0]: 1, att.j[0]: -1}:
+    const = lin[1] - (1 if c.op in ("lt", "gt") else 0)            # b - a - const' >= 0
+    if len(terms) != len(lin[0]):
         return None
-    return CausalLimit(cond, lin[1] - (1 if c.op in ("lt", "gt") else 0))
+    if terms == {att.i[0]: 1, att.j[0]: -1}:                       # j <= i + const
+        return CausalLimit(cond, const)
+    if terms == {att.i[0]: -1, att.j[0]: 1}:                       # j >= i - const
+        return CausalLimit(cond, -const, lower=True)
+    return None

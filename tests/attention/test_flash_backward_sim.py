@@ -57,8 +57,22 @@ def test_backward_is_three_flash_kernels_and_a_row_sum(lq, lk, causal):
     fused = _attention_kernels(prog)
     assert len(fused) == 3 and all(op.norm == "sum" for op in fused)
     assert sorted(op.q2 is not None for op in fused) == [False, True, True]   # dv; dq and dk
+    # causal: dq's key loop stops at the diagonal, dk's and dv's query loops start there
+    bounds = sorted(str(t.attention.causal and t.attention.causal.lower)
+                    for t in prog.lowered.tile.kernels if t.mode == "attention")
+    assert bounds == (["False", "True", "True"] if causal else ["None"] * 3)
     assert len(prog.lowered.kernel.kernels) == 4, [k.name for k in prog.lowered.kernel.kernels]
     _no_square_buffer(prog, lq, lk)
+
+
+def test_causal_backward_skips_blocks_on_both_sides_of_the_diagonal():
+    """Small blocks over 70 positions: dq's later key blocks and dk's, dv's earlier query
+    blocks are never visited, and the gradients still match."""
+    def fn(g, q, k, v, out, lse):
+        return ops.attention_backward(g, q, k, v, out, lse, 0.3, True)
+    inputs = _backward_inputs(*_qkv(1, 2, 2, 70, 70, 8), 0.3, True)
+    run_and_compare(fn, inputs, contraction=True, native=False,
+                    ctx=Context(knobs={"BLOCK_M": 16, "BLOCK_N": 16}))
 
 
 def test_backward_with_gqa_and_head_dims_that_differ():
