@@ -274,7 +274,8 @@ class _MmaAttention:
     # ------------------------------------------------------------ the end
 
     def outputs(self) -> list:
-        """The row sums over the 4 lanes, then out = O / l, or the split's (m, l, O) partials."""
+        """The row sums over the 4 lanes, then out = O / l (and m + log l where the log-sum-exp
+        is asked), or the split's (m, l, O) partials."""
         at, op, I, idx, o, lane_t = self.at, self.op, self.I, self.idx, self.o, self.lane_t
         body = []
         for h in (0, 1):
@@ -292,6 +293,11 @@ class _MmaAttention:
                 out += _guarded(call("eq", lane_t, Const(0)), [
                     Store(ml, mul(I("part_row"), 2), _f(f"m_run{h}")),
                     Store(ml, add(mul(I("part_row"), 2), 1), _f(f"l_run{h}"))])
+            if op.lse and self.splits == 1:     # the row's log-sum-exp, by its first lane
+                buf, index = op.lse
+                lse = call("add", _f(f"m_run{h}"), call("log", _f(f"l_run{h}")))
+                out += _guarded(call("eq", lane_t, Const(0)),
+                                [Store(buf, flat_index(index, self.tk.shape_of(buf)), lse)])
             for e in range(self.et):
                 for r in (2 * h, 2 * h + 1):
                     ecoord = add(add(mul(lane_t, 2), 8 * e), r % 2)

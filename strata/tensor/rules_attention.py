@@ -66,11 +66,13 @@ def sdpa(b, a):
     return matmul(b, p, v)
 
 
-def _scaled_scores(b, q: T, k: T, scale: float, causal: bool, dt: str) -> T:
-    """q @ k^T * scale in dt, -inf past the causal diagonal."""
-    x = b.ew("multiply", matmul(b, q, k, transposed=True, hint="scores", dtype=dt), scale,
-             hint="scaled")
-    return _causal(b, x) if causal else x
+def _scaled_scores(b, q: T, k: T, scale: float, causal: bool, dt: str, math: str = "",
+                   transposed: bool = False) -> T:
+    """q @ k^T * scale, the product in dt and the rest in `math` (dt if not given), -inf past the
+    causal diagonal (keys on the rows when transposed)."""
+    s = matmul(b, q, k, transposed=True, hint="scores", dtype=dt)
+    x = b.ew("multiply", b.cast(s, math or dt), scale, hint="scaled")
+    return _causal(b, x, transposed) if causal else x
 
 
 def _softmax(b, x: T, dt: str, lse: bool = False) -> tuple[T, T | None]:
@@ -97,7 +99,9 @@ def attention(b, a):
     if q.rank >= 3:                     # GQA: k and v may have fewer heads
         k, v = _share_kv_heads(b, k, q.shape[-3]), _share_kv_heads(b, v, q.shape[-3])
     acc = _acc(q.dtype)
-    p, lse = _softmax(b, _scaled_scores(b, q, k, float(a.scale), a.causal, acc), acc, lse=True)
+    # the product in q's dtype (a tensor-core schedule takes bf16/f16 operands), softmax in acc
+    x = _scaled_scores(b, q, k, float(a.scale), a.causal, q.dtype, acc)
+    p, lse = _softmax(b, x, acc, lse=True)
     # p @ v in q's dtype, as SDPA's rule does: the kernel stores it, no cast kernel after
     return matmul(b, p, v, dtype=q.dtype), b.squeeze(lse, (lse.rank - 1,), hint="lse")
 
@@ -122,14 +126,11 @@ def attention_backward(b, a):
     rows_col = b.reshape(rows, lse_col.shape)
 
     def weights(a_: T, b_: T, lse_: T, transposed: bool) -> T:
-        x = b.ew("multiply", matmul(b, a_, b_, transposed=True, hint="scores", dtype=acc), scale,
-                 hint="scaled")
-        if causal:
-            x = _causal(b, x, transposed)
+        x = _scaled_scores(b, a_, b_, scale, causal, q.dtype, acc, transposed)
         return b.ew("exp", b.ew("subtract", x, lse_, hint="shifted"), hint="weights")
 
     def grad_scores(p: T, a_: T, b_: T, rows_: T) -> T:
-        dp = matmul(b, a_, b_, transposed=True, hint="grad_weights", dtype=acc)
+        dp = b.cast(matmul(b, a_, b_, transposed=True, hint="grad_weights", dtype=q.dtype), acc)
         return b.ew("multiply", b.ew("multiply", p, b.ew("subtract", dp, rows_)), scale,
                     hint="grad_scores")
     # each product in its gradient's dtype (the weights rounded to it first, as FlashAttention

@@ -244,9 +244,8 @@ def mma_decline(op: Attention, ctx: Context) -> str | None:
     """Why the tensor-core path (lower_attention_mma.py) cannot take this attention, or None."""
     if not ctx.arch.has("mma.sync"):
         return f"target {ctx.arch} has no mma.sync (sm_80+)"
-    if op.norm == "sum" or op.lse:
-        return "the sum form (a backward's gradients) and a log-sum-exp output have no " \
-               "tensor-core schedule yet"
+    if op.norm == "sum":
+        return "the sum form (a backward's gradients) has no tensor-core schedule yet"
     kinds = (op.q.dtype, op.k.dtype, op.v.dtype)
     if len(set(kinds)) != 1 or kinds[0] not in MMA_DTYPES:
         return f"q, k, v are {'/'.join(kinds)}, not all f16 or all bf16"

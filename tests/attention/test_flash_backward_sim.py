@@ -36,6 +36,14 @@ def _no_square_buffer(prog, lq, lk):
     assert not big, f"weights stored: {big}"
 
 
+def test_bf16_forward_writes_the_lse_from_the_tensor_core_schedule():
+    def fn(q, k, v):
+        return ops.attention(q, k, v, 0.3, True)
+    prog = check_fused(fn, _qkv(2, 2, 2, 40, 40, 16, dtype=torch.bfloat16))
+    (tk,) = [t for t in prog.lowered.tile.kernels if t.mode == "attention"]
+    assert dict(tk.knobs)["INSTR"] == "mma" and tk.attention.op.lse is not None
+
+
 @pytest.mark.parametrize("lq,lk,causal", [(1, 1, True), (7, 33, True), (33, 7, True),
                                           (19, 19, False)])
 def test_forward_writes_out_and_lse_in_one_kernel(lq, lk, causal):
