@@ -1,9 +1,10 @@
 """`python -m strata.bench.train --device cpu`: one training step (forward, backward, AdamW) of
 the op suite's TinyLlama-shaped modules, eager against torch.compile with Inductor and with
-strata's backend (issue 58), on the CPU, interleaved in one run.
+strata's backend (issue 58), on the CPU or a GPU, interleaved in one run.
 
     python -m strata.bench.train --device cpu
     python -m strata.bench.train --device cpu --ops mlp --seq 64 --rounds 9
+    python -m strata.bench.train --device cuda --seq 1024     # the flash attention backward
 
 A step is `loss = module(*inputs).float().pow(2).mean(); loss.backward(); opt.step();
 opt.zero_grad()` with torch.optim.AdamW. The optimizer step is compiled too, as users of
@@ -19,7 +20,9 @@ cases) is read from one run's rows. tokens/s = tokens per step / the median step
 fresh gradient faults a page every 4 KiB (and zero_grad unmaps it), which strata's runtime avoids
 by reusing a dropped output's memory, and eager and Inductor do not; so the benchmark runs itself
 again with tcmalloc preloaded (their best, as PyTorch's CPU tuning guide advises) unless a malloc
-is preloaded already or --allocator as-is.
+is preloaded already or --allocator as-is. On cuda a step is timed between two
+synchronizations, and strata's attention trains through its flash kernels (torch_compile/
+attention_op.py).
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from ..core import progress
 from ..core.command import guarded
 from ..core.errors import StrataError
 from . import cases as C
-from .env import collect_cpu_env, rerun_with_tcmalloc
+from .env import collect_cpu_env, collect_env, rerun_with_tcmalloc
+from .harness import require_cuda
 from .table_report import write_report
 from .threads_option import use_threads
 
@@ -43,7 +47,7 @@ VARIANTS = ("eager", "inductor", "strata")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m strata.bench.train",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("cpu",), default="cpu", help="cpu (the only one yet)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     p.add_argument("--ops", default="mlp,decoder_block", help="op suite modules (default "
                                                               "mlp,decoder_block)")
     p.add_argument("--seq", type=int, default=128, help="tokens per step (default 128)")
@@ -64,11 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def measure(case, rounds: int, say, compile_step: bool = True, autocast=None) -> dict:
+def measure(case, rounds: int, say, compile_step: bool = True, autocast=None,
+            device: str = "cpu") -> dict:
     """{variant: (median step s, last loss)}; a variant that fails is (None, its reason)."""
     import torch
     torch._dynamo.reset()
-    module, inputs = case.build("cpu")
+    module, inputs = case.build(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     module.requires_grad_(True).train()
     runs = {}
     for name in VARIANTS:
@@ -83,12 +89,14 @@ def measure(case, rounds: int, say, compile_step: bool = True, autocast=None) ->
 
     def step(name) -> tuple[float, float]:
         fn, opt_step, opt = runs[name]
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+        with torch.autocast(device, dtype=autocast, enabled=autocast is not None):
             loss = fn(*inputs).float().pow(2).mean()
         loss.backward()
         opt_step()
         opt.zero_grad()
+        sync()
         return time.perf_counter() - t0, loss.item()
     out, times = {}, {name: [] for name in VARIANTS}
     for name in VARIANTS:
@@ -113,7 +121,7 @@ def measure(case, rounds: int, say, compile_step: bool = True, autocast=None) ->
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.allocator == "tcmalloc" and argv is None:
+    if args.allocator == "tcmalloc" and argv is None and args.device == "cpu":
         rerun_with_tcmalloc("strata.bench.train", sys.argv[1:])
 
     def command() -> int:
@@ -126,7 +134,9 @@ def main(argv=None) -> int:
         if args.seq < 1 or args.rounds < 1:
             raise StrataError("--seq and --rounds must be at least 1")
         use_threads(args.threads)
-        env = collect_cpu_env(torch.get_num_threads())
+        if args.device == "cuda":
+            require_cuda("--device cuda")
+        env = collect_cpu_env(torch.get_num_threads()) if args.device == "cpu" else collect_env()
         head = ["case", *(f"{v} tokens/s" for v in VARIANTS), "strata / eager",
                 "strata / Inductor", "strata / the faster", "last losses agree"]
         body, best = [], []
@@ -136,7 +146,8 @@ def main(argv=None) -> int:
             for case, dtype in [(c, d) for d in dtypes
                                 for c in C.cases(("tinyllama",), [args.seq], ["f32"], ops)]:
                 autocast = torch.bfloat16 if dtype == "bf16" else None
-                res = measure(case, args.rounds, status.update, args.compile_step, autocast)
+                res = measure(case, args.rounds, status.update, args.compile_step, autocast,
+                              args.device)
                 rate = {n: args.seq / t if t else None for n, (t, _) in res.items()}
                 ok = [res[n][1] for n in VARIANTS if rate[n]]
                 tol = 1e-3 if autocast is None else 2e-2     # bf16 products: 8 bits

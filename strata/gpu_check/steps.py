@@ -241,6 +241,10 @@ BENCHES = {
                      "--no-hf", "--no-compile"], 120,
                     "the same decode with Q4_0 weights (issue 53: >= 1.8x strata's bf16 decode)"),
 }
+BENCHES["training"] = (["strata.bench.train", "--device", "cuda", "--ops", "decoder_block", "--seq",
+                        "1024", "--dtype", "bf16", "--rounds", "3"], 150,
+                       "one bf16 training step of a TinyLlama-shaped decoder block at 1024 tokens "
+                       "vs eager and Inductor (issue 58: flash attention forward and backward)")
 LIST_FLAG = {"op suite": "--list", "contractions": "--list"}
 BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 80,
                             "host time per call of a tiny program (eager, strata's CUDA graph, "

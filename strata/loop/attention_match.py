@@ -202,6 +202,12 @@ def _lse_of(by, users, max_red: str, sum_red: str, seen: set, br: int) -> str | 
     seen.update((logs[0], adds[0]))
     lse = adds[0]
     (only,) = users[lse] if len(users[lse]) == 1 else (None,)
+    w = by.get(only)        # where(max == -inf, -inf, lse): a row with no key (torch's value)
+    if isinstance(w, Elementwise) and w.op == "where" and w.args[1:] == (float("-inf"), lse) \
+            and w.args[0] in seen:
+        seen.add(lse)
+        lse = only
+    (only,) = users[lse] if len(users[lse]) == 1 else (None,)
     if isinstance(by.get(only), IndexMap) and _index_is(by[only], [_iv(d) for d in range(br + 1)] + [0]):
         seen.add(lse)
         lse = only

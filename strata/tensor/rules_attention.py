@@ -57,11 +57,7 @@ def sdpa(b, a):
     if a.get("is_causal", False) and mask is not None:
         raise UnsupportedOp("aten.scaled_dot_product_attention with both attn_mask and "
                             "is_causal (torch rejects it too)")
-    x = _scaled_scores(b, q, k, scale, a.get("is_causal", False), dt)
-    if mask is not None and mask.dtype == "bool":
-        x = b.ew("where", mask, x, float("-inf"), dtype=dt, hint="masked")
-    elif mask is not None:
-        x = b.ew("add", x, b.cast(mask, dt), hint="masked")
+    x = _masked(b, _scaled_scores(b, q, k, scale, a.get("is_causal", False), dt), mask, dt)
     p, _ = _softmax(b, x, dt)
     return matmul(b, p, v)
 
@@ -75,6 +71,22 @@ def _scaled_scores(b, q: T, k: T, scale: float, causal: bool, dt: str, math: str
     return _causal(b, x, transposed) if causal else x
 
 
+def _masked(b, x: T, mask: T | None, dt: str, transposed: bool = False) -> T:
+    """x where a boolean mask holds (-inf elsewhere), or x + a float mask; the mask broadcast to
+    the scores (*batch, Lq, Lk), read transposed when x has the keys on its rows."""
+    if mask is None:
+        return x
+    if transposed:
+        r = x.rank
+        full = b.bcast(mask, (*x.shape[:-2], x.shape[-1], x.shape[-2]))
+        index = [Var(f"i{d}") for d in range(r)]
+        index[-2], index[-1] = index[-1], index[-2]
+        mask = b.index_map(full, x.shape, tuple(index), hint="mask_t")
+    if mask.dtype == "bool":
+        return b.ew("where", mask, x, float("-inf"), dtype=dt, hint="masked")
+    return b.ew("add", x, b.cast(mask, dt), hint="masked")
+
+
 def _softmax(b, x: T, dt: str, lse: bool = False) -> tuple[T, T | None]:
     """(safe softmax of x over its last axis, its log-sum-exp with keepdim if asked)."""
     axis = x.rank - 1
@@ -84,7 +96,11 @@ def _softmax(b, x: T, dt: str, lse: bool = False) -> tuple[T, T | None]:
     p = b.ew("divide", e, total, hint="softmax")
     empty = b.ew("eq", m, float("-inf"), hint="empty")        # every score masked: weights 0
     p = b.ew("where", empty, 0.0, p, dtype=dt, hint="weights")
-    return p, (b.ew("add", m, b.ew("log", total), hint="lse") if lse else None)
+    if not lse:
+        return p, None
+    # -inf for a row with no key (max + log(sum) is NaN there: exp(-inf - -inf))
+    return p, b.ew("where", empty, float("-inf"), b.ew("add", m, b.ew("log", total)), dtype=dt,
+                   hint="lse")
 
 
 def _acc(dtype: str) -> str:
@@ -100,7 +116,7 @@ def attention(b, a):
         k, v = _share_kv_heads(b, k, q.shape[-3]), _share_kv_heads(b, v, q.shape[-3])
     acc = _acc(q.dtype)
     # the product in q's dtype (a tensor-core schedule takes bf16/f16 operands), softmax in acc
-    x = _scaled_scores(b, q, k, float(a.scale), a.causal, q.dtype, acc)
+    x = _masked(b, _scaled_scores(b, q, k, float(a.scale), a.causal, q.dtype, acc), a.mask, acc)
     p, lse = _softmax(b, x, acc, lse=True)
     # p @ v in q's dtype, as SDPA's rule does: the kernel stores it, no cast kernel after
     return matmul(b, p, v, dtype=q.dtype), b.squeeze(lse, (lse.rank - 1,), hint="lse")
@@ -126,7 +142,8 @@ def attention_backward(b, a):
     rows_col = b.reshape(rows, lse_col.shape)
 
     def weights(a_: T, b_: T, lse_: T, transposed: bool) -> T:
-        x = _scaled_scores(b, a_, b_, scale, causal, q.dtype, acc, transposed)
+        x = _masked(b, _scaled_scores(b, a_, b_, scale, causal, q.dtype, acc, transposed), a.mask,
+                    acc, transposed)
         return b.ew("exp", b.ew("subtract", x, lse_, hint="shifted"), hint="weights")
 
     def grad_scores(p: T, a_: T, b_: T, rows_: T) -> T:

@@ -35,9 +35,12 @@ def _folded(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad.view(*x.shape[:-3], hk, grad.shape[-3] // hk, *x.shape[-2:]).sum(-3)
 
 
-def _weights(q, k, lse, scale: float, causal: bool):
-    """softmax(q k^T * scale) rebuilt from the log-sum-exp (0 where a row has no key)."""
+def _weights(q, k, mask, lse, scale: float, causal: bool):
+    """softmax(q k^T * scale + mask) rebuilt from the log-sum-exp (0 where a row has no key);
+    a boolean mask keeps where true, a float one is added, as SDPA's."""
     s = (q.to(_acc(q)) @ k.to(_acc(q)).transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask.to(s.dtype)
     if causal:
         lq, lk = s.shape[-2:]
         keep = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril()
@@ -47,30 +50,31 @@ def _weights(q, k, lse, scale: float, causal: bool):
 
 
 @torch.library.custom_op("strata::attention", mutates_args=())
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-              causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(softmax(q k^T * scale [causal]) @ v, logsumexp of each query's scores in float32, or
-    float64 for float64 inputs). k and v may have fewer heads than q (GQA)."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(softmax(q k^T * scale + mask [causal]) @ v, logsumexp of each query's scores in float32,
+    or float64 for float64 inputs). k and v may have fewer heads than q (GQA); the mask takes no
+    gradient (training.py keeps a float mask that requires one on SDPA's own path)."""
     k, v = _shared(k, q), _shared(v, q)
-    s, _ = _weights(q, k, q.new_zeros(q.shape[:-1], dtype=_acc(q)), scale, causal)
+    s, _ = _weights(q, k, mask, q.new_zeros(q.shape[:-1], dtype=_acc(q)), scale, causal)
     lse = torch.logsumexp(s, -1)
-    _, p = _weights(q, k, lse, scale, causal)
+    _, p = _weights(q, k, mask, lse, scale, causal)
     return (p @ v.to(p.dtype)).to(q.dtype), lse
 
 
 @attention.register_fake
-def _(q, k, v, scale, causal):
+def _(q, k, v, mask, scale, causal):
     return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:-1], dtype=_acc(q))
 
 
 @torch.library.custom_op("strata::attention_backward", mutates_args=())
 def attention_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       out: torch.Tensor, lse: torch.Tensor, scale: float,
-                       causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
+                       scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): with p the weights, dv = p^T g, ds = p * (g v^T - rowsum(g * out)) * scale,
     dq = ds k, dk = ds^T q."""
     k_, v_ = _shared(k, q), _shared(v, q)
-    _, p = _weights(q, k_, lse, scale, causal)
+    _, p = _weights(q, k_, mask, lse, scale, causal)
     f = lambda t: t.to(p.dtype)
     g = f(grad)
     ds = p * (g @ f(v_).transpose(-1, -2) - (g * f(out)).sum(-1, keepdim=True)) * scale
@@ -79,21 +83,21 @@ def attention_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
 
 
 @attention_backward.register_fake
-def _(grad, q, k, v, out, lse, scale, causal):
+def _(grad, q, k, v, mask, out, lse, scale, causal):
     # contiguous, as the eager body's are (empty_like would copy strides a later view relies on)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup(ctx, inputs, output):
-    q, k, v, scale, causal = inputs
-    ctx.save_for_backward(q, k, v, *output)
+    q, k, v, mask, scale, causal = inputs
+    ctx.save_for_backward(q, k, v, mask, *output)
     ctx.scale, ctx.causal = scale, causal
 
 
 def _backward(ctx, grad, _grad_lse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal)
-    return dq, dk, dv, None, None
+    q, k, v, mask, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(grad, q, k, v, mask, out, lse, ctx.scale, ctx.causal)
+    return dq, dk, dv, None, None, None
 
 
 attention.register_autograd(_backward, setup_context=_setup)

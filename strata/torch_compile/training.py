@@ -74,17 +74,19 @@ def forward_and_backward(gm, example_inputs, compile_graph, flash: bool = False)
 
 
 def flash_attention(gm) -> int:
-    """Put strata::attention in place of each SDPA call of dynamo's graph that has no mask and no
-    dropout (GQA's KV heads shared as enable_gqa says); returns how many. Others stay (traced as
-    math)."""
+    """Put strata::attention in place of each SDPA call of dynamo's graph without dropout (a mask,
+    as transformers passes, included, unless it is a float mask that requires grad; GQA's KV
+    heads shared as enable_gqa says); returns how many. Others stay (traced as math)."""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     done = 0
     for n in list(gm.graph.nodes):
         if n.op != "call_function" or n.target is not torch._C._nn.scaled_dot_product_attention:
             continue
         a = {**dict(zip(names, n.args)), **n.kwargs}
-        q, k = (getattr(x, "meta", {}).get("example_value") for x in (a["query"], a["key"]))
-        if a.get("attn_mask") is not None or a.get("dropout_p", 0.0) or q is None or k is None \
+        q, k, mask = (getattr(x, "meta", {}).get("example_value")
+                      for x in (a["query"], a["key"], a.get("attn_mask")))
+        if (mask is not None and mask.requires_grad) or (a.get("attn_mask") is not None and mask is None) \
+                or a.get("dropout_p", 0.0) or q is None or k is None \
                 or q.dim() < 2 or (q.dim() >= 3 and q.shape[-3] != k.shape[-3] and not (
                     a.get("enable_gqa", False) and q.shape[-3] % k.shape[-3] == 0)) \
                 or not all(isinstance(a.get(x, 0), (int, float, bool, type(None)))
@@ -94,7 +96,8 @@ def flash_attention(gm) -> int:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         with gm.graph.inserting_before(n):
             both = gm.graph.call_function(torch.ops.strata.attention.default, (
-                a["query"], a["key"], a["value"], scale, bool(a.get("is_causal", False))))
+                a["query"], a["key"], a["value"], a.get("attn_mask"), scale,
+                bool(a.get("is_causal", False))))
             out = gm.graph.call_function(operator.getitem, (both, 0))
         out.meta = dict(n.meta)
         n.replace_all_uses_with(out)

@@ -20,9 +20,9 @@ def _qkv(b, hq, hk, lq, lk, d, dv=None, dtype=torch.float32):
             torch.randn(b, hk, lk, dv, dtype=dtype))
 
 
-def _backward_inputs(q, k, v, scale, causal):
-    out, lse = ops.attention(q, k, v, scale, causal)
-    return (torch.randn_like(out), q, k, v, out, lse)
+def _backward_inputs(q, k, v, scale, causal, mask=None):
+    out, lse = ops.attention(q, k, v, mask, scale, causal)
+    return (torch.randn_like(out), q, k, v, out, lse) + ((mask,) if mask is not None else ())
 
 
 def _attention_kernels(prog) -> list:
@@ -38,7 +38,7 @@ def _no_square_buffer(prog, lq, lk):
 
 def test_bf16_forward_writes_the_lse_from_the_tensor_core_schedule():
     def fn(q, k, v):
-        return ops.attention(q, k, v, 0.3, True)
+        return ops.attention(q, k, v, None, 0.3, True)
     prog = check_fused(fn, _qkv(2, 2, 2, 40, 40, 16, dtype=torch.bfloat16))
     (tk,) = [t for t in prog.lowered.tile.kernels if t.mode == "attention"]
     assert dict(tk.knobs)["INSTR"] == "mma" and tk.attention.op.lse is not None
@@ -48,7 +48,7 @@ def test_bf16_forward_writes_the_lse_from_the_tensor_core_schedule():
                                           (19, 19, False)])
 def test_forward_writes_out_and_lse_in_one_kernel(lq, lk, causal):
     def fn(q, k, v):
-        return ops.attention(q, k, v, 0.3, causal)
+        return ops.attention(q, k, v, None, 0.3, causal)
     prog = check_fused(fn, _qkv(2, 2, 2, lq, lk, 16))
     (op,) = _attention_kernels(prog)
     assert op.norm == "softmax" and op.lse is not None
@@ -59,7 +59,7 @@ def test_forward_writes_out_and_lse_in_one_kernel(lq, lk, causal):
                                           (19, 19, False)])
 def test_backward_is_three_flash_kernels_and_a_row_sum(lq, lk, causal):
     def fn(g, q, k, v, out, lse):
-        return ops.attention_backward(g, q, k, v, out, lse, 0.3, causal)
+        return ops.attention_backward(g, q, k, v, None, out, lse, 0.3, causal)
     prog = run_and_compare(fn, _backward_inputs(*_qkv(2, 2, 2, lq, lk, 16), 0.3, causal),
                            contraction=True)
     fused = _attention_kernels(prog)
@@ -77,7 +77,7 @@ def test_causal_backward_skips_blocks_on_both_sides_of_the_diagonal():
     """Small blocks over 70 positions: dq's later key blocks and dk's, dv's earlier query
     blocks are never visited, and the gradients still match."""
     def fn(g, q, k, v, out, lse):
-        return ops.attention_backward(g, q, k, v, out, lse, 0.3, True)
+        return ops.attention_backward(g, q, k, v, None, out, lse, 0.3, True)
     inputs = _backward_inputs(*_qkv(1, 2, 2, 70, 70, 8), 0.3, True)
     run_and_compare(fn, inputs, contraction=True, native=False,
                     ctx=Context(knobs={"BLOCK_M": 16, "BLOCK_N": 16}))
@@ -86,7 +86,7 @@ def test_causal_backward_skips_blocks_on_both_sides_of_the_diagonal():
 def test_backward_with_gqa_and_head_dims_that_differ():
     """dk and dv at the query heads, then summed over each KV head's group."""
     def fn(g, q, k, v, out, lse):
-        return ops.attention_backward(g, q, k, v, out, lse, 0.25, True)
+        return ops.attention_backward(g, q, k, v, None, out, lse, 0.25, True)
     q, k, v = _qkv(1, 6, 2, 9, 9, 16, 24)
     prog = run_and_compare(fn, _backward_inputs(q, k, v, 0.25, True), contraction=True)
     assert len(_attention_kernels(prog)) == 3
@@ -95,7 +95,7 @@ def test_backward_with_gqa_and_head_dims_that_differ():
 
 def test_bf16_backward_runs_on_cuda_cores_and_says_why():
     def fn(g, q, k, v, out, lse):
-        return ops.attention_backward(g, q, k, v, out, lse, 0.3, True)
+        return ops.attention_backward(g, q, k, v, None, out, lse, 0.3, True)
     inputs = _backward_inputs(*_qkv(1, 2, 2, 17, 17, 16, dtype=torch.bfloat16), 0.3, True)
     lines = []
     ctx = Context(verbosity=1)
@@ -106,7 +106,7 @@ def test_bf16_backward_runs_on_cuda_cores_and_says_why():
 
 def test_a_split_of_the_keys_is_refused_in_the_sum_form():
     def fn(g, q, k, v, out, lse):
-        return ops.attention_backward(g, q, k, v, out, lse, 0.3, False)
+        return ops.attention_backward(g, q, k, v, None, out, lse, 0.3, False)
     import strata
     with pytest.raises(KnobError, match="KV_SPLITS=2"):
         strata.compile(fn, _backward_inputs(*_qkv(1, 1, 1, 1, 64, 16), 0.3, False),
@@ -118,10 +118,31 @@ def test_the_ops_differentiate_as_sdpa_does(hk, causal):
     """The torch bodies (what AOTAutograd traces, and a reference) against SDPA's own autograd."""
     torch.manual_seed(3)
     q, k, v = (t.requires_grad_() for t in _qkv(2, 4, hk, 7, 7, 8, 6, dtype=torch.float64))
-    out, _ = ops.attention(q, k, v, 0.4, causal)
+    out, _ = ops.attention(q, k, v, None, 0.4, causal)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.4,
                                                            enable_gqa=hk != 4)
     g = torch.randn_like(out)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_a_mask_is_read_by_every_kernel_and_a_fully_masked_row_gets_zeros(kind):
+    """transformers passes its causal mask as a tensor: a boolean (broadcast over heads, one
+    query row with no key) or an additive one; dk's and dv's kernels read it transposed."""
+    torch.manual_seed(5)
+    q, k, v = _qkv(2, 2, 2, 9, 13, 8)
+    keep = torch.rand(2, 1, 9, 13) > 0.3
+    keep[:, :, 4] = False
+    mask = keep if kind == "bool" else torch.where(keep, 0.0, float("-inf")) + 0.1 * torch.randn(2, 1, 9, 13)
+
+    def fwd(q, k, v, mask):
+        return ops.attention(q, k, v, mask, 0.3, False)
+
+    def bwd(g, q, k, v, out, lse, mask):
+        return ops.attention_backward(g, q, k, v, mask, out, lse, 0.3, False)
+    out = check_fused(fwd, (q, k, v, mask)).run_numpy((q, k, v, mask))[0]
+    assert (out[:, :, 4] == 0).all()
+    prog = run_and_compare(bwd, _backward_inputs(q, k, v, 0.3, False, mask), contraction=True)
+    assert len(_attention_kernels(prog)) == 3

@@ -179,11 +179,12 @@ def test_the_models_gradients_pass_the_float64_check(name, compiled):
         assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
 
 
-def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled):
+def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled, cache_dir):
     """On the simulator (a GPU target) SDPA becomes strata::attention: the forward program writes
     each row's log-sum-exp, not the weights, and the backward runs dq, dk and dv as three flash
     kernels of the sum form (GQA's dk and dv summed over each group after). Gradients against
-    float64 eager; no Lq x Lk buffer in either program."""
+    float64 eager; no Lq x Lk buffer in either program (a fresh cache: a program read from one
+    keeps no stages to look at)."""
     torch.manual_seed(8)
     model = CausalSelfAttention()
     x, y = _batch("attention")
@@ -204,6 +205,26 @@ def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled):
     seq = x.shape[1]
     for c in (forward, backward):
         assert not [b for b in c.program.lowered.kernel.buffers if tuple(b.shape[-2:]) == (seq, seq)]
+
+
+def test_a_transformers_llama_with_sdpa_trains_through_flash_kernels_on_the_gpu_path(compiled,
+                                                                                     cache_dir):
+    """transformers' SDPA attention passes its causal mask as a boolean tensor: the forward
+    still fuses into one flash kernel, the backward into three; gradients against float64."""
+    torch.manual_seed(6)
+    model = _llama()
+    model.config._attn_implementation = "sdpa"       # the layers share the config
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    ref = copy.deepcopy(model).double()
+    run = torch.compile(model, backend="strata", options={"device": "sim"})
+    run(ids, labels=ids, use_cache=False).loss.backward()
+    ref(ids, labels=ids, use_cache=False).loss.backward()
+    for (pname, p), r in zip(model.named_parameters(), ref.parameters()):
+        res = check.compare(pname, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
+        assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
+    fused = [[t.attention.op.norm for t in c.program.lowered.tile.kernels if t.mode == "attention"]
+             for c in compiled]
+    assert fused == [["softmax"], ["sum"] * 3]
 
 
 def _mlp():
