@@ -23,6 +23,9 @@ ldmatrix as A fragments (A fragment k of P is the C fragments of n8 tiles 2k and
 (f32 C fragments over e) = O * corr + P V with V by ldmatrix.trans; Sync before the refill.
 (P goes through shared memory because Kernel IR has no f32x2 -> f16x2 register pack yet.)
 At the end out = O / l, or the split's (m, l, O) partials for the combine kernel.
+The sum form (a backward's gradients, loop/attention.py) has no softmax: P = x (0 past the
+ends), O += P V, out = O; its second score T = Q2 K2^T is a second set of fragments from Q2 and
+K2 tiles, filled as Q's and K's are.
 """
 from __future__ import annotations
 
@@ -71,6 +74,10 @@ class _MmaAttention:
         self.VS, self.PS = self.ep + MMA_PAD, self.bn + MMA_PAD
         self.qb = at.q_per_block
         self.nt, self.et = self.bn // 8, self.ep // 8    # score tiles, output tiles per warp row block
+        self.softmax_form = self.op.norm != "sum"
+        self.d2 = self.op.d2[1] if self.op.d2 else 0     # the sum form's second score's head dim
+        self.d2p = ceil16(self.d2) if self.d2 else 0
+        self.Q2S = self.K2S = self.d2p + MMA_PAD
         self.lane_g, self.lane_t = self.I("fa_g"), self.I("fa_t")
         self.mi, self.r8 = self.I("fa_mi"), self.I("fa_r8")
         self.wrow = mul(self.I("fa_warp"), 16)
@@ -142,25 +149,38 @@ class _MmaAttention:
     # ------------------------------------------------------------ Q, once
 
     def q_tile(self) -> list:
-        """The shared tiles, Q filled for the block's rows and read into A fragments."""
-        bm, bn, dt, dp, d, QS, I, idx = (self.bm, self.bn, self.dt, self.dp, self.d, self.QS, self.I,
-                                         self.idx)
+        """The shared tiles, Q (and the sum form's Q2) filled for the block's rows and read into
+        A fragments."""
+        bm, bn, dt, dp, d, QS = self.bm, self.bn, self.dt, self.dp, self.d, self.QS
         body = [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, bn * self.KS),
                 Smem("v_tile", dt, bn * self.VS), Smem("p_tile", dt, bm * self.PS)]
+        if self.d2:
+            body += [Smem("q2_tile", dt, bm * self.Q2S), Smem("k2_tile", dt, bn * self.K2S)]
+        body += self.fill_rows("q_tile", self.op.q, self.dv_, d, dp, QS, "fa_qa")
+        if self.d2:
+            body += self.fill_rows("q2_tile", self.op.q2, self.op.d2[0], self.d2, self.d2p, self.Q2S,
+                                   "fa_q2a")
+        return body
+
+    def fill_rows(self, tile: str, o, ax: str, d: int, dp: int, QS: int, frag: str) -> list:
+        """A row operand's tile (q, or the second score's q2) filled for the block's rows and
+        read into A fragments `frag`."""
+        I, idx = self.I, self.idx
+        body = []
         f = I("fa_qf")
         qrow, qx = I("fa_qrow"), I("fa_qx")
         fill = [Let("fa_qrow", idx, floordiv(f, dp)), Let("fa_qx", idx, mod(f, dp))]
         inner = self.row_coords(qrow)
         ok = _and(self.row_ok(I(self.iv)), call("lt", qx, Const(d)) if dp > d else None)
-        compute = operand(self.low, self.op.q, [Let(self.dv_, idx, qx)], "fa_qval", True)
-        compute.append(Store("q_tile", add(mul(qrow, QS), qx), _f("fa_qval")))
-        inner += _guarded(ok, compute, [Store("q_tile", add(mul(qrow, QS), qx), Const(0.0, F32))]) \
+        compute = operand(self.low, o, [Let(ax, idx, qx)], "fa_qval", True)
+        compute.append(Store(tile, add(mul(qrow, QS), qx), _f("fa_qval")))
+        inner += _guarded(ok, compute, [Store(tile, add(mul(qrow, QS), qx), Const(0.0, F32))]) \
             if ok is not None else compute
         fill += _guarded(None, inner)
-        body.append(For("fa_qf", ThreadIdx(), Const(bm * dp), self.tk.block, tuple(fill), dtype=idx))
+        body.append(For("fa_qf", ThreadIdx(), Const(self.bm * dp), self.tk.block, tuple(fill), dtype=idx))
         body.append(Sync())
         for kk in range(dp // 16):
-            body.append(LdMatrix(regs(f"fa_qa{kk}_", 4), "q_tile", self.a_row(QS, 16 * kk)))
+            body.append(LdMatrix(regs(f"{frag}{kk}_", 4), tile, self.a_row(QS, 16 * kk)))
         return body
 
     def o(self, e: int) -> tuple:
@@ -169,47 +189,54 @@ class _MmaAttention:
     def state(self) -> list:
         """The running max and sum of each row, and O, all zero (max: -inf)."""
         body = []
-        for h in (0, 1):
+        for h in (0, 1) if self.softmax_form else ():
             body += [Let(f"m_run{h}", F32, NEG_INF), Let(f"l_run{h}", F32, Const(0.0, F32))]
         return body + [Let(v, F32, Const(0.0, F32)) for e in range(self.et) for v in self.o(e)]
 
     # ------------------------------------------------------------ one key block
 
     def key_step(self, edge: bool) -> list:
-        step = fill_kv(self.low, self.at, self.kv_ops,
-                       (("k_tile", "k", self.dp, self.d, self.dv_, self.KS),
-                        ("v_tile", "v", self.ep, self.dv, self.ev, self.VS)), edge, self.tk.block)
+        tiles = [("k_tile", "k", self.dp, self.d, self.dv_, self.KS),
+                 ("v_tile", "v", self.ep, self.dv, self.ev, self.VS)]
+        if self.d2:
+            tiles.append(("k2_tile", "k2", self.d2p, self.d2, self.op.d2[0], self.K2S))
+        step = fill_kv(self.low, self.at, self.kv_ops, tuple(tiles), edge, self.tk.block)
         step.append(Sync())
         step += self.scores()
+        if self.d2:
+            step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p)
         step += self.masked(edge)
-        step += self.softmax()
+        step += self.softmax() if self.softmax_form else self.weights()
         step.append(Sync())
         step += self.pv()
-        step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
+        if self.softmax_form:
+            step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
         step.append(Sync())
         return step
 
-    def s(self, j: int) -> tuple:
-        return regs(f"fa_s{j}_", 4)
+    def s(self, j: int, name: str = "fa_s") -> tuple:
+        return regs(f"{name}{j}_", 4)
 
     @staticmethod
     def xs(j: int, r: int) -> str:
         return f"fa_x{j}_{r}"
 
-    def scores(self) -> list:
-        """S = Q K^T: ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d."""
-        mi, r8, KS = self.mi, self.r8, self.KS
-        step = [Let(v, F32, Const(0.0, F32)) for j in range(self.nt) for v in self.s(j)]
-        for kk in range(self.dp // 16):
+    def scores(self, name: str = "fa_s", qa: str = "fa_qa", tile: str = "k_tile", KS: int = 0,
+               dp: int = 0) -> list:
+        """S = Q K^T (or the sum form's second score T = Q2 K2^T): ldmatrix.x4 of K, one mma per
+        16x8 tile and 16 of d."""
+        mi, r8, KS, dp = self.mi, self.r8, KS or self.KS, dp or self.dp
+        s = lambda j: self.s(j, name)
+        step = [Let(v, F32, Const(0.0, F32)) for j in range(self.nt) for v in s(j)]
+        for kk in range(dp // 16):
             for jp in range(self.nt // 2):
                 # B = K^T, K stored [key][d] (K-major): matrix mi covers keys 8 * (mi // 2), d 8 * (mi % 2)
                 r = add(add(16 * jp, mul(floordiv(mi, 2), 8)), r8)
                 addr = add(mul(r, KS), add(16 * kk, mul(mod(mi, 2), 8)))
-                kb = regs(f"fa_kb{kk}_{jp}_", 4)
-                step.append(LdMatrix(kb, "k_tile", addr))
-                step.append(Mma(self.s(2 * jp), regs(f"fa_qa{kk}_", 4), kb[:2], self.s(2 * jp), self.dt))
-                step.append(Mma(self.s(2 * jp + 1), regs(f"fa_qa{kk}_", 4), kb[2:], self.s(2 * jp + 1),
-                                self.dt))
+                kb = regs(f"{name}_kb{kk}_{jp}_", 4)
+                step.append(LdMatrix(kb, tile, addr))
+                step.append(Mma(s(2 * jp), regs(f"{qa}{kk}_", 4), kb[:2], s(2 * jp), self.dt))
+                step.append(Mma(s(2 * jp + 1), regs(f"{qa}{kk}_", 4), kb[2:], s(2 * jp + 1), self.dt))
         return step
 
     def masked(self, edge: bool) -> list:
@@ -219,10 +246,13 @@ class _MmaAttention:
         for j in range(self.nt):
             for r in range(4):
                 h = r // 2
-                step.append(Let(self.xs(j, r), F32, NEG_INF))
+                # a key past the end weighs nothing: -inf before a softmax, 0 in the sum form
+                step.append(Let(self.xs(j, r), F32, NEG_INF if self.softmax_form else Const(0.0, F32)))
                 key = add(add(I("j0"), 8 * j), add(mul(self.lane_t, 2), r % 2))
                 ok = _and(self.row_ok(I(f"fa_i{h}")), call("lt", key, Const(self.lk)) if edge else None)
                 binds = self.lane_row(h) + [Let(self.jv, idx, key), Let(op.score, F32, _f(self.s(j)[r]))]
+                if self.d2:
+                    binds.append(Let(op.score2, F32, _f(self.s(j, "fa_t")[r])))
                 step += _guarded(ok, operand(self.low, op.x, binds, self.xs(j, r), False,
                                              op.x.body if edge else self.unmasked))
         return step
@@ -252,10 +282,21 @@ class _MmaAttention:
                 step.append(Store("p_tile", add(mul(add(self.wrow, prow), self.PS), pcol), _f(p)))
         return step
 
+    def weights(self) -> list:
+        """The sum form: P = x, at its C-fragment place in shared memory."""
+        step = []
+        for j in range(self.nt):
+            for r in range(4):
+                prow, pcol = p_fragment_pack(j, r, self.lane_g, self.lane_t)
+                step.append(Store("p_tile", add(mul(add(self.wrow, prow), self.PS), pcol),
+                                  _f(self.xs(j, r))))
+        return step
+
     def pv(self) -> list:
-        """O = O * corr + P V, P read back as A fragments, V by ldmatrix.trans."""
+        """O = O * corr + P V (O + P V in the sum form), P read back as A fragments, V by
+        ldmatrix.trans."""
         mi, r8, o, step = self.mi, self.r8, self.o, []
-        for e in range(self.et):
+        for e in range(self.et if self.softmax_form else 0):
             for r in range(4):
                 step.append(Assign(o(e)[r], call("multiply", _f(o(e)[r]), _f(f"fa_corr{r // 2}"))))
         for kk in range(self.bn // 16):
@@ -278,7 +319,7 @@ class _MmaAttention:
         is asked), or the split's (m, l, O) partials."""
         at, op, I, idx, o, lane_t = self.at, self.op, self.I, self.idx, self.o, self.lane_t
         body = []
-        for h in (0, 1):
+        for h in (0, 1) if self.softmax_form else ():
             for m in (1, 2):
                 body.append(Assign(f"l_run{h}", call("add", _f(f"l_run{h}"),
                                                      ShflXor(_f(f"l_run{h}"), m, F32))))
@@ -305,7 +346,8 @@ class _MmaAttention:
                     if self.splits > 1:
                         st = [Store(at.partials[1], add(mul(I("part_row"), self.dv), ecoord), _f(o(e)[r]))]
                     else:
-                        value = call("divide", _f(o(e)[r]), _f(f"l_run{h}"))
+                        value = call("divide", _f(o(e)[r]), _f(f"l_run{h}")) \
+                            if self.softmax_form else _f(o(e)[r])
                         if op.safe:
                             value = call("where", call("eq", _f(f"m_run{h}"), NEG_INF), Const(0.0, F32),
                                          value)

@@ -121,6 +121,8 @@ class AttentionTile:
             dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
             bm, bn = self.block_m, self.block_n
             elems = bm * (dp + MMA_PAD) + bn * (dp + MMA_PAD) + bn * (ep + MMA_PAD) + bm * (bn + MMA_PAD)
+            if self.op.d2:          # the sum form's second score: its Q2 and K2 tiles
+                elems += (bm + bn) * (ceil16(self.op.d2[1]) + MMA_PAD)
             return elems * dtypes.ITEMSIZE[self.op.q.dtype]
         g = self.row_threads
         k = self.block_n * self.d_per_thread * g * dtypes.ITEMSIZE[self.op.k.dtype]
@@ -244,12 +246,10 @@ def mma_decline(op: Attention, ctx: Context) -> str | None:
     """Why the tensor-core path (lower_attention_mma.py) cannot take this attention, or None."""
     if not ctx.arch.has("mma.sync"):
         return f"target {ctx.arch} has no mma.sync (sm_80+)"
-    if op.norm == "sum":
-        return "the sum form (a backward's gradients) has no tensor-core schedule yet"
-    kinds = (op.q.dtype, op.k.dtype, op.v.dtype)
+    kinds = tuple(o.dtype for o in (op.q, op.k, op.v, op.q2, op.k2) if o is not None)
     if len(set(kinds)) != 1 or kinds[0] not in MMA_DTYPES:
         return f"q, k, v are {'/'.join(kinds)}, not all f16 or all bf16"
-    if max(op.d[1], op.e[1]) > MMA_MAX_HEAD_DIM:
+    if max(op.d[1], op.e[1], op.d2[1] if op.d2 else 0) > MMA_MAX_HEAD_DIM:
         return f"head dims {op.d[1]}, {op.e[1]} > {MMA_MAX_HEAD_DIM}"
     if "ROW_THREADS" in ctx.knobs:
         return "ROW_THREADS is pinned (a CUDA-core knob)"
