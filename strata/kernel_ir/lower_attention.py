@@ -18,7 +18,7 @@ from math import prod
 from dataclasses import replace
 
 from ..core import dtypes
-from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul, substitute
+from ..core.expr import Cast, Const, Expr, Var, add, call, floordiv, mod, mul, substitute
 from ..loop.ir import Let as LLet
 from ..tile.ir import TileKernel, flat_index, subst_body
 from .ir import (
@@ -84,6 +84,12 @@ def key_range(at, I, idx) -> list:
     if at.kv_splits > 1:
         lo = mul(I("kv_split"), at.split_blocks * bn)
         hi = _imin(add(I("kv_lo"), at.split_blocks * bn), Const(lk))
+    if at.causal and at.causal.loaded is not None:    # keys up to a loaded scalar (a position)
+        end = add(Var("kv_pos", idx), at.causal.offset + 1)
+        hi = _imin(hi, _imax(Const(0), end))
+        whole = _imin(whole, mul(floordiv(_imax(Const(0), end), bn), bn))
+        return [Let("kv_lo", idx, lo), Let("kv_hi", idx, hi),
+                Let("kv_mid", idx, _imax(I("kv_lo"), _imin(I("kv_hi"), whole)))]
     if at.causal and at.causal.lower:        # keys from the first query's limit, all masked
         first = mul(I("q_blk"), at.q_per_block)
         lo = mul(floordiv(_imax(Const(0), add(first, at.causal.offset)), bn), bn)
@@ -99,6 +105,16 @@ def key_range(at, I, idx) -> list:
     out.append(Let("kv_hi", idx, hi))
     out.append(Let("kv_mid", idx, _imax(I("kv_lo"), _imin(I("kv_hi"), whole))))
     return out
+
+
+def bound_load(low: Lowerer, at) -> list:
+    """kv_pos, the scalar a loaded causal bound reads (a decode step's position), for key_range:
+    the x operand's own Load of it, once per block."""
+    if not (at.causal and at.causal.loaded is not None):
+        return []
+    ld = at.causal.loaded
+    return low.stmts((replace(ld, var="kv_pos_raw"),)) + [
+        Let("kv_pos", low.idx, Cast(Var("kv_pos_raw", ld.dtype), low.idx))]
 
 
 def block_origin(at, idx: str) -> tuple[list, dict]:
@@ -254,6 +270,7 @@ def lower_attention_kernel(tk: TileKernel) -> Kernel:
         step += [Assign("m_run", _f("m_new")), Sync()]
         return step
 
+    body += bound_load(low, at)
     body += [Smem("k_tile", op.k.dtype, bn * dp), Smem("v_tile", op.v.dtype, bn * ep)]
     if op.k2 is not None:
         body.append(Smem("k2_tile", op.k2.dtype, bn * at.d2_per_thread * g))

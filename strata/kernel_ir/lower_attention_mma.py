@@ -37,8 +37,8 @@ from ..tile.ir import TileKernel, flat_index
 from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
     ThreadIdx
 from .lowerer import Lowerer
-from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, fill_kv, key_range, operand,
-                              rescale, unmasked_scores)
+from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, bound_load, fill_kv,
+                              key_range, operand, rescale, unmasked_scores)
 from .lower_mma import regs
 
 F32 = "f32"
@@ -91,6 +91,7 @@ class _MmaAttention:
         body += self.q_tile()
         body += self.state()
         self.unmasked = unmasked_scores(self.at)
+        body += bound_load(self.low, self.at)
         body += key_range(self.at, self.I, self.idx)
         body.append(For("j0", self.I("kv_lo"), self.I("kv_mid"), self.bn, tuple(self.key_step(False)),
                         dtype=self.idx))
@@ -204,7 +205,7 @@ class _MmaAttention:
         step.append(Sync())
         step += self.scores()
         if self.d2:
-            step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p)
+            step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p, "fa_k2b")
         step += self.masked(edge)
         step += self.softmax() if self.softmax_form else self.weights()
         step.append(Sync())
@@ -222,7 +223,7 @@ class _MmaAttention:
         return f"fa_x{j}_{r}"
 
     def scores(self, name: str = "fa_s", qa: str = "fa_qa", tile: str = "k_tile", KS: int = 0,
-               dp: int = 0) -> list:
+               dp: int = 0, kb_name: str = "fa_kb") -> list:
         """S = Q K^T (or the sum form's second score T = Q2 K2^T): ldmatrix.x4 of K, one mma per
         16x8 tile and 16 of d."""
         mi, r8, KS, dp = self.mi, self.r8, KS or self.KS, dp or self.dp
@@ -233,7 +234,7 @@ class _MmaAttention:
                 # B = K^T, K stored [key][d] (K-major): matrix mi covers keys 8 * (mi // 2), d 8 * (mi % 2)
                 r = add(add(16 * jp, mul(floordiv(mi, 2), 8)), r8)
                 addr = add(mul(r, KS), add(16 * kk, mul(mod(mi, 2), 8)))
-                kb = regs(f"{name}_kb{kk}_{jp}_", 4)
+                kb = regs(f"{kb_name}{kk}_{jp}_", 4)
                 step.append(LdMatrix(kb, tile, addr))
                 step.append(Mma(s(2 * jp), regs(f"{qa}{kk}_", 4), kb[:2], s(2 * jp), self.dt))
                 step.append(Mma(s(2 * jp + 1), regs(f"{qa}{kk}_", 4), kb[2:], s(2 * jp + 1), self.dt))

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core.expr import Cast, Const, Expr, Op, Var, affine_terms, rename, simplify, substitute, to_str
+from ..core.expr import (Cast, Const, Expr, Op, Var, affine_terms, free_vars, rename, simplify,
+                         substitute, to_str)
 from .attention_match import AttentionMatch
 from .builder import LoopBuilder, Scope
 from .ir import Let, Load, Loop, LoopKernel, Stmt, format_stmt
@@ -285,12 +286,17 @@ class CausalLimit:
     cond: str
     offset: int
     lower: bool = False
+    loaded: Load | None = None      # a decode step's: keys j <= this scalar's value + offset
+
+
+ADDITIVE_MIN = -1e30        # an additive mask at most this: exp gives exactly 0 after the shift
 
 
 def causal_limit(att: Attention) -> CausalLimit | None:
-    """The causal bound of x: x = where(j <= i + c, ..., -inf) (through casts), or in the sum
-    form a product (through casts) of which one factor is exp(where(cond, ..., -inf) - r) (the
-    weights are 0 where cond fails); else None."""
+    """The causal bound of x: x = where(j <= i + c, ..., -inf), or y + where(cond, 0, MIN)
+    (transformers' additive masks; through casts), or in the sum form a product (through casts)
+    of which one factor is exp(where(cond, ..., -inf) - r) (the weights are 0 where cond fails);
+    else None. The bound may be a scalar the kernel loads (a decode step's position: j <= P)."""
     lets = {s.var: s.value for s in att.x.body if isinstance(s, Let)}
 
     def follow(e):
@@ -300,11 +306,18 @@ def causal_limit(att: Attention) -> CausalLimit | None:
             e = follow(e.arg if isinstance(e, Cast) else e.args[0])
         return e
 
-    def masked(e):          # the cond of where(cond, ..., -inf), or None
+    def masked(e):      # (cond, additive) of where(cond, ..., -inf) or y + where(cond, 0, MIN)
+        if isinstance(e, Op) and e.op == "add":         # an additive mask of the dtype's minimum
+            found = [masked(follow(a)) for a in e.args]
+            return found[0] if found[0][0] else found[1]
         if isinstance(e, Op) and e.op == "where" and isinstance(e.args[0], Var) \
-                and isinstance(e.args[2], Const) and e.args[2].value == float("-inf"):
-            return e.args[0].name
-        return None
+                and isinstance(e.args[2], Const):
+            if e.args[2].value == float("-inf"):
+                return e.args[0].name, False
+            if e.args[2].value <= ADDITIVE_MIN and isinstance(e.args[1], Const) \
+                    and e.args[1].value == 0:
+                return e.args[0].name, True
+        return None, False
 
     def zero_where(e):      # the cond outside which the sum form's weight e is 0, or None
         e = follow(e)
@@ -314,9 +327,12 @@ def causal_limit(att: Attention) -> CausalLimit | None:
         if isinstance(e, Op) and e.op == "exp":
             arg = follow(e.args[0])
             if isinstance(arg, Op) and arg.op == "subtract":
-                return masked(follow(arg.args[0]))
+                return masked(follow(arg.args[0]))[0]
         return None
-    cond = zero_where(att.x.value) if att.norm == "sum" else masked(follow(att.x.value))
+    # an additive mask leaves a row with no key uniform weights, not 0: only bounds that give
+    # every row key 0 (j <= i + c, c >= 0; j <= P + c, P a position) may skip its keys
+    cond, additive = (zero_where(att.x.value), False) if att.norm == "sum" \
+        else masked(follow(att.x.value))
     c = lets.get(cond)
     if not isinstance(c, Op) or c.op not in ("le", "lt", "ge", "gt"):
         return None
@@ -328,8 +344,15 @@ def causal_limit(att: Attention) -> CausalLimit | None:
     const = lin[1] - (1 if c.op in ("lt", "gt") else 0)            # b - a - const' >= 0
     if len(terms) != len(lin[0]):
         return None
+    loads = {s.var: s for s in att.x.body if isinstance(s, Load)}
+    scalar = [n for n in terms if n in loads and not {att.i[0], att.j[0]} & set().union(
+        *map(free_vars, loads[n].index)) and loads[n].pred is None]
+    if additive and const < 0:
+        return None
+    if att.norm != "sum" and len(scalar) == 1 and terms == {scalar[0]: 1, att.j[0]: -1}:
+        return CausalLimit(cond, const, loaded=loads[scalar[0]])    # j <= P + const
     if terms == {att.i[0]: 1, att.j[0]: -1}:                       # j <= i + const
         return CausalLimit(cond, const)
-    if terms == {att.i[0]: -1, att.j[0]: 1}:                       # j >= i - const
+    if terms == {att.i[0]: -1, att.j[0]: 1} and not additive:     # j >= i - const
         return CausalLimit(cond, -const, lower=True)
     return None

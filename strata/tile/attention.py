@@ -354,7 +354,8 @@ def _finish(k, ctx: Context, buffers: tuple, at: AttentionTile):
     threads = "one warp per 16 queries (mma)" if at.instr == "mma" else f"{g} threads per query"
     ctx.log(f"tile_attention: {k.name}: {at.block_m} queries x {at.block_n} keys per step, "
             f"{threads}, {splits} KV splits, {group} query heads per K/V tile"
-            + (f", keys {'from' if causal.lower else 'up to'} query + {causal.offset} (causal)"
+            + (f", keys {'from' if causal.lower else 'up to'} "
+               f"{causal.loaded.buf if causal.loaded else 'query'} + {causal.offset} (causal)"
                if causal else ""), 2)
     domain = (*op.batch, op.i)
     knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("KV_SPLITS", splits),
@@ -425,7 +426,11 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     keys = f"0..{steps}"
     if at.kv_splits > 1:
         keys = f"split * {at.split_blocks}..min(+{at.split_blocks}, {steps})"
-    if at.causal and at.causal.lower:
+    if at.causal and at.causal.loaded:
+        c = at.causal
+        keys += (f", up to {c.loaded.buf}[{', '.join(map(str, c.loaded.index))}] + {c.offset} (loaded "
+                 f"once); full blocks first ({c.cond} = True), then the edge blocks")
+    elif at.causal and at.causal.lower:
         c = at.causal
         keys += f", from the block's first {i} + {c.offset}, every block masked ({c.cond})"
     elif at.causal:

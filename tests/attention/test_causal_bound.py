@@ -68,3 +68,39 @@ def test_unbounded_key_loop_reads_the_poison(monkeypatch):
     kp[:, :, 32:], vp[:, :, 32:] = float("nan"), float("nan")
     with pytest.raises(AssertionError, match="rel err"):
         compare_with(prog, _causal, (q, kp, vp), (q, k, v))
+
+
+def _decode(q, k, v, position):
+    """A decode step's attention over a static cache: transformers' additive mask of the
+    dtype's minimum past the position, the position an input."""
+    slots = torch.arange(k.shape[-2])
+    mask = torch.where(slots <= position, 0.0, torch.finfo(q.dtype).min).view(1, -1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("splits", ["1", "4"])
+def test_a_decode_step_reads_keys_only_up_to_its_position(splits):
+    """The bound is loaded once per block (kv_pos): with the position at 37 of 256 slots, the
+    slots from 48 on are NaN and must not matter; whole splits past it read nothing."""
+    q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 256, 16), torch.randn(1, 2, 256, 16)
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    position = torch.tensor([37])
+    knobs = {"BLOCK_N": "16", "KV_SPLITS": splits}
+    prog = check_fused(_decode, (q, k, v, position), knobs=knobs, kernels=1 if splits == "1" else 2)
+    (tk,) = [t for t in prog.lowered.tile.kernels if getattr(t.attention, "causal", None)]
+    assert tk.attention.causal.loaded.buf == "position"
+    kp, vp = k.clone(), v.clone()
+    kp[:, :, 48:], vp[:, :, 48:] = float("nan"), float("nan")
+    compare_with(prog, _decode, (q, kp, vp, position), (q, k, v, position))
+    compare_with(prog, _decode, (q, k, v, torch.tensor([200])), (q, k, v, torch.tensor([200])))
+
+
+def test_an_additive_mask_that_can_leave_a_row_without_keys_is_not_a_bound():
+    """where(j <= i - 1, 0, MIN): query 0 sees no key, and eager gives it uniform weights over
+    every key, so the key loop must not stop at its limit."""
+    def fn(q, k, v):
+        i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.where(j <= i - 1, 0.0, torch.finfo(q.dtype).min))
+    prog = check_fused(fn, _qkv(20, 20), knobs={"BLOCK_M": "16", "BLOCK_N": "8", "ROW_THREADS": "2"})
+    assert all(getattr(t.attention, "causal", None) is None for t in prog.lowered.tile.kernels)
