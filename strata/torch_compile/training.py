@@ -14,8 +14,9 @@ AOTAutograd's default split the forward stored `t(W)` of every linear; a TinyLla
 step (128 tokens, f32, Zen 4) ran 342 tokens/s so and 372 with this one, a decoder block 167 and
 207, interleaved in one run.
 
-For a GPU (or the simulator), an SDPA call without mask, dropout or GQA becomes
-`strata::attention` first (torch_compile/attention_op.py): the forward saves each query's
+For a GPU (or the simulator), an SDPA call (dynamo's own, or the one nn.MultiheadAttention
+makes) becomes `strata::attention` where it can (flash_sdpa: no dropout, no mask that takes a
+gradient; torch_compile/attention_op.py): the forward saves each query's
 log-sum-exp rather than the Lq x Lk weights, and its backward is one `attention_backward` that
 the GPU pipeline fuses into flash kernels. What else the backward needs beyond AOTAutograd's
 core ATen decompositions is here: SDPA traced as its math elsewhere (the fused CPU kernel's
@@ -25,8 +26,8 @@ accumulating index_put.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-import operator
 
 import torch
 
@@ -64,48 +65,47 @@ def forward_and_backward(gm, example_inputs, compile_graph, flash: bool = False)
              aten.max_pool2d_with_indices_backward.default: max_pool_backward}
     # SDPA traced as its math (F.multi_head_attention_forward's call too); the backward
     # compiled now, not at the first backward
-    if flash:
-        flash_attention(gm)
-    with sdpa_kernel(SDPBackend.MATH), \
+    with sdpa_kernel(SDPBackend.MATH), flash_attention(gm) if flash else contextlib.nullcontext(), \
             functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
                             decompositions=table,
                             partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
 
 
-def flash_attention(gm) -> int:
-    """Put strata::attention in place of each SDPA call of dynamo's graph without dropout (a mask,
-    as transformers passes, included, unless it is a float mask that requires grad; GQA's KV
-    heads shared as enable_gqa says); returns how many. Others stay (traced as math)."""
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    done = 0
-    for n in list(gm.graph.nodes):
-        if n.op != "call_function" or n.target is not torch._C._nn.scaled_dot_product_attention:
-            continue
-        a = {**dict(zip(names, n.args)), **n.kwargs}
-        q, k, mask = (getattr(x, "meta", {}).get("example_value")
-                      for x in (a["query"], a["key"], a.get("attn_mask")))
-        if (mask is not None and mask.requires_grad) or (a.get("attn_mask") is not None and mask is None) \
-                or a.get("dropout_p", 0.0) or q is None or k is None \
-                or q.dim() < 2 or (q.dim() >= 3 and q.shape[-3] != k.shape[-3] and not (
-                    a.get("enable_gqa", False) and q.shape[-3] % k.shape[-3] == 0)) \
-                or not all(isinstance(a.get(x, 0), (int, float, bool, type(None)))
-                           for x in ("dropout_p", "is_causal", "scale")):
-            continue
-        scale = a.get("scale")
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-        with gm.graph.inserting_before(n):
-            both = gm.graph.call_function(torch.ops.strata.attention.default, (
-                a["query"], a["key"], a["value"], a.get("attn_mask"), scale,
-                bool(a.get("is_causal", False))))
-            out = gm.graph.call_function(operator.getitem, (both, 0))
-        out.meta = dict(n.meta)
-        n.replace_all_uses_with(out)
-        gm.graph.erase_node(n)
-        done += 1
-    if done:
-        gm.recompile()
-    return done
+SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+def flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """SDPA as strata::attention's output where it can be (no dropout; a mask, as transformers
+    passes one, unless it is a float mask that requires grad; GQA's KV heads shared as
+    enable_gqa says), else SDPA itself (traced as its math). Decided while AOTAutograd traces,
+    on the traced tensors."""
+    q, k = query, key
+    if dropout_p or q.dim() < 2 or (attn_mask is not None and attn_mask.requires_grad) or (
+            q.dim() >= 3 and q.shape[-3] != k.shape[-3]
+            and not (enable_gqa and q.shape[-3] % k.shape[-3] == 0)):
+        return SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                    is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return torch.ops.strata.attention(query, key, value, attn_mask, scale, bool(is_causal))[0]
+
+
+@contextlib.contextmanager
+def flash_attention(gm):
+    """While AOTAutograd traces `gm`: its SDPA calls are flash_sdpa's, and so are those that
+    torch functions it calls make (F.multi_head_attention_forward, nn.MultiheadAttention's:
+    dynamo keeps that call whole, and it looks SDPA up in torch.nn.functional)."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is SDPA:
+            n.target = flash_sdpa
+    gm.recompile()
+    functional = torch.nn.functional
+    real, functional.scaled_dot_product_attention = functional.scaled_dot_product_attention, flash_sdpa
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = real
 
 
 def convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
