@@ -72,6 +72,8 @@ def accumulate(b, dest: T, axis: int, index: T, src: T, how: str, include_self: 
 @rule("aten.scatter_add")
 def scatter_add(b, a):
     x = a.self
+    if a.index.numel == 0:      # nothing added (eager allows an empty index of another rank)
+        return x
     if x.rank == 0:
         return b.ew("add", x, b.reshape(b.cast(a.src, x.dtype), ()))
     return accumulate(b, x, norm_axis(a.dim, x.rank), a.index, a.src, "sum")
@@ -80,6 +82,8 @@ def scatter_add(b, a):
 @rule("aten.scatter_reduce", "aten.index_reduce")
 def scatter_reduce(b, a):
     x = a.self
+    if a.index.numel == 0:      # nothing touched
+        return x
     if x.rank == 0:
         raise UnsupportedOp(f"{b.op} (of a 0-d tensor)")
     src = a.src if b.op == "aten.scatter_reduce" else a.source
