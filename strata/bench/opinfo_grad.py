@@ -41,12 +41,12 @@ class GradResult:
     skipped: str = ""           # why the op has no gradient case
     excluded: list = field(default_factory=list)    # samples whose eager backward raises
 
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
 
 class _EagerRejects(Exception):
     pass
-
-    def count(self, status: str) -> int:
-        return sum(o.status == status for o in self.outcomes)
 
 
 def differentiable_ops() -> tuple:
