@@ -10,7 +10,9 @@ The key is the graph specialised to the call: every int-valued node (a SymInt in
 `torch.sym_sum`) is replaced by its value for these inputs, worked out from the symbols that the
 inputs' sizes bind, and tensor nodes are named by position, not by dynamo's names. Two graphs
 with equal keys compute the same thing from the same tensors; weights are keyed by storage, so
-two layers' graphs with the same structure stay apart.
+two layers' graphs with the same structure stay apart, and so are the graph's own tensor
+attributes (a constant index such as x[[0, 3]]'s: two graphs that differ only in its values
+shared one program before, and the second computed the first's indexing).
 """
 from __future__ import annotations
 
@@ -22,16 +24,27 @@ class Unkeyable(Exception):
     """A size the inputs do not determine (a data-dependent one): no key."""
 
 
-def graph_key(gm: torch.fx.GraphModule, args, weights: set[int]) -> tuple | None:
+def graph_key(gm: torch.fx.GraphModule, args, weights: set[int], attrs: bool = True) -> tuple | None:
     """The key of `gm` called on `args` (weights: the positions of inputs compiled as weights),
-    or None when some int in the graph is not fixed by the inputs."""
+    or None when some int in the graph is not fixed by the inputs. attrs=False keys the graph's
+    tensor attributes by name only (torch_compile/saved_graphs.py hashes their bytes itself)."""
     try:
-        return _key(gm, args, weights)
+        return _key(gm, args, weights, attrs)
     except Unkeyable:
         return None
 
 
-def _key(gm, args, weights) -> tuple:
+def _attr(gm, target: str) -> tuple:
+    """A tensor attribute's storage, shape and dtype (what its values live in), else ()."""
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype, value.data_ptr())
+    return ()
+
+
+def _key(gm, args, weights, attrs: bool = True) -> tuple:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     bound = _bound_symbols(placeholders, args)
     value: dict = {}            # int-valued node -> its value for these inputs
@@ -48,7 +61,7 @@ def _key(gm, args, weights) -> tuple:
         if n.op in ("placeholder", "get_attr"):
             if n.op == "get_attr":
                 index[n] = len(key)
-                key.append(("attr", n.target))
+                key.append(("attr", n.target) + (_attr(gm, n.target) if attrs else ()))
             continue
         if n.op == "output":
             key.append(("out", _token(n.args, value, index)))

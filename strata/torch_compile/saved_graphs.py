@@ -44,7 +44,7 @@ def key(gm: torch.fx.GraphModule, args, weights: list[int], opts: dict, ctx) -> 
     or None when the graph cannot be keyed or caching is off (no work for a key unused)."""
     if not caching_enabled():
         return None
-    structure = graph_key(gm, args, set())
+    structure = graph_key(gm, args, set(), attrs=False)
     if structure is None:
         return None
     attrs = []

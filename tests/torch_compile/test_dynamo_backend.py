@@ -511,3 +511,13 @@ def test_addcmul_with_a_value_runs_as_one_fma():
         return c * 2
     a, b, c = (torch.randn(5, 7) for _ in range(3))
     torch.testing.assert_close(torch.compile(f, backend="strata")(a, b, c), f(a, b, c))
+
+
+def test_graphs_that_differ_only_in_a_constant_tensor_get_their_own_programs(_fresh_dynamo):
+    """x[[1, 2]] and x[[0, 3]]: the index is each graph's own tensor attribute, so the graphs'
+    keys differ (they once shared the first graph's program, and the second indexed rows 1, 2)."""
+    x = torch.randn(5, 5, 5)
+    for idx in ([1, 2], [0, 3]):
+        torch._dynamo.reset()
+        out = torch.compile(lambda x: x[idx], backend="strata", options={"device": "sim"})(x)
+        assert torch.equal(out, x[idx]), idx

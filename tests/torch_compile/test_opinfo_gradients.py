@@ -14,12 +14,14 @@ from strata.bench.opinfo_cases import PASSED, UNSUPPORTED, op_id  # noqa: E402
 OPS = ["softmax", "log_softmax", "nn.functional.layer_norm", "nn.functional.rms_norm", "mm",
        "bmm", "nn.functional.linear", "nn.functional.embedding", "gather", "index_select",
        "cumsum", "nn.functional.gelu", "nn.functional.silu", "var", "cat", "where", "amax",
-       "logsumexp"]
+       "logsumexp", "__getitem__"]
 BY_ID = {op_id(o): o for o in og.differentiable_ops()}
 # op -> what strata says for the samples it cannot take (every other sample must pass)
 REFUSED = {
     # max_norm renormalises the weight in place; sparse=True asks for a sparse gradient
     "nn.functional.embedding": r"unsupported op aten\.(embedding_renorm|_sparse_coo_tensor)",
+    # a boolean mask's shape is data; index_put's backward of two index tensors
+    "__getitem__": r"depends on the data|unsupported op aten\.index_put \(only one index tensor",
 }
 
 
