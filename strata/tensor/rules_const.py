@@ -1,4 +1,4 @@
-"""Rules for tensors made from nothing: full/zeros/ones(_like), scalar_tensor, arange.
+"""Rules for tensors made from nothing: full/zeros/ones(_like), empty, scalar_tensor, arange.
 
 They become Full and Iota nodes (arange with a start or step is start + iota * step), so a
 later stage can fold them into the kernels that read them.
@@ -15,9 +15,17 @@ def full(b, a):
 
 
 @rule("aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.ones", "aten.ones_like",
-      "aten.new_ones")
+      "aten.new_ones", "aten._efficientzerotensor")
 def zeros(b, a):
     return b.full(b.out.shape, 1 if "ones" in b.op else 0, b.out.dtype)
+
+
+@rule("aten.empty", "aten.empty_like", "aten.new_empty", "aten.empty_permuted",
+      "aten.empty_strided")
+def empty(b, a):
+    """Memory whose values torch leaves unspecified (AOTAutograd's backward of addcdiv and lerp
+    makes one before writing it): zeros are as good as any, and deterministic."""
+    return b.full(b.out.shape, 0, b.out.dtype)
 
 
 @rule("aten.scalar_tensor")

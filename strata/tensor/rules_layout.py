@@ -133,6 +133,27 @@ def diagonal(b, a):
     return b.index_map(x, shape, tuple(index), hint="diagonal")
 
 
+@rule("aten.diagonal_scatter")
+def diagonal_scatter(b, a):
+    """x with its diagonal (offset, dim1, dim2, as aten.diagonal reads it) replaced by src
+    (diagonal's backward): where the position is on the diagonal, src at (the other dims, the
+    position along the diagonal), else x."""
+    x, src = a.self, a.src
+    off = a.get("offset", 0) or 0
+    d1, d2 = norm_axis(a.get("dim1", 0), x.rank), norm_axis(a.get("dim2", 1), x.rank)
+    if 0 in x.shape or 0 in src.shape:
+        return x
+    rest = [d for d in range(x.rank) if d not in (d1, d2)]
+    i1, i2 = Var(f"i{d1}"), Var(f"i{d2}")
+    along = call("subtract", i1, max(-off, 0))          # k: d1 = k + max(-off, 0)
+    index = tuple(Var(f"i{d}") for d in rest) + (along,)
+    on = call("logical_and", call("eq", call("subtract", i2, i1), off),
+              call("logical_and", call("ge", along, 0), call("lt", along, src.shape[-1])))
+    put = b.index_map(b.cast(src, x.dtype), x.shape, index, valid=on, fill=0, hint="diag_src")
+    mask = b.index_map(b.full((), True, "bool"), x.shape, (), valid=on, fill=False, hint="on_diag")
+    return b.ew("where", mask, put, x, dtype=x.dtype, hint="diagonal_scatter")
+
+
 @rule("aten.flip")
 def flip(b, a):
     x = a.self
