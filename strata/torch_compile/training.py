@@ -82,7 +82,8 @@ def flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     enable_gqa says), else SDPA itself (traced as its math). Decided while AOTAutograd traces,
     on the traced tensors."""
     q, k = query, key
-    if dropout_p or q.dim() < 2 or (attn_mask is not None and attn_mask.requires_grad) or (
+    if dropout_p or q.dim() < 2 or not q.dim() == k.dim() == value.dim() or (
+            attn_mask is not None and attn_mask.requires_grad) or (
             q.dim() >= 3 and q.shape[-3] != k.shape[-3]
             and not (enable_gqa and q.shape[-3] % k.shape[-3] == 0)):
         return SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
