@@ -59,11 +59,22 @@ def test_one_steps_gradients_pass_the_float64_check(compiled):
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 3))
     x, y = torch.randn(7, 16), torch.randn(7, 3)
+    ref = _float64_mse_grads(model, x, y)
     nn.functional.mse_loss(torch.compile(model, backend="strata")(x), y).backward()
+    _assert_grads_match(model, ref)
+
+
+def _float64_mse_grads(model, x, y):
+    """A float64 copy of `model` (taken before any step) with the MSE loss's gradients."""
     ref = copy.deepcopy(model).double()
     for p in ref.parameters():
         p.grad = None
     nn.functional.mse_loss(ref(x.double()), y.double()).backward()
+    return ref
+
+
+def _assert_grads_match(model, ref):
+    """Every parameter's gradient against the float64 model's, at the fp32 tolerance."""
     for (name, p), r in zip(model.named_parameters(), ref.parameters()):
         res = check.compare(name, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
         assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
@@ -174,9 +185,7 @@ def test_the_models_gradients_pass_the_float64_check(name, compiled):
     ref = copy.deepcopy(model).double()
     loss_of(torch.compile(model, backend="strata"), batch).backward()
     loss_of(ref, batch64).backward()
-    for (pname, p), r in zip(model.named_parameters(), ref.parameters()):
-        res = check.compare(pname, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
-        assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
+    _assert_grads_match(model, ref)
 
 
 def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled, cache_dir):
@@ -188,15 +197,10 @@ def test_attention_trains_with_flash_kernels_on_the_gpu_path(compiled, cache_dir
     torch.manual_seed(8)
     model = CausalSelfAttention()
     x, y = _batch("attention")
+    ref = _float64_mse_grads(model, x, y)
     fast = torch.compile(model, backend="strata", options={"device": "sim"})
     nn.functional.mse_loss(fast(x), y).backward()
-    ref = copy.deepcopy(model).double()
-    for p in ref.parameters():
-        p.grad = None
-    nn.functional.mse_loss(ref(x.double()), y.double()).backward()
-    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
-        res = check.compare(name, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
-        assert res.passed, f"{name}: rel err {res.rel:.3g} (tol {res.tol})"
+    _assert_grads_match(model, ref)
     forward, backward = compiled
     fused = [[t.attention.op for t in c.program.lowered.tile.kernels if t.mode == "attention"]
              for c in (forward, backward)]
@@ -242,9 +246,7 @@ def test_a_transformers_llama_with_sdpa_trains_through_flash_kernels_on_the_gpu_
     run = torch.compile(model, backend="strata", options={"device": "sim"})
     run(ids, labels=ids, use_cache=False).loss.backward()
     ref(ids, labels=ids, use_cache=False).loss.backward()
-    for (pname, p), r in zip(model.named_parameters(), ref.parameters()):
-        res = check.compare(pname, "f32", p.grad.numpy(), r.grad.numpy(), check.tolerance("f32", True))
-        assert res.passed, f"{pname}: rel err {res.rel:.3g} (tol {res.tol})"
+    _assert_grads_match(model, ref)
     fused = [[t.attention.op.norm for t in c.program.lowered.tile.kernels if t.mode == "attention"]
              for c in compiled]
     assert fused == [["softmax"], ["sum"] * 3]
