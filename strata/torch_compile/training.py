@@ -63,8 +63,8 @@ def forward_and_backward(gm, example_inputs, compile_graph, flash: bool = False)
             return make_boxed_func(compile_graph(g, zeros))
     table = {**core_aten_decompositions(), aten.convolution_backward.default: convolution_backward,
              aten.max_pool2d_with_indices_backward.default: max_pool_backward}
-    # SDPA traced as its math (F.multi_head_attention_forward's call too); the backward
-    # compiled now, not at the first backward
+    # SDPA that flash_sdpa does not take traced as its math (F.multi_head_attention_forward's
+    # call too); the backward compiled now, not at the first backward
     with sdpa_kernel(SDPBackend.MATH), flash_attention(gm) if flash else contextlib.nullcontext(), \
             functorch_config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=compile_now, bw_compiler=compile_now,
