@@ -319,20 +319,19 @@ def causal_limit(att: Attention) -> CausalLimit | None:
                 return e.args[0].name, True
         return None, False
 
-    def zero_where(e):      # the cond outside which the sum form's weight e is 0, or None
+    def zero_where(e):      # (cond, additive) outside which the sum form's weight e is 0
         e = follow(e)
         if isinstance(e, Op) and e.op == "multiply":
-            found = [c for c in map(zero_where, e.args) if c]
-            return found[0] if len(found) == 1 else None
+            found = [c for c in map(zero_where, e.args) if c[0]]
+            return found[0] if len(found) == 1 else (None, False)
         if isinstance(e, Op) and e.op == "exp":
             arg = follow(e.args[0])
             if isinstance(arg, Op) and arg.op == "subtract":
-                return masked(follow(arg.args[0]))[0]
-        return None
+                return masked(follow(arg.args[0]))
+        return None, False
     # an additive mask leaves a row with no key uniform weights, not 0: only bounds that give
     # every row key 0 (j <= i + c, c >= 0; j <= P + c, P a position) may skip its keys
-    cond, additive = (zero_where(att.x.value), False) if att.norm == "sum" \
-        else masked(follow(att.x.value))
+    cond, additive = zero_where(att.x.value) if att.norm == "sum" else masked(follow(att.x.value))
     c = lets.get(cond)
     if not isinstance(c, Op) or c.op not in ("le", "lt", "ge", "gt"):
         return None

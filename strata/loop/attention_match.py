@@ -186,8 +186,8 @@ def _closed(by, users, seen: set, materialized: set, outs: set) -> None:
 
 
 def _lse_of(by, users, max_red: str, sum_red: str, seen: set, br: int) -> str | None:
-    """The node of max + log(sum) (the rows' log-sum-exp, squeezed or not) if the softmax's max
-    and sum are read there too, else None; its nodes join `seen`."""
+    """The node of max + log(sum) (the rows' log-sum-exp; -inf for a row with no key; squeezed
+    or not) if the softmax's max and sum are read there too, else None; its nodes join `seen`."""
     outside = lambda n: [u for u in users[n] if u not in seen]
     logs = outside(sum_red)
     if len(logs) != 1 or not (isinstance(by[logs[0]], Elementwise) and by[logs[0]].op == "log"):
@@ -199,13 +199,12 @@ def _lse_of(by, users, max_red: str, sum_red: str, seen: set, br: int) -> str | 
     if not (isinstance(add_, Elementwise) and add_.op == "add"
             and set(add_.args) == {max_red, logs[0]}):
         return None
-    seen.update((logs[0], adds[0]))
     lse = adds[0]
+    seen.update((logs[0], lse))
     (only,) = users[lse] if len(users[lse]) == 1 else (None,)
     w = by.get(only)        # where(max == -inf, -inf, lse): a row with no key (torch's value)
     if isinstance(w, Elementwise) and w.op == "where" and w.args[1:] == (float("-inf"), lse) \
             and w.args[0] in seen:
-        seen.add(lse)
         lse = only
     (only,) = users[lse] if len(users[lse]) == 1 else (None,)
     if isinstance(by.get(only), IndexMap) and _index_is(by[only], [_iv(d) for d in range(br + 1)] + [0]):
@@ -271,9 +270,7 @@ def match_sum_at(prog, by, users, red: str, materialized: set) -> AttentionMatch
     _need(xs == (*batch, lq, xs[-1]), f"the weights {x} have shape {xs}")
     lk = xs[-1]
     qks, path = _score_nodes(by, x, materialized, _qk_test(by, batch, lq, lk), most=2)
-    _need(any(isinstance(by[n], Elementwise) and by[n].op == "exp" and isinstance(by[n].args[0], str)
-              and isinstance(by[by[n].args[0]], Elementwise) and by[by[n].args[0]].op == "subtract"
-              and by[by[n].args[0]].args[1] not in path for n in path | {x}),
+    _need(any(_shift_of(by, n) not in (None, *path) for n in path | {x}),
           f"the weights {x} are not rebuilt from a log-sum-exp (no exp(scores - rows))")
     pairs = [_split_product(by, by[qk].arg, br, br + 2, seen) for qk in qks]
     dims = [by[by[qk].arg].type.shape[br + 1] for qk in qks]
@@ -341,13 +338,19 @@ def _feeds_lse(by, red: Reduce) -> bool:
     stack = [(a, 0) for a in prod.operands()]
     while stack:
         name, depth = stack.pop()
-        n = by[name]
-        if isinstance(n, Elementwise) and n.op == "exp" and isinstance(n.args[0], str) \
-                and isinstance(by[n.args[0]], Elementwise) and by[n.args[0]].op == "subtract":
+        if _shift_of(by, name) is not None:
             return True
-        if depth < 4 and isinstance(n, (Elementwise, IndexMap)):
-            stack += [(o, depth + 1) for o in n.operands()]
+        if depth < 4 and isinstance(by[name], (Elementwise, IndexMap)):
+            stack += [(o, depth + 1) for o in by[name].operands()]
     return False
+
+
+def _shift_of(by, name: str):
+    """b if node `name` is exp(a - b), else None."""
+    n = by[name]
+    sub = by[n.args[0]] if isinstance(n, Elementwise) and n.op == "exp" and isinstance(
+        n.args[0], str) else None
+    return sub.args[1] if isinstance(sub, Elementwise) and sub.op == "subtract" else None
 
 
 def _users(prog) -> dict[str, list[str]]:
