@@ -128,6 +128,11 @@ _TABLE = [
      "CPU row kernels"),
     ("L2_PREFETCH", "KiB of its weights a kernel asks L2 for before it waits for the kernel "
      "before it (0: none; default an eighth of L2)", _between(0), "CUDA kernels reading weights (sm_90+)"),
+    ("STORE", "how many of the values a kernel computes again (read at several indices, "
+     "broadcast over an axis it does not depend on, or computed by other kernels too; `--ir "
+     "loop` lists them, costliest first) are stored once, each by a kernel of its own (0: all "
+     "computed inline wherever they are read, the fusion planner's rule)", _between(0, 8),
+     "kernels computing a value again"),
     ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
      "has enough work, else one)", _between(0, 256), "CPU kernels"),
 ]

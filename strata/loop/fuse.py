@@ -32,6 +32,7 @@ from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iot
 from .attention import AttentionPlan, reached_buffers, reductions_to_materialize
 from .attention_match import find_attention
 from .custom import CustomPlan
+from .store import recomputed, store_choices
 
 
 @dataclass
@@ -40,12 +41,17 @@ class KernelPlan:
     outer: tuple[int, ...]              # output dims that are parallel "outer" loops
     merged: tuple[str, ...] = ()        # other materialized nodes this kernel also stores
     reduces: tuple[str, ...] = ()
+    # elementwise values computed inline outside any reduction, with how many times each point
+    # of them is computed (store.recomputed)
+    inline: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
 class FusionPlan:
     materialized: list[str]             # topological order
     kernels: list[KernelPlan] = field(default_factory=list)
+    # the STORE knob's choices per kernel target (store.py)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class _Refusal(Exception):
@@ -84,6 +90,8 @@ class _Walker:
         self.path: list[str] = []               # the nodes being walked, outermost first
         self.inside: dict[str, tuple] = {}      # reductions read inside another: the path between
         self.partial = 0                        # IndexMaps with a `valid` being walked through
+        self.elementwise: dict[str, set] = {}   # inline elementwise values outside reductions:
+                                                # the indices each is read at
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         # only the enclosing reduction variables the index mentions can change what is below
@@ -105,6 +113,8 @@ class _Walker:
     def _walk(self, n, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         name = n.name
         if isinstance(n, Elementwise):
+            if not reduce_vars and name not in self.inline:
+                self.elementwise.setdefault(name, set()).add(index)
             for a in n.operands():
                 self.walk(a, index, reduce_vars)
         elif isinstance(n, IndexMap):
@@ -189,7 +199,8 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
         w.walk(m, index, frozenset())
     dims = {f"o{d}": d for d, s in enumerate(shape) if s > 1}
     if not w.reduce_deps:
-        return KernelPlan(target, tuple(dims.values()), merged), w.reached
+        outer = tuple(dims.values())
+        return KernelPlan(target, outer, merged, inline=recomputed(w.elementwise, shape, outer)), w.reached
     for r, at in w.reduce_at.items():
         if len(at) > 1:
             raise _Refusal(r, f"refused fusing {r} into {target}: it is read at {len(at)} indices "
@@ -211,7 +222,8 @@ def plan_kernel(prog: TensorProgram, target: str, materialized: set[str],
                           f"(it depends on fewer parallel axes than the kernel)", w.inside.get(r, ()),
                        broadcast=True)
     outer = tuple(sorted(dims[v] for v in outer_vars))
-    return KernelPlan(target, outer, merged, tuple(w.reduce_deps)), w.reached
+    return KernelPlan(target, outer, merged, tuple(w.reduce_deps),
+                      recomputed(w.elementwise, shape, outer)), w.reached
 
 
 def _only_through(prog, r: str, x: str, materialized: set[str]) -> bool:
@@ -294,12 +306,14 @@ class _Indexed:
         return self.by_name[name]
 
 
-def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
+def plan(prog: TensorProgram, ctx: Context | None = None, stored: frozenset = frozenset()
+         ) -> FusionPlan:
+    """`stored`: inline values the STORE knob has a kernel of their own compute."""
     ctx = ctx or Context()
     prog = _Indexed(prog)
     planned = partial(plan_kernel, block_scalars=ctx.arch.is_gpu)
     pos = {n.name: k for k, n in enumerate(prog.nodes)}
-    materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)}
+    materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)} | stored
     # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
     attn = find_attention(prog, materialized, ctx.log) if ctx.arch.is_gpu else {}
     if not attn and not ctx.arch.is_gpu:
@@ -381,4 +395,4 @@ def plan(prog: TensorProgram, ctx: Context | None = None) -> FusionPlan:
             ctx.log(f"fuse: {', '.join(extra)} stored by the kernel of {t} (same domain)")
         kernels.append(kp)
     kernels.sort(key=lambda k: pos[k.target])
-    return FusionPlan(mats, kernels)
+    return FusionPlan(mats, kernels, store_choices(prog, kernels, pos, materialized))

@@ -108,6 +108,11 @@ class LoopKernel:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     src: str = field(default="", compare=False)
+    knobs: tuple = field(default=(), compare=False)     # decisions made in planning (STORE)
+    stores: tuple[str, ...] = field(default=(), compare=False)  # STORE's choices, 1 first
+    # the signature its knobs are looked up by, when a decision changed the kernel (the
+    # default plan's kernel's): the tuner pins and the database keeps that one
+    tuning_key: str = field(default="", compare=False)
 
 
 @dataclass
@@ -264,7 +269,9 @@ def format_stmt(s: Stmt, depth: int, out: list[str]) -> None:
 
 
 def format_kernel(k: LoopKernel) -> str:
-    out = [f"=== {k.name} -> {', '.join(k.writes)} ==="]
+    knobs = "".join(f" {n}={v}" for n, v in k.knobs) + (" (of " + ", ".join(
+        f"{i}: {x}" for i, x in enumerate(k.stores, 1)) + ")" if k.stores else "")
+    out = [f"=== {k.name} -> {', '.join(k.writes)} ==={knobs}"]
     for s in k.body:
         format_stmt(s, 0, out)
     return "\n".join(out)
@@ -272,14 +279,17 @@ def format_kernel(k: LoopKernel) -> str:
 
 def signature(k: LoopKernel, buffers: dict) -> str:
     """A kernel's identity across programs and processes (the tuning database's key): its
-    canonical Loop IR with buffers renamed in order of use, and their shapes and dtypes."""
+    canonical Loop IR with buffers renamed in order of use, and their shapes and dtypes (or the
+    default plan's kernel's, when a STORE decision changed it)."""
+    if k.tuning_key:
+        return k.tuning_key
     names = {n: f"buf{i}" for i, n in enumerate(dict.fromkeys(k.reads + k.writes))}
 
     def go(body):
         return tuple(replace(s, body=go(s.body)) if isinstance(s, Loop) else
                      replace(s, buf=names[s.buf]) if isinstance(s, (Load, Store)) else s
                      for s in body)
-    k = replace(k, name="k", body=go(k.body), reads=(), writes=())
+    k = replace(k, name="k", body=go(k.body), reads=(), writes=(), knobs=(), stores=())
     text = format_kernel(canonical_names(k, set(names.values())))
     shapes = [(new, tuple(buffers[old].shape), buffers[old].dtype) for old, new in names.items()]
     return hashlib.sha256(f"{text}\n{shapes}".encode()).hexdigest()[:24]

@@ -3,6 +3,8 @@ producers (builder.py); a fused attention, a scatter and a hand-written kernel b
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..core.context import Context
 from ..core.expr import Const, Expr, Var
 from ..tensor.ir import Input, Scatter, TensorProgram
@@ -11,6 +13,7 @@ from .builder import LoopBuilder
 from .causal_pieces import causal_pieces
 from .fuse import FusionPlan, KernelPlan, plan as plan_fusion
 from .ir import BufferInfo, LoopKernel, LoopProgram, Store, canonical_names
+from .store import store_decisions
 
 def build_kernel(prog: TensorProgram, kp: KernelPlan, materialized: set[str], name: str) -> LoopKernel:
     target = prog.node(kp.target)
@@ -48,9 +51,25 @@ def kernel_name(kp: KernelPlan, taken: set[str]) -> str:
 
 
 def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | None = None) -> LoopProgram:
-    """The whole Tensor IR program as loop kernels, in execution order."""
+    """The whole Tensor IR program as loop kernels, in execution order; planned again when a
+    kernel's STORE knob (a tuned or pinned one) has a value it computes again stored once."""
     ctx = ctx or Context()
     plan = plan or plan_fusion(prog, ctx)
+    loop = _lower(prog, ctx, plan)
+    decided = store_decisions(loop, plan.choices, ctx)
+    stored = frozenset(x for t, (n, _) in decided.items() for x in plan.choices[t][:n])
+    if stored:
+        ctx.log(f"fuse: STORE: {', '.join(sorted(stored))} stored by kernels of their own")
+        loop = _lower(prog, ctx, plan_fusion(prog, ctx, stored))
+    # (planned again, a kernel keeps the default plan's signature: its tuned knobs still apply)
+    loop.kernels = [replace(k, knobs=(("STORE", decided[k.writes[0]][0]),),
+                            stores=plan.choices[k.writes[0]],
+                            tuning_key=decided[k.writes[0]][1] if stored else "")
+                    if k.writes and k.writes[0] in decided else k for k in loop.kernels]
+    return loop
+
+
+def _lower(prog: TensorProgram, ctx: Context, plan: FusionPlan) -> LoopProgram:
     materialized = set(plan.materialized)
     taken: set[str] = set()
     alias = scatter.aliases(prog)         # scatters stored in place (KV-cache writes)

@@ -43,7 +43,7 @@ VALUES = {
     "THREADS": (0, 1, 2, 4, 8), "KEEP": (True, False), "PREFETCH": (True, False),
     "FORM": ("outer", "dot", "pairs", "amx"), "K_CHUNK": (512, 1024, 2048, 4096),
     "QDOT": ("vnni", "float"), "QGEMM": ("int8", "bf16"), "ORDER": ("mn", "nm"),
-    "L2_PREFETCH": (0, 2048, 8192, 32768),
+    "L2_PREFETCH": (0, 2048, 8192, 32768), "STORE": (0, 1, 2, 3),
 }
 NOISE = 0.97            # a candidate must take under 97% of the default's time to win
 MINOR, MINOR_MS = 0.02, 0.05    # kernels under 2% of a program's kernel time (when that is over
@@ -124,13 +124,14 @@ class WorkerProcess:
             self.proc.wait()
 
 
-def candidates(default_knobs: dict, cores: int = 1 << 10) -> list[dict]:
+def candidates(default_knobs: dict, cores: int = 1 << 10, stores: int = 8) -> list[dict]:
     """One knob changed at a time, to every other value it may take (no more THREADS than
-    the target has cores)."""
+    the target has cores, no more STORE than the kernel has values to store)."""
     out = []
     for name, value in default_knobs.items():
         for v in VALUES.get(name, ()):
-            if v != value and KNOBS[name].ok(v) and not (name == "THREADS" and v > cores):
+            if v != value and KNOBS[name].ok(v) and not (name == "THREADS" and v > cores) \
+                    and not (name == "STORE" and v > stores):
                 out.append({name: v})
     return out
 
@@ -145,7 +146,7 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
     search of it stopped (TuningDB.search), whose timed candidates count and whose untried ones
     are what is left to try. Ctrl-C ends it with what it had not tried (stopped "interrupted")."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
-    pending = candidates(r.default_knobs, cores)
+    pending = candidates(r.default_knobs, cores, k.get("stores", 8))
     try:
         return _search(worker, r, pending, deadline, say, before, cores)
     except KeyboardInterrupt:

@@ -142,7 +142,7 @@ class Worker:
         if self.device == "cpu":          # a signature's kernels (a model's layers) timed once
             ms = {}
             for sig in dict.fromkeys(k["signature"] for k in kernels):
-                calls = self.kernel_calls(self.default, sig)
+                calls = self.kernel_calls(self.default, set(self.names[sig]))
                 if calls is not None:
                     ms[sig] = statistics.median(interleaved_samples({"k": calls}, (), 5)["k"])
             for k in kernels:
@@ -162,7 +162,8 @@ class Worker:
                 if lowered.tile.origin.get(t.name) == k.name:
                     knobs.update(t.knobs)
             kernels.append({"name": k.name, "signature": signature(k, buffers),
-                            "label": _label(k, lowered.loop), "knobs": knobs})
+                            "label": _label(k, lowered.loop), "knobs": knobs,
+                            "stores": len(k.stores)})
             self.names.setdefault(kernels[-1]["signature"], []).append(k.name)
         return kernels
 
@@ -178,7 +179,7 @@ class Worker:
         default_ms = program_ms(low.kernel.kernels, low.target, low.source)   # unpriced: one sentence
         for k in kernels:
             k["ranked"], k["unpriced"] = [[{}, default_ms]], 0
-            for pins in candidates(k["knobs"], low.target.cores):
+            for pins in candidates(k["knobs"], low.target.cores, k["stores"]):
                 cand = self._lowered({k["signature"]: pins})
                 if cand is None or cand.source == low.source:
                     continue                    # does not fit, or the same program
@@ -227,7 +228,8 @@ class Worker:
         """_lowered, or with one signature's knobs on the CPU, its first kernel alone."""
         (sig, *more), loop = kernel_knobs, self.default.lowered.loop
         one = self.names.get(sig, [])[:1]
-        unit = carve(loop, set(one)) if self.device == "cpu" and not more and one else None
+        unit = carve(loop, set(one)) if self.device == "cpu" and not more and one \
+            and not _structural(kernel_knobs) else None
         if unit is None:
             return self._lowered(kernel_knobs)
         try:
@@ -247,8 +249,9 @@ class Worker:
 
     def try_(self, req: dict) -> dict:
         (sig, *more) = req["kernel_knobs"]
+        structural = _structural(req["kernel_knobs"])
         if self.device == "cpu" and not more and req.get("scope") != "program" \
-                and self._unit(sig) is not None:
+                and not structural and self._unit(sig) is not None:
             return self.try_unit(sig, req["kernel_knobs"][sig], req.get("rounds", 7))
         try:
             program = self.compile(req["kernel_knobs"])
@@ -260,8 +263,10 @@ class Worker:
         if problem:
             return {"error": "wrong", "why": problem}
         rounds = req.get("rounds", 7)
-        runs = {"default": self.kernel_calls(self.default, sig),
-                "candidate": self.kernel_calls(program, sig)} \
+        mine, theirs = _changed(program.lowered.loop, self.default.lowered.loop) if structural \
+            else (set(self.names[sig]),) * 2
+        runs = {"default": self.kernel_calls(self.default, theirs),
+                "candidate": self.kernel_calls(program, mine)} \
             if self.device == "cpu" and not more and req.get("scope") != "program" else {}
         if all(runs.values()) and runs:
             ms = {name: statistics.median(ts) for name, ts in
@@ -289,7 +294,7 @@ class Worker:
         `try`); how many were compiled. One that does not fit is left for `try` to say so."""
         sources = []
         for (sig, pins), in (c.items() for c in kernel_knobs):
-            if self._unit(sig) is None:
+            if _structural({sig: pins}) or self._unit(sig) is None:
                 continue
             try:
                 lowered = lower_unit(self.units[sig][0], self._cpu_context({sig: pins}),
@@ -340,12 +345,11 @@ class Worker:
         return {"ms": ms["candidate"] * scale, "default_ms": ms["default"] * scale, "same": False,
                 "scope": "kernel"}
 
-    def kernel_calls(self, program, sig: str):
+    def kernel_calls(self, program, loops: set[str]):
         """A function running, alone and in launch order, the kernels of `program` that come
-        from the loop kernels of signature `sig` (a split one is several); None if none do.
+        from the loop kernels `loops` (a split one is several); None if none do.
         Not those the program ran at load (a weight packed into its panel): a call does not."""
         lowered = program.lowered
-        loops = set(self.names.get(sig, []))
         run = program.runtime.kernel_runner([x.clone() for x in self.inputs])
         picks = [i for i, k in enumerate(lowered.kernel.kernels)
                  if lowered.tile.origin.get(k.name, k.name) in loops and i not in run.once]
@@ -356,6 +360,20 @@ class Worker:
             for i in picks:
                 run(i)
         return calls
+
+
+def _structural(kernel_knobs: dict) -> bool:
+    """Whether the candidate changes the fusion plan (STORE): its kernels are not those of a
+    unit of the default's, so it is compiled whole and its changed kernels timed."""
+    return any("STORE" in pins for pins in kernel_knobs.values())
+
+
+def _changed(loop, default) -> tuple[set[str], set[str]]:
+    """(the loop kernels of `loop` that `default` has not, those of `default` that `loop` has
+    not): what a STORE decision changed, timed against what it replaced."""
+    mine, theirs = set(loop.kernels), set(default.kernels)
+    return {k.name for k in loop.kernels if k not in theirs}, \
+        {k.name for k in default.kernels if k not in mine}
 
 
 def _key(sig: str, pins: dict) -> str:

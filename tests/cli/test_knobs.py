@@ -93,8 +93,8 @@ def test_help_lists_every_knob_with_its_values():
 
 
 def test_registry_holds_exactly_the_knobs_the_passes_read():
-    code = "\n".join(p.read_text() for stage in ("tile", "kernel_ir")     # L2_PREFETCH: a
-                     for p in (SRC / stage).rglob("*.py"))                # Kernel IR pass
+    code = "\n".join(p.read_text() for stage in ("loop", "tile", "kernel_ir")   # STORE: the
+                     for p in (SRC / stage).rglob("*.py"))      # fusion plan; L2_PREFETCH: Kernel IR
     read = set(re.findall(r'ctx\.(?:knob|pinned)\(\s*"([A-Z_0-9]+)"', code))
     read |= set(re.findall(r'"([A-Z_0-9]+)" (?:not )?in ctx\.knobs', code))
     read |= set(re.findall(r'choose_pieces\([^)]*?"([A-Z_0-9]+)"', code))       # CHUNKS, SPLIT_K

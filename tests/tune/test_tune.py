@@ -111,6 +111,34 @@ def test_candidates_change_one_allowed_knob_at_a_time():
     assert candidates({"THREADS": 0}, cores=2) == [{"THREADS": 1}, {"THREADS": 2}]
 
 
+def test_store_candidates_stop_at_the_values_a_kernel_has_to_store():
+    assert candidates({"STORE": 0}, stores=2) == [{"STORE": 1}, {"STORE": 2}]
+    assert candidates({"STORE": 0, "THREADS": 0}, cores=1, stores=1) == [
+        {"STORE": 1}, {"THREADS": 1}]
+
+
+@native
+def test_a_store_candidate_is_compiled_whole_and_timed_by_the_kernels_it_changed():
+    """STORE changes the fusion plan, so no unit of the default's kernels holds it: the
+    worker compiles the program, checks it against eager and times the kernels that differ
+    (the kernel that computed cos and sin against it and the two that store them)."""
+    from strata.tune.worker import Worker, _changed
+    w = Worker()
+    code = ("(lambda q, f: q * torch.cat([f, f], -1).cos() + q.flip(-1) * "
+            "torch.cat([f, f], -1).sin())(torch.randn(1, 8, 16, 16), torch.randn(16, 1) * "
+            "torch.randn(1, 8))")
+    info = w.prepare({"op": "prepare", "code": code, "device": "cpu"})
+    (k,) = [k for k in info["kernels"] if "STORE" in k["knobs"]]
+    assert k["knobs"]["STORE"] == 0 and k["stores"] == 2
+    pins = {k["signature"]: {"STORE": 2}}
+    assert w.estimate(pins) < float("inf")
+    reply = w.try_({"kernel_knobs": pins, "rounds": 3})
+    assert reply["scope"] == "kernel" and 0 < reply["ms"] < float("inf"), reply
+    program = w.compile(pins)
+    mine, theirs = _changed(program.lowered.loop, w.default.lowered.loop)
+    assert theirs == {k["name"]} and mine == {k["name"], "k_cos", "k_sin"}
+
+
 FAKE = textwrap.dedent("""
     import json, sys, time, os
     for line in sys.stdin:

@@ -67,4 +67,4 @@ def tileify(k: LoopKernel | TileKernel, ctx: Context, buffers: tuple = ()) -> Ti
     mode = "rows" if rows else "elementwise"
     ctx.log(f"tileify: {k.name}: {mode} over {' x '.join(str(e) for _, e in domain) or 'one point'}", 2)
     return TileKernel(k.name, mode, tuple(domain), prelude, body, reads=k.reads, writes=k.writes,
-                      buffers=buffers, src=k.src)
+                      buffers=buffers, src=k.src, knobs=k.knobs)
