@@ -131,7 +131,8 @@ _TABLE = [
     ("STORE", "how many of the values a kernel computes again (read at several indices, "
      "broadcast over an axis it does not depend on, or computed by other kernels too; `--ir "
      "loop` lists them, costliest first) are stored once, each by a kernel of its own (0: all "
-     "computed inline wherever they are read, the fusion planner's rule)", _between(0, 8),
+     "computed inline wherever they are read; default: on a CPU the leading ones holding a "
+     "transcendental, small and computed 16+ times a point, on a GPU none)", _between(0, 8),
      "kernels computing a value again"),
     ("THREADS", "OpenMP threads running a CPU kernel's blocks (0: every core when the kernel "
      "has enough work, else one)", _between(0, 256), "CPU kernels"),

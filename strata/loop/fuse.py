@@ -41,9 +41,9 @@ class KernelPlan:
     outer: tuple[int, ...]              # output dims that are parallel "outer" loops
     merged: tuple[str, ...] = ()        # other materialized nodes this kernel also stores
     reduces: tuple[str, ...] = ()
-    # elementwise values computed inline outside any reduction, with how many times each point
-    # of them is computed (store.recomputed)
-    inline: tuple[tuple[str, int], ...] = ()
+    # elementwise values computed inline, how many times each point of them is computed and
+    # whether inside a reduction (store.recomputed)
+    inline: tuple[tuple[str, int, bool], ...] = ()
 
 
 @dataclass
@@ -51,7 +51,7 @@ class FusionPlan:
     materialized: list[str]             # topological order
     kernels: list[KernelPlan] = field(default_factory=list)
     # the STORE knob's choices per kernel target (store.py)
-    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    choices: dict = field(default_factory=dict)
 
 
 class _Refusal(Exception):
@@ -90,8 +90,8 @@ class _Walker:
         self.path: list[str] = []               # the nodes being walked, outermost first
         self.inside: dict[str, tuple] = {}      # reductions read inside another: the path between
         self.partial = 0                        # IndexMaps with a `valid` being walked through
-        self.elementwise: dict[str, set] = {}   # inline elementwise values outside reductions:
-                                                # the indices each is read at
+        self.elementwise: dict[str, set] = {}   # inline elementwise values: the indices each
+                                                # is read at, and whether inside a reduction
 
     def walk(self, name: str, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         # only the enclosing reduction variables the index mentions can change what is below
@@ -113,8 +113,8 @@ class _Walker:
     def _walk(self, n, index: tuple[Expr, ...], reduce_vars: frozenset[str]) -> None:
         name = n.name
         if isinstance(n, Elementwise):
-            if not reduce_vars and name not in self.inline:
-                self.elementwise.setdefault(name, set()).add(index)
+            if name not in self.inline:
+                self.elementwise.setdefault(name, set()).add((index, bool(reduce_vars)))
             for a in n.operands():
                 self.walk(a, index, reduce_vars)
         elif isinstance(n, IndexMap):

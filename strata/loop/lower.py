@@ -51,20 +51,27 @@ def kernel_name(kp: KernelPlan, taken: set[str]) -> str:
 
 
 def lower(prog: TensorProgram, ctx: Context | None = None, plan: FusionPlan | None = None) -> LoopProgram:
-    """The whole Tensor IR program as loop kernels, in execution order; planned again when a
-    kernel's STORE knob (a tuned or pinned one) has a value it computes again stored once."""
+    """The whole Tensor IR program as loop kernels, in execution order. STORE (store.py): the
+    CPU's rule stores some values the plan inlines; a kernel whose STORE knob (pinned or tuned,
+    by its signature as the rule builds it) asks otherwise is planned and built again."""
     ctx = ctx or Context()
     plan = plan or plan_fusion(prog, ctx)
-    loop = _lower(prog, ctx, plan)
-    decided = store_decisions(loop, plan.choices, ctx)
-    stored = frozenset(x for t, (n, _) in decided.items() for x in plan.choices[t][:n])
-    if stored:
-        ctx.log(f"fuse: STORE: {', '.join(sorted(stored))} stored by kernels of their own")
-        loop = _lower(prog, ctx, plan_fusion(prog, ctx, stored))
-    # (planned again, a kernel keeps the default plan's signature: its tuned knobs still apply)
-    loop.kernels = [replace(k, knobs=(("STORE", decided[k.writes[0]][0]),),
-                            stores=plan.choices[k.writes[0]],
-                            tuning_key=decided[k.writes[0]][1] if stored else "")
+    rule = frozenset() if ctx.arch.is_gpu else frozenset(
+        x for c in plan.choices.values() for x in c.values[:c.by_rule])
+    # planned again from the plan's own buffers, its refusals settled (planning is most of the
+    # time: 2.5 s of TinyLlama's 3.5)
+    again = lambda more: plan_fusion(prog, ctx, frozenset(plan.materialized) | more)  # noqa: E731
+    loop = _lower(prog, ctx, again(rule) if rule else plan)
+    decided, sigs = store_decisions(loop, plan.choices, ctx)
+    stored = frozenset(x for t, n in decided.items() for x in plan.choices[t].values[:n])
+    if stored != rule:
+        ctx.log(f"fuse: STORE: {', '.join(sorted(stored)) or 'nothing'} stored by kernels of "
+                f"their own (the rule: {', '.join(sorted(rule)) or 'nothing'})")
+        loop = _lower(prog, ctx, again(stored))
+    # (planned again, a kernel keeps its signature as the rule built it: its tuned knobs apply)
+    loop.kernels = [replace(k, knobs=(("STORE", decided[k.writes[0]]),),
+                            stores=plan.choices[k.writes[0]].values,
+                            tuning_key=sigs.get(k.name, "") if stored != rule else "")
                     if k.writes and k.writes[0] in decided else k for k in loop.kernels]
     return loop
 

@@ -8,6 +8,8 @@ is a knob, pinned per kernel signature like the schedule's and searched by `stra
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import takewhile
 from math import prod
 
 from ..core.context import Context
@@ -16,36 +18,47 @@ from ..core.scalar_ops import TRANSCENDENTAL
 from .ir import LoopProgram, signature
 
 
-def recomputed(elementwise: dict, shape: tuple, outer: tuple) -> tuple[tuple[str, int], ...]:
-    """KernelPlan.inline from the walk's {value: indices it is read at}: how many times the
-    kernel computes each point of each: once per index, times the parallel (outer) axes it
-    does not depend on and the inner loops it does not depend on that enclose one it does (the
-    builder hoists a value out of the inner loops below its last)."""
+@dataclass(frozen=True)
+class Stores:
+    """A kernel's STORE choices: the values, costliest first, and how many of them a CPU stores
+    by default (_by_rule; a GPU none: not measured there)."""
+    values: tuple[str, ...]
+    by_rule: int
+
+
+def recomputed(elementwise: dict, shape: tuple, outer: tuple) -> tuple[tuple[str, int, bool], ...]:
+    """KernelPlan.inline from the walk's {value: (index, inside a reduction) it is read at}:
+    how many times the kernel computes each point of each, summed over its indices: the
+    parallel (outer) axes an index does not depend on, times the inner loops it does not depend
+    on that enclose one it does (the builder hoists a value out of the inner loops below its
+    last); and whether it is read inside a reduction."""
     inner = [d for d, s in enumerate(shape) if s > 1 and d not in outer]
     out = []
     for x, at in elementwise.items():
-        deps = {int(v[1:]) for i in at for e in i for v in free_vars(e)
-                if v[0] == "o" and v[1:].isdigit()}
-        last = max((k for k, d in enumerate(inner) if d in deps), default=-1)
-        missing = [d for d in outer if d not in deps] + [d for d in inner[:last] if d not in deps]
-        out.append((x, len(at) * prod(shape[d] for d in missing)))
+        times = 0
+        for index, _ in at:
+            deps = {int(v[1:]) for e in index for v in free_vars(e) if v[0] == "o" and v[1:].isdigit()}
+            last = max((k for k, d in enumerate(inner) if d in deps), default=-1)
+            times += prod(shape[d] for d in [d for d in outer if d not in deps] +
+                          [d for d in inner[:last] if d not in deps])
+        out.append((x, times, any(inside for _, inside in at)))
     return tuple(out)
 
 
 def store_choices(prog, plans: list, pos: dict, materialized: set[str]
-                  ) -> dict[str, tuple[str, ...]]:
+                  ) -> dict[str, Stores]:
     """{kernel target: the values it computes again (read at several indices, broadcast over
-    axes it does not depend on, or computed by other kernels too) that no such value reads
-    (the mask, not the positions it is made of), costliest first: times computed by the work
-    of its inline cone, a transcendental counting 8 operations}."""
+    axes it does not depend on, or computed by other kernels too) that no such value computed
+    by as many kernels reads (the mask, not the positions it is made of), costliest first:
+    times computed by the work of its inline cone, a transcendental counting 8 operations}."""
     plans = [k for k in plans if getattr(k, "inline", ())]
     users: dict[str, int] = {}
     for k in plans:
-        for x, _ in k.inline:
+        for x, _, _ in k.inline:
             users[x] = users.get(x, 0) + 1
     out = {}
     for k in plans:
-        inline = dict(k.inline)
+        inline = {x: times for x, times, _ in k.inline}
 
         def cone(x: str) -> set[str]:
             seen, stack = set(), [x]
@@ -58,26 +71,46 @@ def store_choices(prog, plans: list, pos: dict, materialized: set[str]
 
         def work(x: str) -> int:
             return sum(8 if prog.node(y).op in TRANSCENDENTAL else 1 for y in cone(x))
-        again = [x for x, times in k.inline if times * users[x] > 1]
-        below = set().union(*(cone(x) - {x} for x in again))     # stored with one above them
+        # inside a reduction, only one with a transcendental: a contraction's computed operand
+        # is the schedule's PROLOGUE decision (its rows stored or computed per block)
+        again = [x for x, times, inside in k.inline
+                 if times * users[x] > 1 and (not inside or work(x) >= 8)]
+        # a value below another is stored with it, unless more kernels compute it (RoPE's cos
+        # under one layer's rotated q, in every layer)
+        below = {y for x in again for y in cone(x) - {x} if users[y] <= users[x]}
         chosen = sorted((x for x in again if x not in below),
                         key=lambda x: (-inline[x] * users[x] * work(x), pos[x]))
+        size = prod(prog.node(k.target).type.shape)
+        rule = takewhile(lambda x: _by_rule(prog, x, inline[x] * users[x], cone(x), size), chosen)
         if chosen:
-            out[k.target] = tuple(chosen)
+            out[k.target] = Stores(tuple(chosen), len(list(rule)))
     return out
 
 
-def store_decisions(loop: LoopProgram, choices: dict, ctx: Context) -> dict[str, tuple[int, str]]:
-    """{kernel target: (its STORE value, its signature)} for the kernels with values to store;
-    STORE=n stores the first n. Looked up by signature, so a tuned value follows a layer's
-    kernel into every layer."""
+def _by_rule(prog, x: str, times: int, cone: set[str], size: int) -> bool:
+    """Whether a CPU stores x by default: a transcendental in it, computed at least 16 times a
+    point, and at most an eighth of the kernel's output (RoPE's cos and sin, shared by every
+    layer: TinyLlama's 128-token prefill 1.04x, a RoPE from angles 18x; a causal mask or a
+    softmax's exp rows are left to the search)."""
+    return times >= 16 and 8 * prod(prog.node(x).type.shape) <= size \
+        and any(prog.node(y).op in TRANSCENDENTAL for y in cone)
+
+
+def store_decisions(loop: LoopProgram, choices: dict, ctx: Context
+                    ) -> tuple[dict[str, int], dict[str, str]]:
+    """({kernel target: its STORE value}, {loop kernel: its signature}) for the kernels with
+    values to store; STORE=n stores the first n (default: Stores.by_rule on a CPU, none on a
+    GPU). Looked up by signature, so a tuned value follows a layer's kernel into every layer;
+    a target in pieces (loop/causal_pieces.py) takes the value any piece is pinned to."""
     buffers = {b.name: b for b in loop.buffers}
-    out = {}
+    value, sigs = {}, {}
     for k in loop.kernels:
         t = k.writes[0] if k.writes else None
-        if t not in choices or t in out:
+        if t not in choices:
             continue
-        sig = signature(k, buffers)
-        kctx, _ = ctx.for_kernel(sig)
-        out[t] = (min(kctx.knob("STORE", 0), len(choices[t])), sig)   # more than it has: all
-    return out
+        sigs[k.name] = signature(k, buffers)
+        kctx, _ = ctx.for_kernel(sigs[k.name])
+        if t not in value or kctx.pinned("STORE"):
+            n = kctx.knob("STORE", 0 if ctx.arch.is_gpu else choices[t].by_rule)
+            value[t] = min(n, len(choices[t].values))       # more than it has: all of them
+    return value, sigs

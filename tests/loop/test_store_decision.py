@@ -89,3 +89,22 @@ def test_a_tuned_store_keeps_the_kernels_other_knobs():
     tile = next(t for t in program.lowered.tile.kernels if t.name == "k_add")
     assert dict(tile.knobs)["THREADS"] == 1 and dict(tile.knobs)["STORE"] == 2
     torch.testing.assert_close(program(*inputs), rope_from_positions(*inputs), rtol=1e-5, atol=1e-5)
+
+
+@native
+def test_a_cpu_stores_a_costly_broadcast_value_by_default():
+    """The rule (store._by_rule): a transcendental computed at least 16 times a point, at most
+    an eighth of the kernel's output, is stored on a CPU; not across 5 heads, nor on a GPU."""
+    many, few = _inputs(heads=32), _inputs(heads=5)
+    program = strata.compile(rope_from_positions, many, device="cpu", ctx=Context(tuned=False))
+    k = next(k for k in program.lowered.loop.kernels if k.name == "k_add")
+    assert dict(k.knobs) == {"STORE": 2} and {"cos", "sin"} <= set(k.reads)
+    torch.testing.assert_close(program(*many), rope_from_positions(*many), rtol=1e-5, atol=1e-5)
+    cpu_few = strata.compile(rope_from_positions, few, device="cpu", ctx=Context(tuned=False))
+    assert [dict(k.knobs) for k in cpu_few.lowered.loop.kernels] == [{"STORE": 0}]
+    assert len(_loop(rope_from_positions, many).kernels) == 1           # sim: a GPU target
+    back = strata.compile(rope_from_positions, many, device="cpu",
+                          ctx=Context(knobs={"STORE": 0}, tuned=False))
+    (k,) = back.lowered.loop.kernels
+    assert k.tuning_key and "cos" not in k.reads       # planned again, keyed as the rule built it
+    torch.testing.assert_close(back(*many), rope_from_positions(*many), rtol=1e-5, atol=1e-5)
