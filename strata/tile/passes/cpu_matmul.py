@@ -67,7 +67,9 @@ THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumula
 TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quarter of L2: each
                             # tile streams it from further out, taller tiles fewer times
                             # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
-                            # in the EMR's 2 MiB)
+                            # in the EMR's 2 MiB); and always in the pairs form (bf16 M=128, K
+                            # 256 to 2048, N 256 to 32000: 1.08x to 1.12x on Zen 5, which
+                            # strata tune found on TinyLlama's q, k/v, o and lm_head)
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 512           # rows of a piece, which packs its own panels (512 as one: 1.12x)
 WIDE_ACCUMULATORS = 16     # a block of two panels (contraction.one_block_n): 2 rows of 8 vectors,
@@ -90,8 +92,8 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
                                             max(16 if amx else 1, pow2_ceil(k.extent(n)))))
     rows = DOT_M if dot else 32 if amx and k.extent(m) > 16 else 16 if amx else \
         max(1, WIDE_ACCUMULATORS // (wide // lanes)) if wide else \
-        TALL_M if wide_registers and vectors == CPU_VECTORS_N and k_total * tile_n * 4 > half_l2 // 2 \
-        else THREAD_M
+        TALL_M if wide_registers and vectors == CPU_VECTORS_N and \
+        (form == "pairs" or k_total * tile_n * 4 > half_l2 // 2) else THREAD_M
     thread_m = ctx.knob("THREAD_M", rows if amx else min(rows, k.extent(m)))
     panels = prod(e for v, e in k.domain if v not in (m, n)) * -(-k.extent(n) // tile_n)
     rows = -(-k.extent(m) // -(-BLOCKS_PER_CORE * ctx.arch.cores // panels))   # M cut for cores
