@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from ..core.cpu_load import OtherLoad, busy_sentence
 from ..core.knobs import KNOBS
+from .calibrate import calibrated, kind, learned
 from .cost import spearman
 from .db import TuningDB
 
@@ -147,8 +148,9 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
     are what is left to try. Ctrl-C ends it with what it had not tried (stopped "interrupted")."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
     pending = candidates(r.default_knobs, cores, k.get("stores", 8))
+    ratios = learned(k.get("measurements", ()), r.signature, kind(pending))   # this machine's
     try:
-        return _search(worker, r, pending, deadline, say, before, cores)
+        return _search(worker, r, pending, deadline, say, before, cores, ratios)
     except KeyboardInterrupt:
         r.stopped, r.untried, r.knobs = "interrupted", pending, {}
         return r
@@ -159,7 +161,7 @@ def _key(pins: dict) -> str:
 
 
 def _search(worker, r: KernelResult, pending: list, deadline: float, say, before,
-            cores: int) -> KernelResult:
+            cores: int, ratios: dict) -> KernelResult:
     """tune_kernel's search; `pending` is emptied from the front as candidates are tried."""
     sig, measured = r.signature, {}          # {pins as json: ratio to the default}
     if before:
@@ -191,7 +193,8 @@ def _search(worker, r: KernelResult, pending: list, deadline: float, say, before
         reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in pending],
                             "seconds": left / 2}, timeout=TIMEOUT_S + left / 2)
         if "ms" in reply:
-            estimates = {_key(p): e for p, e in zip([{}] + pending, reply["ms"])}
+            estimates = calibrated({_key(p): e for p, e in zip([{}] + pending, reply["ms"])},
+                                   ratios)
             pending.sort(key=lambda p: estimates.get(_key(p), float("inf")))
     built = set()       # candidates compiled ahead, a batch of one per core (worker "build")
     while pending:
@@ -286,12 +289,14 @@ def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
     budget goes where the time is, each a share in proportion to its time alone)."""
     results, todo, target = [], [], info["target"]
     pinned = set(prepare.get("knobs", {}))     # the user's pins are not searched
+    measurements = db.measurements(target)     # what the cost model learns from (calibrate.py)
     kernels = _distinct(info["kernels"])
     total_ms = sum(k.get("ms", 0.0) for k in kernels)
     for k in kernels:
         k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
         r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
         k["before"] = None if force else db.search(k["signature"], target)
+        k["measurements"] = measurements
         if k["before"] and k["before"]["stopped"] == "budget" and not go_on:
             left = len(k["before"]["untried"])
             r.note = (f"tuned before; its budget ran out with {left} candidate"

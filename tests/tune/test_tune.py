@@ -141,6 +141,30 @@ def test_a_store_candidate_is_compiled_whole_and_timed_by_the_kernels_it_changed
     assert mine == {k["name"]} and theirs == {k["name"], "k_cos", "k_sin"}
 
 
+def test_the_cost_model_learns_from_this_machines_other_kernels(tmp_path):
+    """calibrate.py: a change measured on two or more other kernels of the same kind on this
+    target is ranked by its median ratio there; the kernel's own earlier result, another
+    kind's, another target's and a change seen once are not used."""
+    from strata.tune.calibrate import calibrated, kind, learned
+    db = TuningDB(tmp_path / "t.sqlite")
+    tall, short, once = {"THREAD_M": 8}, {"THREAD_M": 4}, {"THREAD_M": 2}
+    for sig, t8 in (("a", 0.9), ("b", 0.8), ("c", 0.85)):
+        db.put(sig, "here", {}, "k", 1.0, 1.0, 3, [],
+               measured=[[tall, t8, 1.0], [short, 1.2, 1.0]] + ([[once, 0.5, 1.0]] if sig == "a" else []),
+               untried=[once] if sig != "a" else [])
+    db.put("d", "here", {}, "k", 1.0, 1.0, 1, [], measured=[[{"KEEP": False}, 2.0, 1.0]])
+    db.put("e", "there", {}, "k", 1.0, 1.0, 1, [], measured=[[tall, 5.0, 1.0]], untried=[short, once])
+    like = kind([tall, short, once])
+    ratios = learned(db.measurements("here"), "a", like)
+    assert ratios == {json.dumps(tall): pytest.approx(0.825), json.dumps(short): 1.2}
+    roofline = {"{}": 10.0, json.dumps(tall): 12.0, json.dumps(short): 9.0, json.dumps(once): 11.0}
+    got = calibrated(roofline, ratios)
+    assert got == {"{}": 10.0, json.dumps(tall): pytest.approx(8.25), json.dumps(short): 12.0,
+                   json.dumps(once): 11.0}
+    assert sorted(got, key=got.get)[0] == json.dumps(tall)        # the roofline put it last
+    assert learned(db.measurements("here"), "x", kind([{"KEEP": False}])) == {}   # seen once
+
+
 FAKE = textwrap.dedent("""
     import json, sys, time, os
     for line in sys.stdin:

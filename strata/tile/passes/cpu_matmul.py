@@ -64,12 +64,10 @@ from ..ir import (Guard, MatmulTile, MicroTiles, Mode, Points, Registers, StageT
 
 THREAD_M = 6                # rows of a register tile: 6 x 2 vectors of accumulators
                             # (6 x 4 in the outer form: contraction.WIDE_N)
-TALL_M = 8                  # ... 8 x 2 when the packed panel takes over a quarter of L2: each
-                            # tile streams it from further out, taller tiles fewer times
-                            # (K=5632, N=32, M=128: 1.6x faster on the EPYC's 1 MiB L2, 1.03x
-                            # in the EMR's 2 MiB); and always in the pairs form (bf16 M=128, K
-                            # 256 to 2048, N 256 to 32000: 1.08x to 1.12x on Zen 5, which
-                            # strata tune found on TinyLlama's q, k/v, o and lm_head)
+TALL_M = 8                  # ... 8 x 2 in the pairs form (bf16, M=128: 1.08-1.13x on Zen 5)
+                            # and when the packed panel takes over a quarter of L2, which each
+                            # tile streams from further out (K=5632, N=32, M=128: 1.6x on the
+                            # EPYC's 1 MiB L2, 1.03x in the EMR's 2 MiB)
 BLOCKS_PER_CORE = 4
 MAX_TILE_M = 512           # rows of a piece, which packs its own panels (512 as one: 1.12x)
 WIDE_ACCUMULATORS = 16     # a block of two panels (contraction.one_block_n): 2 rows of 8 vectors,
