@@ -264,7 +264,7 @@ class Worker:
             return {"error": "wrong", "why": problem}
         rounds = req.get("rounds", 7)
         mine, theirs = _changed(program.lowered.loop, self.default.lowered.loop) if structural \
-            else (set(self.names[sig]),) * 2
+            else (set(self.names.get(sig, [])),) * 2
         runs = {"default": self.kernel_calls(self.default, theirs),
                 "candidate": self.kernel_calls(program, mine)} \
             if self.device == "cpu" and not more and req.get("scope") != "program" else {}
