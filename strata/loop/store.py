@@ -8,6 +8,7 @@ is a knob, pinned per kernel signature like the schedule's and searched by `stra
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import takewhile
 from math import prod
@@ -45,46 +46,43 @@ def recomputed(elementwise: dict, shape: tuple, outer: tuple) -> tuple[tuple[str
     return tuple(out)
 
 
-def store_choices(prog, plans: list, pos: dict, materialized: set[str]
-                  ) -> dict[str, Stores]:
+def store_choices(prog, plans: list, pos: dict, materialized: set[str]) -> dict[str, Stores]:
     """{kernel target: the values it computes again (read at several indices, broadcast over
     axes it does not depend on, or computed by other kernels too) that no such value computed
     by as many kernels reads (the mask, not the positions it is made of), costliest first:
     times computed by the work of its inline cone, a transcendental counting 8 operations}."""
     plans = [k for k in plans if getattr(k, "inline", ())]
-    users: dict[str, int] = {}
-    for k in plans:
-        for x, _, _ in k.inline:
-            users[x] = users.get(x, 0) + 1
+    users = Counter(x for k in plans for x, _, _ in k.inline)       # kernels computing each
     out = {}
     for k in plans:
         inline = {x: times for x, times, _ in k.inline}
-
-        def cone(x: str) -> set[str]:
-            seen, stack = set(), [x]
-            while stack:
-                y = stack.pop()
-                if y not in materialized and y not in seen:
-                    seen.add(y)
-                    stack.extend(prog.node(y).operands())
-            return seen & inline.keys()
-
-        def work(x: str) -> int:
-            return sum(8 if prog.node(y).op in TRANSCENDENTAL else 1 for y in cone(x))
+        cone = {x: _cone(prog, x, materialized) & inline.keys() for x in inline}
+        work = {x: sum(8 if prog.node(y).op in TRANSCENDENTAL else 1 for y in c)
+                for x, c in cone.items()}
         # inside a reduction, only one with a transcendental: a contraction's computed operand
         # is the schedule's PROLOGUE decision (its rows stored or computed per block)
         again = [x for x, times, inside in k.inline
-                 if times * users[x] > 1 and (not inside or work(x) >= 8)]
+                 if times * users[x] > 1 and (not inside or work[x] >= 8)]
         # a value below another is stored with it, unless more kernels compute it (RoPE's cos
         # under one layer's rotated q, in every layer)
-        below = {y for x in again for y in cone(x) - {x} if users[y] <= users[x]}
+        below = {y for x in again for y in cone[x] - {x} if users[y] <= users[x]}
         chosen = sorted((x for x in again if x not in below),
-                        key=lambda x: (-inline[x] * users[x] * work(x), pos[x]))
+                        key=lambda x: (-inline[x] * users[x] * work[x], pos[x]))
         size = prod(prog.node(k.target).type.shape)
-        rule = takewhile(lambda x: _by_rule(prog, x, inline[x] * users[x], cone(x), size), chosen)
+        rule = takewhile(lambda x: _by_rule(prog, x, inline[x] * users[x], cone[x], size), chosen)
         if chosen:
             out[k.target] = Stores(tuple(chosen), len(list(rule)))
     return out
+
+
+def _cone(prog, x: str, materialized: set[str]) -> set[str]:      # x and what makes it
+    seen, stack = set(), [x]
+    while stack:
+        y = stack.pop()
+        if y not in materialized and y not in seen:
+            seen.add(y)
+            stack.extend(prog.node(y).operands())
+    return seen
 
 
 def _by_rule(prog, x: str, times: int, cone: set[str], size: int) -> bool:
@@ -102,6 +100,9 @@ def store_decisions(loop: LoopProgram, choices: dict, ctx: Context
     values to store; STORE=n stores the first n (default: Stores.by_rule on a CPU, none on a
     GPU). Looked up by signature, so a tuned value follows a layer's kernel into every layer;
     a target in pieces (loop/causal_pieces.py) takes the value any piece is pinned to."""
+    default = {t: 0 if ctx.arch.is_gpu else c.by_rule for t, c in choices.items()}
+    if not (ctx.kernel_knobs or ctx.tuned or ctx.pinned("STORE")):    # nothing can pin it:
+        return default, {}                                              # no signature to compute
     buffers = {b.name: b for b in loop.buffers}
     value, sigs = {}, {}
     for k in loop.kernels:
@@ -111,6 +112,5 @@ def store_decisions(loop: LoopProgram, choices: dict, ctx: Context
         sigs[k.name] = signature(k, buffers)
         kctx, _ = ctx.for_kernel(sigs[k.name])
         if t not in value or kctx.pinned("STORE"):
-            n = kctx.knob("STORE", 0 if ctx.arch.is_gpu else choices[t].by_rule)
-            value[t] = min(n, len(choices[t].values))       # more than it has: all of them
+            value[t] = min(kctx.knob("STORE", default[t]), len(choices[t].values))   # more: all
     return value, sigs

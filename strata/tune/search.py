@@ -148,9 +148,8 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
     are what is left to try. Ctrl-C ends it with what it had not tried (stopped "interrupted")."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
     pending = candidates(r.default_knobs, cores, k.get("stores", 8))
-    ratios = learned(k.get("measurements", ()), r.signature, kind(pending))   # this machine's
     try:
-        return _search(worker, r, pending, deadline, say, before, cores, ratios)
+        return _search(worker, r, pending, deadline, say, before, cores, k.get("ratios", {}))
     except KeyboardInterrupt:
         r.stopped, r.untried, r.knobs = "interrupted", pending, {}
         return r
@@ -296,7 +295,9 @@ def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
         k["knobs"] = {n: v for n, v in k["knobs"].items() if n.upper() not in pinned}
         r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
         k["before"] = None if force else db.search(k["signature"], target)
-        k["measurements"] = measurements
+        k["ratios"] = learned(measurements, k["signature"],         # this machine's (calibrate.py)
+                              kind(candidates(k["knobs"], info.get("cores", 1 << 10),
+                                              k.get("stores", 8))))
         if k["before"] and k["before"]["stopped"] == "budget" and not go_on:
             left = len(k["before"]["untried"])
             r.note = (f"tuned before; its budget ran out with {left} candidate"
