@@ -147,10 +147,17 @@ def test_a_compiled_prefill_runs_through_the_compiled_function():
     def compile_fn(fn):
         compiled = torch.compile(fn, backend="eager", dynamic=False)
         return lambda ids, positions: shapes.append(tuple(ids.shape)) or compiled(ids, positions)
+
+    def keys(cache):  # transformers 5.x makes a layer's tensors on its first update
+        return [getattr(layer, "keys", None) for layer in getattr(cache, "layers", [])]
     run = StaticCompiled(lm, 12, "cpu", compile_fn, compile_prefill=True)
+    made = keys(run.cache)
+    assert all(k is not None and k.numel() for k in made)  # before any compiled call (a CUDA
+    # graph's first run would own them and overwrite them at its next replay: H200 run 6)
     ids, *_ = run([3, 1, 4, 1, 5], 4)
     assert shapes[0] == (1, 5) and set(shapes[1:]) == {(1, 1)}
     assert ids == hf_eager_greedy(lm, [3, 1, 4, 1, 5], 4, device="cpu")[0]
+    assert all(a is b for a, b in zip(made, keys(run.cache)))
 
 
 @no_gpu
