@@ -160,6 +160,18 @@ def test_split_k_for_decode_shapes():
     assert [k.mode for k in prog.lowered.tile.kernels][0] == "mma" and len(prog.kernels) == 2
 
 
+def test_decode_gemvs_keep_more_weight_bytes_in_flight():
+    """At most 16 rows of M: the deepest pipeline that fits, up to 8 stages and the K steps
+    (28 KB of weight in flight a block; 3 stages read at 18% of an H200's bandwidth), still eager's
+    numbers; a 64-row product keeps 3 stages."""
+    for m, k, n, want in ((1, 2048, 96, 8), (3, 224, 40, 7), (16, 96, 64, 3)):
+        prog = run_and_compare(torch.mm, (r(m, k).to(BF16), r(k, n).to(BF16)), contraction=True,
+                               ctx=Context(knobs={"SPLIT_K": "1"}))
+        assert f"STAGES={want}," in str(_one_mma_kernel(prog)), (m, k, n)
+    prog = strata.compile(torch.mm, (r(64, 2048).to(BF16), r(2048, 96).to(BF16)), ctx=Context())
+    assert "STAGES=3," in str(_mma(prog)[0])
+
+
 def test_vv_diffs_show_each_mma_pass():
     ctx = Context(verbosity=2, stream=io.StringIO())
     strata.compile(torch.mm, (r(64, 128).to(F16), r(128, 96).to(F16)), ctx=ctx)
