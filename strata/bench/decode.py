@@ -233,7 +233,7 @@ def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None,
     rows = [measure(STRATA, run, args.new_tokens, args.repeats)]
     if kept is not None:            # decode_rounds.py times it again
         kept["run"] = run
-    if device == "cuda" and rows[0].ok and prefill.runtime.programmatic:
+    if device == "cuda" and rows[0].ok and step.runtime.programmatic:
         for program in (prefill, step):
             program.runtime.set_programmatic(False)
         rows.append(measure(f"{STRATA}, full graph edges (STRATA_PDL=0)", run, args.new_tokens,

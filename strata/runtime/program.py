@@ -31,6 +31,7 @@ from ..codegen.cfamily import cname
 from ..codegen.cuda_units import Units, plan_units
 from ..core import dtypes
 from ..core.errors import InputMismatch
+from ..core.targets import TARGETS
 from ..kernel_ir.ir import KernelProgram, Wgmma, walk
 from . import driver
 from .args import POINTER_ALIGN, check_args, prepare_args, prepare_weights
@@ -74,6 +75,13 @@ def poison_(t: torch.Tensor) -> None:
         t.fill_(info.min if info.min < 0 else info.max)
 
 
+def few_waves(program: KernelProgram, arch: str) -> bool:
+    """Every kernel at most two blocks per SM (the target's fill_blocks; an H100's SMs for a
+    GPU strata has no target for)."""
+    fill = TARGETS.get(arch, TARGETS["sm_90a"]).fill_blocks
+    return all(k.grid <= fill for k in program.kernels)
+
+
 class CudaProgram:
     """Run a KernelProgram on one CUDA device (see the module docstring).
 
@@ -94,9 +102,13 @@ class CudaProgram:
         self.arch = arch or _arch_for(program, self.driver.arch(self.device))
         self.use_graph, self.poison = use_graph, poison
         # every kernel waits for the one before it on sm_90+ (codegen/cuda.py), so the graph may
-        # join them by programmatic edges; STRATA_PDL=0 keeps full dependencies (to compare)
-        self.programmatic = (int(re.search(r"\d+", self.arch)[0]) >= 90
-                             and os.environ.get("STRATA_PDL") != "0")
+        # join them by programmatic edges: by default where each kernel is at most two waves of
+        # blocks (a decode step: the next kernel's weights asked of L2 under this one's tail). A
+        # prefill's kernels of many waves lost with them on the H200 (run 6: bf16 5.20 against
+        # 4.70 ms, Q4_0 34.7 against 27.3; why is not known). STRATA_PDL=0|1 pins it.
+        pinned = os.environ.get("STRATA_PDL")
+        self.programmatic = int(re.search(r"\d+", self.arch)[0]) >= 90 and (
+            pinned == "1" if pinned in ("0", "1") else few_waves(program, self.arch))
         self.spec = dict(inputs) if inputs is not None else {
             b.name: b for b in program.buffers if b.kind == "input"}
         self.buffers = {b.name: b for b in program.buffers}

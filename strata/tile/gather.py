@@ -13,6 +13,7 @@ with it; kernel_ir/lowerer.py lowers by it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from ..core import dtypes
 from ..core.expr import (
@@ -85,6 +86,8 @@ def plan(loads, shape_of, dtype_of, inner: str, vec: int, bounds: dict) -> Plan 
     for s in loads:
         flat = flat_index(s.index, shape_of(s.buf))
         width = 16 // dtypes.ITEMSIZE[dtype_of(s.buf)]
+        if prod(shape_of(s.buf)) % width:     # its last window would read past its end
+            return f"{s.buf} is not a whole number of 16-byte windows"
         live = []
         for j in range(vec):
             pred = Const(True, "bool") if s.pred is None else at(s.pred, inner, q, vec, j, bounds)

@@ -94,6 +94,31 @@ def test_quantized_gemv_reads_weights_with_128_bit_loads(m, fmt, act, k, n):
         assert use["spill_stores"] == use["spill_loads"] == 0, f"{name} spills: {use}"
 
 
+def test_a_q4_0_down_projection_computes_no_exponential_per_weight_row():
+    """TinyLlama's Q4_0 down_proj at M = 1 reads SiLU(gate) * up stored once by a kernel of its
+    own: the GEMV's machine code has no MUFU.EX2 (fused, every weight row's threads computed the
+    5632 exponentials again, at 128 registers a thread; the H200 run read its weights at 218
+    GB/s), 128-bit loads only, at most 64 registers, 0 spills."""
+    from strata.quant.formats import QuantLinear
+
+    class GatedDown(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = QuantLinear.from_linear(torch.nn.Linear(5632, 2048, bias=False), "q4_0")
+
+        def forward(self, gate, up):
+            return self.down(torch.nn.functional.silu(gate) * up)
+    args = tuple(torch.randn(1, 5632, dtype=torch.bfloat16) for _ in range(2))
+    prog = strata.compile(GatedDown().eval(), args, device="sim", ctx=Context(target=ARCH))
+    source = prog.source("cuda")
+    first, gemv = prog.lowered.tile.kernels
+    assert first.name.endswith("_prologue") and gemv.mode == "rows", (first.name, gemv.mode)
+    code, use = sass(source, ARCH), resource_usage(source, ARCH)
+    assert "MUFU.EX2" in code[first.name] and "MUFU.EX2" not in code[gemv.name]
+    assert set(global_loads(code[gemv.name])) == {128}
+    assert use[gemv.name]["registers"] <= 64 and use[gemv.name]["spill_stores"] == 0, use
+
+
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
 @pytest.mark.parametrize("m", [1, 3, 4, 5])
 def test_quantized_gemv_matches_eager_on_the_simulator(fmt, m):

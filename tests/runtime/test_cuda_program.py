@@ -225,6 +225,17 @@ def test_without_programmatic_launch_the_graph_has_full_edges(no_nvrtc, monkeypa
     np.testing.assert_array_equal(got.numpy(), program.run_numpy(snippet.example_inputs)[0])
 
 
+def test_a_program_of_many_waves_keeps_full_edges_unless_pinned(no_nvrtc, monkeypatch):
+    """Programmatic edges by default only where every kernel is at most two blocks per SM (a
+    decode step); a prefill's many-wave kernels lost with them on the H200. STRATA_PDL=1 pins."""
+    code = "torch.relu(torch.randn(1200, 1024)) * 2"
+    program, snippet, rt, driver = _on_sim_driver(code)
+    assert max(k.grid for k in program.lowered.kernel.kernels) > 2 * 132
+    assert not rt.programmatic
+    monkeypatch.setenv("STRATA_PDL", "1")
+    assert _on_sim_driver(code)[2].programmatic
+
+
 def test_every_kernel_waits_for_the_one_before_it():
     """What makes programmatic edges safe: each CUDA kernel's first statement waits for its
     predecessor (griddepcontrol.wait, sm_90+ only), in the PTX NVRTC makes for sm_90."""

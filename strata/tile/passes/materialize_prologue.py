@@ -17,7 +17,8 @@ big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK); an FP8 operand always 
 tensor-core path but wgmma: fused, the product would run on CUDA cores), and on any GPU the
 vector of a matrix-vector product rounded to FP8 last (FP8Linear's decode activations: stored
 once in FP8, not divided and rounded again for every weight row; tile/gemv.py then reads both
-by 16-byte loads). Declines, saying why, off sm_90a, for
+by 16-byte loads). On any GPU too, a vector computed with a transcendental before byte weights
+(SiLU(gate) * up before a Q4_0 down_proj: `_byte_gemv`). Declines, saying why, off sm_90a, for
 a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel anyway.
 """
 from __future__ import annotations
@@ -27,9 +28,12 @@ from math import prod
 from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
-from ..contraction import closure, depends, match, split_prologues, uses
+from ...core.expr import nodes
+from ...core.scalar_ops import TRANSCENDENTAL
+from ..contraction import closure, depends, match, product, split_prologues, uses
+from ..gemv import byte_vec
 from ..ir import TileKernel
-from ..tensor_core import HALF, operands, tma_dims
+from ..tensor_core import HALF, half_dtype, operands, tma_dims
 
 MAX_SHARE = 4           # materialize an operand of at most a quarter of the other's bytes
 MIN_WORK = 1 << 24      # multiply-adds below which mma.sync with the prologue fused is as good
@@ -54,6 +58,8 @@ def materialize_prologue(k: TileKernel, ctx: Context):
         return k
     pinned = ctx.knob("PROLOGUE", "")
     instr = ctx.knob("INSTR", "")
+    if ctx.arch.is_gpu and pinned != "fuse" and (byte := _byte_gemv(k, c, ctx)):
+        return byte
 
     def decline(why: str, knob: bool = True):
         ctx.log(f"materialize_prologue: {k.name}: declined, {why}")
@@ -96,6 +102,29 @@ def materialize_prologue(k: TileKernel, ctx: Context):
     return split_prologues(k, c, [(loop, op.value, other.value, f"operand {op.side} of "
                                    f"{loop.accs[0].acc}") for loop, op, other in computed],
                            found[0][-1], axes, ctx, "materialize_prologue")
+
+
+def _byte_gemv(k: TileKernel, c, ctx: Context):
+    """A vector times byte weights (tile/gemv.py's rows) whose vector holds a transcendental
+    (SiLU(gate) * up): fused, every weight row's threads compute all of it again (2048 x 5632
+    exps for TinyLlama's down_proj); stored once in the dtype eager holds it in. Else None."""
+    if len(c.loops) != 1 or not byte_vec(k, c, c.loops[0]):
+        return None
+    (loop,) = c.loops
+    found = product(loop.body)
+    if isinstance(found, str):
+        return None
+    (a, b, _), axes = found, {v for v, _ in k.domain}
+    deps = depends(loop.body, axes)
+    vector, weight = (a, b) if c.n not in deps[a] else (b, a)
+    stmts = closure(loop.body, vector)
+    if not any(getattr(x, "op", None) in TRANSCENDENTAL for s in stmts if isinstance(s, Let)
+               for x in nodes(s.value)):
+        return None
+    dtype = half_dtype(k, stmts, all(k.dtype_of(w) in HALF for w in k.writes))
+    return split_prologues(k, c, [(loop, vector, weight, "the vector of a byte GEMV")],
+                           dtype if dtype in HALF else "f32", axes, ctx,
+                           "materialize_prologue")
 
 
 def _plain(op) -> bool:

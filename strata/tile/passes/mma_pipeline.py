@@ -7,12 +7,9 @@ fill of step + S-1 into the buffer read one step earlier, and multiplies; the la
 is the deepest of 3 or 2 whose buffers fit in SMEM_LIMIT bytes of static shared memory (rows
 with several reductions reuse one set of buffers). Raises when even one stage does not fit.
 
-A kernel of at most 16 rows of M in one tile row (a decode GEMV: each block streams its own slab of
-the weight, read once) is bound by how many bytes each SM keeps in flight, not by its products:
-by Little's law a GPU's bandwidth times its loaded DRAM latency (4.8 TB/s x about 1 us over an
-H200's 132 SMs: about 36 KB per SM). Three stages of 16 x 64 x 32 tiles keep 8 KB in flight a
-block, and the H200 run of 2026-12-01 read those GEMVs' weights at 18% of its copy bandwidth; such
-a kernel takes the deepest pipeline that fits, up to 8 stages (28 KB in flight) and its K steps.
+A decode GEMV (at most 16 rows of M in one tile row) is bound by the bytes each SM keeps in
+flight (Little's law: about 36 KB on an H200; 3 stages keep 8 KB a block and the H200 run read
+those GEMVs at 18% of its bandwidth): it takes the deepest pipeline that fits, up to 8 stages.
 """
 from __future__ import annotations
 
@@ -31,16 +28,11 @@ def stage_bytes(k: TileKernel) -> int:
     return 2 * (max(stage_elems(s.a, mt) for s in loops) + max(stage_elems(s.b, mt) for s in loops))
 
 
-def streams_weights(k: TileKernel) -> bool:
-    """At most 16 rows (one mma tile) over all of M: each block reads its part of the N side
-    once and does little with it (a decode GEMV)."""
-    return k.extent(k.matmul.m) <= min(16, k.matmul.tile_m)
-
-
-def _deepest(k: TileKernel) -> int:
-    """Up to 8 stages, no more than the K loops' steps (a short K slice of a split)."""
-    steps = max(-(-s.extent // k.matmul.tile_k) for s in k.body if isinstance(s, MmaLoop))
-    return max(3, min(8, steps))
+def _default_stages(k: TileKernel) -> int:
+    """3; a decode GEMV (at most 16 rows of M, one tile row) one per K step, up to 8."""
+    if k.extent(k.matmul.m) > min(16, k.matmul.tile_m):
+        return 3
+    return max(3, min(8, *(-(-s.extent // k.matmul.tile_k) for s in k.body if isinstance(s, MmaLoop))))
 
 
 def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
@@ -52,7 +44,7 @@ def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
         raise KnobError(f"{k.name}: one stage of its {k.matmul.tile_m}x{k.matmul.tile_n}x"
                         f"{k.matmul.tile_k} tiles needs {per} bytes of shared memory (more than "
                         f"{limit}); choose smaller TILE_M/TILE_N/TILE_K")
-    stages = ctx.knob("STAGES", max(1, min(_deepest(k) if streams_weights(k) else 3, fit)))
+    stages = ctx.knob("STAGES", max(1, min(_default_stages(k), fit)))
     if not 1 <= stages <= fit:
         raise KnobError(f"STAGES={stages}: between 1 and {fit} stages of {per} bytes fit in "
                         f"{limit} bytes of shared memory")
