@@ -10,11 +10,12 @@ from ..core import dtypes
 
 
 def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> list[str]:
-    """Report lines: the `top` slowest kernels that read weights, with their GB/s."""
+    """Report lines: where the step's kernel time goes (`breakdown`), then the `top` slowest
+    kernels that read weights, with their GB/s."""
     kp = program.lowered.kernel
     weights = {b.name for b in kp.buffers if b.kind == "weight"}
-    rows = []
-    for kernel, timing in zip(kp.kernels, program.runtime.time_kernels(inputs)):
+    rows, timings = [], program.runtime.time_kernels(inputs)
+    for kernel, timing in zip(kp.kernels, timings):
         nbytes = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in kernel.params if p.name in weights)
         if nbytes and timing["ms"] > 0:
             rows.append((timing["ms"], kernel.name, nbytes, nbytes / timing["ms"] / 1e6))
@@ -23,10 +24,41 @@ def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> 
     total_ms, total_bytes = sum(r[0] for r in rows), sum(r[2] for r in rows)
     share = (lambda gbps: f", {gbps / copy_gbps:.0%} of the copy bandwidth") if copy_gbps else \
         (lambda gbps: "")
-    lines = [f"decode step, {len(rows)} weight-reading kernels: {total_bytes / 1e6:,.1f} MB in "
+    lines = [breakdown(kp, timings),
+             f"decode step, {len(rows)} weight-reading kernels: {total_bytes / 1e6:,.1f} MB in "
              f"{total_ms:.3f} ms of kernel time, {total_bytes / total_ms / 1e6:,.0f} GB/s"
              f"{share(total_bytes / total_ms / 1e6)}"]
     for ms, name, nbytes, gbps in sorted(rows, reverse=True)[:top]:
         lines.append(f"  {name}: {ms * 1e3:.1f} µs, {nbytes / 1e6:.2f} MB of weights, "
                      f"{gbps:,.0f} GB/s{share(gbps)}")
     return lines
+
+
+ROLES = ("weight-reading", "split-K sums", "attention", "cache and input writes", "other")
+
+
+def role(kernel, weights: set, inputs: set) -> str:
+    """What a step's kernel does, from the buffers it touches."""
+    names = {p.name for p in kernel.params}
+    if names & weights:
+        return ROLES[0]
+    if any(n.endswith("_partial") for n in names):
+        return ROLES[1]
+    if "attention" in kernel.name:
+        return ROLES[2]
+    if any(p.output and p.name in inputs for p in kernel.params):
+        return ROLES[3]
+    return ROLES[4]
+
+
+def breakdown(kp, timings) -> str:
+    """All the step's kernels timed one by one, summed by role: with the measured ms a token,
+    how much of a token is kernels (each timed alone: its launch gap included) and whose."""
+    kinds = {kind: {b.name for b in kp.buffers if b.kind == kind} for kind in ("weight", "input")}
+    count, ms = dict.fromkeys(ROLES, 0), dict.fromkeys(ROLES, 0.0)
+    for kernel, timing in zip(kp.kernels, timings):
+        r = role(kernel, kinds["weight"], kinds["input"])
+        count[r], ms[r] = count[r] + 1, ms[r] + timing["ms"]
+    parts = ", ".join(f"{r} {count[r]} in {ms[r]:.3f}" for r in ROLES if count[r])
+    return (f"decode step, all {len(timings)} kernels one by one: {sum(ms.values()):.3f} ms "
+            f"({parts})")

@@ -235,8 +235,8 @@ BENCHES = {
     "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
                "TinyLlama-shaped bf16 greedy decode: tokens/s vs HF eager and torch.compile, "
                "fraction of the bandwidth limit, with and without programmatic edges; the step's "
-               "weight-reading kernels one by one; the prompt's prefill against torch.compile's "
-               "compiled prefill"),
+               "kernels one by one, summed by role, and its weight-reading ones' GB/s; the "
+               "prompt's prefill against torch.compile's compiled prefill"),
     "decode q4_0": (["strata.bench.decode", "--quant", "q4_0", "--new-tokens", "64", "--repeats", "2",
                      "--no-hf", "--no-compile"], 120,
                     "the same decode with Q4_0 weights (issue 53: >= 1.8x strata's bf16 decode)"),

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import torch
 
 import strata
-from strata.bench.decode_kernels import weight_bandwidth
+from strata.bench.decode_kernels import ROLES, role, weight_bandwidth
 
 
 def test_weight_bandwidth_counts_each_kernels_weights():
@@ -21,12 +21,32 @@ def test_weight_bandwidth_counts_each_kernels_weights():
     weight_kernels = [k for k in kernels if any(p.name.endswith("weight") for p in k.params)]
     assert len(weight_kernels) >= 1
     total = (64 * 256 + 256 * 32) * 4
-    assert lines[0].startswith(f"decode step, {len(weight_kernels)} weight-reading kernels: "
+    total_ms = sum(t["ms"] for t in times)
+    assert lines[0].startswith(f"decode step, all {len(kernels)} kernels one by one: "
+                               f"{total_ms:.3f} ms (weight-reading {len(weight_kernels)} in ")
+    assert lines[1].startswith(f"decode step, {len(weight_kernels)} weight-reading kernels: "
                                f"{total / 1e6:,.1f} MB")
     first = next(k for k in kernels if any(p.name == "p_0_weight" for p in k.params))
     ms = times[kernels.index(first)]["ms"]
     gbps = (64 * 256 * 4 + (256 * 32 * 4 if any(p.name == "p_2_weight" for p in first.params)
                             else 0)) / ms / 1e6
     assert any(f"{first.name}: {ms * 1e3:.1f} µs" in ln and f"{gbps:,.0f} GB/s, {gbps / 100:.0%}"
-               in ln for ln in lines[1:])
-    assert weight_bandwidth(fake, (), copy_gbps=None)[0].endswith("GB/s")
+               in ln for ln in lines[2:])
+    assert weight_bandwidth(fake, (), copy_gbps=None)[1].endswith("GB/s")
+
+
+def test_each_kernel_of_a_split_step_has_its_role():
+    """A decode-shaped step: the split-K GEMV reads the weight, its sum reads the partials, a
+    write into an input (the cache) is a cache write."""
+    def step(x, w, cache, position):
+        cache.index_copy_(0, position, x)
+        return torch.nn.functional.linear(x, w)
+    args = (torch.randn(1, 2048), torch.randn(64, 2048), torch.zeros(4, 2048), torch.tensor([1]))
+    with torch.no_grad():
+        prog = strata.compile(step, args, device="sim")
+    kp = prog.lowered.kernel
+    weights = {b.name for b in kp.buffers if b.kind in ("weight", "input") and b.shape == (64, 2048)}
+    inputs = {b.name for b in kp.buffers if b.kind == "input"}
+    roles = [role(k, weights, inputs) for k in kp.kernels]
+    assert ROLES[0] in roles and ROLES[1] in roles and ROLES[3] in roles, \
+        [(k.name, r) for k, r in zip(kp.kernels, roles)]
