@@ -24,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "compute-sanitizer, benchmarks and ncu, in one call.")
     p.add_argument("--out", default="gpu_check_out",
                    help="folder for the report (gpu_check.md, .json) and the packed logs")
-    p.add_argument("--limit-s", type=float, default=540.0,
-                   help="start nothing after this many seconds (default 540: a device call "
-                        "allows 600, and the machine's start comes on top)")
+    p.add_argument("--limit-s", type=float, default=570.0,
+                   help="start nothing after this many seconds (default 570: a device command "
+                        "may run 600, its machine's start not counted; the report is packed after)")
     p.add_argument("--dry-run", action="store_true",
                    help="on a CPU machine: the same steps, the simulator standing in for the GPU")
     p.add_argument("--workers", type=int, default=8, help="pytest processes for the GPU tests")
