@@ -122,16 +122,16 @@ class TuningDB:
                 "measured": json.loads(measured or "[]"), "rejected": json.loads(rejected),
                 "tried": tried, "default_ms": default_ms}
 
-    def measurements(self, target: str) -> list[tuple[str, list, list]]:
-        """(signature, measured, untried) of every search on `target`, of any strata version:
-        how each knob's values ran on this machine, which the cost model learns from
+    def measurements(self, target: str) -> list[tuple[str, list, list, str]]:
+        """(signature, measured, untried, label) of every search on `target`, of any strata
+        version: how each knob's values ran on this machine, which the cost model learns from
         (calibrate.py)."""
         if not self.path.exists():
             return []
         with self._connect() as con:
-            return [(sig, json.loads(m), json.loads(u or "[]")) for sig, m, u in con.execute(
-                "SELECT signature, measured, untried FROM tuned WHERE target=? AND measured "
-                "IS NOT NULL", (target,))]
+            return [(sig, json.loads(m), json.loads(u or "[]"), label) for sig, m, u, label in
+                    con.execute("SELECT signature, measured, untried, label FROM tuned WHERE "
+                                "target=? AND measured IS NOT NULL", (target,))]
 
     def rows(self) -> list[dict]:
         """Every record of this strata version, the most recent first."""

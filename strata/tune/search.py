@@ -192,8 +192,8 @@ def _search(worker, r: KernelResult, pending: list, deadline: float, say, before
         reply = worker.ask({"op": "estimate", "candidates": [{sig: {}}] + [{sig: p} for p in pending],
                             "seconds": left / 2}, timeout=TIMEOUT_S + left / 2)
         if "ms" in reply:
-            estimates = calibrated({_key(p): e for p, e in zip([{}] + pending, reply["ms"])},
-                                   ratios)
+            roofline = {_key(p): e for p, e in zip([{}] + pending, reply["ms"])}
+            estimates = calibrated(roofline, ratios, r.default_ms or None)
             pending.sort(key=lambda p: estimates.get(_key(p), float("inf")))
     built = set()       # candidates compiled ahead, a batch of one per core (worker "build")
     while pending:
@@ -204,8 +204,12 @@ def _search(worker, r: KernelResult, pending: list, deadline: float, say, before
             batch = pending[:max(1, cores)]
             worker.ask({"op": "build", "kernel_knobs": [{sig: p} for p in batch]})
             built |= {_key(p) for p in batch}
+        first = not r.default_ms
         attempt(pending[0])
         pending.pop(0)
+        if first and r.default_ms and estimates:    # sizes compared by the measured default now
+            estimates = calibrated(roofline, ratios, r.default_ms)
+            pending.sort(key=lambda p: estimates.get(_key(p), float("inf")))
     _judge_model(r, estimates, measured)
     best_single: dict[str, tuple] = {}          # knob -> (value, ratio) of its best change
     for key, ratio in measured.items():

@@ -156,13 +156,38 @@ def test_the_cost_model_learns_from_this_machines_other_kernels(tmp_path):
     db.put("e", "there", {}, "k", 1.0, 1.0, 1, [], measured=[[tall, 5.0, 1.0]], untried=[short, once])
     like = kind([tall, short, once])
     ratios = learned(db.measurements("here"), "a", like)
-    assert ratios == {json.dumps(tall): pytest.approx(0.825), json.dumps(short): 1.2}
+    assert ratios == {json.dumps(tall): [[0.8, 1.0], [0.85, 1.0]],
+                      json.dumps(short): [[1.2, 1.0], [1.2, 1.0]]}
     roofline = {"{}": 10.0, json.dumps(tall): 12.0, json.dumps(short): 9.0, json.dumps(once): 11.0}
     got = calibrated(roofline, ratios)
     assert got == {"{}": 10.0, json.dumps(tall): pytest.approx(8.25), json.dumps(short): 12.0,
                    json.dumps(once): 11.0}
     assert sorted(got, key=got.get)[0] == json.dumps(tall)        # the roofline put it last
     assert learned(db.measurements("here"), "x", kind([{"KEEP": False}])) == {}   # seen once
+
+
+def test_a_change_is_judged_by_the_kernels_nearest_in_size(tmp_path):
+    """A taller register tile that pays on six big kernels (10 ms) and loses on six small ones
+    (0.1 ms), a shorter one the other way round: a small kernel's estimate takes the small
+    kernels' ratios, a big one's the big ones', by the measured default where there is one,
+    else by the roofline's. Left out one at a time, all alike rank each kernel backwards, the
+    nearest in size rightly."""
+    from strata.tune.calibrate import calibrated, kind, learned, leave_one_out
+    db = TuningDB(tmp_path / "t.sqlite")
+    tall, short = {"THREAD_M": 8}, {"THREAD_M": 4}
+    for i in range(12):
+        d, (r8, r4) = (10.0, (0.8, 1.05)) if i % 2 == 0 else (0.1, (1.3, 0.95))
+        db.put(f"s{i}", "here", {}, f"k{i}", d, d, 2, [],
+               measured=[[tall, r8 * d, d], [short, r4 * d, d]])
+    ratios = learned(db.measurements("here"), "new", kind([tall, short]))
+    key = json.dumps(tall)
+    roofline = {"{}": 1.0, key: 1.0}
+    assert calibrated(roofline, ratios, 0.12)[key] == pytest.approx(1.3)
+    assert calibrated(roofline, ratios, 8.0)[key] == pytest.approx(0.8)
+    assert calibrated({"{}": 0.2, key: 0.2}, ratios)[key] == pytest.approx(0.26)   # roofline's size
+    rows = db.measurements("here")
+    assert leave_one_out(rows) == [1.0] * 12
+    assert leave_one_out(rows, nearest=100) == [-1.0] * 12
 
 
 FAKE = textwrap.dedent("""
