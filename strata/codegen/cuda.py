@@ -25,7 +25,7 @@ from ..core.expr import Expr, nodes
 from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, BlockIdx, CpAsync,
                             CpAsyncCommit, CpAsyncWait, FenceProxyAsync, Kernel, KernelProgram,
                             LdMatrix, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait,
-                            Mma, PrefetchL2, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad,
+                            Mma, PackHalf2, PrefetchL2, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad,
                             Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from ..kernel_ir.prefetch_weights import leading
 from ..core.targets import Target, get_target
@@ -79,9 +79,10 @@ __device__ __forceinline__ void st_atomic_min(float* p, float v) {
 }"""
 
 TENSOR_CORE_PRELUDE = prelude("cuda_tensor_core.h")
-WARP_OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait)
+WARP_OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait, PackHalf2)
 
 HOPPER_PRELUDE = prelude("cuda_hopper.h")
+PACK_PRELUDE = prelude("cuda_pack.h")
 WGMMA_GUARD = r"""#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "strata: these kernels use wgmma, which needs sm_90a (--gpu-architecture=sm_90a)"
 #endif"""
@@ -159,6 +160,7 @@ class CudaEmitter(CFamilyEmitter):
         self.emit(f"__shared__ {align}{ct} {cname(s.name)}[{s.size}];", depth)
 
     PRINTERS = {**CFamilyEmitter.PRINTERS, LdMatrix: "ldmatrix", Mma: "mma", CpAsync: "cp_async",
+                PackHalf2: "pack_half2",
                 CpAsyncCommit: "cp_async_commit", CpAsyncWait: "cp_async_wait", Wgmma: "wgmma",
                 WgmmaFence: "wgmma_fence", WgmmaCommit: "wgmma_commit", WgmmaWait: "wgmma_wait",
                 FenceProxyAsync: "fence_proxy_async", MbarInit: "mbar_init",
@@ -172,6 +174,10 @@ class CudaEmitter(CFamilyEmitter):
         self.asm(f"ldmatrix.sync.aligned.m8n8.x{len(names)}{'.trans' if s.trans else ''}"
                  f".shared.b16 {{{regs}}}, [%{len(names)}];",
                  [f'"=r"({n})' for n in names], [f'"r"({self.smem_addr(s.buf, s.row)})'], depth)
+
+    def pack_half2(self, s: PackHalf2, depth: int) -> None:
+        lo, hi = strip_parens(self.expr(s.lo)), strip_parens(self.expr(s.hi))
+        self.emit(f"int {cname(s.var)} = st_pack_{s.dtype}x2({lo}, {hi});", depth)
 
     def cp_async(self, s: CpAsync, depth: int) -> None:
         src = f"&{cname(s.src)}[{self.expr(s.src_index)}]"
@@ -499,6 +505,8 @@ def emit_program(program: KernelProgram, arch: Target | str = "sm_90") -> str:
             raise CompileError(f"kernel {users[0]} uses mma.sync, ldmatrix or cp.async, which need "
                                f"sm_80 or newer, not {target}")
         parts.append(TENSOR_CORE_PRELUDE.rstrip())
+    if any(isinstance(s, PackHalf2) for k in program.kernels for s in walk(k.body)):
+        parts.append(PACK_PRELUDE.rstrip())
     if hopper:
         parts.append(HOPPER_PRELUDE.rstrip())
     if wgmma:

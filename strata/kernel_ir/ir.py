@@ -298,6 +298,21 @@ class LdMatrix(Stmt):
                 f"{self.buf}[{fmt(self.row)}]  : i32")
 
 
+@printed_in("cuda", what="a register of two 16-bit values (an mma operand)")
+@dataclass(frozen=True)
+class PackHalf2(Stmt):
+    """Declare `var`, an i32 register holding `lo` and `hi` rounded to `dtype` (f16 or bf16),
+    lo in its low half: an mma A operand made in registers from f32 values (FlashAttention's P
+    from the scores' accumulator fragments) instead of through shared memory and ldmatrix."""
+    var: str
+    lo: Expr
+    hi: Expr
+    dtype: str
+
+    def to_text(self, fmt):
+        return f"{self.var} = pack.{self.dtype}x2({fmt(self.lo)}, {fmt(self.hi)})  : i32"
+
+
 @printed_in("cuda", what="a tensor-core mma")
 @dataclass(frozen=True)
 class Mma(Stmt):

@@ -10,18 +10,18 @@ layout, so each lane has two rows (h = 0, 1) and the four lanes of a row are L ^
 Shared memory, all in the mma dtype, rows padded by 8 elements (16 bytes): the Q tile
 (BLOCK_M x d16, filled once, operand prologues included, 0 past Lq and past the head dim), its
 A fragments then read once by ldmatrix into registers; per key block the K tile (BLOCK_N x d16)
-and V tile (BLOCK_N x e16), 0 past Lk and past the head dims, and the P tile (BLOCK_M x BLOCK_N).
+and V tile (BLOCK_N x e16), 0 past Lk and past the head dims.
 
 Per key block: fill K, V; Sync; S = Q K^T (ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d);
 x = the score expression per S element (scale, masks; -inf past Lk or Lq), only on the edge
 blocks with the causal mask and bounds (key_range); the online softmax on the fragments: the
 row max over the lane's elements and the 4 lanes of the row (two xor shuffles), m_use (0 for a
 row with no finite score yet), corr = exp(m_old - m_use), p = exp(x - m_use), the lane's partial
-row sum l = l * corr + sum p (the 4 partial sums are added once at the end); P rounded to the
-mma dtype is stored at its C-fragment position (`p_fragment_pack`), Sync, and read back by
-ldmatrix as A fragments (A fragment k of P is the C fragments of n8 tiles 2k and 2k + 1); O
-(f32 C fragments over e) = O * corr + P V with V by ldmatrix.trans; Sync before the refill.
-(P goes through shared memory because Kernel IR has no f32x2 -> f16x2 register pack yet.)
+row sum l = l * corr + sum p (the 4 partial sums are added once at the end); P's A fragments are
+packed in registers from its C fragments (PackHalf2, rounded to the mma dtype: A fragment k of P
+is the C fragments of n8 tiles 2k and 2k + 1, `p_fragment`); O (f32 C fragments over e) = O *
+corr + P V with V by ldmatrix.trans; Sync before the refill. (P went through shared memory, a
+Sync and ldmatrix before: 8 KB a key block at 64 x 64.)
 At the end out = O / l, or the split's (m, l, O) partials for the combine kernel.
 The sum form (a backward's gradients, loop/attention.py) has no softmax: P = x (0 past the
 ends), O += P V, out = O; its second score T = Q2 K2^T is a second set of fragments from Q2 and
@@ -34,8 +34,8 @@ from math import prod
 from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul
 from ..tile.attention import MMA_PAD, ceil16
 from ..tile.ir import TileKernel, flat_index
-from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, Param, ShflXor, Smem, Store, Sync, \
-    ThreadIdx
+from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, PackHalf2, Param, ShflXor, Smem, Store, \
+    Sync, ThreadIdx
 from .lowerer import Lowerer
 from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, bound_load, fill_kv,
                               key_range, operand, rescale, unmasked_scores)
@@ -44,11 +44,13 @@ from .lower_mma import regs
 F32 = "f32"
 
 
-def p_fragment_pack(j: int, r: int, g: Expr, t: Expr) -> tuple[Expr, Expr]:
-    """(row within the warp's 16, key column within the block) of accumulator element c_r of
-    score tile j (keys 8j .. 8j + 7): where P's value goes so that ldmatrix reads it back as
-    the A fragment of P @ V (a test breaks this on purpose and expects wrong answers)."""
-    return add(g, 8 * (r // 2)), add(add(mul(t, 2), 8 * j), r % 2)
+def p_fragment(kk: int) -> tuple[tuple[int, int, int], ...]:
+    """The A fragment of P for keys 16kk .. 16kk + 15, register by register, as (score tile,
+    its element for the low half, for the high half): a0 and a1 are rows g and g + 8 of keys
+    2t, 2t + 1 (tile 2kk's c0 c1 and c2 c3), a2 and a3 the same of tile 2kk + 1 (keys 8 on).
+    The C layout of two n8 tiles is the A layout of one k16 tile (a test breaks this on purpose
+    and expects wrong answers)."""
+    return ((2 * kk, 0, 1), (2 * kk, 2, 3), (2 * kk + 1, 0, 1), (2 * kk + 1, 2, 3))
 
 
 def lower_attention_mma_kernel(tk: TileKernel) -> Kernel:
@@ -71,7 +73,7 @@ class _MmaAttention:
         self.d, self.dv = d, dv
         self.dp, self.ep = ceil16(d), ceil16(dv)
         self.QS, self.KS = self.dp + MMA_PAD, self.dp + MMA_PAD
-        self.VS, self.PS = self.ep + MMA_PAD, self.bn + MMA_PAD
+        self.VS = self.ep + MMA_PAD
         self.qb = at.q_per_block
         self.nt, self.et = self.bn // 8, self.ep // 8    # score tiles, output tiles per warp row block
         self.softmax_form = self.op.norm != "sum"
@@ -154,7 +156,7 @@ class _MmaAttention:
         A fragments."""
         bm, bn, dt, dp, d, QS = self.bm, self.bn, self.dt, self.dp, self.d, self.QS
         body = [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, bn * self.KS),
-                Smem("v_tile", dt, bn * self.VS), Smem("p_tile", dt, bm * self.PS)]
+                Smem("v_tile", dt, bn * self.VS)]
         if self.d2:
             body += [Smem("q2_tile", dt, bm * self.Q2S), Smem("k2_tile", dt, bn * self.K2S)]
         body += self.fill_rows("q_tile", self.op.q, self.dv_, d, dp, QS, "fa_qa")
@@ -207,8 +209,7 @@ class _MmaAttention:
         if self.d2:
             step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p, "fa_k2b")
         step += self.masked(edge)
-        step += self.softmax() if self.softmax_form else self.weights()
-        step.append(Sync())
+        step += self.softmax() if self.softmax_form else []
         step += self.pv()
         if self.softmax_form:
             step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
@@ -276,33 +277,34 @@ class _MmaAttention:
         for j in range(self.nt):
             for r in range(4):
                 h = r // 2
-                p = f"fa_p{j}_{r}"
+                p = self.ps(j, r)
                 step.append(Let(p, F32, call("exp", call("subtract", _f(xs(j, r)), _f(f"fa_mu{h}")))))
                 step.append(Assign(f"l_run{h}", call("add", _f(f"l_run{h}"), _f(p))))
-                prow, pcol = p_fragment_pack(j, r, self.lane_g, self.lane_t)
-                step.append(Store("p_tile", add(mul(add(self.wrow, prow), self.PS), pcol), _f(p)))
+                step += self.packs(j, r)      # at once: the f32 values need no registers after
         return step
 
-    def weights(self) -> list:
-        """The sum form: P = x, at its C-fragment place in shared memory."""
-        step = []
-        for j in range(self.nt):
-            for r in range(4):
-                prow, pcol = p_fragment_pack(j, r, self.lane_g, self.lane_t)
-                step.append(Store("p_tile", add(mul(add(self.wrow, prow), self.PS), pcol),
-                                  _f(self.xs(j, r))))
-        return step
+    def packs(self, j: int, r: int | None = None) -> list:
+        """P's A-fragment registers whose two values are ready once element r of score tile j
+        is (every one of tile j's where r is None)."""
+        return [PackHalf2(f"fa_pa{kk}_{i}", _f(self.ps(tj, lo)), _f(self.ps(tj, hi)), self.dt)
+                for kk in range(self.bn // 16) for i, (tj, lo, hi) in enumerate(p_fragment(kk))
+                if tj == j and (r is None or r == max(lo, hi))]
+
+    def ps(self, j: int, r: int) -> str:
+        """P's element r of score tile j: exp's result, or the sum form's x itself."""
+        return f"fa_p{j}_{r}" if self.softmax_form else self.xs(j, r)
 
     def pv(self) -> list:
-        """O = O * corr + P V (O + P V in the sum form), P read back as A fragments, V by
-        ldmatrix.trans."""
+        """O = O * corr + P V (O + P V in the sum form), P's A fragments packed from its C
+        fragments, V by ldmatrix.trans."""
         mi, r8, o, step = self.mi, self.r8, self.o, []
         for e in range(self.et if self.softmax_form else 0):
             for r in range(4):
                 step.append(Assign(o(e)[r], call("multiply", _f(o(e)[r]), _f(f"fa_corr{r // 2}"))))
+        if not self.softmax_form:           # the sum form's P is x, packed here
+            step += [x for j in range(self.nt) for x in self.packs(j)]
         for kk in range(self.bn // 16):
             pa = regs(f"fa_pa{kk}_", 4)
-            step.append(LdMatrix(pa, "p_tile", self.a_row(self.PS, 16 * kk)))
             for ej in range(0, self.et, 2):
                 # B = V, stored [key][e] (N-major): .trans; matrix mi covers keys 8 * (mi % 2), e 8 * (mi // 2)
                 r = add(add(16 * kk, mul(mod(mi, 2), 8)), r8)

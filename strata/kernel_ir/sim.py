@@ -38,7 +38,7 @@ from ..core.errors import InputMismatch, SimError
 from ..core.expr import Expr, evaluate
 from . import sim_mma, sim_profile
 from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
-                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, PrefetchL2, ShflIdx, ShflXor, Smem,
+                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, PackHalf2, PrefetchL2, ShflIdx, ShflXor, Smem,
                  Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
 from .cpu_ir import CpuForm
 from .sim_async import AsyncCopies
@@ -567,7 +567,7 @@ STEPS = {
     LoadVec: _Batch.load_vec, StoreVec: _Batch.store_vec, For: _Batch.run_for, If: _Batch.run_if,
     While: _Batch.run_while, Atomic: _Batch.atomic, Sync: lambda b, s, idx: b.sync(idx),
     Comment: lambda b, s, idx: setattr(b.launch, "where", s.text), Smem: lambda b, s, idx: None,
-    LdMatrix: sim_mma.run_ldmatrix, Mma: sim_mma.run_mma,
+    LdMatrix: sim_mma.run_ldmatrix, Mma: sim_mma.run_mma, PackHalf2: sim_mma.run_pack,
     CpAsync: lambda b, s, idx: b.copies.issue(s, idx),
     CpAsyncCommit: lambda b, s, idx: b.copies.commit(idx),
     PrefetchL2: lambda b, s, idx: b.prefetch(s, idx),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import dtypes
-from .ir import LdMatrix, Mma
+from .ir import LdMatrix, Mma, PackHalf2
 from .sim_memory import to_storage
 
 _LANE = np.arange(32)
@@ -114,6 +114,14 @@ def run_ldmatrix(batch, s: LdMatrix, idx) -> None:
         halves = [to_storage(batch.load(s.buf, index[m, h].reshape(-1), idx, what="ldmatrix"),
                              sh.decl.dtype).view(np.uint16) for h in (0, 1)]
         batch.set_var(var, "i32", pack(*halves), idx)
+
+
+def run_pack(batch, s: PackHalf2, idx) -> None:
+    """Both values rounded to the 16-bit dtype as a store would, packed lo | hi << 16."""
+    halves = [to_storage(np.broadcast_to(np.asarray(batch.eval(e, idx), np.float32),
+                                         (batch.count(idx),)), s.dtype).view(np.uint16)
+              for e in (s.lo, s.hi)]
+    batch.set_var(s.var, "i32", pack(*halves), idx)
 
 
 def run_mma(batch, s: Mma, idx) -> None:

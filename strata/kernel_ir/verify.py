@@ -14,7 +14,7 @@ from .cpu_ir import CpuForm
 from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, Comment, CpAsync,
                  CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel, KernelProgram,
                  LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait, Mma,
-                 PrefetchL2, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
+                 PackHalf2, PrefetchL2, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
                  WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from .prefetch_weights import leading
 
@@ -63,6 +63,7 @@ _WHERE = {Let: lambda s: f"let {s.var}", Assign: lambda s: f"assign {s.var}",
           LoadVec: lambda s: f"vector load from {s.buf}", For: lambda s: f"loop {s.var}",
           If: lambda s: "if", While: lambda s: "while",
           Atomic: lambda s: f"atomic {s.op} on {s.buf}", LdMatrix: lambda s: f"ldmatrix from {s.buf}",
+          PackHalf2: lambda s: f"pack {s.var}",
           CpAsync: lambda s: f"cp.async {s.src} -> {s.dst}"}
 _WRITES = (Store, StoreVec, Atomic)          # statements that write global memory through `buf`
 
@@ -124,11 +125,14 @@ class _Walk:
         if _thread_dependent(s.value, tainted) or divergent:
             tainted.add(s.var)
 
-    def load_vars(self, s, scope, tainted, divergent) -> None:       # LoadVec, LdMatrix
+    def load_vars(self, s, scope, tainted, divergent) -> None:       # LoadVec, LdMatrix, PackHalf2
         if isinstance(s, LoadVec) and len(s.vars) * dtypes.ITEMSIZE[self.dtype(s.buf)] > 16:
             self.fail("vector load wider than 16 bytes")
-        scope |= set(s.vars)
-        tainted |= set(s.vars)
+        if isinstance(s, PackHalf2) and s.dtype not in ("f16", "bf16"):
+            self.fail(f"a 16-bit pair of {s.dtype}")
+        names = (s.var,) if isinstance(s, PackHalf2) else s.vars
+        scope |= set(names)
+        tainted |= set(names)
 
     def loop(self, s: For, scope, tainted, divergent) -> None:
         if isinstance(s, CpuForm):          # its rule, and sums declared before it
@@ -179,7 +183,7 @@ class _Walk:
 # statement class (or a base) -> its rule beyond the operands; None: the operands are all there is
 # to check, as for a kind this table does not know (tests/kernel_ir: strata's own all have an entry)
 RULES = {Let: _Walk.define, Assign: _Walk.define, LoadVec: _Walk.load_vars,
-         LdMatrix: _Walk.load_vars, For: _Walk.loop, If: _Walk.branch, While: _Walk.repeat,
+         LdMatrix: _Walk.load_vars, PackHalf2: _Walk.load_vars, For: _Walk.loop, If: _Walk.branch, While: _Walk.repeat,
          Atomic: _Walk.atomic, Sync: _Walk.sync, Mma: _Walk.accumulate, Wgmma: _Walk.accumulate,
          MbarTryWait: _Walk.declare_flag,
          **dict.fromkeys((Store, StoreVec, Smem, Comment, CpAsync, CpAsyncCommit, CpAsyncWait,
@@ -271,6 +275,8 @@ def _check_warp_ops(k: Kernel) -> None:
             declared.update(dict.fromkeys(s.vars, s.dtype))
         elif isinstance(s, LdMatrix):
             declared.update(dict.fromkeys(s.vars, "i32"))
+        elif isinstance(s, PackHalf2):
+            declared[s.var] = "i32"
 
     def fail(what: str):
         raise KernelVerifyError(f"{k.name}: {what}")

@@ -117,10 +117,10 @@ class AttentionTile:
         return self.block_m * self.row_threads
 
     def smem_bytes(self) -> int:
-        if self.instr == "mma":     # Q, K, V and P tiles, rows padded by MMA_PAD elements
+        if self.instr == "mma":     # Q, K and V tiles, rows padded by MMA_PAD elements (P: registers)
             dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
             bm, bn = self.block_m, self.block_n
-            elems = bm * (dp + MMA_PAD) + bn * (dp + MMA_PAD) + bn * (ep + MMA_PAD) + bm * (bn + MMA_PAD)
+            elems = bm * (dp + MMA_PAD) + bn * (dp + MMA_PAD) + bn * (ep + MMA_PAD)
             if self.op.d2:          # the sum form's second score: its Q2 and K2 tiles
                 elems += (bm + bn) * (ceil16(self.op.d2[1]) + MMA_PAD)
             return elems * dtypes.ITEMSIZE[self.op.q.dtype]
@@ -307,7 +307,7 @@ def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None
     if splits > at.key_blocks:
         return decline(f"KV_SPLITS={splits} > the {at.key_blocks} key blocks of {at.block_n}")
     if at.smem_bytes() > ctx.arch.smem_per_block:
-        return decline(f"the Q, K, V and P tiles need {at.smem_bytes()} bytes of shared memory "
+        return decline(f"the Q, K and V tiles need {at.smem_bytes()} bytes of shared memory "
                        f"(more than {ctx.arch.smem_per_block})")
     return at
 
@@ -400,7 +400,7 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     if at.instr == "mma":
         out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, w:{at.block_m // 16}"
                    f"=WARP x 16 QUERIES, grid={k.grid}, block={k.block}):")
-        out.append(f"    # INSTR=mma: Q, K, V, P tiles {op.q.dtype} in shared memory, S = q @ k_smem^T "
+        out.append(f"    # INSTR=mma: Q, K, V tiles {op.q.dtype} in shared memory, S = q @ k_smem^T "
                    f"and acc += p @ v_smem by mma.sync m16n8k16 (f32 accumulators), the softmax "
                    f"on the fragments")
     else:
@@ -463,7 +463,8 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     out.append("        m_new = max(m, max(x)); c = exp(m - m_new); p = exp(x - m_new)  "
                "# -inf - -inf counts as 0")
     if mma:
-        out.append("        p_smem = p (as the A fragments of p @ v_smem); Sync")
+        out.append("        p = packed to bf16 pairs in registers (its C fragments are P @ V's A fragments)"
+                   .replace("bf16", op.q.dtype))
     out.append("        l = l * c + sum(p); acc = acc * c + p @ v_smem; m = m_new" +
                ("  # mma, v_smem by ldmatrix.trans" if mma else ""))
     out.append("        Sync")

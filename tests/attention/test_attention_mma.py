@@ -137,11 +137,11 @@ def test_knob_pins_mma():
 def test_wrong_p_packing_fails(monkeypatch):
     """Swapping the two keys of each register pair of P (c0 <-> c1) is a plausible bug: it must
     give wrong answers, so the simulator checks the packing for real."""
-    good = lower_attention_mma.p_fragment_pack
+    good = lower_attention_mma.p_fragment
 
-    def swapped(j, r, g, t):
-        return good(j, r ^ 1, g, t)
-    monkeypatch.setattr(lower_attention_mma, "p_fragment_pack", swapped)
+    def swapped(kk):
+        return tuple((j, hi, lo) for j, lo, hi in good(kk))
+    monkeypatch.setattr(lower_attention_mma, "p_fragment", swapped)
     fn = _sdpa()
     x = _qkv(1, 2, 2, 33, 40, 64, torch.float16)
     prog = strata.compile(fn, x, ctx=Context(knobs={"KV_SPLITS": "1"}))
