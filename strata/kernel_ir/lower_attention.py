@@ -18,12 +18,15 @@ from math import prod
 from dataclasses import replace
 
 from ..core import dtypes
-from ..core.expr import Cast, Const, Expr, Var, add, call, floordiv, mod, mul, substitute
-from ..loop.ir import Let as LLet
+from ..core.expr import Cast, Const, Expr, Var, add, affine_terms, call, floordiv, mod, mul, substitute
+from ..loop.ir import Let as LLet, Load as LLoad
 from ..tile.ir import TileKernel, flat_index, subst_body
 from .ir import (
     Assign,
     BlockIdx,
+    CpAsync,
+    CpAsyncCommit,
+    CpAsyncWait,
     For,
     If,
     Kernel,
@@ -35,6 +38,7 @@ from .ir import (
     Store,
     Sync,
     ThreadIdx,
+    walk,
 )
 from .lowerer import bind_domain, Lowerer
 
@@ -155,14 +159,32 @@ def unmasked_scores(at) -> tuple:
                  s.var == at.causal.cond else s for s in at.op.x.body)
 
 
-def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> list:
+def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
+            async_copy: bool = False) -> list:
     """Fill the K and V tiles of the key block at j0: tiles are (smem, "k"|"v", width, extent,
-    axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent)."""
+    axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent).
+    With `async_copy` (sm_80+, 16-bit tiles) a tile whose operand is a plain load along rows
+    of whole 16-byte pieces is copied 16 bytes a thread by cp.async (`_copied`), waited for
+    here; any other element by element through registers (2-byte loads before, for all)."""
     idx = low.idx
     I = lambda name: Var(name, idx)
     (jv, lk), out = at.op.j, []
     for tile, which, width, extent, ax, stride in tiles:
         f, jj, x = I(f"{tile}_f"), I(f"{tile}_j"), I(f"{tile}_x")
+        src = _copied(low, kv_ops[which], ax, width, extent, stride) if async_copy else None
+        if src is not None:
+            buf, index = src
+            fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width)),
+                    Let(jv, idx, add(I("j0"), jj)), Let(ax, idx, x)]
+            dst = add(mul(jj, stride), x)
+            ok = call("lt", I(jv), Const(lk)) if edge else None
+            fill.append(CpAsync(tile, dst, buf, index, 16, cache="cg") if ok is None else
+                        CpAsync(tile, dst, buf, call("where", ok, index, Const(0, idx)), 16,
+                                src_bytes=call("where", ok, Const(16, idx), Const(0, idx)),
+                                cache="cg"))
+            out.append(For(f.name, mul(ThreadIdx(), 8), Const(at.block_n * width), block * 8,
+                           tuple(fill), dtype=idx))
+            continue
         fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width))]
         j = add(I("j0"), jj)
         at_ = f if stride == width else add(mul(jj, stride), x)
@@ -172,7 +194,29 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int) -> li
         compute.append(Store(tile, at_, _f(f"{tile}_val")))
         fill += _guarded(ok, compute, [Store(tile, at_, Const(0.0, F32))]) if ok is not None else compute
         out.append(For(f.name, ThreadIdx(), Const(at.block_n * width), block, tuple(fill), dtype=idx))
+    if any(isinstance(s, CpAsync) for s in walk(out)):
+        out += [CpAsyncCommit(), CpAsyncWait(0)]
     return out
+
+
+def _copied(low: Lowerer, o, ax: str, width: int, extent: int, stride: int):
+    """(buffer, flat index) where operand `o` is one plain 16-bit load, contiguous along `ax`,
+    every other step and the start a multiple of 8 elements, and the tile's rows are whole
+    16-byte pieces (the head dim padded alike): a cp.async source. Else None."""
+    body = o.body
+    if len(body) != 1 or not isinstance(body[0], LLoad) or body[0].pred is not None \
+            or not (isinstance(o.value, Var) and o.value.name == body[0].var) \
+            or dtypes.ITEMSIZE[low.tk.dtype_of(body[0].buf)] != 2 or width % 8 or extent % 8 \
+            or width != extent or stride % 8:
+        return None
+    index = flat_index(body[0].index, low.tk.shape_of(body[0].buf))
+    terms = affine_terms(index)
+    if terms is None or not isinstance(terms[1], int) or terms[1] % 8:
+        return None
+    coef = {getattr(v, "name", v): c for v, c in terms[0].items()}
+    if coef.get(ax) != 1 or any(c % 8 for v, c in coef.items() if v != ax):
+        return None
+    return body[0].buf, index
 
 
 def lower_attention_kernel(tk: TileKernel) -> Kernel:

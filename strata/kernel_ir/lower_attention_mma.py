@@ -203,7 +203,7 @@ class _MmaAttention:
                  ("v_tile", "v", self.ep, self.dv, self.ev, self.VS)]
         if self.d2:
             tiles.append(("k2_tile", "k2", self.d2p, self.d2, self.op.d2[0], self.K2S))
-        step = fill_kv(self.low, self.at, self.kv_ops, tuple(tiles), edge, self.tk.block)
+        step = fill_kv(self.low, self.at, self.kv_ops, tuple(tiles), edge, self.tk.block, True)
         step.append(Sync())
         step += self.scores()
         if self.d2:
