@@ -160,23 +160,28 @@ def unmasked_scores(at) -> tuple:
 
 
 def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
-            async_copy: bool = False) -> list:
+            async_copy: bool = False, j0: Expr | None = None, stage: Expr | int = 0,
+            wait: bool = True) -> list:
     """Fill the K and V tiles of the key block at j0: tiles are (smem, "k"|"v", width, extent,
     axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent).
     With `async_copy` (sm_80+, 16-bit tiles) a tile whose operand is a plain load along rows
-    of whole 16-byte pieces is copied 16 bytes a thread by cp.async (`_copied`), waited for
-    here; any other element by element through registers (2-byte loads before, for all)."""
+    of whole 16-byte pieces is copied 16 bytes a thread by cp.async (`cp_async_source`), waited for
+    here (or, not `wait`, only committed: the pipelined mma form fills the next key block, at
+    `j0`, into buffer `stage` of two); any other element by element through
+    registers (2-byte loads before, for all)."""
     idx = low.idx
     I = lambda name: Var(name, idx)
     (jv, lk), out = at.op.j, []
+    j0 = I("j0") if j0 is None else j0
     for tile, which, width, extent, ax, stride in tiles:
         f, jj, x = I(f"{tile}_f"), I(f"{tile}_j"), I(f"{tile}_x")
-        src = _copied(low, kv_ops[which], ax, width, extent, stride) if async_copy else None
+        offset = mul(stage, at.block_n * stride)
+        src = cp_async_source(low, kv_ops[which], ax, width, extent, stride) if async_copy else None
         if src is not None:
             buf, index = src
             fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width)),
-                    Let(jv, idx, add(I("j0"), jj)), Let(ax, idx, x)]
-            dst = add(mul(jj, stride), x)
+                    Let(jv, idx, add(j0, jj)), Let(ax, idx, x)]
+            dst = add(add(mul(jj, stride), x), offset)
             ok = call("lt", I(jv), Const(lk)) if edge else None
             fill.append(CpAsync(tile, dst, buf, index, 16, cache="cg") if ok is None else
                         CpAsync(tile, dst, buf, call("where", ok, index, Const(0, idx)), 16,
@@ -186,8 +191,8 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
                            tuple(fill), dtype=idx))
             continue
         fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width))]
-        j = add(I("j0"), jj)
-        at_ = f if stride == width else add(mul(jj, stride), x)
+        j = add(j0, jj)
+        at_ = add(f if stride == width else add(mul(jj, stride), x), offset)
         ok = _and(call("lt", j, Const(lk)) if edge else None,
                   call("lt", x, Const(extent)) if width > extent else None)
         compute = operand(low, kv_ops[which], [Let(jv, idx, j), Let(ax, idx, x)], f"{tile}_val", True)
@@ -195,11 +200,11 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
         fill += _guarded(ok, compute, [Store(tile, at_, Const(0.0, F32))]) if ok is not None else compute
         out.append(For(f.name, ThreadIdx(), Const(at.block_n * width), block, tuple(fill), dtype=idx))
     if any(isinstance(s, CpAsync) for s in walk(out)):
-        out += [CpAsyncCommit(), CpAsyncWait(0)]
+        out += [CpAsyncCommit(), CpAsyncWait(0)] if wait else [CpAsyncCommit()]
     return out
 
 
-def _copied(low: Lowerer, o, ax: str, width: int, extent: int, stride: int):
+def cp_async_source(low: Lowerer, o, ax: str, width: int, extent: int, stride: int):
     """(buffer, flat index) where operand `o` is one plain 16-bit load, contiguous along `ax`,
     every other step and the start a multiple of 8 elements, and the tile's rows are whole
     16-byte pieces (the head dim padded alike): a cp.async source. Else None."""

@@ -12,7 +12,10 @@ Shared memory, all in the mma dtype, rows padded by 8 elements (16 bytes): the Q
 A fragments then read once by ldmatrix into registers; per key block the K tile (BLOCK_N x d16)
 and V tile (BLOCK_N x e16), 0 past Lk and past the head dims.
 
-Per key block: fill K, V; Sync; S = Q K^T (ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d);
+K and V tiles that are plain rows of 16-byte pieces are double-buffered where two fit (`double_buffered`):
+the first key block's copies start before the loop, and each step waits for its own, syncs (every
+warp is done with the other buffer) and starts the next block's copies into that buffer before
+it computes, so a block's loads run under the previous block's products. Per key block: fill K, V; Sync; S = Q K^T (ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d);
 x = the score expression per S element (scale, masks; -inf past Lk or Lq), only on the edge
 blocks with the causal mask and bounds (key_range); the online softmax on the fragments: the
 row max over the lane's elements and the 4 lanes of the row (two xor shuffles), m_use (0 for a
@@ -31,14 +34,17 @@ from __future__ import annotations
 
 from math import prod
 
-from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul
+from ..core import dtypes
+from ..core.expr import Const, Expr, Var, add, call, floordiv, mod, mul, sub
+from ..core.targets import STATIC_SMEM_BYTES
 from ..tile.attention import MMA_PAD, ceil16
 from ..tile.ir import TileKernel, flat_index
-from .ir import Assign, For, Kernel, LdMatrix, Let, Mma, PackHalf2, Param, ShflXor, Smem, Store, \
-    Sync, ThreadIdx
+from .ir import Assign, CpAsyncWait, For, If, Kernel, LdMatrix, Let, Mma, PackHalf2, Param, \
+    ShflXor, Smem, Store, Sync, ThreadIdx
 from .lowerer import Lowerer
-from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, bound_load, fill_kv,
-                              key_range, operand, rescale, unmasked_scores)
+from .lower_attention import (NEG_INF, _and, _f, _guarded, block_origin, bound_load,
+                              cp_async_source, fill_kv, key_range, operand, rescale,
+                              unmasked_scores)
 from .lower_mma import regs
 
 F32 = "f32"
@@ -83,6 +89,8 @@ class _MmaAttention:
         self.lane_g, self.lane_t = self.I("fa_g"), self.I("fa_t")
         self.mi, self.r8 = self.I("fa_mi"), self.I("fa_r8")
         self.wrow = mul(self.I("fa_warp"), 16)
+        self.kv_ops = block_origin(self.at, self.idx)[1]
+        self.pipelined, self.stage = self.double_buffered(), None
 
     def I(self, name: str) -> Var:
         return Var(name, self.idx)
@@ -95,6 +103,10 @@ class _MmaAttention:
         self.unmasked = unmasked_scores(self.at)
         body += bound_load(self.low, self.at)
         body += key_range(self.at, self.I, self.idx)
+        if self.pipelined:          # the first key block's copies, in flight before the loop
+            body.append(If(call("lt", self.I("kv_lo"), self.I("kv_hi")), tuple(
+                fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), True, self.tk.block, True,
+                        self.I("kv_lo"), 0, wait=False))))
         body.append(For("j0", self.I("kv_lo"), self.I("kv_mid"), self.bn, tuple(self.key_step(False)),
                         dtype=self.idx))
         body.append(For("j0", self.I("kv_mid"), self.I("kv_hi"), self.bn, tuple(self.key_step(True)),
@@ -155,10 +167,11 @@ class _MmaAttention:
         """The shared tiles, Q (and the sum form's Q2) filled for the block's rows and read into
         A fragments."""
         bm, bn, dt, dp, d, QS = self.bm, self.bn, self.dt, self.dp, self.d, self.QS
-        body = [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, bn * self.KS),
-                Smem("v_tile", dt, bn * self.VS)]
+        n = 2 if self.pipelined else 1
+        body = [Smem("q_tile", dt, bm * QS), Smem("k_tile", dt, n * bn * self.KS),
+                Smem("v_tile", dt, n * bn * self.VS)]
         if self.d2:
-            body += [Smem("q2_tile", dt, bm * self.Q2S), Smem("k2_tile", dt, bn * self.K2S)]
+            body += [Smem("q2_tile", dt, bm * self.Q2S), Smem("k2_tile", dt, n * bn * self.K2S)]
         body += self.fill_rows("q_tile", self.op.q, self.dv_, d, dp, QS, "fa_qa")
         if self.d2:
             body += self.fill_rows("q2_tile", self.op.q2, self.op.d2[0], self.d2, self.d2p, self.Q2S,
@@ -198,13 +211,41 @@ class _MmaAttention:
 
     # ------------------------------------------------------------ one key block
 
-    def key_step(self, edge: bool) -> list:
+    def kv_tiles(self) -> tuple:
         tiles = [("k_tile", "k", self.dp, self.d, self.dv_, self.KS),
                  ("v_tile", "v", self.ep, self.dv, self.ev, self.VS)]
         if self.d2:
             tiles.append(("k2_tile", "k2", self.d2p, self.d2, self.op.d2[0], self.K2S))
-        step = fill_kv(self.low, self.at, self.kv_ops, tuple(tiles), edge, self.tk.block, True)
-        step.append(Sync())
+        return tuple(tiles)
+
+    def double_buffered(self) -> bool:
+        """Two buffers of each K/V tile where every tile is a cp.async copy and both fit in
+        static shared memory beside Q's tiles; not in the sum form (a backward's gradients:
+        its dv kernel spilled with them, at 128 registers)."""
+        tiles = self.kv_tiles()
+        if not self.softmax_form or not all(cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
+                   for _, w, width, extent, ax, stride in tiles):
+            return False
+        elems = self.bm * self.QS + (self.bm * self.Q2S if self.d2 else 0) \
+            + 2 * sum(self.bn * stride for *_, stride in tiles)
+        return elems * dtypes.ITEMSIZE[self.dt] <= STATIC_SMEM_BYTES
+
+    def key_step(self, edge: bool) -> list:
+        """One key block. Double-buffered: wait for this block's copies, Sync (every warp done
+        with the other buffer), start the next block's copies into it, then compute."""
+        if self.pipelined:
+            self.stage = self.I("fa_stage")
+            nxt = add(self.I("j0"), self.bn)
+            step = [Let("fa_stage", self.idx, mod(floordiv(sub(self.I("j0"), self.I("kv_lo")),
+                                                           self.bn), 2)),
+                    CpAsyncWait(0), Sync(),
+                    If(call("lt", nxt, self.I("kv_hi")), tuple(fill_kv(
+                        self.low, self.at, self.kv_ops, self.kv_tiles(), True, self.tk.block, True,
+                        nxt, sub(Const(1, self.idx), self.stage), wait=False)))]
+        else:
+            step = fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block,
+                           True)
+            step.append(Sync())
         step += self.scores()
         if self.d2:
             step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p, "fa_k2b")
@@ -213,8 +254,11 @@ class _MmaAttention:
         step += self.pv()
         if self.softmax_form:
             step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
-        step.append(Sync())
-        return step
+        return step if self.pipelined else step + [Sync()]
+
+    def at_stage(self, stride: int) -> Expr:
+        """Where the current key block's buffer of a K/V tile with rows of `stride` starts."""
+        return mul(self.stage, self.bn * stride) if self.pipelined else Const(0, self.idx)
 
     def s(self, j: int, name: str = "fa_s") -> tuple:
         return regs(f"{name}{j}_", 4)
@@ -234,7 +278,7 @@ class _MmaAttention:
             for jp in range(self.nt // 2):
                 # B = K^T, K stored [key][d] (K-major): matrix mi covers keys 8 * (mi // 2), d 8 * (mi % 2)
                 r = add(add(16 * jp, mul(floordiv(mi, 2), 8)), r8)
-                addr = add(mul(r, KS), add(16 * kk, mul(mod(mi, 2), 8)))
+                addr = add(add(mul(r, KS), add(16 * kk, mul(mod(mi, 2), 8))), self.at_stage(KS))
                 kb = regs(f"{kb_name}{kk}_{jp}_", 4)
                 step.append(LdMatrix(kb, tile, addr))
                 step.append(Mma(s(2 * jp), regs(f"{qa}{kk}_", 4), kb[:2], s(2 * jp), self.dt))
@@ -308,7 +352,8 @@ class _MmaAttention:
             for ej in range(0, self.et, 2):
                 # B = V, stored [key][e] (N-major): .trans; matrix mi covers keys 8 * (mi % 2), e 8 * (mi // 2)
                 r = add(add(16 * kk, mul(mod(mi, 2), 8)), r8)
-                addr = add(mul(r, self.VS), add(8 * ej, mul(floordiv(mi, 2), 8)))
+                addr = add(add(mul(r, self.VS), add(8 * ej, mul(floordiv(mi, 2), 8))),
+                           self.at_stage(self.VS))
                 vb = regs(f"fa_vb{kk}_{ej}_", 4)
                 step.append(LdMatrix(vb, "v_tile", addr, trans=True))
                 step.append(Mma(o(ej), pa, vb[:2], o(ej), self.dt))

@@ -4,7 +4,9 @@ Why: on the H200 (2026-12-01) causal attention at 2048 x 64 ran at 0.19x PyTorch
 its kernel filled K and V one 2-byte load and shared store per element and passed P through
 shared memory between two barriers. Now K and V come by cp.async, 16 bytes a thread
 (LDGSTS.128; the only 16-bit global loads are Q's, once a block), P's A fragments are packed in
-registers (no shared store per score), and nothing spills. Speed is for a GPU to say.
+registers (no shared store per score), K and V double-buffered where two buffers fit (head dim
+64: the next key block's copies under this block's products), and nothing spills. Speed is for a
+GPU to say.
 """
 import re
 
@@ -18,7 +20,9 @@ skip_unless_sass_readable()
 import strata  # noqa: E402
 from strata.core.context import Context  # noqa: E402
 from strata.runtime.nvrtc import resource_usage  # noqa: E402
+from strata.kernel_ir.ir import Smem, walk  # noqa: E402
 from strata.runtime.sass import global_loads, sass  # noqa: E402
+from strata.tile.attention import MMA_PAD  # noqa: E402
 
 ARCH = "sm_90a"
 
@@ -38,3 +42,7 @@ def test_attention_copies_k_and_v_by_cp_async_and_keeps_p_in_registers(causal, d
     assert loads.get(16, 0) <= q_fill, loads
     assert len(re.findall(r"\bSTS\b", code)) <= q_fill, "P or K/V still stored to shared memory"
     assert use["spill_stores"] == use["spill_loads"] == 0, use
+    smem = {x.name: x.size for k in prog.lowered.kernel.kernels for x in walk(k.body)
+            if isinstance(x, Smem)}
+    buffers = 2 if d == 64 else 1        # head dim 128: two K/V buffers would pass 48 KB
+    assert smem["k_tile"] == buffers * kernel.attention.block_n * (d + MMA_PAD), smem
