@@ -88,9 +88,11 @@ class StaticCompiled:
         self.kw = _last_logits_kw(lm)
         self.cache_position = "cache_position" in inspect.signature(
             lm.model.forward if hasattr(lm, "model") else lm.forward).parameters
-        with torch.no_grad():  # the cache's tensors made eagerly: made on a compiled call's first
-            one = torch.zeros((1, 1), dtype=torch.long, device=device)  # run they are a CUDA graph's
-            self._forward(one, one[0])  # outputs, overwritten by its next replay
+        # the cache's tensors made by one eager call: made by a compiled call's first run they
+        # would be a CUDA graph's outputs, overwritten by its next replay
+        with torch.no_grad():
+            one = torch.zeros((1, 1), dtype=torch.long, device=device)
+            self._forward(one, one[0])
         compile_fn = compile_fn or (lambda fn: torch_compile(fn, "reduce-overhead"))
         self.step = compile_fn(self._forward)
         self.prefill = self.step if compile_prefill else self._forward

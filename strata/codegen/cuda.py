@@ -25,8 +25,9 @@ from ..core.expr import Expr, nodes
 from ..kernel_ir.ir import (DYNAMIC_SMEM_ALIGN, HOPPER_STMTS, SWIZZLES, Atomic, BlockIdx, CpAsync,
                             CpAsyncCommit, CpAsyncWait, FenceProxyAsync, Kernel, KernelProgram,
                             LdMatrix, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait,
-                            Mma, PackHalf2, PrefetchL2, ShflIdx, ShflXor, Smem, StoreVec, ThreadIdx, TmaLoad,
-                            Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+                            Mma, PackHalf2, PrefetchL2, ShflIdx, ShflXor, Smem, StoreVec,
+                            ThreadIdx, TmaLoad, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence,
+                            WgmmaWait, walk)
 from ..kernel_ir.prefetch_weights import leading
 from ..core.targets import Target, get_target
 from .cfamily import (ATOM, INDENT, LINE, UNARY, CFamilyEmitter, cname, distinct_kernels,

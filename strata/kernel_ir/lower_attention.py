@@ -18,7 +18,8 @@ from math import prod
 from dataclasses import replace
 
 from ..core import dtypes
-from ..core.expr import Cast, Const, Expr, Var, add, affine_terms, call, floordiv, mod, mul, substitute
+from ..core.expr import (Cast, Const, Expr, Var, add, affine_terms, call, floordiv, mod, mul,
+                         substitute)
 from ..loop.ir import Let as LLet, Load as LLoad
 from ..tile.ir import TileKernel, flat_index, subst_body
 from .ir import (

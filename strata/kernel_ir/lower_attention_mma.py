@@ -12,10 +12,12 @@ Shared memory, all in the mma dtype, rows padded by 8 elements (16 bytes): the Q
 A fragments then read once by ldmatrix into registers; per key block the K tile (BLOCK_N x d16)
 and V tile (BLOCK_N x e16), 0 past Lk and past the head dims.
 
-K and V tiles that are plain rows of 16-byte pieces are double-buffered where two fit (`double_buffered`):
-the first key block's copies start before the loop, and each step waits for its own, syncs (every
-warp is done with the other buffer) and starts the next block's copies into that buffer before
-it computes, so a block's loads run under the previous block's products. Per key block: fill K, V; Sync; S = Q K^T (ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d);
+K and V tiles that are plain rows of 16-byte pieces are double-buffered where two fit
+(`double_buffered`): the first key block's copies start before the loop, and each step waits for
+its own, syncs (every warp is done with the other buffer) and starts the next block's copies into
+that buffer before it computes, so a block's loads run under the previous block's products.
+
+Per key block: fill K, V; Sync; S = Q K^T (ldmatrix.x4 of K, one mma per 16x8 tile and 16 of d);
 x = the score expression per S element (scale, masks; -inf past Lk or Lq), only on the edge
 blocks with the causal mask and bounds (key_range); the online softmax on the fragments: the
 row max over the lane's elements and the 4 lanes of the row (two xor shuffles), m_use (0 for a
@@ -89,8 +91,9 @@ class _MmaAttention:
         self.lane_g, self.lane_t = self.I("fa_g"), self.I("fa_t")
         self.mi, self.r8 = self.I("fa_mi"), self.I("fa_r8")
         self.wrow = mul(self.I("fa_warp"), 16)
-        self.kv_ops = block_origin(self.at, self.idx)[1]
-        self.pipelined, self.stage = self.double_buffered(), None
+        self.origin, self.kv_ops = block_origin(self.at, self.idx)
+        self.pipelined = self.double_buffered()
+        self.stage = self.I("fa_stage")             # which K/V buffer a key block reads
 
     def I(self, name: str) -> Var:
         return Var(name, self.idx)
@@ -142,8 +145,7 @@ class _MmaAttention:
                       Let("fa_warp", idx, floordiv(I("fa_tid"), 32)),
                       Let("fa_g", idx, floordiv(I("fa_lane"), 4)), Let("fa_t", idx, mod(I("fa_lane"), 4)),
                       Let("fa_mi", idx, floordiv(I("fa_lane"), 8)), Let("fa_r8", idx, mod(I("fa_lane"), 8))]
-        origin, self.kv_ops = block_origin(at, idx)
-        body += origin
+        body += self.origin
         for h in (0, 1):
             row = add(add(self.wrow, self.lane_g), 8 * h)
             if at.group > 1:
@@ -223,8 +225,9 @@ class _MmaAttention:
         static shared memory beside Q's tiles; not in the sum form (a backward's gradients:
         its dv kernel spilled with them, at 128 registers)."""
         tiles = self.kv_tiles()
-        if not self.softmax_form or not all(cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
-                   for _, w, width, extent, ax, stride in tiles):
+        if not self.softmax_form or not all(
+                cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
+                for _, w, width, extent, ax, stride in tiles):
             return False
         elems = self.bm * self.QS + (self.bm * self.Q2S if self.d2 else 0) \
             + 2 * sum(self.bn * stride for *_, stride in tiles)
@@ -234,7 +237,6 @@ class _MmaAttention:
         """One key block. Double-buffered: wait for this block's copies, Sync (every warp done
         with the other buffer), start the next block's copies into it, then compute."""
         if self.pipelined:
-            self.stage = self.I("fa_stage")
             nxt = add(self.I("j0"), self.bn)
             step = [Let("fa_stage", self.idx, mod(floordiv(sub(self.I("j0"), self.I("kv_lo")),
                                                            self.bn), 2)),

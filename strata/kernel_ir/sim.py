@@ -38,8 +38,8 @@ from ..core.errors import InputMismatch, SimError
 from ..core.expr import Expr, evaluate
 from . import sim_mma, sim_profile
 from .ir import (Assign, Atomic, BlockIdx, Comment, CpAsync, CpAsyncCommit, CpAsyncWait, For, If, Kernel,
-                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, PackHalf2, PrefetchL2, ShflIdx, ShflXor, Smem,
-                 Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
+                 KernelProgram, LdMatrix, Let, Load, LoadVec, Mma, PackHalf2, PrefetchL2, ShflIdx,
+                 ShflXor, Smem, Store, StoreVec, Sync, ThreadIdx, WgmmaDesc, While, walk)
 from .cpu_ir import CpuForm
 from .sim_async import AsyncCopies
 from .sim_cpu import MEANINGS

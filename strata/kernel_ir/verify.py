@@ -14,8 +14,8 @@ from .cpu_ir import CpuForm
 from .ir import (ATOMIC_OPS, HOPPER_STMTS, SWIZZLES, Assign, Atomic, Comment, CpAsync,
                  CpAsyncCommit, CpAsyncWait, FenceProxyAsync, For, If, Kernel, KernelProgram,
                  LdMatrix, Let, Load, LoadVec, MbarArrive, MbarInit, MbarTryWait, MbarWait, Mma,
-                 PackHalf2, PrefetchL2, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While, Wgmma,
-                 WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
+                 PackHalf2, PrefetchL2, Smem, Store, StoreVec, Sync, ThreadIdx, TmaLoad, While,
+                 Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait, walk)
 from .prefetch_weights import leading
 
 
@@ -183,7 +183,8 @@ class _Walk:
 # statement class (or a base) -> its rule beyond the operands; None: the operands are all there is
 # to check, as for a kind this table does not know (tests/kernel_ir: strata's own all have an entry)
 RULES = {Let: _Walk.define, Assign: _Walk.define, LoadVec: _Walk.load_vars,
-         LdMatrix: _Walk.load_vars, PackHalf2: _Walk.load_vars, For: _Walk.loop, If: _Walk.branch, While: _Walk.repeat,
+         LdMatrix: _Walk.load_vars, PackHalf2: _Walk.load_vars, For: _Walk.loop,
+         If: _Walk.branch, While: _Walk.repeat,
          Atomic: _Walk.atomic, Sync: _Walk.sync, Mma: _Walk.accumulate, Wgmma: _Walk.accumulate,
          MbarTryWait: _Walk.declare_flag,
          **dict.fromkeys((Store, StoreVec, Smem, Comment, CpAsync, CpAsyncCommit, CpAsyncWait,

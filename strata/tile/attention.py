@@ -117,7 +117,7 @@ class AttentionTile:
         return self.block_m * self.row_threads
 
     def smem_bytes(self) -> int:
-        if self.instr == "mma":     # Q, K and V tiles, rows padded by MMA_PAD elements (P: registers)
+        if self.instr == "mma":     # Q, K and V tiles, rows padded by MMA_PAD (P: in registers)
             dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
             bm, bn = self.block_m, self.block_n
             elems = bm * (dp + MMA_PAD) + bn * (dp + MMA_PAD) + bn * (ep + MMA_PAD)
@@ -463,8 +463,8 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     out.append("        m_new = max(m, max(x)); c = exp(m - m_new); p = exp(x - m_new)  "
                "# -inf - -inf counts as 0")
     if mma:
-        out.append("        p = packed to bf16 pairs in registers (its C fragments are P @ V's A fragments)"
-                   .replace("bf16", op.q.dtype))
+        out.append(f"        p = packed to {op.q.dtype} pairs in registers (its C fragments are "
+                   f"P @ V's A fragments)")
     out.append("        l = l * c + sum(p); acc = acc * c + p @ v_smem; m = m_new" +
                ("  # mma, v_smem by ldmatrix.trans" if mma else ""))
     out.append("        Sync")

@@ -32,7 +32,8 @@ def _default_stages(k: TileKernel) -> int:
     """3; a decode GEMV (at most 16 rows of M, one tile row) one per K step, up to 8."""
     if k.extent(k.matmul.m) > min(16, k.matmul.tile_m):
         return 3
-    return max(3, min(8, *(-(-s.extent // k.matmul.tile_k) for s in k.body if isinstance(s, MmaLoop))))
+    steps = (-(-s.extent // k.matmul.tile_k) for s in k.body if isinstance(s, MmaLoop))
+    return max(3, min(8, *steps))
 
 
 def mma_pipeline(k: TileKernel, ctx: Context) -> TileKernel:
