@@ -241,6 +241,9 @@ BENCHES = {
                      "--no-hf", "--no-compile"], 120,
                     "the same decode with Q4_0 weights (issue 53: >= 1.8x strata's bf16 decode)"),
 }
+BENCHES["gemv sweep"] = (["strata.bench.gemv_sweep", "--budget-s", "90"], 130,
+                         "the decode step's GEMVs (bf16, Q4_0; M = 1) under each candidate "
+                         "schedule against cuBLAS, the fastest named (issue 53 item 3)")
 BENCHES["training"] = (["strata.bench.train", "--device", "cuda", "--ops", "decoder_block", "--seq",
                         "1024", "--dtype", "bf16", "--rounds", "3"], 150,
                        "one bf16 training step of a TinyLlama-shaped decoder block at 1024 tokens "

@@ -33,22 +33,34 @@ GROUP_MAX = WARP = 32           # a row's group stays within a warp (shuffles on
 ROWS_MAX = 4
 
 
-def byte_vec(k: TileKernel, c, loop) -> int | None:
+def byte_vec(k: TileKernel, c, loop, wide: bool = False, vecs=VECS) -> int | None:
     """VEC when `loop` of contraction `c` (at most ROWS_MAX rows of activations) reads 1-byte
-    weights (integer blocks, or FP8) that the gather plan can read whole, else None."""
+    weights (integer blocks, or FP8) that the gather plan can read whole, else None: the first
+    of `vecs` that does. wide: also 2-byte float weights (bf16, fp16), which take these rows
+    where INSTR=fma is pinned."""
     if c.m is not None and k.extent(c.m) > ROWS_MAX:
         return None
     loads = moving(loop.body, loop.var, k.shape_of)
     size = lambda b: dtypes.ITEMSIZE[k.dtype_of(b)]
-    if not any(size(s.buf) == 1 and k.dtype_of(s.buf) != "bool" for s in loads):    # or FP8
+    if not any(size(s.buf) == 1 and k.dtype_of(s.buf) != "bool" for s in loads) and not (
+            wide and any(k.dtype_of(s.buf) in ("bf16", "f16") for s in loads)):   # or FP8
         return None
     bounds = {**dict(k.domain), loop.var: loop.extent}
-    for vec in VECS:
+    for vec in vecs:
         if loop.extent % vec == 0:
             p = plan(loads, k.shape_of, k.dtype_of, loop.var, vec, bounds)
             if isinstance(p, Plan) and full_windows(p, size):
                 return vec
     return None
+
+
+def row_vec(k: TileKernel, c, loop, ctx: Context) -> int | None:
+    """byte_vec as this context schedules it: 2-byte float weights too where INSTR=fma is pinned
+    (the CUDA cores), and a pinned VEC of 16, 32 or 64 points (more 16-byte loads a step in
+    flight) first, where its windows are whole; another pinned VEC is the vector width of other
+    kernels."""
+    vec = ctx.knob("VEC", 0)
+    return byte_vec(k, c, loop, ctx.knob("INSTR", "") == "fma", (vec,) * (vec in VECS) + VECS)
 
 
 def group_of(steps: int, rows: int) -> int:
@@ -65,7 +77,7 @@ def gemv_rows(k: TileKernel, c, ctx: Context) -> TileKernel | None:
     if len(c.loops) != 1:
         return None
     (loop,) = c.loops
-    vec = byte_vec(k, c, loop)
+    vec = row_vec(k, c, loop, ctx)
     if vec is None:
         return None
     group = group_of(loop.extent // vec, k.rows)

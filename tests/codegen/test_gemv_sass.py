@@ -185,3 +185,24 @@ def test_split_gemv_matches_eager_on_the_simulator(m, dtype):
     split = prog.lowered.tile.kernels[0]
     assert split.name.endswith("_splitk") and dict(split.knobs)["SPLIT_K"] > 1
     assert dict(split.knobs)["INSTR"] == ("mma" if m == 1 else "wgmma")
+
+
+@pytest.mark.parametrize("k,n", PROJECTIONS, ids=[f"{k}x{n}" for k, n in PROJECTIONS])
+def test_two_byte_weights_as_rows_read_with_128_bit_loads(k, n):
+    """bf16 weights at M = 1 with INSTR=fma pinned (tile/gemv.py's rows, the form a GPU run's
+    gemv_sweep weighs against mma.sync): every global load of the GEMV 128 bits, the weight
+    asked of L2 before the grid dependency, at most 40 registers (8 blocks of 256 an SM), 0
+    spills."""
+    layer = torch.nn.Linear(k, n, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        prog = strata.compile(layer.eval(), (torch.randn(1, k, dtype=torch.bfloat16),), device="sim",
+                              ctx=Context(target=ARCH, knobs={"INSTR": "fma"}))
+    source = prog.source("cuda")
+    gemv = prog.lowered.tile.kernels[0]
+    assert gemv.mode == "rows" and dict(gemv.knobs)["VEC"] == 16, (gemv.name, gemv.knobs)
+    code = sass(source, ARCH)[gemv.name]
+    assert set(global_loads(code)) == {128} and prefetches_before_wait(code), global_loads(code)
+    use = resource_usage(source, ARCH)
+    assert use[gemv.name]["registers"] <= 40, use
+    for name, u in use.items():
+        assert u["spill_stores"] == u["spill_loads"] == 0, f"{name} spills: {u}"

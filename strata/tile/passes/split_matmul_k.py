@@ -25,7 +25,7 @@ from ...core.context import Context
 from ...core.expr import Var, add, mul
 from ...loop.ir import Accum, BufferInfo, Load, Store
 from ..contraction import choose_tiles, match, prelude_for
-from ..gemv import byte_vec, group_of
+from ..gemv import group_of, row_vec
 from ..ir import TileKernel, subst_body, walk
 from ..split import choose_pieces
 from .mma_tile import mma_tile
@@ -43,7 +43,7 @@ def split_matmul_k(k: TileKernel, ctx: Context):
         ctx.log(f"split_matmul_k: {k.name}: declined, the row holds {len(c.loops)} reductions")
         return k
     (loop,) = c.loops
-    vec = byte_vec(k, c, loop)
+    vec = row_vec(k, c, loop, ctx)
     if vec:
         blocks = -(-k.rows * group_of(loop.extent // vec, k.rows) // 128)
         split, why = choose_pieces(loop.extent, blocks, ctx, "SPLIT_K", max(vec, GEMV_K_MIN),
