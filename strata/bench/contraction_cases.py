@@ -161,10 +161,13 @@ class AttentionCase:
     batch: int = 1
     label: str = ""
     dtype: str = "bf16"
+    knobs: tuple = ()       # (NAME, value) pins strata compiles the case with
 
     @property
     def name(self) -> str:
-        return f"causal attention {self.batch}×{self.heads}×{self.seq}×{self.head_dim}"
+        pins = "".join(f", {k}={v}" for k, v in self.knobs)
+        return f"causal attention {self.batch}×{self.heads}×{self.seq}×{self.head_dim}" + \
+            (f" ({pins[2:]})" if pins else "")
 
     @property
     def group(self) -> str:
@@ -259,4 +262,7 @@ def cases(quick: bool = False, configs: dict[str, dict] | None = None) -> list:
             raise ValueError(f"{model} has head dim {got}, not {hd}")
         short = dict(DECODE_MODELS).get(model, model.split("/")[-1])
         out.append(AttentionCase(heads, ATTENTION_SEQ, hd, label=f"{short} heads"))
+        # Hopper's wgmma form, pinned until a GPU run shows it beats mma.sync (the default)
+        out.append(AttentionCase(heads, ATTENTION_SEQ, hd, label=f"{short} heads",
+                                 knobs=(("INSTR", "wgmma"),)))
     return out

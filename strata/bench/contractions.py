@@ -119,7 +119,8 @@ def run(cs, out_dir: str, console) -> int:
         for i, case in enumerate(cs, 1):
             with progress.status(f"[{i}/{len(cs)}] {case.name}"):
                 try:
-                    rows.append(run_case(case, flush, l2, Context(target=target)))
+                    pins = dict(getattr(case, "knobs", ()))
+                    rows.append(run_case(case, flush, l2, Context(target=target, knobs=pins)))
                 except Exception as e:  # noqa: BLE001 - e.g. out of memory building the case
                     rows.append(failed_row(case, f"failed: {reason(e)}"))
                     torch.cuda.empty_cache()

@@ -306,14 +306,20 @@ class CudaEmitter(CFamilyEmitter):
         nd = len(d)
         scale = "1" if s.scale_d is None else self.expr(s.scale_d, UNARY)
         ptx = ".".join([_PTX_TYPE.get(s.dtype, s.dtype)] * 2)
-        trans = "" if s.dtype in dtypes.FLOAT8 else f", {int(s.trans_a)}, {int(s.trans_b)}"
-        self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + 2}, 0; "
+        if s.a_regs:        # A's fragment registers: no imm-trans-a
+            a, na = f"{{{_operands(nd, 4)}}}", 4
+            ins = [f'"r"({cname(v)})' for v in s.a_regs]
+            trans = f", {int(s.trans_b)}"
+        else:
+            a, na = f"%{nd}", 1
+            ins = [f'"l"({strip_parens(self.expr(s.a))})']
+            trans = "" if s.dtype in dtypes.FLOAT8 else f", {int(s.trans_a)}, {int(s.trans_b)}"
+        self.asm(f"{{ .reg .pred p; setp.ne.b32 p, %{nd + na + 1}, 0; "
                  f"wgmma.mma_async.sync.aligned.m64n{s.n}k{s.k}.f32.{ptx} "
-                 f"{{{_operands(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1{trans}; }}",
+                 f"{{{_operands(0, nd)}}}, {a}, %{nd + na}, p, 1, 1{trans}; }}",
                  [f'"+f"({v})' for v in d],
-                 [f'"l"({strip_parens(self.expr(s.a))})', f'"l"({strip_parens(self.expr(s.b))})',
-                  f'"r"((int){scale})'], depth)
-        self.asm("", [f'"+f"({v})' for v in d], [], depth)
+                 ins + [f'"l"({strip_parens(self.expr(s.b))})', f'"r"((int){scale})'], depth)
+        self.asm("", [f'"+f"({v})' for v in d] + [f'"+r"({cname(v)})' for v in s.a_regs], [], depth)
 
     def stored(self, buf: str, value: Expr) -> str:
         conv = self.to_storage.get(self.bufs.get(buf, ""))

@@ -453,16 +453,20 @@ class Wgmma(Stmt):
 
     `d`: n/2 declared f32 variables, read and written; thread T holds d[i] at row
     16 * (T % 128 // 32) + T % 32 // 4 + 8 * (i // 2 % 2), col 8 * (i // 4) + 2 * (T % 4) + i % 2.
-    Asynchronous: d may be read only after a WgmmaWait that completes its group, and d written by
-    other statements needs a WgmmaFence before the wgmma. All 128 threads must execute it."""
+    `a_regs` (16-bit types): A from four i32 registers a thread instead of a descriptor (`a`
+    None): warp w of the warpgroup holds rows 16w .. 16w + 15 as mma.m16n8k16's A fragment.
+    Asynchronous: d may be read only after a WgmmaWait that completes its group, d and a_regs
+    written by other statements need a WgmmaFence before the wgmma, and a_regs may not be written
+    before its group completes. All 128 threads must execute it."""
     d: tuple[str, ...]
-    a: Expr
+    a: Expr | None
     b: Expr
     n: int
     dtype: str = "bf16"
     scale_d: Expr | None = None       # None: always accumulate (PTX scale-d = 1)
     trans_a: bool = False             # A is M-major (imm-trans-a = 1)
     trans_b: bool = False             # B is N-major (imm-trans-b = 1)
+    a_regs: tuple[str, ...] = ()      # A's fragment registers (then `a` is None)
 
     @property
     def k(self) -> int:
@@ -472,7 +476,8 @@ class Wgmma(Stmt):
         d = ", ".join(self.d) if len(self.d) <= 4 else f"{self.d[0]}..{self.d[-1]}"
         scale = "" if self.scale_d is None else f" scale_d={fmt(self.scale_d)}"
         trans = "".join(f" trans_{x}" for x in "ab" if getattr(self, f"trans_{x}"))
-        return f"{d} <- wgmma.m64n{self.n}k{self.k}.{self.dtype} a={fmt(self.a)} b={fmt(self.b)}{scale}{trans}"
+        a = f"regs({', '.join(self.a_regs)})" if self.a_regs else fmt(self.a)
+        return f"{d} <- wgmma.m64n{self.n}k{self.k}.{self.dtype} a={a} b={fmt(self.b)}{scale}{trans}"
 
 
 @printed_in("cuda", what="wgmma.fence")

@@ -21,6 +21,7 @@ from .ir import WARP, BlockIdx, Buffer, If, Kernel, KernelProgram, Let, Param, T
 from .lower_attention import lower_attention_kernel
 from .lower_attention_combine import lower_combine_kernel
 from .lower_attention_mma import lower_attention_mma_kernel
+from .lower_attention_wgmma import lower_attention_wgmma_kernel
 from .lower_matmul import lower_matmul_kernel
 from .lower_mma import lower_mma_kernel
 from .lower_wgmma import lower_wgmma_kernel
@@ -39,8 +40,8 @@ def lower_kernel(tk: TileKernel) -> Kernel:
     if tk.mode == "attention":      # flash attention (tile/attention.py), its split-KV combine
         if isinstance(tk.attention, CombineTile):
             return lower_combine_kernel(tk)
-        mma = tk.attention.instr == "mma"
-        return lower_attention_mma_kernel(tk) if mma else lower_attention_kernel(tk)
+        lowering = {"mma": lower_attention_mma_kernel, "wgmma": lower_attention_wgmma_kernel}
+        return lowering.get(tk.attention.instr, lower_attention_kernel)(tk)
     if tk.mode in MODES:            # tensor cores (mma: sm_80+, wgmma: TMA, sm_90a); CUDA cores
         return MODES[tk.mode](tk)
     low = Lowerer(tk)

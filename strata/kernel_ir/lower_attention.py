@@ -162,14 +162,15 @@ def unmasked_scores(at) -> tuple:
 
 def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
             async_copy: bool = False, j0: Expr | None = None, stage: Expr | int = 0,
-            wait: bool = True) -> list:
+            wait: bool = True, place=None) -> list:
     """Fill the K and V tiles of the key block at j0: tiles are (smem, "k"|"v", width, extent,
     axis, row stride); 0 past Lk (edge blocks only) and past the head dim (width > extent).
     With `async_copy` (sm_80+, 16-bit tiles) a tile whose operand is a plain load along rows
     of whole 16-byte pieces is copied 16 bytes a thread by cp.async (`cp_async_source`), waited for
     here (or, not `wait`, only committed: the pipelined mma form fills the next key block, at
     `j0`, into buffer `stage` of two); any other element by element through
-    registers (2-byte loads before, for all)."""
+    registers (2-byte loads before, for all). place(row, col): where an element of the tile sits
+    (default row * stride + col; the wgmma form's swizzled rows)."""
     idx = low.idx
     I = lambda name: Var(name, idx)
     (jv, lk), out = at.op.j, []
@@ -182,7 +183,7 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
             buf, index = src
             fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width)),
                     Let(jv, idx, add(j0, jj)), Let(ax, idx, x)]
-            dst = add(add(mul(jj, stride), x), offset)
+            dst = add(place(jj, x) if place else add(mul(jj, stride), x), offset)
             ok = call("lt", I(jv), Const(lk)) if edge else None
             fill.append(CpAsync(tile, dst, buf, index, 16, cache="cg") if ok is None else
                         CpAsync(tile, dst, buf, call("where", ok, index, Const(0, idx)), 16,
@@ -193,7 +194,8 @@ def fill_kv(low: Lowerer, at, kv_ops: dict, tiles, edge: bool, block: int,
             continue
         fill = [Let(jj.name, idx, floordiv(f, width)), Let(x.name, idx, mod(f, width))]
         j = add(j0, jj)
-        at_ = add(f if stride == width else add(mul(jj, stride), x), offset)
+        at_ = add(place(jj, x) if place else f if stride == width else add(mul(jj, stride), x),
+                  offset)
         ok = _and(call("lt", j, Const(lk)) if edge else None,
                   call("lt", x, Const(extent)) if width > extent else None)
         compute = operand(low, kv_ops[which], [Let(jv, idx, j), Let(ax, idx, x)], f"{tile}_val", True)

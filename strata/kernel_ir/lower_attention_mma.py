@@ -108,8 +108,7 @@ class _MmaAttention:
         body += key_range(self.at, self.I, self.idx)
         if self.pipelined:          # the first key block's copies, in flight before the loop
             body.append(If(call("lt", self.I("kv_lo"), self.I("kv_hi")), tuple(
-                fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), True, self.tk.block, True,
-                        self.I("kv_lo"), 0, wait=False))))
+                self.fill(True, self.I("kv_lo"), 0, wait=False))))
         body.append(For("j0", self.I("kv_lo"), self.I("kv_mid"), self.bn, tuple(self.key_step(False)),
                         dtype=self.idx))
         body.append(For("j0", self.I("kv_mid"), self.I("kv_hi"), self.bn, tuple(self.key_step(True)),
@@ -241,13 +240,10 @@ class _MmaAttention:
             step = [Let("fa_stage", self.idx, mod(floordiv(sub(self.I("j0"), self.I("kv_lo")),
                                                            self.bn), 2)),
                     CpAsyncWait(0), Sync(),
-                    If(call("lt", nxt, self.I("kv_hi")), tuple(fill_kv(
-                        self.low, self.at, self.kv_ops, self.kv_tiles(), True, self.tk.block, True,
-                        nxt, sub(Const(1, self.idx), self.stage), wait=False)))]
+                    If(call("lt", nxt, self.I("kv_hi")), tuple(self.fill(
+                        True, nxt, sub(Const(1, self.idx), self.stage), wait=False)))]
         else:
-            step = fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block,
-                           True)
-            step.append(Sync())
+            step = self.fill(edge) + [Sync()]
         step += self.scores()
         if self.d2:
             step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p, "fa_k2b")
@@ -257,6 +253,12 @@ class _MmaAttention:
         if self.softmax_form:
             step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
         return step if self.pipelined else step + [Sync()]
+
+    def fill(self, edge: bool, j0: Expr | None = None, stage: Expr | int = 0,
+             wait: bool = True) -> list:
+        """The K/V tiles of the key block at j0 (lower_attention.fill_kv), into buffer `stage`."""
+        return fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block, True,
+                       j0, stage, wait)
 
     def at_stage(self, stride: int) -> Expr:
         """Where the current key block's buffer of a K/V tile with rows of `stride` starts."""

@@ -26,6 +26,10 @@ Accumulator d[i] of thread T (T < 128 in its warpgroup, w = T // 32, l = T % 32)
   row 16 w + l // 4 + 8 * (i // 2 % 2), col 8 * (i // 4) + 2 * (l % 4) + i % 2.
 Accumulation as in sim_mma.py: products exact in f32, added one k at a time in increasing k.
 
+A in registers (Wgmma.a_regs): each warp of the warpgroup gives its 16 rows as mma.m16n8k16's A
+fragment (sim_mma.py's layout); those registers, like the accumulators, need a wgmma.fence after
+an ordinary write and may not be written until the group completes.
+
 Asynchrony, per thread as in PTX: a wgmma joins the open group, WgmmaCommit closes it,
 WgmmaWait(n) completes all but the n most recent groups. Until its group completes, reading or
 writing a wgmma's accumulators by any other statement is a SimError ("missing
@@ -52,6 +56,7 @@ from .ir import (
     WgmmaWait,
     walk,
 )
+from . import sim_mma
 from .sim_tma import swizzle
 
 WGMMA_STMTS = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait)
@@ -116,9 +121,12 @@ class WgmmaState:
 
     def __init__(self, batch):
         self.batch = batch
-        self.acc_names = {v for s in walk(batch.k.body) if isinstance(s, Wgmma) for v in s.d}
+        wgmmas = [s for s in walk(batch.k.body) if isinstance(s, Wgmma)]
+        # every register a wgmma reads or writes (its writes by other statements are watched)
+        self.acc_names = {v for s in wgmmas for v in s.d + s.a_regs}
         self.committed = np.zeros(batch.n, dtype=np.int64)
         self.pending: dict[str, np.ndarray] = {}     # accumulator -> group per lane, -1: none
+        self.reading: dict[str, np.ndarray] = {}     # A register -> group per lane, -1: none
         self.dirty: dict[str, np.ndarray] = {}       # written since the lane's last fence
         self.records: list[_Record] = []
 
@@ -146,6 +154,12 @@ class WgmmaState:
 
     def on_write(self, name: str, idx) -> None:
         self._check_not_pending(name, idx, "writes")
+        r = self.reading.get(name)
+        if r is not None and (r[self.batch.lanes(idx)] >= 0).any():
+            lanes = self.batch.lanes(idx)
+            j = int(np.flatnonzero(r[lanes] >= 0)[0])
+            self.batch.launch.fail(f"{self.batch.who(lanes[j])} writes {name}, an A register of a "
+                                   f"wgmma still in flight (missing wgmma.wait_group)")
         d = self.dirty.setdefault(name, np.zeros(self.batch.n, dtype=bool))
         d[self.batch.lanes(idx)] = True
 
@@ -238,24 +252,32 @@ class WgmmaState:
         lanes = b.lanes(idx)
         wl = lanes.reshape(-1, 128)
         nw = wl.shape[0]
-        for name in s.d:
+        for name in s.d + s.a_regs:
             if name not in b.env:
                 b.launch.fail(f"wgmma reads {name} before it is set")
             d = self.dirty.get(name)
             if d is not None and d[lanes].any():
                 j = int(np.flatnonzero(d[lanes])[0])
-                b.launch.fail(f"wgmma accumulator {name} was written by {b.who(lanes[j])} since "
+                what = "A register" if name in s.a_regs else "accumulator"
+                b.launch.fail(f"wgmma {what} {name} was written by {b.who(lanes[j])} since "
                               f"its last wgmma.fence (missing wgmma.fence)")
-        a_desc = self.uniform(s.a, idx, wl, "A descriptor")
+        a_desc = None if s.a_regs else self.uniform(s.a, idx, wl, "A descriptor")
         b_desc = self.uniform(s.b, idx, wl, "B descriptor")
         scale = np.ones(nw, dtype=bool) if s.scale_d is None else \
             self.uniform(s.scale_d, idx, wl, "scale-d") != 0
         A = np.empty((nw, 64, s.k), np.float32)
         B = np.empty((nw, s.n, s.k), np.float32)
         reads = []
+        if s.a_regs:                # each warp's 16 rows, as mma.m16n8k16's A fragment
+            regs = np.stack([b.env[v][lanes] for v in s.a_regs], axis=0)        # (4, W * 128)
+            warps = np.moveaxis(regs.reshape(4, nw * 4, 32), 1, 0)             # (W * 4, 4, 32)
+            A16 = np.empty((nw * 4, 16, 16), np.float32)
+            A16[:, sim_mma.A_ROW, sim_mma.A_COL] = np.moveaxis(sim_mma.unpack(warps, s.dtype), -1, 2)
+            A[:] = A16.reshape(nw, 64, 16)
         for w in range(nw):
-            for mat, desc, rows, what, tr in ((A, a_desc[w], 64, "A", s.trans_a),
-                                              (B, b_desc[w], s.n, "B", s.trans_b)):
+            operands = ((B, b_desc[w], s.n, "B", s.trans_b),) if s.a_regs else \
+                ((A, a_desc[w], 64, "A", s.trans_a), (B, b_desc[w], s.n, "B", s.trans_b))
+            for mat, desc, rows, what, tr in operands:
                 buf, elem = self.operand(int(desc), rows, wl[w], what, s.dtype, tr)
                 who = wl[w][np.arange(elem.size) % 128]
                 mat[w] = np.asarray(b.load(buf, elem.reshape(-1), who, what=f"wgmma {what} read"),
@@ -273,6 +295,9 @@ class WgmmaState:
             b.env[name][lanes] = out[:, i, :].reshape(-1)
             p = self.pending.setdefault(name, np.full(b.n, -1, dtype=np.int64))
             p[lanes] = self.committed[lanes]
+        for name in s.a_regs:
+            r = self.reading.setdefault(name, np.full(b.n, -1, dtype=np.int64))
+            r[lanes] = self.committed[lanes]
         for buf, blk, elem in reads:
             sh = b.smem[buf]
             if sh.wgmma_reads is None:
@@ -284,11 +309,12 @@ class WgmmaState:
         done = self.committed - pending       # groups below this are complete, per lane
         active = np.zeros(self.batch.n, dtype=bool)
         active[lanes] = True
-        for name in list(self.pending):
-            p = self.pending[name]
-            p[active & (p >= 0) & (p < done)] = -1
-            if (p < 0).all():
-                del self.pending[name]
+        for held in (self.pending, self.reading):
+            for name in list(held):
+                p = held[name]
+                p[active & (p >= 0) & (p < done)] = -1
+                if (p < 0).all():
+                    del held[name]
         keep = []
         for r in self.records:
             r.left &= ~(active[r.lanes] & (r.group < done[r.lanes]))

@@ -167,7 +167,7 @@ class _Walk:
             self.fail("__syncthreads() under thread-dependent control flow")
 
     def accumulate(self, s, scope, tainted, divergent) -> None:      # Mma, Wgmma
-        missing = set(s.a + s.b + s.c + s.d if isinstance(s, Mma) else s.d) - scope
+        missing = set(s.a + s.b + s.c + s.d if isinstance(s, Mma) else s.d + s.a_regs) - scope
         if missing:                                   # accumulators declared before, read
             self.fail(f"{type(s).__name__.lower()} uses undefined {sorted(missing)}")
         tainted |= set(s.d)
@@ -201,7 +201,7 @@ def _check_hopper_ops(k: Kernel) -> None:
         return
     smem = {s.name: s for s in walk(k.body) if isinstance(s, Smem)}
     params = {p.name: p for p in k.params}
-    declared = {s.var: s.dtype for s in walk(k.body) if isinstance(s, (Let, For))}
+    declared = _declared(k)
     bars = {s.bar for s in walk(k.body) if isinstance(s, HOPPER_STMTS) and hasattr(s, "bar")}
     tmaps = {n for n, p in params.items() if p.tensor_map is not None}
 
@@ -243,6 +243,12 @@ def _check_hopper_ops(k: Kernel) -> None:
                 fail(f"wgmma m64nNk{s.k} needs N a multiple of 8 in 8..256, not {s.n}")
             if len(s.d) != s.n // 2:
                 fail(f"wgmma m64n{s.n}k{s.k} takes {s.n // 2} f32 accumulators, not {len(s.d)}")
+            if (s.a is None) == (not s.a_regs):
+                fail("wgmma takes A by a descriptor or by registers, one of the two")
+            if s.a_regs and (len(s.a_regs) != 4 or s.trans_a or s.dtype in dtypes.FLOAT8
+                             or any(declared.get(v) != "i32" for v in s.a_regs)):
+                fail("wgmma's A in registers is four i32 fragment registers of a 16-bit type, "
+                     "never transposed")
             for v in s.d:
                 if declared.get(v) != "f32":
                     fail(f"wgmma accumulator {v} is not f32")
@@ -264,10 +270,8 @@ def _check_hopper_ops(k: Kernel) -> None:
             fail(f"wgmma.wait_group {s.pending}")
 
 
-def _check_warp_ops(k: Kernel) -> None:
-    """The shapes and types mma, ldmatrix and cp.async accept."""
-    smem = {s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)}
-    params = {p.name: p.dtype for p in k.params}
+def _declared(k: Kernel) -> dict[str, str]:
+    """Every variable's type: Let, For, vector loads, and the i32 fragment registers."""
     declared: dict[str, str] = {}
     for s in walk(k.body):
         if isinstance(s, (Let, For)):
@@ -278,6 +282,14 @@ def _check_warp_ops(k: Kernel) -> None:
             declared.update(dict.fromkeys(s.vars, "i32"))
         elif isinstance(s, PackHalf2):
             declared[s.var] = "i32"
+    return declared
+
+
+def _check_warp_ops(k: Kernel) -> None:
+    """The shapes and types mma, ldmatrix and cp.async accept."""
+    smem = {s.name: s.dtype for s in walk(k.body) if isinstance(s, Smem)}
+    params = {p.name: p.dtype for p in k.params}
+    declared = _declared(k)
 
     def fail(what: str):
         raise KernelVerifyError(f"{k.name}: {what}")

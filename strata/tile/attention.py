@@ -67,7 +67,8 @@ class AttentionTile:
     partials: tuple[str, str] | None = None     # (ml, acc) temp buffers when kv_splits > 1
     group: int = 1                  # query heads per block sharing one K/V tile (GQA)
     head: str | None = None         # the batch axis of those heads when group > 1
-    instr: str = "fma"              # "mma": tensor cores, one warp per 16 rows (lower_attention_mma.py)
+    instr: str = "fma"              # "mma"/"wgmma": tensor cores, one warp per 16 rows
+                                    # (lower_attention_mma.py, lower_attention_wgmma.py)
 
     def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
         format_attention_tile(k, out)
@@ -112,11 +113,15 @@ class AttentionTile:
 
     @property
     def block(self) -> int:
-        if self.instr == "mma":
+        if self.instr != "fma":
             return self.block_m // 16 * 32
         return self.block_m * self.row_threads
 
     def smem_bytes(self) -> int:
+        if self.instr == "wgmma":   # Q padded as mma's; K and V in 64-column swizzled rows
+            dp, bn = ceil16(self.op.d[1]), self.block_n
+            k, v = ceil64(self.op.d[1]), ceil64(self.op.e[1])
+            return (self.block_m * (dp + MMA_PAD) + bn * (k + v)) * 2 + 2 * WGMMA_ALIGN
         if self.instr == "mma":     # Q, K and V tiles, rows padded by MMA_PAD (P: in registers)
             dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
             bm, bn = self.block_m, self.block_n
@@ -240,6 +245,12 @@ def ceil16(n: int) -> int:
     return -(-n // 16) * 16
 
 MMA_MAX_HEAD_DIM = 256
+WGMMA_ALIGN = 1024          # bytes: a swizzled wgmma operand's shared array starts on this boundary
+
+
+def ceil64(n: int) -> int:
+    """A head dim rounded up to the 64 of one 128-byte swizzled row (wgmma's K and V tiles)."""
+    return -(-n // 64) * 64
 
 
 def mma_decline(op: Attention, ctx: Context) -> str | None:
@@ -264,8 +275,10 @@ def choose_instr(op: Attention, ctx: Context, name: str) -> str:
     "fma" (CUDA cores, fp32 math) otherwise; pinning mma where it cannot run is an error."""
     pinned = ctx.knob("INSTR", "")
     if pinned == "wgmma":
-        ctx.log(f"tile_attention: {name}: INSTR=wgmma does not apply: attention runs on mma.sync "
-                f"or CUDA cores")
+        why = mma_decline(op, ctx) or wgmma_decline(op, ctx)
+        if why is None:
+            return "wgmma"
+        raise KnobError(f"INSTR=wgmma: {why}")
     if pinned == "fma":
         return "fma"
     why = mma_decline(op, ctx)
@@ -277,29 +290,45 @@ def choose_instr(op: Attention, ctx: Context, name: str) -> str:
     return "fma"
 
 
-def mma_schedule(op: Attention, ctx: Context, name: str) -> AttentionTile | None:
-    """BLOCK_M (a multiple of 16: one warp per 16 rows), BLOCK_N (a multiple of 16) for the mma
-    path; None (with a logged reason) when no such schedule fits and INSTR is not pinned."""
-    pinned = ctx.knob("INSTR", "") == "mma"
+def wgmma_decline(op: Attention, ctx: Context) -> str | None:
+    """Why the wgmma path (lower_attention_wgmma.py, pinned by INSTR=wgmma) cannot take this
+    attention beyond mma's reasons, or None."""
+    if not ctx.arch.has("wgmma"):
+        return f"target {ctx.arch} has no wgmma (sm_90a)"
+    if op.norm == "sum" or op.d2:
+        return "a backward's sum form runs on mma.sync"
+    if ctx.knob("BLOCK_M", 64) % 64:
+        return f"BLOCK_M={ctx.knob('BLOCK_M', 64)} is not whole warpgroups of 64 rows"
+    return None
+
+
+def mma_schedule(op: Attention, ctx: Context, name: str, instr: str = "mma") -> AttentionTile | None:
+    """BLOCK_M (a multiple of 16: one warp per 16 rows; of 64 for wgmma's warpgroups), BLOCK_N
+    (a multiple of 16) for the tensor-core paths; None (with a logged reason) when no such
+    schedule fits and INSTR is not pinned."""
+    pinned = ctx.knob("INSTR", "") == instr
+    rows = 64 if instr == "wgmma" else 16
 
     def decline(why: str):
         if pinned:
-            raise KnobError(f"INSTR=mma: {why}")
+            raise KnobError(f"INSTR={instr}: {why}")
         ctx.log(f"tile_attention: {name}: INSTR=mma declined, {why}")
         return None
     group, head = choose_group(op, 2, ctx, name)
     lq, lk = op.i[1], op.j[1]
     bm = max(16, group * _pow2_ceil(lq)) if group > 1 else min(64, max(16, _pow2_ceil(lq)))
+    if instr == "wgmma":        # whole warpgroups
+        bm = -(-bm // lcm(rows, group)) * lcm(rows, group)
     bn = min(64 if ceil16(op.d[1]) <= 64 else 32, max(16, ceil16(lk)))
     bm, bn = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn)
-    if bm % 16 or bm % group or bm > 512 or bn % 16 or bn < 16:
-        return decline(f"BLOCK_M={bm}, BLOCK_N={bn}: need multiples of 16 (and of GQA_GROUP="
-                       f"{group}), BLOCK_M at most 512")
-    at = AttentionTile(op, bm, bn, 1, group=group, head=head, instr="mma")
+    if bm % rows or bm % group or bm > 512 or bn % 16 or bn < 16:
+        return decline(f"BLOCK_M={bm}, BLOCK_N={bn}: need multiples of 16 (BLOCK_M of {rows} "
+                       f"and of GQA_GROUP={group}), BLOCK_M at most 512")
+    at = AttentionTile(op, bm, bn, 1, group=group, head=head, instr=instr)
     while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
         at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
-    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_M" not in ctx.knobs and at.block_m > 16 \
-            and (at.block_m // 2) % lcm(16, group) == 0:
+    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_M" not in ctx.knobs \
+            and at.block_m > rows and (at.block_m // 2) % lcm(rows, group) == 0:
         at = replace(at, block_m=at.block_m // 2)
     splits = ctx.knob("KV_SPLITS", 0)
     while splits > at.key_blocks and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
@@ -321,8 +350,8 @@ def tile_attention(k, ctx: Context, buffers: tuple):
     if op is None:
         return k
     instr = choose_instr(op, ctx, k.name)
-    if instr == "mma":
-        at = mma_schedule(op, ctx, k.name)
+    if instr != "fma":
+        at = mma_schedule(op, ctx, k.name, instr)
         if at is not None:
             return _finish(k, ctx, buffers, at)
     bm, bn, g = default_schedule(op)
@@ -351,7 +380,7 @@ def _finish(k, ctx: Context, buffers: tuple, at: AttentionTile):
     op, g, group = at.op, at.row_threads, at.group
     splits = choose_kv_splits(op, at, ctx, k.name)
     causal = causal_limit(op)
-    threads = "one warp per 16 queries (mma)" if at.instr == "mma" else f"{g} threads per query"
+    threads = f"one warp per 16 queries ({at.instr})" if at.instr != "fma" else f"{g} threads per query"
     ctx.log(f"tile_attention: {k.name}: {at.block_m} queries x {at.block_n} keys per step, "
             f"{threads}, {splits} KV splits, {group} query heads per K/V tile"
             + (f", keys {'from' if causal.lower else 'up to'} "
@@ -360,7 +389,7 @@ def _finish(k, ctx: Context, buffers: tuple, at: AttentionTile):
     domain = (*op.batch, op.i)
     knobs = (("BLOCK_M", at.block_m), ("BLOCK_N", at.block_n), ("KV_SPLITS", splits),
              ("GQA_GROUP", group))
-    knobs += (("INSTR", "mma"),) if at.instr == "mma" else (("ROW_THREADS", g),)
+    knobs += (("INSTR", at.instr),) if at.instr != "fma" else (("ROW_THREADS", g),)
     if at.instr == "fma" and ctx.pinned("INSTR"):      # a pinned INSTR shows what ran
         knobs += (("INSTR", "fma"),)
     if splits == 1:
@@ -403,11 +432,17 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         out.append(f"    # INSTR=mma: Q, K, V tiles {op.q.dtype} in shared memory, S = q @ k_smem^T "
                    f"and acc += p @ v_smem by mma.sync m16n8k16 (f32 accumulators), the softmax "
                    f"on the fragments")
+    elif at.instr == "wgmma":
+        out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, w:{at.block_m // 16}"
+                   f"=WARP x 16 QUERIES, grid={k.grid}, block={k.block}):")
+        out.append(f"    # INSTR=wgmma: K, V tiles {op.q.dtype} in 128-byte swizzled rows, S = q @ "
+                   f"k_smem^T and acc += p @ v_smem by wgmma m64 (A = q's and p's fragments in "
+                   f"registers), the softmax on the fragments")
     else:
         out.append(f"Tile(attention=({axes.lstrip(', ')}) = {per}{split}, t:{at.block_m}x{g}"
                    f"=QUERY x THREAD, grid={k.grid}, block={k.block}):")
     i, j, d, e = op.i[0], op.j[0], op.d[0], op.e[0]
-    mma = at.instr == "mma"
+    mma = at.instr != "fma"
     out.append(f"    q = SmemTile(q[{i}:{at.block_m}, {d}] {op.q.dtype}) -> A fragments (ldmatrix, once):"
                if mma else f"    q = Registers(q[{i}, {d} = t + {g} * u], {at.d_per_thread} per thread):")
     for s in op.q.body:

@@ -58,7 +58,10 @@ def test_case_list_order_goals_and_quick():
     assert {c.m for c in linears} == {1, 16} and len(linears) == 24
     assert all(c.goal == C.GOAL_DECODE and c.group == "decode matmul" for c in linears)
     att = [c for c in cs if isinstance(c, C.AttentionCase)]
-    assert [(c.heads, c.seq, c.head_dim) for c in att] == [(32, 2048, 64), (28, 2048, 128)]
+    assert [(c.heads, c.seq, c.head_dim, c.knobs) for c in att] == [
+        (32, 2048, 64, ()), (32, 2048, 64, (("INSTR", "wgmma"),)),
+        (28, 2048, 128, ()), (28, 2048, 128, (("INSTR", "wgmma"),))]
+    assert att[1].name == "causal attention 1×32×2048×64 (INSTR=wgmma)"
     assert all(c.goal == C.GOAL_ATTENTION for c in att) and {c.dtype for c in cs} == {"bf16", "f8e4m3"}
     fp8 = [c for c in cs if isinstance(c, C.ScaledMmCase)]
     assert [(c.m, c.k, c.n, c.goal) for c in fp8] == [(4096, 4096, 4096, C.GOAL_FP8)]
@@ -159,7 +162,8 @@ def test_list_needs_no_gpu(capsys):
     from strata.bench.contractions import main
     assert main(["--list", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "7 cases" in out and "causal attention 1×32×2048×64" in out and "fp8 scaled_mm" in out
+    assert "8 cases" in out and "causal attention 1×32×2048×64" in out and "fp8 scaled_mm" in out
+    assert "(INSTR=wgmma)" in out
 
 
 @gpu

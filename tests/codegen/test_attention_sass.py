@@ -46,3 +46,20 @@ def test_attention_copies_k_and_v_by_cp_async_and_keeps_p_in_registers(causal, d
             if isinstance(x, Smem)}
     buffers = 2 if d == 64 else 1        # head dim 128: two K/V buffers would pass 48 KB
     assert smem["k_tile"] == buffers * kernel.attention.block_n * (d + MMA_PAD), smem
+
+
+@pytest.mark.parametrize("causal,d", [(True, 64), (False, 128)])
+def test_wgmma_attention_runs_both_products_on_hgmma(causal, d):
+    """INSTR=wgmma (kernel_ir/lower_attention_wgmma.py): HGMMA and no HMMA, K and V still by
+    LDGSTS.128, no spills and no ptxas warning that the wgmmas serialize (C7514-like)."""
+    from strata.runtime.nvrtc import ptxas_log
+    qkv = tuple(torch.randn(1, 32, 2048, d, dtype=torch.bfloat16) for _ in range(3))
+    prog = strata.compile(
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        qkv, device="sim", ctx=Context(target=ARCH, knobs={"INSTR": "wgmma"}))
+    (kernel,) = prog.lowered.tile.kernels
+    source = prog.source("cuda")
+    code, use = sass(source, ARCH)[kernel.name], resource_usage(source, ARCH)[kernel.name]
+    assert "HGMMA" in code and not re.search(r"\bHMMA", code) and "LDGSTS.E.BYPASS.128" in code
+    assert use["spill_stores"] == use["spill_loads"] == 0, use
+    assert "Performance Loss" not in ptxas_log(source, ARCH)
