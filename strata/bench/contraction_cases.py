@@ -240,6 +240,26 @@ def _rand(shape, device, gen):
     return torch.rand(shape, generator=gen, device=device) + 0.5
 
 
+# attention schedules a GPU run weighs (`--sweep`): (INSTR, BLOCK_M, BLOCK_N); None: the default
+ATTENTION_SWEEP = (("mma", None, None), ("mma", 128, None), ("mma", None, 32),
+                   ("wgmma", None, None), ("wgmma", 128, None), ("wgmma", None, 32),
+                   ("wgmma", None, 128))
+
+
+def sweep_cases(configs: dict[str, dict] | None = None) -> list:
+    """Causal attention at seq 2048, head dims 64 and 128, under each ATTENTION_SWEEP pin."""
+    configs = configs if configs is not None else _bundled(n for _, n in ATTENTION_MODELS)
+    out = []
+    for hd, model in ATTENTION_MODELS:
+        heads = configs[model]["num_attention_heads"]
+        for instr, bm, bn in ATTENTION_SWEEP:
+            pins = (("INSTR", instr),) + ((("BLOCK_M", bm),) if bm else ()) + \
+                ((("BLOCK_N", bn),) if bn else ())
+            out.append(AttentionCase(heads, ATTENTION_SEQ, hd, label=model.split("/")[-1] + " heads",
+                                     knobs=pins))
+    return out
+
+
 def cases(quick: bool = False, configs: dict[str, dict] | None = None) -> list:
     """Every case in table order: 4096³ mm, its FP8 form, the decode-shape linears (M = 1 and
     16), attention. quick: the mm (both), TinyLlama's projections at M = 1 and attention at head

@@ -4,7 +4,7 @@ and F.linear at Llama/Qwen decode shapes against torch (cuBLAS), causal flash at
 and whether each goal is met. Written as markdown and JSON named with the device and the date.
 
     python -m strata.bench.contractions --list
-    python -m strata.bench.contractions [--quick] [--out docs]
+    python -m strata.bench.contractions [--quick | --sweep] [--out docs]
 
 strata compiles for this device's architecture (bench/env.strata_target: sm_90a on H100/H200,
 so its tile passes may pick wgmma) with default knobs. A case strata cannot compile or run is a
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--quick", action="store_true",
                    help="a few cases only: 4096³ mm, TinyLlama projections at M=1, head dim 64")
+    p.add_argument("--sweep", action="store_true",
+                   help="causal attention (head dims 64, 128) under each tensor-core schedule "
+                        "instead: INSTR mma/wgmma, BLOCK_M, BLOCK_N pinned")
     p.add_argument("--list", action="store_true", help="print the cases and exit (no GPU needed)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
@@ -148,7 +151,7 @@ def main(argv=None) -> int:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
     def command() -> int:
-        cs = C.cases(quick=args.quick)
+        cs = C.sweep_cases() if args.sweep else C.cases(quick=args.quick)
         if args.list:
             print_list(cs, console)
             return 0

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 STEPS = ("install", "tests", "sanitizer", "overhead", "decode", "contractions", "decode-q4",
-         "gemv-sweep", "suite", "training", "ncu")
+         "gemv-sweep", "attention-sweep", "suite", "training", "ncu")
 
 
 def main(argv=None) -> int:
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     # by its time limit loses the op suite (and ncu, which ranks its cases), not the decode
     for step, name in (("overhead", "call overhead"), ("decode", "decode"),
                        ("contractions", "contractions"), ("decode-q4", "decode q4_0"),
-                       ("gemv-sweep", "gemv sweep"),
+                       ("gemv-sweep", "gemv sweep"), ("attention-sweep", "attention sweep"),
                        ("suite", "op suite"), ("training", "training")):
         if step in chosen:
             timed(name, S.bench, name)

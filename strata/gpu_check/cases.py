@@ -115,6 +115,9 @@ CASES: dict[str, GpuCase] = {
                                    ("k32.f32.e4m3.e4m3",)),
     "attention_prefill": GpuCase("causal flash attention, 130 tokens, bf16 on tensor cores",
                                  _prefill, "sm_80", ("mma.sync",)),
+    "attention_prefill_wgmma": GpuCase("the same attention on wgmma, A from registers, K and V "
+                                       "in 128-byte swizzled rows (sm_90a)", _prefill, "sm_90a",
+                                       ("wgmma.mma_async",), knobs={"INSTR": "wgmma"}),
     "decode_split_kv": GpuCase("one query against 300 keys: split-KV kernel + combine",
                                _decode, None, (), 2),
     "gemv_fp8": GpuCase("FP8Linear at M = 1: e4m3 weights by 16-byte loads, decoded by "

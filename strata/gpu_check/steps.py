@@ -244,11 +244,14 @@ BENCHES = {
 BENCHES["gemv sweep"] = (["strata.bench.gemv_sweep", "--budget-s", "90"], 130,
                          "the decode step's GEMVs (bf16, Q4_0; M = 1) under each candidate "
                          "schedule against cuBLAS, the fastest named (issue 53 item 3)")
+BENCHES["attention sweep"] = (["strata.bench.contractions", "--sweep"], 90,
+                              "causal attention at 2048 x 64 and x 128 under each tensor-core "
+                              "schedule (mma.sync, wgmma; BLOCK_M, BLOCK_N) vs flash SDPA (issue 54)")
 BENCHES["training"] = (["strata.bench.train", "--device", "cuda", "--ops", "decoder_block", "--seq",
                         "1024", "--dtype", "bf16", "--rounds", "3"], 150,
                        "one bf16 training step of a TinyLlama-shaped decoder block at 1024 tokens "
                        "vs eager and Inductor (issue 58: flash attention forward and backward)")
-LIST_FLAG = {"op suite": "--list", "contractions": "--list"}
+LIST_FLAG = {"op suite": "--list", "contractions": "--list"}   # attention sweep: GPU only
 BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 80,
                             "host time per call of a tiny program (eager, strata's CUDA graph, "
                             "with out=, plain launches, torch.compile reduce-overhead) and where "

@@ -158,6 +158,15 @@ def test_without_gpu_exits_2_with_one_sentence():
     assert len(lines) == 1 and "GPU" in lines[0] and "Traceback" not in out.stderr
 
 
+def test_the_attention_sweep_pins_each_schedule(capsys):
+    from strata.bench.contractions import main
+    cs = C.sweep_cases()
+    assert len(cs) == 2 * len(C.ATTENTION_SWEEP) and {c.head_dim for c in cs} == {64, 128}
+    assert cs[0].knobs == (("INSTR", "mma"),) and cs[4].knobs == (("INSTR", "wgmma"), ("BLOCK_M", 128))
+    assert main(["--list", "--sweep"]) == 0
+    assert "INSTR=wgmma, BLOCK_N=128" in capsys.readouterr().out
+
+
 def test_list_needs_no_gpu(capsys):
     from strata.bench.contractions import main
     assert main(["--list", "--quick"]) == 0

@@ -25,7 +25,7 @@ def test_dry_run_takes_every_step(tmp_path):
     assert files == ["gpu_check.json", "gpu_check.md", "gpu_check_logs.tar.gz"]
     report = json.loads((out / "gpu_check.json").read_text())
     names = [s["name"] for s in report["steps"]]
-    assert names[0] == "install" and names[-1] == "ncu on the slowest kernels" and len(names) == 11
+    assert names[0] == "install" and names[-1] == "ncu on the slowest kernels" and len(names) == 12
     assert {s["status"] for s in report["steps"]} == {"dry-run"}, report["steps"]
     tests = next(s for s in report["steps"] if s["name"] == "GPU tests")
     assert int(tests["summary"].split()[0]) >= 50          # the GPU tests were collected
@@ -36,6 +36,7 @@ def test_dry_run_takes_every_step(tmp_path):
     assert "## decode q4_0: dry-run" in (out / "gpu_check.md").read_text()
     assert "## training: dry-run" in (out / "gpu_check.md").read_text()
     assert "## gemv sweep: dry-run" in (out / "gpu_check.md").read_text()
+    assert "## attention sweep: dry-run" in (out / "gpu_check.md").read_text()
 
 
 @pytest.mark.parametrize("argv, says", [(["--steps", "tests,bogus"], "choose from"),
