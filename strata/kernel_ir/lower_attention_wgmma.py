@@ -17,17 +17,16 @@ write of them or of the A registers).
 
 K and V tiles are sub-tiles of 64 columns (128 bytes, `ceil64` of the head dims) by BLOCK_N
 rows in the 128-byte swizzle: element (row r, column c) of sub-tile c // 64 at r * 64 +
-((c % 64 // 8) ^ (r % 8)) * 8 + c % 8, each sub-tile and array 1024-byte aligned (the CUDA
-emitter aligns arrays a descriptor points into; the simulator's addresses do the same). Filled
-by cp.async where the rows are plain loads (double-buffered where both buffers fit), element by
-element otherwise, as in the mma form.
+((c % 64 // 8) ^ (r % 8)) * 8 + c % 8, each sub-tile and array 1024-byte aligned (dynamic shared
+memory, aligned by the emitter; the simulator's addresses do the same), so they are not bound by
+the 48 KB of static shared memory. Filled by cp.async where the rows are plain loads (two buffers
+where the tile schedule made room: AttentionTile.kv_stages), element by element otherwise, as in
+the mma form.
 """
 from __future__ import annotations
 
-from ..core import dtypes
 from ..core.expr import Const, Expr, add, call, floordiv, mod, mul
-from ..core.targets import STATIC_SMEM_BYTES
-from ..tile.attention import WGMMA_ALIGN, ceil64
+from ..tile.attention import ceil64
 from ..tile.ir import TileKernel
 from .ir import Assign, Kernel, Let, Smem, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait
 from .lower_attention import _f, cp_async_source, fill_kv
@@ -54,17 +53,17 @@ class _WgmmaAttention(_MmaAttention):
                 ("v_tile", "v", self.vw, self.dv, self.ev, self.vw))
 
     def double_buffered(self) -> bool:
-        if not all(cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
-                   for _, w, width, extent, ax, stride in self.kv_tiles()):
-            return False
-        nbytes = (self.bm * self.QS + 2 * self.bn * (self.kw + self.vw)) * dtypes.ITEMSIZE[self.dt]
-        return nbytes + 2 * WGMMA_ALIGN <= STATIC_SMEM_BYTES
+        """Two K/V buffers where the tile schedule made room (AttentionTile.kv_stages) and every
+        tile is a cp.async copy."""
+        return self.at.kv_stages == 2 and all(
+            cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
+            for _, w, width, extent, ax, stride in self.kv_tiles())
 
     def q_tile(self) -> list:
-        n = 2 if self.pipelined else 1
+        n = self.at.kv_stages
         body = [Smem("q_tile", self.dt, self.bm * self.QS),
-                Smem("k_tile", self.dt, n * self.bn * self.kw),
-                Smem("v_tile", self.dt, n * self.bn * self.vw)]
+                Smem("k_tile", self.dt, n * self.bn * self.kw, dynamic=True),
+                Smem("v_tile", self.dt, n * self.bn * self.vw, dynamic=True)]
         return body + self.fill_rows("q_tile", self.op.q, self.dv_, self.d, self.dp, self.QS, "fa_qa")
 
     def state(self) -> list:

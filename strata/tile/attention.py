@@ -69,6 +69,7 @@ class AttentionTile:
     head: str | None = None         # the batch axis of those heads when group > 1
     instr: str = "fma"              # "mma"/"wgmma": tensor cores, one warp per 16 rows
                                     # (lower_attention_mma.py, lower_attention_wgmma.py)
+    kv_stages: int = 1              # wgmma: K/V buffers in dynamic shared memory (2: pipelined)
 
     def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
         format_attention_tile(k, out)
@@ -121,7 +122,8 @@ class AttentionTile:
         if self.instr == "wgmma":   # Q padded as mma's; K and V in 64-column swizzled rows
             dp, bn = ceil16(self.op.d[1]), self.block_n
             k, v = ceil64(self.op.d[1]), ceil64(self.op.e[1])
-            return (self.block_m * (dp + MMA_PAD) + bn * (k + v)) * 2 + 2 * WGMMA_ALIGN
+            return (self.block_m * (dp + MMA_PAD) + self.kv_stages * bn * (k + v)) * 2 \
+                + 2 * WGMMA_ALIGN
         if self.instr == "mma":     # Q, K and V tiles, rows padded by MMA_PAD (P: in registers)
             dp, ep = ceil16(self.op.d[1]), ceil16(self.op.e[1])
             bm, bn = self.block_m, self.block_n
@@ -317,17 +319,21 @@ def mma_schedule(op: Attention, ctx: Context, name: str, instr: str = "mma") -> 
     group, head = choose_group(op, 2, ctx, name)
     lq, lk = op.i[1], op.j[1]
     bm = max(16, group * _pow2_ceil(lq)) if group > 1 else min(64, max(16, _pow2_ceil(lq)))
-    if instr == "wgmma":        # whole warpgroups
+    if instr == "wgmma":        # whole warpgroups; K and V in dynamic shared memory
         bm = -(-bm // lcm(rows, group)) * lcm(rows, group)
-    bn = min(64 if ceil16(op.d[1]) <= 64 else 32, max(16, ceil16(lk)))
+    wide = 64 if ceil16(op.d[1]) <= 64 or instr == "wgmma" else 32
+    bn = min(wide, max(16, ceil16(lk)))
     bm, bn = ctx.knob("BLOCK_M", bm), ctx.knob("BLOCK_N", bn)
     if bm % rows or bm % group or bm > 512 or bn % 16 or bn < 16:
         return decline(f"BLOCK_M={bm}, BLOCK_N={bn}: need multiples of 16 (BLOCK_M of {rows} "
                        f"and of GQA_GROUP={group}), BLOCK_M at most 512")
     at = AttentionTile(op, bm, bn, 1, group=group, head=head, instr=instr)
-    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
+    limit = ctx.arch.smem_optin if instr == "wgmma" else ctx.arch.smem_per_block
+    if instr == "wgmma" and replace(at, kv_stages=2).smem_bytes() <= limit // 2:
+        at = replace(at, kv_stages=2)       # two blocks an SM still fit
+    while at.smem_bytes() > limit and "BLOCK_N" not in ctx.knobs and at.block_n > 16:
         at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
-    while at.smem_bytes() > ctx.arch.smem_per_block and "BLOCK_M" not in ctx.knobs \
+    while at.smem_bytes() > limit and "BLOCK_M" not in ctx.knobs \
             and at.block_m > rows and (at.block_m // 2) % lcm(rows, group) == 0:
         at = replace(at, block_m=at.block_m // 2)
     splits = ctx.knob("KV_SPLITS", 0)
@@ -335,9 +341,9 @@ def mma_schedule(op: Attention, ctx: Context, name: str, instr: str = "mma") -> 
         at = replace(at, block_n=at.block_n // 2 // 16 * 16 or 16)
     if splits > at.key_blocks:
         return decline(f"KV_SPLITS={splits} > the {at.key_blocks} key blocks of {at.block_n}")
-    if at.smem_bytes() > ctx.arch.smem_per_block:
+    if at.smem_bytes() > limit:
         return decline(f"the Q, K and V tiles need {at.smem_bytes()} bytes of shared memory "
-                       f"(more than {ctx.arch.smem_per_block})")
+                       f"(more than {limit})")
     return at
 
 

@@ -63,3 +63,7 @@ def test_wgmma_attention_runs_both_products_on_hgmma(causal, d):
     assert "HGMMA" in code and not re.search(r"\bHMMA", code) and "LDGSTS.E.BYPASS.128" in code
     assert use["spill_stores"] == use["spill_loads"] == 0, use
     assert "Performance Loss" not in ptxas_log(source, ARCH)
+    # static shared memory is Q's tile only: K and V (two buffers each) are dynamic
+    assert use["smem"] == kernel.attention.block_m * (d + MMA_PAD) * 2, use
+    assert kernel.attention.kv_stages == 2 and prog.lowered.kernel.kernels[0].dynamic_smem_bytes \
+        >= 2 * kernel.attention.block_n * 2 * d * 2
