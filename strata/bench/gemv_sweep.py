@@ -22,6 +22,10 @@ import time
 from dataclasses import dataclass
 
 from ..core.command import guarded
+from ..core.context import Context
+from ..models.source import resolve
+from .runtime_adapter import compile_cuda
+from .variants import reason
 
 MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 # knob pins per weight format; {} is the default schedule
@@ -90,7 +94,6 @@ def sweep(shapes, fmts, compiler, timer, budget_s: float, say=lambda s: None) ->
     so). compiler(module, x, knobs) -> a Program; timer(fn, args) -> ms."""
     from .accuracy import check_program, verdict_line
     from .contractions import kernel_summary
-    from .variants import reason
 
     end, rows = time.monotonic() + budget_s, []
     for shape in shapes:
@@ -164,11 +167,8 @@ def main(argv=None) -> int:
     def command() -> int:
         import torch
 
-        from ..core.context import Context
-        from ..models.source import resolve
         from .env import collect_env, strata_target
         from .harness import L2Flush, measure_copy_gbps, require_cuda, time_cuda
-        from .runtime_adapter import compile_cuda
         from .table_report import write_report
 
         fmts = [f.strip() for f in args.formats.split(",") if f.strip()]

@@ -52,7 +52,7 @@ def test_device_cpu_shows_the_float64_verdict(tmp_path, capsys):
     (["view", "-c", "torch.nosuchop(torch.randn(3))"], "strata: the snippet failed to evaluate: "
      "AttributeError: module 'torch' has no attribute 'nosuchop'"),
     (["view", "-c", "torch.randn(3) + 1", "--knob", "VEC=3"],
-     "strata: knob VEC=3 is not allowed: VEC takes a power of two from 1 to 8"),
+     "strata: knob VEC=3 is not allowed: VEC takes a power of two from 1 to 64"),
 ])
 def test_bad_input_is_one_sentence(argv, sentence, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
