@@ -13,7 +13,7 @@ accuracy verdict first and every speed paired with the measured device ceiling.
     suite.py            `python -m strata.bench.suite`
     cli_bench.py        `strata run -c ... --device cuda --bench [--profile]`
     contractions.py     `python -m strata.bench.contractions`: matmul / attention vs cuBLAS and
-                        flash SDPA (cases: contraction_cases.py, table: contraction_report.py)
+                        the fastest SDPA (cases: contraction_cases.py, table: contraction_report.py)
     decode.py           `python -m strata.bench.decode`: decode tokens/s vs HF eager and
                         torch.compile (loops: decode_loops.py, numbers and table: decode_report.py)
     ncu.py              Nsight Compute per-kernel metrics (run and CSV parse)

@@ -1,4 +1,4 @@
-"""The table of `python -m strata.bench.contractions`: strata against torch (cuBLAS, flash SDPA)
+"""The table of `python -m strata.bench.contractions`: strata against torch (cuBLAS, the fastest SDPA)
 per case, in TFLOP/s, with the ratio and whether issue 3's goal for that case is met.
 
 Pure functions of measured numbers (results.py records), so every cell is tested on the CPU.
@@ -23,7 +23,15 @@ from .report import (
 from .results import EAGER, STRATA, CaseResult, Ceilings, Env, to_dict
 
 COLUMNS = ("case", "layers", "accuracy", "strata kernels", "torch ms", "strata ms", "torch TFLOP/s",
-           "strata TFLOP/s", "strata / torch", "goal", "met")
+           "strata TFLOP/s", "strata % of dense peak", "strata / torch", "goal", "met")
+# NVIDIA's dense tensor-core peaks (TFLOP/s, no sparsity) by a part of the device's name, first match
+DENSE_PEAKS = (("H100 PCIe", {"bf16": 756.0, "f8e4m3": 1513.0}),
+               ("H100", {"bf16": 989.4, "f8e4m3": 1978.9}), ("H200", {"bf16": 989.4, "f8e4m3": 1978.9}))
+
+
+def dense_peak_tflops(device: str) -> dict[str, float]:
+    """{dtype: TFLOP/s} of this GPU's dense peak, {} for a GPU not in DENSE_PEAKS."""
+    return next((p for part, p in DENSE_PEAKS if part in device), {})
 
 
 @dataclass
@@ -73,10 +81,11 @@ def table_rows(rows: list[ContractionRow]) -> list[tuple[str, ...]]:
     for row in rows:
         r = row.result
         t, s = r.variant(EAGER), r.variant(STRATA)
+        mine, peak = tflops(r.flops, s.ms if s else None), row.extra.get("peak_tflops")
         out.append((r.name, row.label, "—" if r.accuracy is None else r.accuracy.split()[0],
                     row.extra.get("strata_kernels", "—"), _ms(r, EAGER), _ms(r, STRATA),
-                    fmt_tflops(tflops(r.flops, t.ms if t else None)),
-                    fmt_tflops(tflops(r.flops, s.ms if s else None)),
+                    fmt_tflops(tflops(r.flops, t.ms if t else None)), fmt_tflops(mine),
+                    f"{100 * mine / peak:.0f}%" if mine and peak else "—",
                     fmt_ratio(ratio(row)), f"≥ {row.goal:g}× {row.reference}", verdict(row)))
     return out
 
@@ -115,12 +124,13 @@ def rich_table(rows: list[ContractionRow], title: str = "strata vs torch: contra
 
 
 def markdown(rows: list[ContractionRow], env: Env, ceilings: Ceilings) -> str:
-    lines = ["# strata vs torch: matmul and flash attention (bf16)", ""] + _env_lines(env, ceilings)
+    lines = ["# strata vs torch: matmul and attention (bf16, FP8)", ""] + _env_lines(env, ceilings)
     lines += [f"- strata target: {env.extra.get('strata target', '—')}"]
     lines += [f"- {s}" for s in goal_summary(rows)] + [""]
     lines += [("Median of CUDA-event timings after warm-up, L2 flushed before every timed call. "
-               "TFLOP/s from 2·M·N·K for a matmul and 4·B·H·S²·D / 2 for causal attention (half "
-               "the scores are masked). \"strata / torch\": torch's time over strata's (> 1: "
+               "TFLOP/s from 2·M·N·K for a matmul (twice for SiLU(gate)·up) and 4·B·H·S²·D for "
+               "attention, halved when causal (half the scores are masked); the dense peak is "
+               "NVIDIA's for the part (no sparsity). \"strata / torch\": torch's time over strata's (> 1: "
                "strata is faster). Accuracy: strata's output against eager in float64 "
                "(1e-2 for bf16); a case whose accuracy fails does not meet its goal."), ""]
     lines += _md_table(COLUMNS, table_rows(rows)) + [""]

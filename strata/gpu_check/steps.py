@@ -231,7 +231,8 @@ BENCHES = {
                  "TinyLlama's ops in bf16 at 1 and 128 tokens vs eager and torch.compile"),
     "contractions": (["strata.bench.contractions", "--quick"], 80,
                      "4096³ bf16 mm and decode projections vs cuBLAS, 4096³ FP8 (e4m3) vs "
-                     "torch._scaled_mm, causal attention vs flash SDPA"),
+                     "torch._scaled_mm, a 512-token prefill's products, causal attention vs the "
+                     "fastest SDPA backend"),
     "decode": (["strata.bench.decode", "--new-tokens", "64", "--repeats", "2"], 200,
                "TinyLlama-shaped bf16 greedy decode: tokens/s vs HF eager and torch.compile, "
                "fraction of the bandwidth limit, with and without programmatic edges; the step's "
@@ -246,12 +247,17 @@ BENCHES["gemv sweep"] = (["strata.bench.gemv_sweep", "--budget-s", "90"], 130,
                          "schedule against cuBLAS, the fastest named (issue 53 item 3)")
 BENCHES["attention sweep"] = (["strata.bench.contractions", "--sweep"], 90,
                               "causal attention at 2048 x 64 and x 128 under each tensor-core "
-                              "schedule (mma.sync, wgmma; BLOCK_M, BLOCK_N) vs flash SDPA (issue 54)")
+                              "schedule (mma.sync, wgmma; BLOCK_M, BLOCK_N) vs the fastest SDPA "
+                              "backend (issue 54)")
+BENCHES["contractions full"] = (["strata.bench.contractions"], 400,
+                                "issue 54's whole table: mm 4096³ and 8192³, FP8, decode and prefill "
+                                "products with epilogues, attention at head dims 64/128, causal and "
+                                "not, seq 512 to 16k vs the fastest SDPA backend")
 BENCHES["training"] = (["strata.bench.train", "--device", "cuda", "--ops", "decoder_block", "--seq",
                         "1024", "--dtype", "bf16", "--rounds", "3"], 150,
                        "one bf16 training step of a TinyLlama-shaped decoder block at 1024 tokens "
                        "vs eager and Inductor (issue 58: flash attention forward and backward)")
-LIST_FLAG = {"op suite": "--list", "contractions": "--list"}   # attention sweep: GPU only
+LIST_FLAG = {"op suite": "--list", "contractions": "--list", "contractions full": "--list"}
 BENCHES["call overhead"] = (["strata.gpu_check.overhead"], 80,
                             "host time per call of a tiny program (eager, strata's CUDA graph, "
                             "with out=, plain launches, torch.compile reduce-overhead) and where "

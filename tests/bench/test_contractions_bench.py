@@ -57,16 +57,39 @@ def test_case_list_order_goals_and_quick():
     linears = [c for c in cs if isinstance(c, C.MatmulCase) and c.linear]
     assert {c.m for c in linears} == {1, 16} and len(linears) == 24
     assert all(c.goal == C.GOAL_DECODE and c.group == "decode matmul" for c in linears)
+    assert [c.name for c in cs[:3]] == ["mm 4096×4096×4096", "mm 8192×8192×8192",
+                                        "fp8 scaled_mm 4096×4096×4096"]
     att = [c for c in cs if isinstance(c, C.AttentionCase)]
-    assert [(c.heads, c.seq, c.head_dim, c.knobs) for c in att] == [
-        (32, 2048, 64, ()), (32, 2048, 64, (("INSTR", "wgmma"),)),
-        (28, 2048, 128, ()), (28, 2048, 128, (("INSTR", "wgmma"),))]
-    assert att[1].name == "causal attention 1×32×2048×64 (INSTR=wgmma)"
-    assert all(c.goal == C.GOAL_ATTENTION for c in att) and {c.dtype for c in cs} == {"bf16", "f8e4m3"}
+    plain = [(c.heads, c.seq, c.head_dim, c.causal) for c in att if not c.knobs]
+    assert len(plain) == 16 and {(s, d, causal) for _, s, d, causal in plain} == {
+        (s, d, causal) for s in C.ATTENTION_SEQS for d in (64, 128) for causal in (True, False)}
+    assert all(h == C.LONG_HEADS for h, s, _, _ in plain if s >= 8192)
+    pinned = [c for c in att if c.knobs]
+    assert [(c.heads, c.seq, c.head_dim) for c in pinned] == [(32, 2048, 64), (28, 2048, 128)]
+    assert pinned[0].name == "causal attention 1×32×2048×64 (INSTR=wgmma)"
+    assert C.AttentionCase(32, 2048, 64, causal=False).name == "attention 1×32×2048×64"
+    assert all(c.goal == C.GOAL_ATTENTION == 1.0 for c in att) and {c.dtype for c in cs} == {"bf16", "f8e4m3"}
     fp8 = [c for c in cs if isinstance(c, C.ScaledMmCase)]
     assert [(c.m, c.k, c.n, c.goal) for c in fp8] == [(4096, 4096, 4096, C.GOAL_FP8)]
+    prefill = [c for c in cs if isinstance(c, C.PrefillCase)]
+    assert len(prefill) == 24 and all(c.goal == C.GOAL_PREFILL for c in prefill)
     quick = C.cases(quick=True)
-    assert len(quick) < len(cs) and quick[:2] == cs[:2] and isinstance(quick[-1], C.AttentionCase)
+    assert len(quick) == 12 and quick[0] == cs[0] and isinstance(quick[-1], C.AttentionCase)
+
+
+def test_prefill_products_come_from_the_configs():
+    cs = {(c.label, c.m): (c.k, c.n, c.epilogue) for c in C.prefill_cases()}
+    assert cs["Llama-3-8B gate/up_proj", 2048] == (4096, 14336, "silu_gate")
+    assert cs["Llama-3-8B down_proj", 128] == (14336, 4096, "residual")
+    assert cs["TinyLlama-1.1B q_proj", 512] == (2048, 2048, "none")
+    assert C.PrefillCase(128, 4096, 14336, "silu_gate").flops() == 2 * 2 * 128 * 4096 * 14336
+    assert C.PrefillCase(128, 64, 32, "residual").name == "prefill 128×64×32 + residual"
+
+
+def test_dense_peaks_by_device_name():
+    assert R.dense_peak_tflops("NVIDIA H100 80GB HBM3")["bf16"] == 989.4
+    assert R.dense_peak_tflops("NVIDIA H100 PCIe")["f8e4m3"] == 1513.0
+    assert R.dense_peak_tflops("NVIDIA H200")["bf16"] == 989.4 and R.dense_peak_tflops("RTX 4090") == {}
 
 
 def test_flops_matmul_and_causal_attention_halved():
@@ -82,7 +105,7 @@ def test_cases_build_with_the_right_shapes_on_meta():
     assert [tuple(x.shape) for x in inputs] == [(16, 3584)] and timed is m
     m, inputs, timed = C.AttentionCase(28, 2048, 128).build("meta")
     assert [tuple(x.shape) for x in inputs] == [(1, 28, 2048, 128)] * 3
-    assert isinstance(timed, C.FlashSDPA) and inputs[0].dtype == torch.bfloat16
+    assert isinstance(timed, C.FastestSDPA) and inputs[0].dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("cap, want", [((9, 0), "sm_90a"), ((8, 0), "sm_80"), ((8, 9), "sm_89")])
@@ -108,7 +131,10 @@ def test_verdicts_and_cells():
     assert R.verdict(_row(1.0, 0, strata_status="unsupported: op x")) == "not met (strata unsupported)"
     cells = R.table_rows([_row(2.0, 1.0)])[0]
     assert cells[:4] == ("mm x", "lbl", "PASS", "1 (wgmma)")
-    assert cells[4:] == ("2.000", "1.000", "1,000.0", "2,000.0", "2.00×", "≥ 1× torch (cuBLAS)", "met")
+    assert cells[4:] == ("2.000", "1.000", "1,000.0", "2,000.0", "—", "2.00×", "≥ 1× torch (cuBLAS)", "met")
+    peaked = _row(2.0, 1.0)
+    peaked.extra["peak_tflops"] = 4000.0
+    assert R.table_rows([peaked])[0][8] == "50%"
 
 
 def test_markdown_and_json(tmp_path):
@@ -128,8 +154,10 @@ def test_markdown_and_json(tmp_path):
 
 
 @pytest.mark.parametrize("case", [C.MatmulCase(16, 40, 24, linear=True, bias=True),
-                                  C.AttentionCase(2, 24, 16), C.ScaledMmCase(33, 64, 40)],
-                         ids=["linear", "attention", "fp8"])
+                                  C.AttentionCase(2, 24, 16), C.AttentionCase(2, 24, 16, causal=False),
+                                  C.ScaledMmCase(33, 64, 40), C.PrefillCase(33, 64, 40, "residual"),
+                                  C.PrefillCase(33, 64, 40, "silu_gate")],
+                         ids=["linear", "attention", "full-attention", "fp8", "residual", "silu-gate"])
 def test_run_case_on_the_simulator(case):
     """The measuring path end to end on the CPU: strata on the simulator, a fake timer."""
     import strata
@@ -171,7 +199,7 @@ def test_list_needs_no_gpu(capsys):
     from strata.bench.contractions import main
     assert main(["--list", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "8 cases" in out and "causal attention 1×32×2048×64" in out and "fp8 scaled_mm" in out
+    assert "12 cases" in out and "causal attention 1×32×2048×64" in out and "fp8 scaled_mm" in out
     assert "(INSTR=wgmma)" in out
 
 

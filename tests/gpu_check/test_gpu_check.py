@@ -39,6 +39,18 @@ def test_dry_run_takes_every_step(tmp_path):
     assert "## attention sweep: dry-run" in (out / "gpu_check.md").read_text()
 
 
+def test_the_whole_contraction_table_is_a_step_of_its_own(tmp_path):
+    """Not in the default run (it takes a second call); --steps contractions-full lists its
+    cases in a dry run."""
+    from strata.gpu_check.__main__ import DEFAULT_STEPS
+    assert "contractions-full" in STEPS and "contractions-full" not in DEFAULT_STEPS
+    out = tmp_path / "out"
+    assert main(["--dry-run", "--steps", "contractions-full", "--out", str(out)]) == 0
+    report = json.loads((out / "gpu_check.json").read_text())
+    (step,) = report["steps"]
+    assert step["name"] == "contractions full" and step["status"] == "dry-run"
+
+
 @pytest.mark.parametrize("argv, says", [(["--steps", "tests,bogus"], "choose from"),
                                         (["--limit-s", "0"], "must be positive")])
 def test_bad_input_is_one_sentence(argv, says, capsys):

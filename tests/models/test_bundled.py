@@ -16,6 +16,7 @@ PUBLISHED = {
     "Qwen/Qwen2.5-7B": (7_615_616_512, 28, 3584, 28, 4, False),
     "HuggingFaceTB/SmolLM2-135M": (134_515_008, 30, 576, 9, 3, True),
     "meta-llama/Llama-3.2-1B": (1_235_814_400, 16, 2048, 32, 8, True),
+    "meta-llama/Meta-Llama-3-8B": (8_030_261_248, 32, 4096, 32, 8, False),
 }
 
 
