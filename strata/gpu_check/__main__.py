@@ -29,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "may run 600, its machine's start not counted; the report is packed after)")
     p.add_argument("--dry-run", action="store_true",
                    help="on a CPU machine: the same steps, the simulator standing in for the GPU")
-    p.add_argument("--workers", type=int, default=8, help="pytest processes for the GPU tests")
+    # the GPU tests are mostly NVRTC compiles on the host: every core but the two the sanitizer
+    # (running beside them) and the benchmarks' host side want (run 6: 203 s on 8 of 16 cores)
+    p.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 4) - 2)),
+                   help="pytest processes for the GPU tests (default: every core but two, at most 14)")
     p.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help=f"a subset of: {','.join(STEPS)} (default all but contractions-full; a "
                         f"rerun takes only what failed)")
