@@ -111,3 +111,24 @@ def test_the_default_stays_on_mma_sync():
     """Not measured on a GPU yet: without the pin sm_90a keeps mma.sync."""
     prog = strata.compile(_sdpa(True), _qkv(2, 2, 70, 70, 64), device="sim", ctx=Context(target=ARCH))
     assert dict(prog.lowered.tile.kernels[0].knobs)["INSTR"] == "mma"
+
+
+@pytest.mark.parametrize("kind", ["additive", "bool"])
+def test_a_mask_as_transformers_passes_it(kind):
+    """An additive mask with a -inf run, or a boolean one (key 0 always kept), on the fragments
+    the wgmma scores land in."""
+    q, k, v = _qkv(2, 2, 33, 70, 64, torch.float16)
+    if kind == "additive":
+        mask = torch.randn(1, 2, 33, 70).to(torch.float16)
+        mask[:, :, :, 5:9] = float("-inf")
+    else:
+        mask = torch.rand(1, 2, 33, 70) > 0.3
+        mask[:, :, :, 0] = True
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    prog = strata.compile(fn, (q, k, v, mask), device="sim",
+                          ctx=Context(target=ARCH, knobs={"INSTR": "wgmma"}))
+    for res in check.verify(prog, fn, (q, k, v, mask), True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    assert dict(prog.lowered.tile.kernels[0].knobs)["INSTR"] == "wgmma"
