@@ -31,7 +31,8 @@ MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 # knob pins per weight format; {} is the default schedule
 VARIANTS = {
     "bf16": ({}, {"STAGES": 4}, {"SPLIT_K": 2}, {"SPLIT_K": 4}, {"TILE_N": 32},
-             {"INSTR": "fma"}, {"INSTR": "fma", "VEC": 32}, {"INSTR": "fma", "SPLIT_K": 2},
+             {"INSTR": "fma"}, {"INSTR": "fma", "VEC": 16}, {"INSTR": "fma", "VEC": 32},
+             {"INSTR": "fma", "SPLIT_K": 2},
              {"INSTR": "fma", "SPLIT_K": 4}, {"INSTR": "fma", "BLOCK": 128}),
     "q4_0": ({}, {"SPLIT_K": 2}, {"SPLIT_K": 4}, {"BLOCK": 128}, {"BLOCK": 64}),
 }

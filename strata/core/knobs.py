@@ -116,7 +116,7 @@ _TABLE = [
      (int, "a multiple of 32 from 32 to 1024", lambda v: v % 32 == 0 and 32 <= v <= 1024),
      "row and elementwise kernels"),
     ("VEC", "elements per vector load/store (at most 16 bytes; 1 turns vectors off), or a GEMV "
-     "row's points per thread and step (16, 32 or 64)", _pow2(1, 64), "row and elementwise kernels"),
+     "row's points per thread and step (8 to 64)", _pow2(1, 64), "row and elementwise kernels"),
     ("SMEM_BUDGET", "bytes of shared memory for staged inputs and matmul tiles",
      _between(0, 48 * 1024), "row kernels reading a row twice and CUDA-core contractions"),
     ("UNROLL_MAX", "the most iterations of a loop given #pragma unroll", _between(0, 64),

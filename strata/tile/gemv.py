@@ -6,9 +6,10 @@ time. With one row of activations (decode) columns share nothing: each weight ro
 when K is split) goes to a group of GROUP <= 32 threads, each taking VEC points of K at a time
 through the gather plan (tile/gather.py: whole 16-byte windows of the quants, of the activations,
 and the aligned window around a block's scale), multiplying in registers; the group adds its
-partials by warp shuffles. VEC is the shortest run (16, 32 or 64 points) whose byte windows are
-read whole: 16 for Q8_0 (one load of its bytes; its block's scale read by both halves) and 32
-for Q4_0 (one load of 32 nibbles). Up to ROWS_MAX rows of activations (a few tokens at once) take
+partials by warp shuffles. VEC is the shortest run (8 to 64 points) whose byte windows are
+read whole: 16 for Q8_0 (one load of its bytes; its block's scale read by both halves), 32
+for Q4_0 (one load of 32 nibbles), 8 for bf16 weights (one 16-byte load; a warp's 32 loads one
+contiguous 512 bytes). Up to ROWS_MAX rows of activations (a few tokens at once) take
 the same rows, one group per (weight row, activation row), the activation rows innermost so that
 a weight row's groups sit in one block and its bytes come from DRAM once.
 """
@@ -22,7 +23,7 @@ from ..core.context import Context
 from .gather import Plan, full_windows, moving, plan
 from .ir import Combine, StridedLoop, TileKernel
 
-VECS = (16, 32, 64)
+VECS = (8, 16, 32, 64)
 GROUP_MAX = WARP = 32           # a row's group stays within a warp (shuffles only)
 
 
@@ -56,8 +57,8 @@ def byte_vec(k: TileKernel, c, loop, wide: bool = False, vecs=VECS) -> int | Non
 
 def row_vec(k: TileKernel, c, loop, ctx: Context) -> int | None:
     """byte_vec as this context schedules it: 2-byte float weights too where INSTR=fma is pinned
-    (the CUDA cores), and a pinned VEC of 16, 32 or 64 points (more 16-byte loads a step in
-    flight) first, where its windows are whole; another pinned VEC is the vector width of other
+    (the CUDA cores), and a pinned VEC of 8 to 64 points (more 16-byte loads a step in flight)
+    first, where its windows are whole; another pinned VEC is the vector width of other
     kernels."""
     vec = ctx.knob("VEC", 0)
     return byte_vec(k, c, loop, ctx.knob("INSTR", "") == "fma", (vec,) * (vec in VECS) + VECS)

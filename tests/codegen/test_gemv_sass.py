@@ -199,7 +199,7 @@ def test_two_byte_weights_as_rows_read_with_128_bit_loads(k, n):
                               ctx=Context(target=ARCH, knobs={"INSTR": "fma"}))
     source = prog.source("cuda")
     gemv = prog.lowered.tile.kernels[0]
-    assert gemv.mode == "rows" and dict(gemv.knobs)["VEC"] == 16, (gemv.name, gemv.knobs)
+    assert gemv.mode == "rows" and dict(gemv.knobs)["VEC"] == 8, (gemv.name, gemv.knobs)
     code = sass(source, ARCH)[gemv.name]
     assert set(global_loads(code)) == {128} and prefetches_before_wait(code), global_loads(code)
     use = resource_usage(source, ARCH)
