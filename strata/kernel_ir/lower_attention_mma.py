@@ -240,11 +240,11 @@ class _MmaAttention:
             nxt = add(self.I("j0"), self.bn)
             step = [Let("fa_stage", self.idx, mod(floordiv(sub(self.I("j0"), self.I("kv_lo")),
                                                            self.bn), 2)),
-                    CpAsyncWait(0), Sync(),
+                    CpAsyncWait(0), *self.landed(), Sync(),
                     If(call("lt", nxt, self.I("kv_hi")), tuple(self.fill(
                         True, nxt, sub(Const(1, self.idx), self.stage), wait=False)))]
         else:
-            step = self.fill(edge) + [Sync()]
+            step = self.fill(edge) + self.landed() + [Sync()]
         step += self.scores()
         if self.d2:
             step += self.scores("fa_t", "fa_q2a", "k2_tile", self.K2S, self.d2p, "fa_k2b")
@@ -260,6 +260,11 @@ class _MmaAttention:
         """The K/V tiles of the key block at j0 (lower_attention.fill_kv), into buffer `stage`."""
         return fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block, True,
                        j0, stage, wait)
+
+    def landed(self) -> list:
+        """What each thread does once its K/V copies have landed, before the barrier (nothing:
+        mma.sync reads shared memory as ordinary loads do)."""
+        return []
 
     def at_stage(self, stride: int) -> Expr:
         """Where the current key block's buffer of a K/V tile with rows of `stride` starts."""

@@ -21,14 +21,16 @@ rows in the 128-byte swizzle: element (row r, column c) of sub-tile c // 64 at r
 memory, aligned by the emitter; the simulator's addresses do the same), so they are not bound by
 the 48 KB of static shared memory. Filled by cp.async where the rows are plain loads (two buffers
 where the tile schedule made room: AttentionTile.kv_stages), element by element otherwise, as in
-the mma form.
+the mma form; either way ordinary writes, which each thread fences for wgmma's async proxy
+(fence.proxy.async) before the barrier that publishes them.
 """
 from __future__ import annotations
 
 from ..core.expr import Const, Expr, add, call, floordiv, mod, mul
 from ..tile.attention import ceil64
 from ..tile.ir import TileKernel
-from .ir import Assign, Kernel, Let, Smem, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence, WgmmaWait
+from .ir import (Assign, FenceProxyAsync, Kernel, Let, Smem, Wgmma, WgmmaCommit, WgmmaDesc,
+                 WgmmaFence, WgmmaWait)
 from .lower_attention import _f, cp_async_source, fill_kv
 from .lower_attention_mma import F32, _MmaAttention
 from .lower_mma import regs
@@ -82,6 +84,11 @@ class _WgmmaAttention(_MmaAttention):
              wait: bool = True) -> list:
         return fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block, True,
                        j0, stage, wait, place=self.swizzled)
+
+    def landed(self) -> list:
+        """wgmma reads shared memory through the async proxy: each thread's stores and cp.async
+        copies of K and V are fenced for it before the barrier (the simulator fails without)."""
+        return [FenceProxyAsync()]
 
     def scores(self, *_) -> list:
         """S = Q K^T: per 16 of the head dim one wgmma, K-major B at 32 bytes a step within a

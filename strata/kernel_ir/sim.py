@@ -152,6 +152,9 @@ class _Shared:
         self.inflight = None      # bool array once a cp.async targets it: not landed yet
         self.tma_slot = self.tma_phase = None   # sim_tma.py: the barrier phase TMA data lands in
         self.wgmma_reads = None   # sim_wgmma.py: in-flight wgmma reads per element
+        # written by an ordinary store (or cp.async) and not yet fenced for the async proxy
+        # (fence.proxy.async by the writer): wgmma may not read it (sim_wgmma.py)
+        self.unfenced = np.zeros((nblocks, decl.size), dtype=bool)
 
     def note_reads(self, blk, i, tid, epoch) -> None:
         """Record that threads `tid` read elements `i` in barrier epoch `epoch`."""
@@ -357,6 +360,7 @@ class _Batch:
                         f"shared-memory race: {self.who(lanes[j])} and thread "
                         f"{sh.writer[blk[j], i[j]]} write {buf}[{i[j]}] at once")
                 sh.epoch[blk, i] = self.epoch[blk]
+                sh.unfenced[blk, i] = True
                 sh.data[blk, i] = to_storage(np.broadcast_to(v, i.shape), sh.decl.dtype)
             return
         p = self.launch.params.get(buf)

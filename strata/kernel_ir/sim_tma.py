@@ -19,6 +19,10 @@ complete ("missing mbarrier wait" otherwise), which is what orders it on the GPU
 itself is checked like a write by the issuing thread against other threads' accesses since the
 last Sync, and against wgmma still reading the elements.
 
+Shared memory written by an ordinary store or cp.async (the generic proxy) may be read by wgmma
+(the async proxy) only after its writer's fence.proxy.async (FenceProxyAsync), as PTX's memory
+model asks; TMA writes are the async proxy's own ("missing fence.proxy.async" otherwise).
+
 The simulator runs threads in lock step, so a blocking wait (MbarWait) on a phase that has not
 completed when the thread reaches it is a SimError: on the GPU it would hang, or it waits for a
 producer that runs later in program order, which this simulator cannot schedule. Threads other
@@ -223,6 +227,7 @@ class TmaState:
         sh.data[eblk, elem] = to_storage(values, sh.decl.dtype)
         sh.writer[eblk, elem] = -1           # no thread: visible through the barrier only
         sh.epoch[eblk, elem] = -1
+        sh.unfenced[eblk, elem] = False      # written by the async proxy itself
         if sh.tma_slot is None:
             sh.tma_slot = np.full(sh.data.shape, -1, dtype=np.int64)
             sh.tma_phase = np.zeros(sh.data.shape, dtype=np.int64)
@@ -263,4 +268,15 @@ class TmaState:
             self.mbar_wait(s, idx)
         elif isinstance(s, TmaLoad):
             self.tma_load(s, idx)
-        # FenceProxyAsync: ordering with the async proxy is not modelled beyond the rules above
+        elif isinstance(s, FenceProxyAsync):
+            self.fence_proxy(idx)
+
+    def fence_proxy(self, idx) -> None:
+        """fence.proxy.async by these threads: what each of them wrote to shared memory by an
+        ordinary store is visible to the async proxy (wgmma) from now on."""
+        b = self.batch
+        lanes = b.lanes(idx)
+        blk, tid = b.local[lanes], b.tid[lanes]
+        for sh in b.smem.values():
+            for bb in np.unique(blk):
+                sh.unfenced[bb] &= ~np.isin(sh.writer[bb], tid[blk == bb])

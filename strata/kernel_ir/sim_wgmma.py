@@ -280,6 +280,13 @@ class WgmmaState:
             for mat, desc, rows, what, tr in operands:
                 buf, elem = self.operand(int(desc), rows, wl[w], what, s.dtype, tr)
                 who = wl[w][np.arange(elem.size) % 128]
+                sh, flat = b.smem[buf], elem.reshape(-1)
+                stale = sh.unfenced[b.local[who], flat]
+                if stale.any():
+                    j = int(np.flatnonzero(stale)[0])
+                    b.launch.fail(f"wgmma reads {buf}[{flat[j]}], which thread "
+                                  f"{sh.writer[b.local[who[j]], flat[j]]} wrote by an ordinary store "
+                                  f"with no fence.proxy.async since (missing fence.proxy.async)")
                 mat[w] = np.asarray(b.load(buf, elem.reshape(-1), who, what=f"wgmma {what} read"),
                                     np.float32).reshape(elem.shape)
                 reads.append((buf, b.local[who], elem.reshape(-1)))

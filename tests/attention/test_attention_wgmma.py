@@ -87,6 +87,14 @@ def test_a_missing_fence_before_p_v_fails(monkeypatch):
         _run(_sdpa(), _qkv(2, 2, 33, 33, 64))
 
 
+def test_k_and_v_unfenced_for_the_async_proxy_fail(monkeypatch):
+    """K and V come by cp.async (ordinary writes); wgmma reads them through the async proxy, so
+    each thread fences its copies before the barrier: without it the simulator stops."""
+    monkeypatch.setattr(W._WgmmaAttention, "landed", lambda self: [])
+    with pytest.raises(SimError, match="missing fence.proxy.async"):
+        _run(_sdpa(True), _qkv(2, 2, 70, 70, 64))
+
+
 def test_p_rewritten_while_its_wgmma_runs_fails(monkeypatch):
     """Without the wait after P V, the next key block packs P into registers a wgmma in flight
     still reads (or reads O before it is done): the simulator stops."""

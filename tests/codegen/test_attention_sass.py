@@ -61,6 +61,7 @@ def test_wgmma_attention_runs_both_products_on_hgmma(causal, d):
     source = prog.source("cuda")
     code, use = sass(source, ARCH)[kernel.name], resource_usage(source, ARCH)[kernel.name]
     assert "HGMMA" in code and not re.search(r"\bHMMA", code) and "LDGSTS.E.BYPASS.128" in code
+    assert "FENCE.VIEW.ASYNC.S" in code         # K/V's copies fenced for wgmma's async proxy
     assert use["spill_stores"] == use["spill_loads"] == 0, use
     assert "Performance Loss" not in ptxas_log(source, ARCH)
     # static shared memory is Q's tile only: K and V (two buffers each) are dynamic

@@ -10,16 +10,16 @@ from strata.codegen.cuda import emit_kernel
 from strata.core import dtypes
 from strata.core import expr as E
 from strata.core.errors import SimError
-from strata.kernel_ir.ir import (Assign, Buffer, Kernel, Let, Load, PackHalf2, Param, Smem, Store,
-                                 Sync, ThreadIdx, Wgmma, WgmmaCommit, WgmmaDesc, WgmmaFence,
-                                 WgmmaWait)
+from strata.kernel_ir.ir import (Assign, Buffer, FenceProxyAsync, Kernel, Let, Load, PackHalf2,
+                                 Param, Smem, Store, Sync, ThreadIdx, Wgmma, WgmmaCommit,
+                                 WgmmaDesc, WgmmaFence, WgmmaWait)
 from strata.kernel_ir.sim import simulate
 from strata.kernel_ir.verify import KernelVerifyError, verify_program
 
 F32 = "f32"
 
 
-def _kernel(order=(0, 1, 2, 3), fence=True, clobber=False):
+def _kernel(order=(0, 1, 2, 3), fence=True, clobber=False, proxy_fence=True):
     """out (64 x 8) = A (64 x 16) @ B (8 x 16)^T: A's fragments packed from global loads, B in
     shared memory without swizzle (core matrices of 8 x 8: LBO 128 bytes between the two K
     halves)."""
@@ -30,7 +30,9 @@ def _kernel(order=(0, 1, 2, 3), fence=True, clobber=False):
     e = V("e", "i32")       # thread e < 128 stores B's element (e // 16, e % 16)
     r, k = E.floordiv(e, 16), E.mod(e, 16)
     body += [Store("b_s", E.add(E.add(E.mul(E.floordiv(k, 8), 64), E.mul(r, 8)), E.mod(k, 8)),
-                   Load("B", e, F32)), Sync()]
+                   Load("B", e, F32))]
+    body += [FenceProxyAsync()] if proxy_fence else []      # the store, seen by wgmma's proxy
+    body.append(Sync())
     d = tuple(f"d{i}" for i in range(4))
     body += [Let(v, F32, E.Const(0.0, F32)) for v in d] + [WgmmaFence()]
     for reg in range(4):            # a_reg: rows g + 8 (reg & 1), cols 2t + 8 (reg >> 1), +1
@@ -78,6 +80,13 @@ def test_registers_written_without_a_fence_fail():
 def test_a_register_written_while_in_flight_fails():
     with pytest.raises(SimError, match="writes a0, an A register of a wgmma still in flight"):
         _run(_kernel(clobber=True))
+
+
+def test_shared_memory_stored_without_a_proxy_fence_fails():
+    """B stored by ordinary stores and read by wgmma (the async proxy) with no fence.proxy.async
+    in between: PTX leaves the read undefined, the simulator stops."""
+    with pytest.raises(SimError, match="missing fence.proxy.async"):
+        _run(_kernel(proxy_fence=False))
 
 
 def test_verify_and_cuda_text():
