@@ -34,7 +34,8 @@ VARIANTS = {
              {"INSTR": "fma"}, {"INSTR": "fma", "VEC": 16}, {"INSTR": "fma", "VEC": 32},
              {"INSTR": "fma", "SPLIT_K": 2},
              {"INSTR": "fma", "SPLIT_K": 4}, {"INSTR": "fma", "BLOCK": 128}),
-    "q4_0": ({}, {"SPLIT_K": 2}, {"SPLIT_K": 4}, {"BLOCK": 128}, {"BLOCK": 64}),
+    "q4_0": ({}, {"SPLIT_K": 2}, {"SPLIT_K": 4}, {"BLOCK": 128}, {"BLOCK": 64},
+             {"INSTR": "mma"}),      # the tensor cores dequantizing into shared memory
 }
 WEIGHT_BYTES = {"bf16": lambda k, n: 2 * k * n, "q4_0": lambda k, n: 18 * (k // 32) * n}
 
