@@ -16,6 +16,7 @@ from torch import nn
 
 from ..core import dtypes
 from ..models.source import resolve
+from .harness import time_cuda
 
 # (bundled model name, short label): the layers whose decode shapes the goal names
 DECODE_MODELS = (("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "TinyLlama-1.1B"),
@@ -327,19 +328,13 @@ class FastestSDPA(SDPA):
 
     def _fastest(self, q, k, v) -> str:
         from torch.nn.attention import SDPBackend, sdpa_kernel
+        plain = super().forward
         best = (float("inf"), "")
         for name in self.BACKENDS:
             try:
                 with sdpa_kernel(getattr(SDPBackend, name)):
-                    for _ in range(2):
-                        super().forward(q, k, v)
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(5):
-                        super().forward(q, k, v)
-                    end.record()
-                torch.cuda.synchronize()
-                best = min(best, (start.elapsed_time(end), name))
+                    ms = time_cuda(plain, [(q, k, v)], warmup_ms=2, rep_ms=10, min_runs=5).median_ms
+                best = min(best, (ms, name))
             except RuntimeError:          # this backend does not take these inputs here
                 continue
         return best[1]

@@ -94,13 +94,15 @@ def build(shape: Shape, fmt: str, device: str):
 def sweep(shapes, fmts, compiler, timer, budget_s: float, say=lambda s: None) -> list[Row]:
     """Every (shape, format, variant) in turn until `budget_s` runs out (the rest: rows saying
     so). compiler(module, x, knobs) -> a Program; timer(fn, args) -> ms."""
+    import torch
+
     from .accuracy import check_program, verdict_line
     from .contractions import kernel_summary
 
     end, rows = time.monotonic() + budget_s, []
     for shape in shapes:
         for fmt in fmts:
-            module, x, dense = build(shape, fmt, "cuda" if _cuda() else "cpu")
+            module, x, dense = build(shape, fmt, "cuda" if torch.cuda.is_available() else "cpu")
             ref_ms = timer(dense, (x,)) if time.monotonic() < end else None
             for knobs in VARIANTS[fmt]:
                 row = Row(shape, fmt, knobs, ref_ms=ref_ms)
@@ -149,11 +151,6 @@ def table(rows: list[Row], copy_gbps: float | None) -> tuple[list[str], list[lis
             else "the default has no time"
         notes.append(f"{shape.label} {fmt}: fastest {show(b.knobs)}, {b.gbps:,.0f} GB/s, {gain}")
     return head, body, notes
-
-
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 def main(argv=None) -> int:

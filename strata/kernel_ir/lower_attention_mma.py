@@ -220,17 +220,19 @@ class _MmaAttention:
             tiles.append(("k2_tile", "k2", self.d2p, self.d2, self.op.d2[0], self.K2S))
         return tuple(tiles)
 
+    def copied_async(self) -> bool:
+        """Whether every K/V tile is a cp.async copy (its rows plain 16-byte pieces)."""
+        return all(cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
+                   for _, w, width, extent, ax, stride in self.kv_tiles())
+
     def double_buffered(self) -> bool:
         """Two buffers of each K/V tile where every tile is a cp.async copy and both fit in
         static shared memory beside Q's tiles; not in the sum form (a backward's gradients:
         its dv kernel spilled with them, at 128 registers)."""
-        tiles = self.kv_tiles()
-        if not self.softmax_form or not all(
-                cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
-                for _, w, width, extent, ax, stride in tiles):
+        if not self.softmax_form or not self.copied_async():
             return False
         elems = self.bm * self.QS + (self.bm * self.Q2S if self.d2 else 0) \
-            + 2 * sum(self.bn * stride for *_, stride in tiles)
+            + 2 * sum(self.bn * stride for *_, stride in self.kv_tiles())
         return elems * dtypes.ITEMSIZE[self.dt] <= STATIC_SMEM_BYTES
 
     def key_step(self, edge: bool) -> list:
@@ -255,11 +257,13 @@ class _MmaAttention:
             step += [Assign(f"m_run{h}", _f(f"fa_mx{h}")) for h in (0, 1)]
         return step if self.pipelined else step + [Sync()]
 
+    place = None        # where a K/V element sits in its tile: rows of `stride` (fill_kv's default)
+
     def fill(self, edge: bool, j0: Expr | None = None, stage: Expr | int = 0,
              wait: bool = True) -> list:
         """The K/V tiles of the key block at j0 (lower_attention.fill_kv), into buffer `stage`."""
         return fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block, True,
-                       j0, stage, wait)
+                       j0, stage, wait, place=self.place)
 
     def landed(self) -> list:
         """What each thread does once its K/V copies have landed, before the barrier (nothing:

@@ -31,7 +31,7 @@ from ..tile.attention import ceil64
 from ..tile.ir import TileKernel
 from .ir import (Assign, FenceProxyAsync, Kernel, Let, Smem, Wgmma, WgmmaCommit, WgmmaDesc,
                  WgmmaFence, WgmmaWait)
-from .lower_attention import _f, cp_async_source, fill_kv
+from .lower_attention import _f
 from .lower_attention_mma import F32, _MmaAttention
 from .lower_mma import regs
 
@@ -57,9 +57,7 @@ class _WgmmaAttention(_MmaAttention):
     def double_buffered(self) -> bool:
         """Two K/V buffers where the tile schedule made room (AttentionTile.kv_stages) and every
         tile is a cp.async copy."""
-        return self.at.kv_stages == 2 and all(
-            cp_async_source(self.low, self.kv_ops[w], ax, width, extent, stride)
-            for _, w, width, extent, ax, stride in self.kv_tiles())
+        return self.at.kv_stages == 2 and self.copied_async()
 
     def q_tile(self) -> list:
         n = self.at.kv_stages
@@ -73,17 +71,12 @@ class _WgmmaAttention(_MmaAttention):
         return super().state() + [Let(v, F32, Const(0.0, F32)) for j in range(self.nt)
                                   for v in self.s(j)]
 
-    def swizzled(self, row: Expr, col: Expr) -> Expr:
+    def place(self, row: Expr, col: Expr) -> Expr:
         """Element (row, col) of a tile of 64-column swizzled sub-tiles of BLOCK_N rows."""
         c = mod(col, ROW)
         chunk = call("bitwise_xor", floordiv(c, 8), mod(row, 8))
         return add(add(mul(floordiv(col, ROW), self.bn * ROW), mul(row, ROW)),
                    add(mul(chunk, 8), mod(c, 8)))
-
-    def fill(self, edge: bool, j0: Expr | None = None, stage: Expr | int = 0,
-             wait: bool = True) -> list:
-        return fill_kv(self.low, self.at, self.kv_ops, self.kv_tiles(), edge, self.tk.block, True,
-                       j0, stage, wait, place=self.swizzled)
 
     def landed(self) -> list:
         """wgmma reads shared memory through the async proxy: each thread's stores and cp.async

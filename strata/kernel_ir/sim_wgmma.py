@@ -154,14 +154,13 @@ class WgmmaState:
 
     def on_write(self, name: str, idx) -> None:
         self._check_not_pending(name, idx, "writes")
-        r = self.reading.get(name)
-        if r is not None and (r[self.batch.lanes(idx)] >= 0).any():
-            lanes = self.batch.lanes(idx)
+        r, lanes = self.reading.get(name), self.batch.lanes(idx)
+        if r is not None and (r[lanes] >= 0).any():
             j = int(np.flatnonzero(r[lanes] >= 0)[0])
             self.batch.launch.fail(f"{self.batch.who(lanes[j])} writes {name}, an A register of a "
                                    f"wgmma still in flight (missing wgmma.wait_group)")
         d = self.dirty.setdefault(name, np.zeros(self.batch.n, dtype=bool))
-        d[self.batch.lanes(idx)] = True
+        d[lanes] = True
 
     def check_smem_write(self, buf: str, sh, i, lanes, blk) -> None:
         if sh.wgmma_reads is None:
@@ -275,9 +274,8 @@ class WgmmaState:
             A16[:, sim_mma.A_ROW, sim_mma.A_COL] = np.moveaxis(sim_mma.unpack(warps, s.dtype), -1, 2)
             A[:] = A16.reshape(nw, 64, 16)
         for w in range(nw):
-            operands = ((B, b_desc[w], s.n, "B", s.trans_b),) if s.a_regs else \
-                ((A, a_desc[w], 64, "A", s.trans_a), (B, b_desc[w], s.n, "B", s.trans_b))
-            for mat, desc, rows, what, tr in operands:
+            operands = [] if s.a_regs else [(A, a_desc[w], 64, "A", s.trans_a)]
+            for mat, desc, rows, what, tr in operands + [(B, b_desc[w], s.n, "B", s.trans_b)]:
                 buf, elem = self.operand(int(desc), rows, wl[w], what, s.dtype, tr)
                 who = wl[w][np.arange(elem.size) % 128]
                 sh, flat = b.smem[buf], elem.reshape(-1)

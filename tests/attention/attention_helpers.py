@@ -1,6 +1,7 @@
 """Run an attention program through every stage and the simulator (also the sanitizer) and
 compare with eager float64; attention must be one fused kernel (two with split-KV: the split
 kernel and its combine)."""
+import torch
 from conftest import run_and_compare
 
 from strata.bench import check
@@ -25,3 +26,19 @@ def compare_with(prog, fn, run_inputs, ref_inputs):
         dt = prog.lowered.kernel.buffer(name).dtype
         res = check.compare(name, dt, g, r, check.tolerance(dt, True))
         assert res.passed, f"{name}: rel err {res.rel:.3g}, max abs {res.max_abs:.3g} (tol {res.tol})"
+
+
+def sdpa_mask(kind: str, shape=(1, 2, 33, 70)) -> torch.Tensor:
+    """The masks transformers passes SDPA: additive fp16 with a run of -inf keys, or boolean
+    with key 0 always kept."""
+    if kind == "additive":
+        mask = torch.randn(shape).to(torch.float16)
+        mask[..., 5:9] = float("-inf")
+    else:
+        mask = torch.rand(shape) > 0.3
+        mask[..., 0] = True
+    return mask
+
+
+def masked_sdpa(q, k, v, mask):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -5,7 +5,7 @@ both ways and declines where it must; a wrong P packing gives wrong answers; a l
 bf16 prefill is one kernel with mma.sync that NVRTC compiles for sm_80 and sm_90."""
 import pytest
 import torch
-from attention_helpers import check_fused
+from attention_helpers import check_fused, masked_sdpa, sdpa_mask
 from conftest import compile_with_nvrtc, run_and_compare
 
 import strata
@@ -93,16 +93,7 @@ def test_mask_mma(kind):
     """A mask (a fully masked row included: NaN like eager for an additive -inf row, as the
     CUDA-core path does)."""
     q, k, v = _qkv(1, 2, 2, 33, 70, 64, torch.float16)
-    if kind == "additive":
-        mask = torch.randn(1, 2, 33, 70).to(torch.float16)
-        mask[:, :, :, 5:9] = float("-inf")
-    else:
-        mask = torch.rand(1, 2, 33, 70) > 0.3
-        mask[:, :, :, 0] = True
-
-    def fn(q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    _check(fn, (q, k, v, mask))
+    _check(masked_sdpa, (q, k, v, sdpa_mask(kind)))
 
 
 def test_knob_pins_fma_and_declines():

@@ -5,6 +5,7 @@ fences and in-flight registers) against eager float64 at awkward shapes; a wrong
 missing fence fails; the pin declines where it must."""
 import pytest
 import torch
+from attention_helpers import masked_sdpa, sdpa_mask
 
 import strata
 from strata.bench import check
@@ -70,7 +71,7 @@ def test_value_head_dim_differs():
 def test_a_plain_row_layout_gives_wrong_numbers(monkeypatch):
     """The fill writes K and V unswizzled while wgmma reads them swizzled: wrong answers (the
     simulator's addresses swizzle as the hardware's do)."""
-    monkeypatch.setattr(W._WgmmaAttention, "swizzled",
+    monkeypatch.setattr(W._WgmmaAttention, "place",
                         lambda self, row, col: W.add(W.mul(W.floordiv(col, W.ROW), self.bn * W.ROW),
                                                      W.add(W.mul(row, W.ROW), W.mod(col, W.ROW))))
     _, report = _run(_sdpa(True), _qkv(2, 2, 70, 70, 64))
@@ -125,18 +126,4 @@ def test_the_default_stays_on_mma_sync():
 def test_a_mask_as_transformers_passes_it(kind):
     """An additive mask with a -inf run, or a boolean one (key 0 always kept), on the fragments
     the wgmma scores land in."""
-    q, k, v = _qkv(2, 2, 33, 70, 64, torch.float16)
-    if kind == "additive":
-        mask = torch.randn(1, 2, 33, 70).to(torch.float16)
-        mask[:, :, :, 5:9] = float("-inf")
-    else:
-        mask = torch.rand(1, 2, 33, 70) > 0.3
-        mask[:, :, :, 0] = True
-
-    def fn(q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    prog = strata.compile(fn, (q, k, v, mask), device="sim",
-                          ctx=Context(target=ARCH, knobs={"INSTR": "wgmma"}))
-    for res in check.verify(prog, fn, (q, k, v, mask), True).outputs:
-        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
-    assert dict(prog.lowered.tile.kernels[0].knobs)["INSTR"] == "wgmma"
+    _passes(masked_sdpa, (*_qkv(2, 2, 33, 70, 64, torch.float16), sdpa_mask(kind)))
