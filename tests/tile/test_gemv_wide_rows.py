@@ -74,3 +74,28 @@ def test_a_pinned_vec_takes_more_points_a_step(fmt, vec, got):
     _passes(prog, layer, x)
     gemv = prog.lowered.tile.kernels[0]
     assert gemv.mode == "rows" and dict(gemv.knobs)["VEC"] == got, (gemv.name, gemv.knobs)
+
+
+def test_a_transcendental_vector_is_stored_once_before_bf16_rows():
+    """down(SiLU(gate) * up) on bf16 rows (INSTR=fma pinned): as before byte weights, an
+    elementwise kernel stores SiLU(gate) * up once instead of every weight row's threads
+    computing it again; PROLOGUE=fuse keeps it fused. Both give eager's numbers."""
+    class GatedDown(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = torch.nn.Linear(256, 37, bias=False, dtype=torch.bfloat16)
+
+        def forward(self, gate, up):
+            return self.down(torch.nn.functional.silu(gate) * up)
+
+    torch.manual_seed(1)
+    layer = GatedDown().eval()
+    args = tuple(torch.randn(1, 2, 256, dtype=torch.bfloat16) for _ in range(2))
+    for knobs, stored in (({"INSTR": "fma"}, True), ({"INSTR": "fma", "PROLOGUE": "fuse"}, False)):
+        with torch.no_grad():
+            prog = strata.compile(layer, args, device="sim", ctx=Context(target=ARCH, knobs=knobs))
+        names = [t.name for t in prog.lowered.tile.kernels]
+        assert any(n.endswith("_prologue") for n in names) == stored, (knobs, names)
+        assert any(t.mode == "rows" for t in prog.lowered.tile.kernels), names
+        for res in check.verify(prog, layer, args, True).outputs:
+            assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g}"

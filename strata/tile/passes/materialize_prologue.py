@@ -31,7 +31,7 @@ from ...loop.ir import Let, Load
 from ...core.expr import nodes
 from ...core.scalar_ops import TRANSCENDENTAL
 from ..contraction import closure, depends, match, product, split_prologues, uses
-from ..gemv import byte_vec
+from ..gemv import row_vec
 from ..ir import TileKernel
 from ..tensor_core import HALF, half_dtype, operands, tma_dims
 
@@ -107,8 +107,9 @@ def materialize_prologue(k: TileKernel, ctx: Context):
 def _byte_gemv(k: TileKernel, c, ctx: Context):
     """A vector times byte weights (tile/gemv.py's rows) whose vector holds a transcendental
     (SiLU(gate) * up): fused, every weight row's threads compute all of it again (2048 x 5632
-    exps for TinyLlama's down_proj); stored once in the dtype eager holds it in. Else None."""
-    if len(c.loops) != 1 or not byte_vec(k, c, c.loops[0]):
+    exps for TinyLlama's down_proj); stored once in the dtype eager holds it in. Else None.
+    bf16 weights take the rows too where INSTR=fma is pinned (row_vec), so the same holds."""
+    if len(c.loops) != 1 or not row_vec(k, c, c.loops[0], ctx):
         return None
     (loop,) = c.loops
     found = product(loop.body)
