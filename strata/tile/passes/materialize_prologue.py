@@ -18,8 +18,9 @@ tensor-core path but wgmma: fused, the product would run on CUDA cores), and on 
 vector of a matrix-vector product rounded to FP8 last (FP8Linear's decode activations: stored
 once in FP8, not divided and rounded again for every weight row; tile/gemv.py then reads both
 by 16-byte loads). On any GPU too, a vector computed with a transcendental before byte weights
-(SiLU(gate) * up before a Q4_0 down_proj: `_byte_gemv`). Declines, saying why, off sm_90a, for
-a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse the kernel anyway.
+(SiLU(gate) * up before a Q4_0 down_proj, or bf16 rows where INSTR=fma is pinned:
+`_byte_gemv`). Declines, saying why, off sm_90a, for a vector M side, INSTR=mma|fma pinned, and
+when wgmma would refuse the kernel anyway.
 """
 from __future__ import annotations
 
@@ -107,8 +108,7 @@ def materialize_prologue(k: TileKernel, ctx: Context):
 def _byte_gemv(k: TileKernel, c, ctx: Context):
     """A vector times byte weights (tile/gemv.py's rows) whose vector holds a transcendental
     (SiLU(gate) * up): fused, every weight row's threads compute all of it again (2048 x 5632
-    exps for TinyLlama's down_proj); stored once in the dtype eager holds it in. Else None.
-    bf16 weights take the rows too where INSTR=fma is pinned (row_vec), so the same holds."""
+    exps for TinyLlama's down_proj); stored once in the dtype eager holds it in. Else None."""
     if len(c.loops) != 1 or not row_vec(k, c, c.loops[0], ctx):
         return None
     (loop,) = c.loops
