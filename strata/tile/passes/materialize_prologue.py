@@ -17,10 +17,9 @@ big enough to want wgmma (M >= 64 and M*N*K >= MIN_WORK); an FP8 operand always 
 tensor-core path but wgmma: fused, the product would run on CUDA cores), and on any GPU the
 vector of a matrix-vector product rounded to FP8 last (FP8Linear's decode activations: stored
 once in FP8, not divided and rounded again for every weight row; tile/gemv.py then reads both
-by 16-byte loads). On any GPU too, a vector computed with a transcendental before byte weights
-(SiLU(gate) * up before a Q4_0 down_proj, or bf16 rows where INSTR=fma is pinned:
-`_byte_gemv`). Declines, saying why, off sm_90a, for a vector M side, INSTR=mma|fma pinned, and
-when wgmma would refuse the kernel anyway.
+by 16-byte loads). On any GPU too, a vector computed with a transcendental before byte (or,
+INSTR=fma pinned, bf16) rows: SiLU(gate) * up before a Q4_0 down_proj (`_byte_gemv`). Declines,
+saying why, off sm_90a, for a vector M side, INSTR=mma|fma pinned, and when wgmma would refuse.
 """
 from __future__ import annotations
 
