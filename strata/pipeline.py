@@ -42,6 +42,7 @@ from .tile.passes.cooperative_reduce import cooperative_reduce
 from .tile.passes.cpu_block_loops import cpu_block_loops
 from .tile.passes.cpu_int8_rows import cpu_int8_rows
 from .tile.passes.cpu_keep_values import cpu_keep_values
+from .tile.passes.cpu_attention import cpu_attention
 from .tile.passes.cpu_matmul import cpu_matmul
 from .tile.passes.cpu_pack_weights import cpu_pack_weights
 from .tile.passes.cpu_prologue import cpu_prologue
@@ -96,6 +97,7 @@ GPU_PASSES = [
 # The CPU schedule: contractions as packed register-tiled micro-kernels, rows across cores,
 # inner loops vectorised by the C compiler (codegen/c.py).
 CPU_PASSES = [
+    ("cpu_attention", cpu_attention),
     ("tileify", tileify),
     ("cpu_split_groups", cpu_split_groups),
     ("chunk_reduce", chunk_reduce),

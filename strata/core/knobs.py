@@ -101,6 +101,8 @@ _TABLE = [
     ("BLOCK_M", "queries per attention block", _between(1, 1024), ATTENTION),
     ("BLOCK_N", "keys per step of the attention loop", _between(1, 256), ATTENTION),
     ("ROW_THREADS", "threads sharing a query (CUDA-core attention)", _pow2(1, 32), ATTENTION),
+    ("FLASH", "a CPU attention as one flash kernel, its block of scores in cache (1), or as its "
+     "matmul and softmax kernels (0)", _FLAG, "CPU attention (softmax(q @ k^T) @ v)"),
     ("KV_SPLITS", "blocks sharing the keys of a query block (decode), combined after",
      _between(1), ATTENTION),
     ("GQA_GROUP", "query heads sharing each K/V tile (must divide the heads per KV head)",

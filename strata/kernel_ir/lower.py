@@ -20,6 +20,7 @@ from ..tile.ir import TileKernel, TileProgram
 from .ir import WARP, BlockIdx, Buffer, If, Kernel, KernelProgram, Let, Param, ThreadIdx
 from .lower_attention import lower_attention_kernel
 from .lower_attention_combine import lower_combine_kernel
+from .lower_attention_cpu import lower_attention_cpu_kernel
 from .lower_attention_mma import lower_attention_mma_kernel
 from .lower_attention_wgmma import lower_attention_wgmma_kernel
 from .lower_matmul import lower_matmul_kernel
@@ -40,7 +41,8 @@ def lower_kernel(tk: TileKernel) -> Kernel:
     if tk.mode == "attention":      # flash attention (tile/attention.py), its split-KV combine
         if isinstance(tk.attention, CombineTile):
             return lower_combine_kernel(tk)
-        lowering = {"mma": lower_attention_mma_kernel, "wgmma": lower_attention_wgmma_kernel}
+        lowering = {"mma": lower_attention_mma_kernel, "wgmma": lower_attention_wgmma_kernel,
+                    "cpu": lower_attention_cpu_kernel}
         return lowering.get(tk.attention.instr, lower_attention_kernel)(tk)
     if tk.mode in MODES:            # tensor cores (mma: sm_80+, wgmma: TMA, sm_90a); CUDA cores
         return MODES[tk.mode](tk)

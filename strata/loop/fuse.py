@@ -68,7 +68,7 @@ def _index_through(node, index: tuple[Expr, ...]) -> tuple[Expr, ...]:
 def _a_range(valid) -> bool:
     """Whether an IndexMap's `valid` bounds each index by constants only (a piece of a cat, a
     pad): its point set is a box, often a thin one, unlike a causal mask's triangle (i3 <= i2),
-    which loop/causal_pieces.py splits instead."""
+    which a fused attention's key loop stops at instead."""
     if valid is None:
         return False
     if isinstance(valid, Op) and valid.op == "logical_and":
@@ -290,6 +290,22 @@ def _has_reduce(prog: TensorProgram, name: str, materialized: set[str]) -> bool:
     return False
 
 
+CPU_FLASH_QUERIES = 64      # fewer queries (decode, a short draft): the matmul and softmax
+                            # kernels, whose split over the keys (cpu_split_groups) fills the cores
+
+
+def _cpu_flash(m, ctx: Context) -> bool:
+    """Whether a CPU runs attention `m` as one flash kernel (FLASH pins it): softmax forms of
+    CPU_FLASH_QUERIES queries or more; else its matmul and softmax kernels (a backward's sum
+    form always)."""
+    if m.norm != "softmax" or m.qk2 is not None:
+        return False
+    flash = ctx.knob("FLASH", m.lq >= CPU_FLASH_QUERIES)
+    ctx.log(f"fuse: attention at {m.out}: {'one flash kernel' if flash else 'its matmul and softmax kernels'}"
+            f" ({'FLASH pinned' if ctx.pinned('FLASH') else f'{m.lq} queries'})", 2)
+    return flash
+
+
 class _Indexed:
     """A TensorProgram whose name -> node table is built once (TensorProgram.by_name rebuilds it
     on every call; planning a whole model looks nodes up millions of times)."""
@@ -315,10 +331,9 @@ def plan(prog: TensorProgram, ctx: Context | None = None, stored: frozenset = fr
     pos = {n.name: k for k, n in enumerate(prog.nodes)}
     materialized = {o for o in prog.outputs if not isinstance(prog.node(o), Input)} | stored
     # softmax(q @ k^T ...) @ v: one flash-attention kernel each (loop/attention.py), planned apart
-    attn = find_attention(prog, materialized, ctx.log) if ctx.arch.is_gpu else {}
-    if not attn and not ctx.arch.is_gpu:
-        ctx.log(f"fuse: {ctx.arch} has no fused-attention schedule: softmax(q @ k^T) @ v, if any, "
-                f"runs as its matmul and softmax kernels", 2)
+    attn = find_attention(prog, materialized, ctx.log)
+    if not ctx.arch.is_gpu:
+        attn = {out: m for out, m in attn.items() if _cpu_flash(m, ctx)}
     lse_of = {m.lse: m.out for m in attn.values() if m.lse}     # written by the attention kernel
     for m in attn.values():
         materialized.add(m.out)

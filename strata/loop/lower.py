@@ -10,7 +10,6 @@ from ..core.expr import Const, Expr, Var
 from ..tensor.ir import Input, Scatter, TensorProgram
 from . import scatter
 from .builder import LoopBuilder
-from .causal_pieces import causal_pieces
 from .fuse import FusionPlan, KernelPlan, plan as plan_fusion
 from .ir import BufferInfo, LoopKernel, LoopProgram, Store, canonical_names
 from .store import store_decisions
@@ -115,6 +114,4 @@ def _lower(prog: TensorProgram, ctx: Context, plan: FusionPlan) -> LoopProgram:
         elif n.name in materialized and n.name not in alias:
             kind = "output" if n.name in outputs else "temp"
             buffers.append(BufferInfo(n.name, n.type.shape, n.type.dtype, kind))
-    if not ctx.arch.is_gpu:        # (a GPU's fused attention stops at the diagonal itself)
-        kernels = causal_pieces(kernels, buffers, ctx.log)
     return LoopProgram(buffers, kernels, outputs, prog.weights)   # read lazily

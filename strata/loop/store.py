@@ -98,8 +98,7 @@ def store_decisions(loop: LoopProgram, choices: dict, ctx: Context
                     ) -> tuple[dict[str, int], dict[str, str]]:
     """({kernel target: its STORE value}, {loop kernel: its signature}) for the kernels with
     values to store; STORE=n stores the first n (default: Stores.by_rule on a CPU, none on a
-    GPU). Looked up by signature, so a tuned value follows a layer's kernel into every layer;
-    a target in pieces (loop/causal_pieces.py) takes the value any piece is pinned to."""
+    GPU). Looked up by signature, so a tuned value follows a layer's kernel into every layer."""
     default = {t: 0 if ctx.arch.is_gpu else c.by_rule for t, c in choices.items()}
     if not (ctx.kernel_knobs or ctx.tuned or ctx.pinned("STORE")):    # nothing can pin it:
         return default, {}                                              # no signature to compute

@@ -70,6 +70,7 @@ class AttentionTile:
     instr: str = "fma"              # "mma"/"wgmma": tensor cores, one warp per 16 rows
                                     # (lower_attention_mma.py, lower_attention_wgmma.py)
     kv_stages: int = 1              # wgmma: K/V buffers in dynamic shared memory (2: pipelined)
+    points: int = 0                 # "cpu" (tile/passes/cpu_attention.py): a register tile's columns
 
     def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
         format_attention_tile(k, out)
@@ -114,6 +115,8 @@ class AttentionTile:
 
     @property
     def block(self) -> int:
+        if self.instr == "cpu":
+            return 1
         if self.instr != "fma":
             return self.block_m // 16 * 32
         return self.block_m * self.row_threads
@@ -427,6 +430,8 @@ def _with_knobs(tk: TileKernel, knobs) -> TileKernel:
 def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     at = k.attention
     op, g = at.op, at.row_threads
+    if at.instr == "cpu":
+        return _format_cpu(k, out)
     axes = ", ".join(f"{v}:{n}" for v, n in op.batch) + f", {op.i[0]}:{op.i[1]}=M"
     split = f" x {at.kv_splits}=KV_SPLIT" if at.kv_splits > 1 else ""
     per = f"{at.block_m}/BLOCK"
@@ -463,23 +468,10 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         out.append(f"    m, l, acc = Registers(max -inf, sum 0, acc[{i}:16 per warp, {e}] 0 as f32 C "
                    f"fragments)" if mma else f"    m, l, acc = Registers(max -inf, sum 0, acc[{e} = t + "
                    f"{g} * u] 0; {at.e_per_thread} per thread)")
-    steps = at.key_blocks
-    keys = f"0..{steps}"
+    keys = _keys(at)
     if at.kv_splits > 1:
-        keys = f"split * {at.split_blocks}..min(+{at.split_blocks}, {steps})"
-    if at.causal and at.causal.loaded:
-        c = at.causal
-        keys += (f", up to {c.loaded.buf}[{', '.join(map(str, c.loaded.index))}] + {c.offset} (loaded "
-                 f"once); full blocks first ({c.cond} = True), then the edge blocks")
-    elif at.causal and at.causal.lower:
-        c = at.causal
-        keys += f", from the block's first {i} + {c.offset}, every block masked ({c.cond})"
-    elif at.causal:
-        c = at.causal
-        keys += (f", up to the block's last {i} + {c.offset}; full blocks first (no masks or "
-                 f"bounds, {c.cond} = True), then the diagonal and tail blocks")
-    else:
-        keys += f"; full blocks first (no bounds), then the tail block"
+        keys = f"split * {at.split_blocks}..min(+{at.split_blocks}, {at.key_blocks})" + \
+            keys[len(f"0..{at.key_blocks}"):]
     out.append(f"    for {j}_o in {keys}:  # key blocks of {at.block_n}")
     staged = [("k", op.k, op.d), ("v", op.v, op.e)] + ([("k2", op.k2, op.d2)] if op.k2 else [])
     for name, o, (ax, n) in staged:
@@ -516,6 +508,51 @@ def format_attention_tile(k: TileKernel, out: list[str]) -> None:
         return
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}acc / l")
+    if op.lse:
+        out.append(f"    {op.lse[0]}[{', '.join(str(x) for x in op.lse[1])}] = m + log(l)")
+
+
+def _keys(at) -> str:
+    """The key blocks a query block walks, as --ir tile says it."""
+    i, c = at.op.i[0], at.causal
+    keys = f"0..{at.key_blocks}"
+    if c and c.loaded:
+        return keys + (f", up to {c.loaded.buf}[{', '.join(map(str, c.loaded.index))}] + "
+                       f"{c.offset} (loaded once); full blocks first ({c.cond} = True), then the edge blocks")
+    if c and c.lower:
+        return keys + f", from the block's first {i} + {c.offset}, every block masked ({c.cond})"
+    if c:
+        return keys + (f", up to the block's last {i} + {c.offset}; full blocks first (no masks or "
+                       f"bounds, {c.cond} = True), then the diagonal and tail blocks")
+    return keys + "; full blocks first (no bounds), then the tail block"
+
+
+def _format_cpu(k: TileKernel, out: list[str]) -> None:
+    at = k.attention
+    op, bm, bn = at.op, at.block_m, at.block_n
+    (i, _), (j, lk), (d, _), (e, _) = op.i, op.j, op.d, op.e
+    axes = ", ".join(f"{v}:{n}" for v, n in (*op.batch, op.i))
+    out.append(f"Tile(attention=({axes}) = {bm}/BLOCK, one thread a block, grid={k.grid}):")
+    out.append(f"    q_s = Scratch(q[{i}:{bm}, {d}] f32, 0 past {op.i[1]}):")
+    for s in op.q.body:
+        format_stmt(s, 2, out)
+    out.append(f"    m, l, o_s = Scratch(max -inf, sum 0, o[{i}:{bm}, {e}] 0)")
+    out.append(f"    for {j}_o in {_keys(at)}:  # key blocks of {bn}")
+    for name, o, ax in (("kt_s", op.k, f"{d}, {j}:{bn}"), ("v_s", op.v, f"{j}:{bn}, {e}")):
+        out.append(f"        {name} = Scratch({name[0]}[{ax}] f32, 0 past {lk}):")
+        for s in o.body:
+            format_stmt(s, 3, out)
+    out.append(f"        s_s[{bm}, {bn}] = q_s @ kt_s  # register tiles of 4 rows x {at.points} "
+               f"keys (FORM=outer)")
+    out.append(f"        x = -inf past {lk}, else:")
+    for s in op.x.body:
+        format_stmt(s, 3, out)
+    out.append("        m_new = max(m, max(x)); c = exp(m - m_new); s_s = p = exp(x - m_new)  "
+               "# -inf - -inf counts as 0")
+    out.append(f"        l = l * c + sum(p); o_s = o_s * c + s_s @ v_s  # register tiles of 4 rows x "
+               f"{at.points} of {e}; m = m_new")
+    zero = "0 where m == -inf, else " if op.safe else ""
+    out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}o_s / l")
     if op.lse:
         out.append(f"    {op.lse[0]}[{', '.join(str(x) for x in op.lse[1])}] = m + log(l)")
 

@@ -1,0 +1,145 @@
+"""Tile IR -> Kernel IR for a fused attention on a CPU (tile/passes/cpu_attention.py): one thread
+a block of BLOCK_M queries, what it holds in scratch arrays (Smem: one set per OpenMP thread).
+
+The block stages its queries once, transposed (qt_s: head dim x queries, f32, 0 past Lq), then
+walks the keys BLOCK_N at a time (lower_attention.py's key_range: whole blocks without masks
+first, then the diagonal and tail blocks; none past a causal limit): K and V copied as rows
+(k_s, v_s: f32, 0 past Lk, V's head dim padded to whole vectors). The scores are kept transposed,
+st_s = k_s @ qt_s (keys x queries), so that everything a query's softmax needs runs along vectors
+of queries: x (scale, masks), the new running max (an elementwise max down the keys, no sum
+across vector lanes), the rescale factor exp(m_old - m_new) once per query and key block, and
+p = exp(x - m_new) with its sum. Then o_s = o_s * c + p @ v_s. Both products are register tiles
+of ROWS rows by `points` columns (`acc = fma(u, w, acc)` loops that kernel_ir/lower_cpu.py makes
+OuterFma: FORM=outer). Nothing needs transposing per key block: the queries were, once. After
+the last block out = o_s / l (and the log-sum-exp m + log l where the program saves it).
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ..core.expr import Const, Var, add, call, mul
+from ..tile.ir import TileKernel, flat_index
+from ..tile.passes.cpu_attention import ROWS
+from .ir import Assign, For, If, Kernel, Let, Load, Param, Smem, Store
+from .lower_attention import (F32, NEG_INF, _f, _guarded, block_origin, bound_load, key_range,
+                              operand, rescale, unmasked_scores)
+from .lowerer import Lowerer
+
+
+def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
+    at = tk.attention
+    op, bm, bn = at.op, at.block_m, at.block_n
+    low = Lowerer(tk)
+    idx = low.idx
+    I = lambda name: Var(name, idx)
+    (iv, lq), (jv, lk), (dv_, d), (ev, dv) = op.i, op.j, op.d, op.e
+    ep = -(-dv // 16) * 16                  # v_s and o_s rows: whole vectors on every ISA
+    r, n, e, dd = I("fa_r"), I("fa_n"), I("fa_e"), I("fa_d")
+    query = Let(iv, idx, add(mul(I("q_blk"), bm), r))
+    key = Let(jv, idx, add(I("j0"), n))
+    row_ok = call("lt", I(iv), Const(lq)) if lq % bm else None
+
+    def loop(var: str, stop, body, step=1) -> For:
+        return For(var, Const(0), Const(stop) if isinstance(stop, int) else stop, step,
+                   tuple(body), dtype=idx)
+
+    def staged(o, binds, ok, dest: str, at_) -> list:
+        """dest[at_] = operand o after binds, 0 where ok is false."""
+        value = [Let("fa_val", F32, Const(0.0, F32))]
+        compute = operand(low, o, binds, "fa_val", False)
+        value += compute if ok is None else _guarded(ok, compute)
+        return value + [Store(dest, at_, _f("fa_val"))]
+
+    def tiles(dest, acc_at, rows, rows_at, panel, panel_at, k_var, k_stop, width, init) -> list:
+        """dest[acc_at(a, p)] = init(a, p) + sum over k_var of rows_at(a) times panel_at(p), as
+        register tiles of ROWS of the `rows` x `points` columns (each K loop an OuterFma)."""
+        out, r0 = [], lambda a: add(I("fa_r0"), a)
+        for c0 in range(0, width, at.points):
+            w = min(at.points, width - c0)
+            accs = [[f"fa_{c0}_{a}_{p}" for p in range(w)] for a in range(ROWS)]
+            body = [Let(accs[a][p], F32, init(r0(a), c0 + p)) for a in range(ROWS) for p in range(w)]
+            k_body = [Let(f"fa_u{a}", F32, Load(rows_at[0], rows_at[1](r0(a)), F32)) for a in range(ROWS)]
+            k_body += [Let(f"fa_w{p}", F32, Load(panel, panel_at(c0 + p), F32)) for p in range(w)]
+            k_body += [Assign(accs[a][p], call("fma", _f(f"fa_u{a}"), _f(f"fa_w{p}"), _f(accs[a][p])))
+                       for a in range(ROWS) for p in range(w)]
+            body.append(loop(k_var, k_stop, k_body))
+            body += [Store(dest, acc_at(r0(a), c0 + p), _f(accs[a][p])) for a in range(ROWS) for p in range(w)]
+            out.append(loop("fa_r0", rows, body, step=ROWS))
+        return out
+
+    def key_step(edge: bool) -> list:
+        past = call("lt", I(jv), Const(lk)) if edge else None
+        in_e = call("lt", e, Const(dv)) if ep > dv else None
+        ok_v = in_e if past is None else past if in_e is None else call("logical_and", past, in_e)
+        step = [loop("fa_n", bn, [key, loop("fa_d", d, staged(
+                    op.k, [Let(dv_, idx, dd)], past, "k_s", add(mul(n, d), dd)))]),
+                loop("fa_n", bn, [key, loop("fa_e", ep, staged(
+                    op.v, [Let(ev, idx, e)], ok_v, "v_s", add(mul(n, ep), e)))])]
+        # the scores transposed (keys x queries): register tiles of keys over the head dim
+        step += tiles("st_s", lambda a, p: add(mul(a, bm), p), bn,
+                      ("k_s", lambda a: add(mul(a, d), dd)), "qt_s", lambda p: add(mul(dd, bm), p),
+                      "fa_d", d, bm, lambda a, p: Const(0.0, F32))
+        # x, each query's new running max (along the query vector: no sums across lanes)
+        xs = op.x.body if edge else unmasked_scores(at)
+        ok = row_ok if past is None else past if row_ok is None else call("logical_and", past, row_ok)
+        compute = operand(low, op.x, [], "fa_x", False, xs)
+        step.append(loop("fa_n", bn, [key, loop("fa_r", bm, [
+            query, Let(op.score, F32, Load("st_s", add(mul(n, bm), r), F32)),
+            Let("fa_x", F32, NEG_INF), *(compute if ok is None else _guarded(ok, compute)),
+            Store("st_s", add(mul(n, bm), r), _f("fa_x")),
+            Store("mx_s", r, call("maximum", Load("mx_s", r, F32), _f("fa_x")))])]))
+        # a query with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)
+        mu = call("where", call("eq", Load("mx_s", r, F32), NEG_INF), Const(0.0, F32), Load("mx_s", r, F32))
+        step.append(loop("fa_r", bm, [
+            Let("fa_mu", F32, mu), Store("c_s", r, rescale(Load("m_s", r, F32), _f("fa_mu"))),
+            Store("mu_s", r, _f("fa_mu")), Store("m_s", r, Load("mx_s", r, F32)),
+            Store("l_s", r, call("multiply", Load("l_s", r, F32), Load("c_s", r, F32)))]))
+        at_p = add(mul(n, bm), r)
+        p = call("exp", call("subtract", Load("st_s", at_p, F32), Load("mu_s", r, F32)))
+        step.append(loop("fa_n", bn, [loop("fa_r", bm, [
+            Let("fa_p", F32, p), Store("st_s", at_p, _f("fa_p")),
+            Store("l_s", r, call("add", Load("l_s", r, F32), _f("fa_p")))])]))
+        step.append(loop("fa_r", bm, [Let("fa_c", F32, Load("c_s", r, F32)), loop("fa_e", ep, [
+            Store("o_s", add(mul(r, ep), e), call("multiply", Load("o_s", add(mul(r, ep), e), F32),
+                                                   _f("fa_c")))])]))
+        # o_s += p @ v: register tiles of queries over the block's keys
+        step += tiles("o_s", lambda a, p: add(mul(a, ep), p), bm,
+                      ("st_s", lambda a: add(mul(n, bm), a)), "v_s", lambda p: add(mul(n, ep), p),
+                      "fa_n", bn, ep, lambda a, p: Load("o_s", add(mul(a, ep), p), F32))
+        return step
+
+    body, _ = block_origin(at, idx)
+    body += bound_load(low, at)
+    body += [Smem(name, F32, size) for name, size in (
+        ("qt_s", d * bm), ("k_s", bn * d), ("v_s", bn * ep), ("st_s", bn * bm), ("o_s", bm * ep),
+        ("m_s", bm), ("l_s", bm), ("mx_s", bm), ("mu_s", bm), ("c_s", bm))]
+    body.append(loop("fa_r", bm, [query, loop("fa_d", d, staged(
+        op.q, [Let(dv_, idx, dd)], row_ok, "qt_s", add(mul(dd, bm), r)))]))
+    body.append(loop("fa_r", bm, [Store("m_s", r, NEG_INF), Store("mx_s", r, NEG_INF),
+                                  Store("l_s", r, Const(0.0, F32)),
+                                  loop("fa_e", ep, [Store("o_s", add(mul(r, ep), e), Const(0.0, F32))])]))
+    body += key_range(at, I, idx)
+    body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
+    body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
+    body.append(loop("fa_r", bm, [query] + _guarded(row_ok, _store_out(tk, low, ep))))
+    params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
+    return Kernel(tk.name, params, tk.grid, 1, tuple(body), src=tk.src)
+
+
+def _store_out(tk: TileKernel, low: Lowerer, ep: int) -> list:
+    """Row fa_r's output o_s / l (0 for a row of -inf scores where the softmax is safe), and its
+    log-sum-exp where the program saves it."""
+    op, idx = tk.attention.op, low.idx
+    r, e = Var("fa_r", idx), Var("fa_e", idx)
+    (ev, dv) = op.e
+    value = call("divide", Load("o_s", add(mul(r, ep), e), F32), _f("fa_l"))
+    if op.safe:
+        value = call("where", call("eq", _f("fa_m"), NEG_INF), Const(0.0, F32), value)
+    out = [Let("fa_l", F32, Load("l_s", r, F32)), Let("fa_m", F32, Load("m_s", r, F32)),
+           For("fa_e", Const(0), Const(dv), 1, (Let(ev, idx, e), Store(
+               op.out, flat_index(op.out_index, tk.shape_of(op.out)), value)), dtype=idx)]
+    if op.lse:
+        buf, index = op.lse
+        out.append(Store(buf, flat_index(index, tk.shape_of(buf)),
+                         call("add", _f("fa_m"), call("log", _f("fa_l")))))
+    return out

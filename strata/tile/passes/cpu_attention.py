@@ -1,0 +1,50 @@
+"""cpu_attention: a CPU's schedule of a fused attention (loop/attention.py's `Attention`, which
+loop/fuse.py plans on a CPU for prompts of CPU_FLASH_QUERIES or more): flash attention, one
+thread a block of BLOCK_M queries, BLOCK_N keys a step (kernel_ir/lower_attention_cpu.py).
+
+Why: as a matmul, a softmax and a matmul kernel, a long prompt's scores and weights go through
+memory (1.2 GB a call at 2048 tokens and 32 heads), and causal pieces still compute most of the
+blocks above the diagonal. Here a block's scores stay in L1/L2 (BLOCK_M x BLOCK_N floats), the
+key loop stops at the block's causal limit, and only the diagonal and tail blocks pay for masks.
+The two block products (k @ q^T: the scores transposed, so that each query's softmax runs along
+vectors of queries; then p @ v) are register tiles of ROWS rows by `points` columns, which
+kernel_ir/lower_cpu.py runs as vector FMAs (FORM=outer, OuterFma): 4 x 64 on AVX-512 (16
+accumulators of its 32 registers), 4 x 16 on AVX2. Columns that are no whole vectors (BLOCK_M
+not a multiple of 16) run as the loop is written.
+
+Knobs: BLOCK_M and BLOCK_N, multiples of ROWS (default 64, BLOCK_M the queries rounded up to 16
+where fewer).
+"""
+from __future__ import annotations
+
+from ...core.context import Context
+from ...core.errors import KnobError
+from ...loop.attention import attention_of, causal_limit
+from ..attention import AttentionTile
+from ..ir import TileKernel
+
+ROWS = 4                    # query rows of a register tile
+BLOCK = 64                  # queries a block and keys a step, by default
+
+
+def cpu_attention(k, ctx: Context, buffers: tuple):
+    """The first CPU tile pass: a fused attention kernel gets its schedule; any other kernel
+    passes through to tileify."""
+    op = attention_of(k)
+    if op is None:
+        return k
+    lanes = max(1, ctx.arch.vector_bytes // 4)
+    points = lanes * (4 if ctx.arch.vector_bytes >= 64 else 2)
+    bm = ctx.knob("BLOCK_M", min(BLOCK, -(-op.i[1] // 16) * 16))
+    bn = ctx.knob("BLOCK_N", BLOCK)
+    if bm % ROWS or bn % ROWS:
+        raise KnobError(f"BLOCK_M={bm}, BLOCK_N={bn}: a CPU attention needs both multiples of "
+                        f"{ROWS} (a register tile's rows)")
+    at = AttentionTile(op, bm, bn, 1, causal=causal_limit(op), instr="cpu", points=points)
+    ctx.log(f"cpu_attention: {k.name}: {bm} queries x {bn} keys a step, one thread a block, "
+            f"{at.grid} blocks, register tiles of {ROWS} x {points}", 2)
+    tk = TileKernel(k.name, "attention", (*op.batch, op.i), (), (), block=1, reads=k.reads,
+                    writes=k.writes, buffers=buffers, attention=at, src=k.src)
+    for name, value in (("BLOCK_M", bm), ("BLOCK_N", bn), ("FORM", "outer")):
+        tk = tk.with_knob(name, value)
+    return tk

@@ -1,0 +1,88 @@
+"""Attention on a CPU as one flash kernel (tile/passes/cpu_attention.py, kernel_ir/
+lower_attention_cpu.py), run natively and compared with float64 eager: causal or not, odd
+lengths, more keys than queries, GQA, head dims that are no whole vector, bf16, transformers'
+additive and boolean masks, pinned blocks; FLASH=0 and short prompts keep the matmul and softmax
+kernels; a block size that is no whole register tile is one sentence."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strata
+from attention_helpers import sdpa_mask
+from conftest import HAS_CC
+from strata.bench import check
+from strata.core.context import Context
+from strata.core.errors import KnobError
+
+pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
+                                                   "here (install gcc)")
+
+
+def _run(fn, inputs, knobs=None):
+    prog = strata.compile(fn, inputs, device="cpu", ctx=Context(knobs=dict(knobs or {})))
+    for res in check.verify(prog, fn, inputs, True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    return prog
+
+
+def _flash(prog) -> bool:
+    return any(t.mode == "attention" for t in prog.lowered.tile.kernels)
+
+
+def _sdpa(causal, gqa=False):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+
+@pytest.mark.parametrize("lq,lk,h,hk,d,dv,causal,dt", [
+    (130, 130, 2, 2, 64, 64, True, torch.float32),
+    (67, 67, 3, 3, 40, 40, False, torch.float32),      # a head dim of 2.5 vectors, one odd block
+    (64, 200, 2, 2, 64, 24, True, torch.float32),      # keys past the queries: causal offset 136
+    (131, 131, 4, 2, 80, 80, True, torch.float32),     # GQA, two query heads a KV head
+    (96, 96, 2, 2, 128, 128, True, torch.bfloat16),
+], ids=["causal", "odd-d40", "offset-dv24", "gqa-d80", "bf16-d128"])
+def test_flash_matches_eager(lq, lk, h, hk, d, dv, causal, dt):
+    torch.manual_seed(0)
+    q = torch.randn(1, h, lq, d, dtype=dt)
+    k, v = torch.randn(1, hk, lk, d, dtype=dt), torch.randn(1, hk, lk, dv, dtype=dt)
+    prog = _run(_sdpa(causal, hk != h), (q, k, v))
+    assert _flash(prog) and len(prog.lowered.kernel.kernels) == 1
+    kernel = prog.ir("kernel")
+    assert "outerfma" in kernel, "the block products are not register tiles"
+
+
+@pytest.mark.parametrize("kind", ["additive", "boolean"])
+def test_transformers_masks(kind):
+    """The masks transformers passes SDPA, read per (query, key) inside the kernel."""
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 70, 32) for _ in range(3))
+    mask = sdpa_mask(kind, (1, 2, 70, 70))
+    if kind == "additive":
+        mask = mask.float()
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    assert _flash(_run(fn, (q, k, v, mask)))
+
+
+@pytest.mark.parametrize("knobs", [{"BLOCK_M": 4, "BLOCK_N": 4}, {"BLOCK_M": 128, "BLOCK_N": 32},
+                                   {"BLOCK_M": 20, "BLOCK_N": 12}])
+def test_pinned_blocks(knobs):
+    """Blocks of one register tile, larger than the prompt, and of no whole vector of queries
+    (those columns run as the loop is written) all give eager's numbers."""
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 90, 64) for _ in range(3))
+    prog = _run(_sdpa(True), (q, k, v), knobs)
+    assert dict(prog.lowered.tile.kernels[0].knobs)["BLOCK_M"] == knobs["BLOCK_M"]
+
+
+def test_short_prompts_and_flash_0_keep_the_three_kernels():
+    torch.manual_seed(3)
+    short = tuple(torch.randn(1, 2, 16, 64) for _ in range(3))
+    assert not _flash(_run(_sdpa(True), short))
+    assert _flash(_run(_sdpa(True), short, {"FLASH": 1}))
+    long = tuple(torch.randn(1, 2, 130, 64) for _ in range(3))
+    assert not _flash(_run(_sdpa(True), long, {"FLASH": 0}))
+
+
+def test_a_block_of_no_whole_tile_is_one_sentence():
+    q = torch.randn(1, 2, 70, 64)
+    with pytest.raises(KnobError, match="multiples of 4"):
+        strata.compile(_sdpa(True), (q, q, q), device="cpu", ctx=Context(knobs={"BLOCK_M": 6}))
