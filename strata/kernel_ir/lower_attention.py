@@ -156,7 +156,7 @@ def unmasked_scores(at) -> tuple:
     """The score statements of a whole (below-diagonal) key block: the causal test is true."""
     if not at.causal or at.causal.lower:
         return at.op.x.body
-    return tuple(replace(s, value=Const(True, "bool")) if isinstance(s, LLet) and
+    return tuple(replace(s, value=Const(at.causal.keep, "bool")) if isinstance(s, LLet) and
                  s.var == at.causal.cond else s for s in at.op.x.body)
 
 

@@ -518,12 +518,12 @@ def _keys(at) -> str:
     keys = f"0..{at.key_blocks}"
     if c and c.loaded:
         return keys + (f", up to {c.loaded.buf}[{', '.join(map(str, c.loaded.index))}] + "
-                       f"{c.offset} (loaded once); full blocks first ({c.cond} = True), then the edge blocks")
+                       f"{c.offset} (loaded once); full blocks first ({c.cond} = {c.keep}), then the edge blocks")
     if c and c.lower:
         return keys + f", from the block's first {i} + {c.offset}, every block masked ({c.cond})"
     if c:
         return keys + (f", up to the block's last {i} + {c.offset}; full blocks first (no masks or "
-                       f"bounds, {c.cond} = True), then the diagonal and tail blocks")
+                       f"bounds, {c.cond} = {c.keep}), then the diagonal and tail blocks")
     return keys + "; full blocks first (no bounds), then the tail block"
 
 

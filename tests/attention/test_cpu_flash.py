@@ -3,6 +3,9 @@ lower_attention_cpu.py), run natively and compared with float64 eager: causal or
 lengths, more keys than queries, GQA, head dims that are no whole vector, bf16, transformers'
 additive and boolean masks, pinned blocks; FLASH=0 and short prompts keep the matmul and softmax
 kernels; a block size that is no whole register tile is one sentence."""
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -86,3 +89,22 @@ def test_a_block_of_no_whole_tile_is_one_sentence():
     q = torch.randn(1, 2, 70, 64)
     with pytest.raises(KnobError, match="multiples of 4"):
         strata.compile(_sdpa(True), (q, q, q), device="cpu", ctx=Context(knobs={"BLOCK_M": 6}))
+
+
+@pytest.mark.parametrize("layer", [None, 0], ids=["model", "layer"])
+def test_a_llama_prefill_skips_the_keys_past_the_diagonal_and_stores_its_roped_keys(tmp_path, layer):
+    """A model's prefill as strata builds it (the whole model: transformers' mask with its
+    packed-sequence test, and(same sequence, j <= i); one layer: where(j - i >= 1, MIN, 0), a
+    test of the masked keys) has a causal limit, and K after RoPE (sines and cosines of the
+    positions) is stored once instead of computed again for every block of queries."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from model_helpers import hf_model, write_checkpoint
+    from strata.api import compile_model
+    model = write_checkpoint(hf_model("llama", num_hidden_layers=1, max_position_embeddings=256),
+                             tmp_path / "llama")
+    prog, built = compile_model(str(model), layer=layer, seq_len=100, device="cpu", materialise=True)
+    (att,) = [t.attention for t in prog.lowered.tile.kernels if t.mode == "attention"]
+    assert att.causal is not None and att.causal.keep == (layer is None) and att.causal.offset == 0
+    assert len(att.op.k.body) == 1 and "rotary" not in str(att.op.k.body[0])
+    for res in check.verify(prog, built.module, built.example_inputs, True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
