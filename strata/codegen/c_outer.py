@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..core.expr import Var, add, call, coefficient, free_vars, substitute
 from ..kernel_ir.cpu_ir import VECTOR_ISAS, OuterFma, fits
-from .c_pairs import lanes_back
+from .c_pairs import X86_PIN, lanes_back
 from .cfamily import REL, cname, strip_parens
 
 
@@ -41,7 +41,6 @@ class Isa:
     pin: str                    # {} a vector: an empty asm statement that holds it in a register
 
 
-X86_PIN = '__asm__("" : "+v"({}));'
 ISAS = (
     Isa("defined(__AVX512F__)", *VECTOR_ISAS[0], "__m512", "_mm512_setr_ps({})", "_mm512_loadu_ps({})",
         "_mm512_set1_ps({})", "_mm512_fmadd_ps({a}, {b}, {c})", "_mm512_storeu_ps({p}, {v})", X86_PIN),

@@ -17,6 +17,9 @@ from ..kernel_ir.cpu_ir import PairsBf16
 from .cfamily import REL, cname, strip_parens
 
 LANES = 16
+# an empty asm statement that holds vector {} in a register: gcc otherwise folds its load into
+# every instruction that reads it (a load each), and Zen 4 loads one 512-bit vector a cycle
+X86_PIN = '__asm__("" : "+v"({}));'
 
 
 def lanes_back(store: str, lanes: int, accs, op: str) -> str:
@@ -41,10 +44,13 @@ def emit_pairs(em, loop: PairsBf16, depth: int, as_written) -> None:
         em.emit(f"__m512 {name} = _mm512_setzero_ps();", depth + 1)
     em.emit(f"for ({t} {v} = {strip_parens(em.expr(loop.start))}; {v} < {em.expr(loop.stop, REL + 1)}; "
             f"{v}++) {{", depth + 1)
+    for w in dict.fromkeys(w for _, w, _ in loop.vectors):       # each panel vector once, held
+        em.emit(f"__m512bh {cname(w)}_pw = st_bf16x32({at(w)}); {X86_PIN.format(cname(w) + '_pw')}",
+                depth + 2)                                      # in a register (c_outer.py)
     for u in dict.fromkeys(u for u, _, _ in loop.vectors):
         em.emit(f"__m512bh {cname(u)}_pb = st_bf16x2({at(u)});", depth + 2)
     for name, (u, w, _) in zip(names, loop.vectors):
-        em.emit(f"{name} = _mm512_dpbf16_ps({name}, {cname(u)}_pb, st_bf16x32({at(w)}));", depth + 2)
+        em.emit(f"{name} = _mm512_dpbf16_ps({name}, {cname(u)}_pb, {cname(w)}_pw);", depth + 2)
     em.emit("}", depth + 1)
     for name, (_, _, accs) in zip(names, loop.vectors):
         em.emit(lanes_back(f"_mm512_storeu_ps(st_l, {name})", LANES, accs, "+="), depth + 1)

@@ -42,7 +42,7 @@ def lower_kernel(tk: TileKernel) -> Kernel:
         if isinstance(tk.attention, CombineTile):
             return lower_combine_kernel(tk)
         lowering = {"mma": lower_attention_mma_kernel, "wgmma": lower_attention_wgmma_kernel,
-                    "cpu": lower_attention_cpu_kernel}
+                    "cpu": lower_attention_cpu_kernel, "cpu-bf16": lower_attention_cpu_kernel}
         return lowering.get(tk.attention.instr, lower_attention_kernel)(tk)
     if tk.mode in MODES:            # tensor cores (mma: sm_80+, wgmma: TMA, sm_90a); CUDA cores
         return MODES[tk.mode](tk)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..core.expr import Const, Var, add, call, mul
+from ..core.expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
 from ..tile.passes.cpu_attention import ROWS
 from .ir import Assign, For, If, Kernel, Let, Load, Param, Smem, Store
@@ -29,15 +29,19 @@ from .lowerer import Lowerer
 def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
     at = tk.attention
     op, bm, bn = at.op, at.block_m, at.block_n
+    pairs = at.instr == "cpu-bf16"          # bf16 blocks, products on vdpbf16ps (PairsBf16)
     low = Lowerer(tk)
     idx = low.idx
     I = lambda name: Var(name, idx)
     (iv, lq), (jv, lk), (dv_, d), (ev, dv) = op.i, op.j, op.d, op.e
-    ep = -(-dv // 16) * 16                  # v_s and o_s rows: whole vectors on every ISA
-    r, n, e, dd = I("fa_r"), I("fa_n"), I("fa_e"), I("fa_d")
+    ep = -(-dv // 16) * 16                  # v and o rows: whole vectors on every ISA
+    dp = d + d % 2 if pairs else d          # q and k rows: whole pairs
+    r, n, e, dd, t = I("fa_r"), I("fa_n"), I("fa_e"), I("fa_d"), I("fa_t")
     query = Let(iv, idx, add(mul(I("q_blk"), bm), r))
     key = Let(jv, idx, add(I("j0"), n))
     row_ok = call("lt", I(iv), Const(lq)) if lq % bm else None
+    both = lambda a, b: a if b is None else b if a is None else call("logical_and", a, b)
+    stored = "bf16" if pairs else F32
 
     def loop(var: str, stop, body, step=1) -> For:
         return For(var, Const(0), Const(stop) if isinstance(stop, int) else stop, step,
@@ -50,38 +54,64 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
         value += compute if ok is None else _guarded(ok, compute)
         return value + [Store(dest, at_, _f("fa_val"))]
 
-    def tiles(dest, acc_at, rows, rows_at, panel, panel_at, k_var, k_stop, width, init) -> list:
-        """dest[acc_at(a, p)] = init(a, p) + sum over k_var of rows_at(a) times panel_at(p), as
-        register tiles of ROWS of the `rows` x `points` columns (each K loop an OuterFma)."""
+    def paired(x, rows: int):   # element (x, q) of a [x/2][rows][2] panel: q's pair of x, x + 1
+        return lambda q: add(mul(add(mul(floordiv(x, 2), rows), q), 2), mod(x, 2))
+
+    def tiles(dest, acc_at, rows, rows_at, panel, panel_at, k_stop, width, init) -> list:
+        """dest[acc_at(a, p)] = init(a, p) + sum over k < k_stop of rows_at(a, k) times
+        panel_at(k, p), as register tiles of ROWS of the `rows` x `points` columns: each K loop
+        an OuterFma (f32), or a PairsBf16 over pairs of K (bf16: both operands' k and k + 1
+        side by side)."""
         out, r0 = [], lambda a: add(I("fa_r0"), a)
+        ks = [mul(t, 2), add(mul(t, 2), 1)] if pairs else [I("fa_k")]
         for c0 in range(0, width, at.points):
             w = min(at.points, width - c0)
             accs = [[f"fa_{c0}_{a}_{p}" for p in range(w)] for a in range(ROWS)]
             body = [Let(accs[a][p], F32, init(r0(a), c0 + p)) for a in range(ROWS) for p in range(w)]
-            k_body = [Let(f"fa_u{a}", F32, Load(rows_at[0], rows_at[1](r0(a)), F32)) for a in range(ROWS)]
-            k_body += [Let(f"fa_w{p}", F32, Load(panel, panel_at(c0 + p), F32)) for p in range(w)]
-            k_body += [Assign(accs[a][p], call("fma", _f(f"fa_u{a}"), _f(f"fa_w{p}"), _f(accs[a][p])))
-                       for a in range(ROWS) for p in range(w)]
-            body.append(loop(k_var, k_stop, k_body))
+            k_body = [Let(f"fa_u{a}_{h}", stored, Load(rows_at[0], rows_at[1](r0(a), k), stored))
+                      for a in range(ROWS) for h, k in enumerate(ks)]
+            k_body += [Let(f"fa_w{p}_{h}", stored, Load(panel, panel_at(k, c0 + p), stored))
+                       for p in range(w) for h, k in enumerate(ks)]
+            for a in range(ROWS):
+                for p in range(w):
+                    if not pairs:
+                        k_body.append(Assign(accs[a][p], call("fma", _f(f"fa_u{a}_0"), _f(f"fa_w{p}_0"),
+                                                              _f(accs[a][p]))))
+                        continue
+                    for h in range(2):
+                        k_body += [Let(f"fa_x{a}_{p}_{h}", F32, call("multiply", Var(f"fa_u{a}_{h}", stored),
+                                                                     Var(f"fa_w{p}_{h}", stored))),
+                                   Assign(accs[a][p], call("add", _f(accs[a][p]), _f(f"fa_x{a}_{p}_{h}")))]
+            body.append(loop("fa_t" if pairs else "fa_k", k_stop // 2 if pairs else k_stop, k_body))
             body += [Store(dest, acc_at(r0(a), c0 + p), _f(accs[a][p])) for a in range(ROWS) for p in range(w)]
             out.append(loop("fa_r0", rows, body, step=ROWS))
         return out
 
+    # where each block lives: f32, S and P transposed; bf16, Q and P as pairs of their K and
+    # O and V transposed (each product's rows broadcast a pair, its panel holds the pairs)
+    if pairs:
+        q_at, k_at = (lambda: paired(dd, bm)(r)), (lambda: add(mul(n, dp), dd))
+        v_at, o_at = (lambda: add(mul(e, bn), n)), (lambda x, y: add(mul(y, bm), x))
+    else:
+        q_at, k_at = (lambda: add(mul(dd, bm), r)), (lambda: add(mul(n, d), dd))
+        v_at, o_at = (lambda: add(mul(n, ep), e)), (lambda x, y: add(mul(x, ep), y))
+
     def key_step(edge: bool) -> list:
         past = call("lt", I(jv), Const(lk)) if edge else None
-        in_e = call("lt", e, Const(dv)) if ep > dv else None
-        ok_v = in_e if past is None else past if in_e is None else call("logical_and", past, in_e)
-        step = [loop("fa_n", bn, [key, loop("fa_d", d, staged(
-                    op.k, [Let(dv_, idx, dd)], past, "k_s", add(mul(n, d), dd)))]),
+        ok_k = both(past, call("lt", dd, Const(d)) if dp > d else None)
+        ok_v = both(past, call("lt", e, Const(dv)) if ep > dv else None)
+        step = [loop("fa_n", bn, [key, loop("fa_d", dp, staged(
+                    op.k, [Let(dv_, idx, dd)], ok_k, "k_s", k_at()))]),
                 loop("fa_n", bn, [key, loop("fa_e", ep, staged(
-                    op.v, [Let(ev, idx, e)], ok_v, "v_s", add(mul(n, ep), e)))])]
+                    op.v, [Let(ev, idx, e)], ok_v, "v_s", v_at()))])]
         # the scores transposed (keys x queries): register tiles of keys over the head dim
         step += tiles("st_s", lambda a, p: add(mul(a, bm), p), bn,
-                      ("k_s", lambda a: add(mul(a, d), dd)), "qt_s", lambda p: add(mul(dd, bm), p),
-                      "fa_d", d, bm, lambda a, p: Const(0.0, F32))
+                      ("k_s", lambda a, k: add(mul(a, dp), k)), "q_s",
+                      (lambda k, p: paired(k, bm)(p)) if pairs else (lambda k, p: add(mul(k, bm), p)),
+                      dp, bm, lambda a, p: Const(0.0, F32))
         # x, each query's new running max (along the query vector: no sums across lanes)
         xs = op.x.body if edge else unmasked_scores(at)
-        ok = row_ok if past is None else past if row_ok is None else call("logical_and", past, row_ok)
+        ok = both(past, row_ok)
         compute = operand(low, op.x, [], "fa_x", False, xs)
         step.append(loop("fa_n", bn, [key, loop("fa_r", bm, [
             query, Let(op.score, F32, Load("st_s", add(mul(n, bm), r), F32)),
@@ -94,45 +124,49 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
             Let("fa_mu", F32, mu), Store("c_s", r, rescale(Load("m_s", r, F32), _f("fa_mu"))),
             Store("mu_s", r, _f("fa_mu")), Store("m_s", r, Load("mx_s", r, F32)),
             Store("l_s", r, call("multiply", Load("l_s", r, F32), Load("c_s", r, F32)))]))
-        at_p = add(mul(n, bm), r)
-        p = call("exp", call("subtract", Load("st_s", at_p, F32), Load("mu_s", r, F32)))
+        p = call("exp", call("subtract", Load("st_s", add(mul(n, bm), r), F32), Load("mu_s", r, F32)))
         step.append(loop("fa_n", bn, [loop("fa_r", bm, [
-            Let("fa_p", F32, p), Store("st_s", at_p, _f("fa_p")),
+            Let("fa_p", F32, p), Store("p_s", paired(n, bm)(r) if pairs else add(mul(n, bm), r), _f("fa_p")),
             Store("l_s", r, call("add", Load("l_s", r, F32), _f("fa_p")))])]))
-        step.append(loop("fa_r", bm, [Let("fa_c", F32, Load("c_s", r, F32)), loop("fa_e", ep, [
-            Store("o_s", add(mul(r, ep), e), call("multiply", Load("o_s", add(mul(r, ep), e), F32),
-                                                   _f("fa_c")))])]))
-        # o_s += p @ v: register tiles of queries over the block's keys
-        step += tiles("o_s", lambda a, p: add(mul(a, ep), p), bm,
-                      ("st_s", lambda a: add(mul(n, bm), a)), "v_s", lambda p: add(mul(n, ep), p),
-                      "fa_n", bn, ep, lambda a, p: Load("o_s", add(mul(a, ep), p), F32))
+        step.append(loop("fa_e", ep, [loop("fa_r", bm, [Store("o_s", o_at(r, e), call(
+            "multiply", Load("o_s", o_at(r, e), F32), Load("c_s", r, F32)))])]))
+        # o += p @ v: register tiles of queries (f32) or of v's head dim (bf16) over the keys
+        if pairs:
+            step += tiles("o_s", lambda a, q: o_at(q, a), ep, ("v_s", lambda a, k: add(mul(a, bn), k)),
+                          "p_s", lambda k, q: paired(k, bm)(q), bn, bm,
+                          lambda a, q: Load("o_s", o_at(q, a), F32))
+        else:
+            step += tiles("o_s", o_at, bm, ("p_s", lambda a, k: add(mul(k, bm), a)), "v_s",
+                          lambda k, q: add(mul(k, ep), q), bn, ep, lambda a, q: Load("o_s", o_at(a, q), F32))
         return step
 
     body, _ = block_origin(at, idx)
     body += bound_load(low, at)
-    body += [Smem(name, F32, size) for name, size in (
-        ("qt_s", d * bm), ("k_s", bn * d), ("v_s", bn * ep), ("st_s", bn * bm), ("o_s", bm * ep),
-        ("m_s", bm), ("l_s", bm), ("mx_s", bm), ("mu_s", bm), ("c_s", bm))]
-    body.append(loop("fa_r", bm, [query, loop("fa_d", d, staged(
-        op.q, [Let(dv_, idx, dd)], row_ok, "qt_s", add(mul(dd, bm), r)))]))
+    body += [Smem(name, dtype, size) for name, dtype, size in (
+        ("q_s", stored, dp * bm), ("k_s", stored, bn * dp), ("v_s", stored, bn * ep),
+        ("st_s", F32, bn * bm), ("p_s", stored, bn * bm), ("o_s", F32, bm * ep),
+        ("m_s", F32, bm), ("l_s", F32, bm), ("mx_s", F32, bm), ("mu_s", F32, bm), ("c_s", F32, bm))]
+    body.append(loop("fa_r", bm, [query, loop("fa_d", dp, staged(
+        op.q, [Let(dv_, idx, dd)], both(row_ok, call("lt", dd, Const(d)) if dp > d else None),
+        "q_s", q_at()))]))
     body.append(loop("fa_r", bm, [Store("m_s", r, NEG_INF), Store("mx_s", r, NEG_INF),
                                   Store("l_s", r, Const(0.0, F32)),
-                                  loop("fa_e", ep, [Store("o_s", add(mul(r, ep), e), Const(0.0, F32))])]))
+                                  loop("fa_e", ep, [Store("o_s", o_at(r, e), Const(0.0, F32))])]))
     body += key_range(at, I, idx)
     body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
     body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
-    body.append(loop("fa_r", bm, [query] + _guarded(row_ok, _store_out(tk, low, ep))))
+    body.append(loop("fa_r", bm, [query] + _guarded(row_ok, _store_out(tk, low, o_at(r, e)))))
     params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, 1, tuple(body), src=tk.src)
 
 
-def _store_out(tk: TileKernel, low: Lowerer, ep: int) -> list:
+def _store_out(tk: TileKernel, low: Lowerer, o_at) -> list:
     """Row fa_r's output o_s / l (0 for a row of -inf scores where the softmax is safe), and its
     log-sum-exp where the program saves it."""
     op, idx = tk.attention.op, low.idx
     r, e = Var("fa_r", idx), Var("fa_e", idx)
     (ev, dv) = op.e
-    value = call("divide", Load("o_s", add(mul(r, ep), e), F32), _f("fa_l"))
+    value = call("divide", Load("o_s", o_at, F32), _f("fa_l"))
     if op.safe:
         value = call("where", call("eq", _f("fa_m"), NEG_INF), Const(0.0, F32), value)
     out = [Let("fa_l", F32, Load("l_s", r, F32)), Let("fa_m", F32, Load("m_s", r, F32)),

@@ -259,13 +259,14 @@ def reductions_to_materialize(prog, m: AttentionMatch, materialized: set) -> set
     return out
 
 
-def computed_kv(prog, m: AttentionMatch, materialized: set) -> set[str]:
-    """K and V where computed (RoPE on a key projection: sin and cos of the positions): a CPU's
-    flash kernel fills its K and V blocks again for every block of queries, so they are stored
-    once by a kernel of their own (at 2048 tokens 32 times fewer sines; 273 -> 110 ms a layer's
-    attention on the Zen 4). Reached through index maps and casts, which cost nothing."""
+def computed_operands(prog, m: AttentionMatch, materialized: set) -> set[str]:
+    """Q, K and V where computed (RoPE on a projection: sines and cosines of the positions): a
+    CPU's flash kernel fills its K and V blocks again for every block of queries, and its Q
+    blocks for every head, so they are stored once by kernels of their own, whose sines the
+    STORE rule then computes once a position (Zen 4, a TinyLlama layer's attention at 2048
+    tokens: 273 -> 112 ms for K and V, -> 94 with Q). Reached through index maps and casts."""
     by, out = prog.by_name, set()
-    for n in (m.k_bc, m.v_bc):
+    for n in (m.q_bc, m.k_bc, m.v_bc):
         while n not in materialized:
             node = by[n]
             if node.__class__.__name__ == "IndexMap":

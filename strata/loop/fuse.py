@@ -29,7 +29,7 @@ from ..core.context import Context
 from ..core.expr import Const, Expr, Op, Var, add, free_vars, substitute
 from ..tensor.ir import (Custom, Elementwise, Full, Gather, IndexMap, Input, Iota, Reduce, Scatter,
                          TensorProgram, IDX)
-from .attention import AttentionPlan, computed_kv, reached_buffers, reductions_to_materialize
+from .attention import AttentionPlan, computed_operands, reached_buffers, reductions_to_materialize
 from .attention_match import find_attention
 from .custom import CustomPlan
 from .store import recomputed, store_choices
@@ -339,7 +339,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None, stored: frozenset = fr
         materialized.add(m.out)
         materialized |= reductions_to_materialize(prog, m, materialized)
         if not ctx.arch.is_gpu:
-            materialized |= computed_kv(prog, m, materialized)
+            materialized |= computed_operands(prog, m, materialized)
     materialized |= set(lse_of)
     materialized |= {v for v in prog.mutations.values() if not isinstance(prog.node(v), Input)}
     custom = {n.name: n for n in prog.nodes if isinstance(n, Custom)}

@@ -115,7 +115,7 @@ class AttentionTile:
 
     @property
     def block(self) -> int:
-        if self.instr == "cpu":
+        if self.instr.startswith("cpu"):
             return 1
         if self.instr != "fma":
             return self.block_m // 16 * 32
@@ -430,7 +430,7 @@ def _with_knobs(tk: TileKernel, knobs) -> TileKernel:
 def format_attention_tile(k: TileKernel, out: list[str]) -> None:
     at = k.attention
     op, g = at.op, at.row_threads
-    if at.instr == "cpu":
+    if at.instr.startswith("cpu"):
         return _format_cpu(k, out)
     axes = ", ".join(f"{v}:{n}" for v, n in op.batch) + f", {op.i[0]}:{op.i[1]}=M"
     split = f" x {at.kv_splits}=KV_SPLIT" if at.kv_splits > 1 else ""

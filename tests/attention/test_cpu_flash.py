@@ -16,6 +16,7 @@ from conftest import HAS_CC
 from strata.bench import check
 from strata.core.context import Context
 from strata.core.errors import KnobError
+from strata.core.targets import host
 
 pytestmark = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built "
                                                    "here (install gcc)")
@@ -42,15 +43,16 @@ def _sdpa(causal, gqa=False):
     (64, 200, 2, 2, 64, 24, True, torch.float32),      # keys past the queries: causal offset 136
     (131, 131, 4, 2, 80, 80, True, torch.float32),     # GQA, two query heads a KV head
     (96, 96, 2, 2, 128, 128, True, torch.bfloat16),
-], ids=["causal", "odd-d40", "offset-dv24", "gqa-d80", "bf16-d128"])
+    (150, 150, 2, 1, 41, 24, True, torch.bfloat16),    # an odd head dim: q and k padded to pairs
+], ids=["causal", "odd-d40", "offset-dv24", "gqa-d80", "bf16-d128", "bf16-d41-gqa"])
 def test_flash_matches_eager(lq, lk, h, hk, d, dv, causal, dt):
     torch.manual_seed(0)
     q = torch.randn(1, h, lq, d, dtype=dt)
     k, v = torch.randn(1, hk, lk, d, dtype=dt), torch.randn(1, hk, lk, dv, dtype=dt)
     prog = _run(_sdpa(causal, hk != h), (q, k, v))
     assert _flash(prog) and len(prog.lowered.kernel.kernels) == 1
-    kernel = prog.ir("kernel")
-    assert "outerfma" in kernel, "the block products are not register tiles"
+    form = "pairsbf16" if dt == torch.bfloat16 and host().has("avx512_bf16") else "outerfma"
+    assert prog.ir("kernel").count(form) >= 2, f"the block products are not {form} register tiles"
 
 
 @pytest.mark.parametrize("kind", ["additive", "boolean"])
@@ -65,13 +67,14 @@ def test_transformers_masks(kind):
     assert _flash(_run(fn, (q, k, v, mask)))
 
 
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("knobs", [{"BLOCK_M": 4, "BLOCK_N": 4}, {"BLOCK_M": 128, "BLOCK_N": 32},
                                    {"BLOCK_M": 20, "BLOCK_N": 12}])
-def test_pinned_blocks(knobs):
+def test_pinned_blocks(knobs, dt):
     """Blocks of one register tile, larger than the prompt, and of no whole vector of queries
     (those columns run as the loop is written) all give eager's numbers."""
     torch.manual_seed(2)
-    q, k, v = (torch.randn(1, 2, 90, 64) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 90, 64, dtype=dt) for _ in range(3))
     prog = _run(_sdpa(True), (q, k, v), knobs)
     assert dict(prog.lowered.tile.kernels[0].knobs)["BLOCK_M"] == knobs["BLOCK_M"]
 
