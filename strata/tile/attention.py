@@ -531,26 +531,29 @@ def _format_cpu(k: TileKernel, out: list[str]) -> None:
     at = k.attention
     op, bm, bn = at.op, at.block_m, at.block_n
     (i, _), (j, lk), (d, _), (e, _) = op.i, op.j, op.d, op.e
+    bf16 = at.instr == "cpu-bf16"
+    dt, form = ("bf16", "vdpbf16ps on pairs of K (FORM=pairs)") if bf16 else ("f32", "FMAs (FORM=outer)")
     axes = ", ".join(f"{v}:{n}" for v, n in (*op.batch, op.i))
     out.append(f"Tile(attention=({axes}) = {bm}/BLOCK, one thread a block, grid={k.grid}):")
-    out.append(f"    q_s = Scratch(q[{i}:{bm}, {d}] f32, 0 past {op.i[1]}):")
+    out.append(f"    q_s = Scratch(q[{i}:{bm}, {d}] {dt}, {d} outer{' in pairs' if bf16 else ''}, 0 past "
+               f"{op.i[1]}):")
     for s in op.q.body:
         format_stmt(s, 2, out)
-    out.append(f"    m, l, o_s = Scratch(max -inf, sum 0, o[{i}:{bm}, {e}] 0)")
+    out.append(f"    m, l, o_s = Scratch(max -inf, sum 0, o[{i}:{bm}, {e}] 0{', transposed' if bf16 else ''})")
     out.append(f"    for {j}_o in {_keys(at)}:  # key blocks of {bn}")
-    for name, o, ax in (("kt_s", op.k, f"{d}, {j}:{bn}"), ("v_s", op.v, f"{j}:{bn}, {e}")):
-        out.append(f"        {name} = Scratch({name[0]}[{ax}] f32, 0 past {lk}):")
+    for name, o, ax in (("k_s", op.k, f"{j}:{bn}, {d}"), ("v_s", op.v, f"{e}, {j}:{bn}" if bf16 else f"{j}:{bn}, {e}")):
+        out.append(f"        {name} = Scratch({name[0]}[{ax}] {dt}, 0 past {lk}):")
         for s in o.body:
             format_stmt(s, 3, out)
-    out.append(f"        s_s[{bm}, {bn}] = q_s @ kt_s  # register tiles of 4 rows x {at.points} "
-               f"keys (FORM=outer)")
+    out.append(f"        st_s[{bn}, {bm}] = k_s @ q_s  # the scores transposed; register tiles of 4 x "
+               f"{at.points}, {form}")
     out.append(f"        x = -inf past {lk}, else:")
     for s in op.x.body:
         format_stmt(s, 3, out)
-    out.append("        m_new = max(m, max(x)); c = exp(m - m_new); s_s = p = exp(x - m_new)  "
-               "# -inf - -inf counts as 0")
-    out.append(f"        l = l * c + sum(p); o_s = o_s * c + s_s @ v_s  # register tiles of 4 rows x "
-               f"{at.points} of {e}; m = m_new")
+    out.append("        m_new = max(m, max over keys of x); c = exp(m - m_new); p = exp(x - m_new)  "
+               "# along vectors of queries; -inf - -inf counts as 0")
+    out.append(f"        l = l * c + sum(p); o_s = o_s * c + p @ v_s  # register tiles of 4 x {at.points}; "
+               f"m = m_new")
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}o_s / l")
     if op.lse:
