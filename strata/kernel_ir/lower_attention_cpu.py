@@ -96,28 +96,37 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
         q_at, k_at = (lambda: add(mul(dd, bm), r)), (lambda: add(mul(n, d), dd))
         v_at, o_at = (lambda: add(mul(n, ep), e)), (lambda x, y: add(mul(x, ep), y))
 
-    def key_step(edge: bool) -> list:
+    def fill(edge: bool) -> list:
         past = call("lt", I(jv), Const(lk)) if edge else None
         ok_k = both(past, call("lt", dd, Const(d)) if dp > d else None)
         ok_v = both(past, call("lt", e, Const(dv)) if ep > dv else None)
-        step = [loop("fa_n", bn, [key, loop("fa_d", dp, staged(
+        return [loop("fa_n", bn, [key, loop("fa_d", dp, staged(
                     op.k, [Let(dv_, idx, dd)], ok_k, "k_s", k_at()))]),
                 loop("fa_n", bn, [key, loop("fa_e", ep, staged(
                     op.v, [Let(ev, idx, e)], ok_v, "v_s", v_at()))])]
+
+    def scores(edge: bool) -> list:
+        """x, each query's new running max (along the query vector: no sums across lanes)."""
+        xs = op.x.body if edge else unmasked_scores(at)
+        ok = both(call("lt", I(jv), Const(lk)) if edge else None, row_ok)
+        compute = operand(low, op.x, [], "fa_x", False, xs)
+        return [loop("fa_n", bn, [key, loop("fa_r", bm, [
+            query, Let(op.score, F32, Load("st_s", add(mul(n, bm), r), F32)),
+            Let("fa_x", F32, NEG_INF), *(compute if ok is None else _guarded(ok, compute)),
+            Store("st_s", add(mul(n, bm), r), _f("fa_x")),
+            Store("mx_s", r, call("maximum", Load("mx_s", r, F32), _f("fa_x")))])])]
+
+    def key_step() -> list:
+        """One block of keys: only a diagonal or tail block (j0 >= kv_mid) checks Lk and
+        evaluates the mask; the products are written once (half the C to compile)."""
+        whole = call("lt", I("j0"), I("kv_mid"))
+        step = [If(whole, tuple(fill(False)), tuple(fill(True)))]
         # the scores transposed (keys x queries): register tiles of keys over the head dim
         step += tiles("st_s", lambda a, p: add(mul(a, bm), p), bn,
                       ("k_s", lambda a, k: add(mul(a, dp), k)), "q_s",
                       (lambda k, p: paired(k, bm)(p)) if pairs else (lambda k, p: add(mul(k, bm), p)),
                       dp, bm, lambda a, p: Const(0.0, F32))
-        # x, each query's new running max (along the query vector: no sums across lanes)
-        xs = op.x.body if edge else unmasked_scores(at)
-        ok = both(past, row_ok)
-        compute = operand(low, op.x, [], "fa_x", False, xs)
-        step.append(loop("fa_n", bn, [key, loop("fa_r", bm, [
-            query, Let(op.score, F32, Load("st_s", add(mul(n, bm), r), F32)),
-            Let("fa_x", F32, NEG_INF), *(compute if ok is None else _guarded(ok, compute)),
-            Store("st_s", add(mul(n, bm), r), _f("fa_x")),
-            Store("mx_s", r, call("maximum", Load("mx_s", r, F32), _f("fa_x")))])]))
+        step.append(If(whole, tuple(scores(False)), tuple(scores(True))))
         # a query with no finite score yet: -inf - -inf would be NaN; shift by 0 (every p is 0)
         mu = call("where", call("eq", Load("mx_s", r, F32), NEG_INF), Const(0.0, F32), Load("mx_s", r, F32))
         step.append(loop("fa_r", bm, [
@@ -153,8 +162,7 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
                                   Store("l_s", r, Const(0.0, F32)),
                                   loop("fa_e", ep, [Store("o_s", o_at(r, e), Const(0.0, F32))])]))
     body += key_range(at, I, idx)
-    body.append(For("j0", I("kv_lo"), I("kv_mid"), bn, tuple(key_step(False)), dtype=idx))
-    body.append(For("j0", I("kv_mid"), I("kv_hi"), bn, tuple(key_step(True)), dtype=idx))
+    body.append(For("j0", I("kv_lo"), I("kv_hi"), bn, tuple(key_step()), dtype=idx))
     body.append(loop("fa_r", bm, [query] + _guarded(row_ok, _store_out(tk, low, o_at(r, e)))))
     params = tuple(Param(b.name, b.dtype, prod(b.shape), b.name in tk.writes) for b in tk.buffers)
     return Kernel(tk.name, params, tk.grid, 1, tuple(body), src=tk.src)

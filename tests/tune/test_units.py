@@ -89,17 +89,15 @@ def test_a_unit_that_computes_something_else_is_wrong(monkeypatch):
 
 @native
 def test_a_unit_writing_part_of_a_buffer_is_compared_where_it_writes():
-    """Causal attention at 128 tokens splits its score kernel by query block (k_..._q0 and _q64
-    write halves of one buffer): each half's candidates were all refused as wrong, the other
-    half of the buffer left as poisoned."""
-    from model_helpers import hf_model
-    from strata.models.wrappers import CausalLMLogits
-    w = Worker()
-    w.module = CausalLMLogits(hf_model("llama", seed=3, max_position_embeddings=256)).eval()
-    w.inputs = (torch.randint(0, 96, (1, 128)),)
-    w.build = lambda req: None
-    info = w.prepare({"op": "prepare", "device": "cpu"})
-    k = next(k for k in info["kernels"] if k["name"].endswith("_q0") and "THREADS" in k["knobs"])
+    """A KV cache's update writes 2 of a buffer's 256 positions (the rest another kernel's):
+    candidates were refused as wrong when the unwritten rest, poisoned, was compared with the
+    whole program's values (causal attention's query blocks hit it first)."""
+    code = ("torch.relu(torch.randn(1, 4, 256, 64)).index_copy_(2, torch.tensor([5, 9]), "
+            "torch.randn(1, 4, 2, 64)).sum(-1)")
+    w, info = _prepared({"code": code})
+    k = next(k for k in info["kernels"] if k["name"] == "k_index_copy")
+    unit, _, _ = w._unit(k["signature"])
+    assert [b.kind for b in unit.buffers if b.name == "relu"] == ["output"]
     reply = w.try_({"kernel_knobs": {k["signature"]: {"THREADS": 1}}, "rounds": 3})
     assert reply.get("scope") == "kernel", reply
 
