@@ -1,17 +1,17 @@
 """Tile IR -> Kernel IR for a fused attention on a CPU (tile/passes/cpu_attention.py): one thread
 a block of BLOCK_M queries, what it holds in scratch arrays (Smem: one set per OpenMP thread).
 
-The block stages its queries once, transposed (qt_s: head dim x queries, f32, 0 past Lq), then
-walks the keys BLOCK_N at a time (lower_attention.py's key_range: whole blocks without masks
-first, then the diagonal and tail blocks; none past a causal limit): K and V copied as rows
-(k_s, v_s: f32, 0 past Lk, V's head dim padded to whole vectors). The scores are kept transposed,
-st_s = k_s @ qt_s (keys x queries), so that everything a query's softmax needs runs along vectors
-of queries: x (scale, masks), the new running max (an elementwise max down the keys, no sum
-across vector lanes), the rescale factor exp(m_old - m_new) once per query and key block, and
-p = exp(x - m_new) with its sum. Then o_s = o_s * c + p @ v_s. Both products are register tiles
-of ROWS rows by `points` columns (`acc = fma(u, w, acc)` loops that kernel_ir/lower_cpu.py makes
-OuterFma: FORM=outer). Nothing needs transposing per key block: the queries were, once. After
-the last block out = o_s / l (and the log-sum-exp m + log l where the program saves it).
+The block stages its queries once (q_s, 0 past Lq), then walks the keys BLOCK_N a step up to its
+causal limit (lower_attention.py's key_range; only a diagonal or tail block, j0 >= kv_mid,
+checks Lk and evaluates the mask), copying K and V (0 past Lk, V's head dim padded to whole
+vectors). The scores are kept transposed, st_s = k_s @ q_s (keys x queries), so that everything
+a query's softmax needs runs along vectors of queries: x (scale, masks), the new running max (an
+elementwise max down the keys, no sum across vector lanes), exp(m_old - m_new) once a query and
+key block, and p = exp(x - m_new) with its sum. Then o_s = o_s * c + p @ v_s. Both products are
+register tiles of ROWS rows by `points` columns that kernel_ir/lower_cpu.py makes OuterFma
+(f32, FORM=outer: Q and P transposed) or PairsBf16 (bf16 on AVX512-BF16, FORM=pairs: Q and P
+as pairs of their K side by side, V and O transposed, V the one block transposed a step).
+After the last block out = o_s / l (and the log-sum-exp m + log l where the program saves it).
 """
 from __future__ import annotations
 

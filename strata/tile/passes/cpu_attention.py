@@ -3,17 +3,16 @@ loop/fuse.py plans on a CPU for prompts of CPU_FLASH_QUERIES or more): flash att
 thread a block of BLOCK_M queries, BLOCK_N keys a step (kernel_ir/lower_attention_cpu.py).
 
 Why: as a matmul, a softmax and a matmul kernel, a long prompt's scores and weights go through
-memory (1.2 GB a call at 2048 tokens and 32 heads), and causal pieces still compute most of the
-blocks above the diagonal. Here a block's scores stay in L1/L2 (BLOCK_M x BLOCK_N floats), the
-key loop stops at the block's causal limit, and only the diagonal and tail blocks pay for masks.
-The two block products (k @ q^T: the scores transposed, so that each query's softmax runs along
-vectors of queries; then p @ v) are register tiles of ROWS rows by `points` columns, which
-kernel_ir/lower_cpu.py runs as vector FMAs (FORM=outer, OuterFma): 4 x 64 on AVX-512 (16
-accumulators of its 32 registers), 4 x 16 on AVX2. Columns that are no whole vectors (BLOCK_M
-not a multiple of 16) run as the loop is written.
+memory (1.2 GB a call at 2048 tokens and 32 heads). Here a block's scores stay in L1/L2, the key
+loop stops at the block's causal limit, and only the diagonal and tail blocks pay for masks. The
+two block products (k @ q^T: the scores transposed, so that each query's softmax runs along
+vectors of queries; then p @ v) are register tiles of ROWS rows by `points` columns that
+kernel_ir/lower_cpu.py runs as vector FMAs (OuterFma, FORM=outer: 4 x 64 on AVX-512, 4 x 16 on
+AVX2), or for bf16 q, k, v on AVX512-BF16 as vdpbf16ps (PairsBf16, FORM=pairs). Columns that are
+no whole vectors (BLOCK_M not a multiple of 16) run as the loop is written.
 
-Knobs: BLOCK_M and BLOCK_N, multiples of ROWS (default 64, BLOCK_M the queries rounded up to 16
-where fewer).
+Knobs: BLOCK_M and BLOCK_N, multiples of ROWS (default 64; BLOCK_M 128 in bf16, and the queries
+rounded up to 16 where fewer).
 """
 from __future__ import annotations
 
