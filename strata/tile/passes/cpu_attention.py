@@ -11,8 +11,8 @@ kernel_ir/lower_cpu.py runs as vector FMAs (OuterFma, FORM=outer: 4 x 64 on AVX-
 AVX2), or for bf16 q, k, v on AVX512-BF16 as vdpbf16ps (PairsBf16, FORM=pairs). Columns that are
 no whole vectors (BLOCK_M not a multiple of 16) run as the loop is written.
 
-Knobs: BLOCK_M and BLOCK_N, multiples of ROWS (default 64; BLOCK_M 128 in bf16, and the queries
-rounded up to 16 where fewer).
+Knobs: BLOCK_M and BLOCK_N, multiples of ROWS (default 64; BLOCK_M 128 in bf16 from 512 queries,
+and the queries rounded up to 16 where fewer).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..ir import TileKernel
 
 ROWS = 4                    # query rows of a register tile
 BLOCK = 64                  # queries a block and keys a step, by default
+WIDE_FROM = 512             # bf16 prompts from this many queries: blocks of 2 * BLOCK queries
 
 
 def cpu_attention(k, ctx: Context, buffers: tuple):
@@ -35,8 +36,10 @@ def cpu_attention(k, ctx: Context, buffers: tuple):
     lanes = max(1, ctx.arch.vector_bytes // 4)
     points = lanes * (4 if ctx.arch.vector_bytes >= 64 else 2)
     bf16 = all(o.dtype == "bf16" for o in (op.q, op.k, op.v)) and ctx.arch.has("avx512_bf16")
-    # bf16: 128 queries a block, as V is transposed for each block of them (2048 tokens: 97 -> 90 ms)
-    bm = ctx.knob("BLOCK_M", min(BLOCK * (2 if bf16 else 1), -(-op.i[1] // 16) * 16))
+    # bf16 from 512 queries: 128 a block, as V is transposed for each block of them (Zen 4, 2048
+    # tokens: 97 -> 90 ms); below, the diagonal block's masked half costs more (128 queries 0.83x)
+    wide = bf16 and op.i[1] >= WIDE_FROM
+    bm = ctx.knob("BLOCK_M", min(BLOCK * (2 if wide else 1), -(-op.i[1] // 16) * 16))
     bn = ctx.knob("BLOCK_N", BLOCK)
     if bm % ROWS or bn % ROWS:
         raise KnobError(f"BLOCK_M={bm}, BLOCK_N={bn}: a CPU attention needs both multiples of "
