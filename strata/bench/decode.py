@@ -238,7 +238,7 @@ def measure_strata(lm, args, prompt, device: str, ctx, say, bench=None,
             program.runtime.set_programmatic(False)
         rows.append(measure(f"{STRATA}, full graph edges (STRATA_PDL=0)", run, args.new_tokens,
                             args.repeats))
-    if device == "cuda" and rows[0].ok and bench is not None:
+    if device in ("cuda", "cpu") and rows[0].ok and bench is not None:
         import torch
         token = torch.zeros((1, 1), dtype=torch.long, device=device)
         position = torch.full((1,), args.prompt_len, dtype=torch.long, device=device)

@@ -3,10 +3,14 @@
 Why: a decode step at batch 1 is bound by reading its weights once, so the number to watch per
 kernel is the weight bytes it reads over its time, against the device-to-device copy bandwidth
 the same run measured (issue 53: every decode-step GEMV >= 80% of it). Kernel times are CUDA
-events around each plain launch (CudaProgram.time_kernels), so they include no host cost."""
+events around each plain launch (CudaProgram.time_kernels), so they include no host cost; on the
+CPU, each kernel's call timed in launch order (NativeProgram.time_kernels), against the read rate
+of a large sum."""
 from __future__ import annotations
 
 from ..core import dtypes
+from ..core.expr import children, free_vars
+from ..kernel_ir.ir import Load, walk
 
 
 def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> list[str]:
@@ -14,9 +18,12 @@ def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> 
     kernels that read weights, with their GB/s."""
     kp = program.lowered.kernel
     weights = {b.name for b in kp.buffers if b.kind == "weight"}
+    ids = {b.name for b in kp.buffers if b.kind == "input" and b.dtype in INTEGER}
     rows, timings = [], program.runtime.time_kernels(inputs)
     for kernel, timing in zip(kp.kernels, timings):
-        nbytes = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in kernel.params if p.name in weights)
+        looked_up = gathered(kernel, ids)
+        nbytes = sum(p.numel * dtypes.ITEMSIZE[p.dtype] for p in kernel.params
+                     if p.name in weights and p.name not in looked_up)
         if nbytes and timing["ms"] > 0:
             rows.append((timing["ms"], kernel.name, nbytes, nbytes / timing["ms"] / 1e6))
     if not rows:
@@ -32,6 +39,31 @@ def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> 
         lines.append(f"  {name}: {ms * 1e3:.1f} µs, {nbytes / 1e6:.2f} MB of weights, "
                      f"{gbps:,.0f} GB/s{share(gbps)}")
     return lines
+
+
+INTEGER = ("i32", "i64")
+
+
+def gathered(kernel, ids: set) -> set:
+    """The buffers a kernel reads at an index made from a value it loaded from `ids` (a token's
+    row of the embedding table): a few bytes, not the whole table (counted whole, a TinyLlama
+    step's four lookups read 524 MB)."""
+    looked, out = set(), set()
+    for s in walk(kernel.body):
+        for e in s.exprs():
+            for load in _loads(e):
+                if load.buf in ids:
+                    looked.add(getattr(s, "var", None))
+                elif free_vars(load.index) & looked:
+                    out.add(load.buf)
+    return out
+
+
+def _loads(e):
+    if isinstance(e, Load):
+        yield e
+    for c in children(e):
+        yield from _loads(c)
 
 
 ROLES = ("weight-reading", "split-K sums", "attention", "cache and input writes", "other")

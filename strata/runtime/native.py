@@ -20,7 +20,9 @@ must then be contiguous.
 from __future__ import annotations
 
 import ctypes
+import statistics
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from math import prod
@@ -280,6 +282,24 @@ class NativeProgram:
         run_kernel.view, run_kernel.once = view, frozenset(self._once)
         run_kernel.buffers = (args, outs, slab)       # alive as long as the runner
         return run_kernel
+
+    def time_kernels(self, inputs, warmup: int = 3, reps: int = 20) -> list[dict]:
+        """Median milliseconds of each launch (the CUDA runtime's contract), timed one by one in
+        launch order through whole passes, so a kernel meets the cache the kernels before it
+        left, as in a run (a decode step's weights are not still hot from its own last rep).
+        Kernels that ran at load (packing) are 0 ms."""
+        run, n = self.kernel_runner(inputs), len(self.program.kernels)
+        times = [[] for _ in range(n)]
+        for rep in range(warmup + reps):
+            for k in range(n):
+                if k in run.once:
+                    continue
+                start = time.perf_counter()
+                run(k)
+                if rep >= warmup:
+                    times[k].append(time.perf_counter() - start)
+        return [{"name": kernel.name, "ms": statistics.median(t) * 1e3 if t else 0.0}
+                for kernel, t in zip(self.program.kernels, times)]
 
     def _new_call(self) -> tuple:
         """A slab and a pointer array holding the weights' and the temps' pointers: a call takes

@@ -1,10 +1,12 @@
 """bench/decode_kernels.py: the weight bytes each kernel of a real program reads, over kernel
-times a stand-in runtime gives (CUDA events need a GPU)."""
+times a stand-in runtime gives (CUDA events need a GPU) or the CPU runtime measures."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 import strata
+from conftest import HAS_CC
 from strata.bench.decode_kernels import ROLES, role, weight_bandwidth
 
 
@@ -50,3 +52,26 @@ def test_each_kernel_of_a_split_step_has_its_role():
     roles = [role(k, weights, inputs) for k in kp.kernels]
     assert ROLES[0] in roles and ROLES[1] in roles and ROLES[3] in roles, \
         [(k.name, r) for k, r in zip(kp.kernels, roles)]
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the CPU target cannot be built here "
+                                       "(install gcc)")
+def test_a_cpu_step_times_its_kernels_and_counts_a_looked_up_row_not_the_table():
+    """NativeProgram.time_kernels times each kernel in launch order; a token's embedding row is
+    looked up through the ids, so the table's 4 MB are not counted as read."""
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(8192, 128)
+            self.proj = torch.nn.Linear(128, 512, bias=False)
+
+        def forward(self, ids):
+            return self.proj(torch.nn.functional.silu(self.embed(ids)))
+    ids = torch.tensor([[5]])
+    with torch.no_grad():
+        prog = strata.compile(Step().eval(), (ids,), device="cpu")
+    timings = prog.runtime.time_kernels((ids,), warmup=1, reps=3)
+    assert [t["name"] for t in timings] == [k.name for k in prog.lowered.kernel.kernels]
+    assert all(t["ms"] > 0 for t in timings)
+    lines = weight_bandwidth(prog, (ids,), copy_gbps=None)
+    assert f"{128 * 512 * 4 / 1e6:,.1f} MB" in lines[1], lines     # the projection's weight only
