@@ -261,10 +261,12 @@ def reductions_to_materialize(prog, m: AttentionMatch, materialized: set) -> set
 
 def computed_operands(prog, m: AttentionMatch, materialized: set) -> set[str]:
     """Q, K and V where computed (RoPE on a projection: sines and cosines of the positions): a
-    CPU's flash kernel fills its K and V blocks again for every block of queries, and its Q
-    blocks for every head, so they are stored once by kernels of their own, whose sines the
+    flash kernel fills its K and V blocks again for every block of queries, and its Q blocks
+    for every head, so a prompt's are stored once by kernels of their own, whose sines the
     STORE rule then computes once a position (Zen 4, a TinyLlama layer's attention at 2048
-    tokens: 273 -> 112 ms for K and V, -> 94 with Q). Reached through index maps and casts."""
+    tokens: 273 -> 112 ms for K and V, -> 94 with Q). On a GPU the stored K is plain rows, so
+    its tiles are cp.async copies as V's (not measured on a GPU yet). Reached through index
+    maps and casts."""
     by, out = prog.by_name, set()
     for n in (m.q_bc, m.k_bc, m.v_bc):
         while n not in materialized:

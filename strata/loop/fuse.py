@@ -290,6 +290,7 @@ def _has_reduce(prog: TensorProgram, name: str, materialized: set[str]) -> bool:
     return False
 
 
+STORED_OPERAND_QUERIES = 64  # fewer (a decode step): Q, K, V computed inside the attention
 CPU_FLASH_QUERIES = 64      # fewer queries (decode, a short draft): the matmul and softmax
                             # kernels, whose split over the keys (cpu_split_groups) fills the cores
 
@@ -338,7 +339,7 @@ def plan(prog: TensorProgram, ctx: Context | None = None, stored: frozenset = fr
     for m in attn.values():
         materialized.add(m.out)
         materialized |= reductions_to_materialize(prog, m, materialized)
-        if not ctx.arch.is_gpu:
+        if m.lq >= STORED_OPERAND_QUERIES:      # a prompt: its blocks of queries refill K and V
             materialized |= computed_operands(prog, m, materialized)
     materialized |= set(lse_of)
     materialized |= {v for v in prog.mutations.values() if not isinstance(prog.node(v), Input)}

@@ -284,20 +284,15 @@ class NativeProgram:
         return run_kernel
 
     def time_kernels(self, inputs, warmup: int = 3, reps: int = 20) -> list[dict]:
-        """Median milliseconds of each launch (the CUDA runtime's contract), timed one by one in
-        launch order through whole passes, so a kernel meets the cache the kernels before it
-        left, as in a run (a decode step's weights are not still hot from its own last rep).
-        Kernels that ran at load (packing) are 0 ms."""
+        """Median ms of each launch (the CUDA runtime's contract), timed in launch order through
+        whole passes, so a kernel meets the cache its predecessors left, as in a run (a decode
+        step's weights are not hot from its own last rep); kernels run at load: 0."""
         run, n = self.kernel_runner(inputs), len(self.program.kernels)
         times = [[] for _ in range(n)]
-        for rep in range(warmup + reps):
-            for k in range(n):
-                if k in run.once:
-                    continue
-                start = time.perf_counter()
-                run(k)
-                if rep >= warmup:
-                    times[k].append(time.perf_counter() - start)
+        for rep, k in ((rep, k) for rep in range(warmup + reps) for k in range(n) if k not in run.once):
+            start = time.perf_counter()
+            run(k)
+            times[k] += [time.perf_counter() - start] if rep >= warmup else []
         return [{"name": kernel.name, "ms": statistics.median(t) * 1e3 if t else 0.0}
                 for kernel, t in zip(self.program.kernels, times)]
 

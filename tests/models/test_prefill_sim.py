@@ -76,3 +76,18 @@ def test_one_layer_through_the_simulator(tmp_path):
     x = torch.randn(1, SEQ, ref.config.hidden_size)
     want = check.eager_reference(DecoderLayer(ref, 1), (x,))[0]
     _assert_close("layer 1", prog(x).numpy(), want)
+
+
+def test_a_prompt_on_a_gpu_reads_its_roped_q_and_k_as_stored_rows(tmp_path):
+    """From 64 queries the attention kernel reads Q and K after RoPE from buffers kernels of
+    their own wrote once (loop/attention.computed_operands), not recomputed for every block of
+    queries: its K tiles are then plain copies (cp.async); still eager's numbers."""
+    seq = 64
+    ref = hf_model("llama", num_hidden_layers=1, max_position_embeddings=128)
+    write_checkpoint(ref, tmp_path)
+    prog, built = compile_model(str(tmp_path), layer=0, seq_len=seq, dtype="fp32", materialise=True)
+    (att,) = [t.attention for t in prog.lowered.tile.kernels if t.mode == "attention"]
+    assert [len(o.body) for o in (att.op.q, att.op.k)] == [1, 1], "Q or K computed in the kernel"
+    x = torch.randn(1, seq, ref.config.hidden_size)
+    want = check.eager_reference(DecoderLayer(ref, 0), (x,))[0]
+    _assert_close("layer 0", prog(x).numpy(), want)
