@@ -13,7 +13,8 @@ from ..core.expr import children, free_vars
 from ..kernel_ir.ir import Load, walk
 
 
-def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> list[str]:
+def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8,
+                     ceiling: str = "the copy bandwidth") -> list[str]:
     """Report lines: where the step's kernel time goes (`breakdown`), then the `top` slowest
     kernels that read weights, with their GB/s."""
     kp = program.lowered.kernel
@@ -29,7 +30,7 @@ def weight_bandwidth(program, inputs, copy_gbps: float | None, top: int = 8) -> 
     if not rows:
         return []
     total_ms, total_bytes = sum(r[0] for r in rows), sum(r[2] for r in rows)
-    share = (lambda gbps: f", {gbps / copy_gbps:.0%} of the copy bandwidth") if copy_gbps else \
+    share = (lambda gbps: f", {gbps / copy_gbps:.0%} of {ceiling}") if copy_gbps else \
         (lambda gbps: "")
     lines = [breakdown(kp, timings),
              f"decode step, {len(rows)} weight-reading kernels: {total_bytes / 1e6:,.1f} MB in "
