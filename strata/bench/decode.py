@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--device cpu: threads for torch and strata's OpenMP (default: every core)")
     p.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
                    help="default bf16; with --gguf the file's float type (fp32 for Q8_0/Q4_0)")
-    p.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k", "q4_k_m", "fp8"), default=None,
+    p.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "fp8"), default=None,
                    help="quantize the linear weights at load (strata/quant); every variant runs "
                         "the same quantized model")
     p.add_argument("--gguf", metavar="FILE", default=None,

@@ -25,7 +25,7 @@ from .cpu_bench import interleaved
 from .env import collect_cpu_env
 from .table_report import write_report
 
-FORMATS = ("q4_0", "q8_0", "q4_k", "q6_k")
+FORMATS = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k")
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                    help="with MODEL: prompt length the program is compiled for (default 128)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="with MODEL: weight and activation dtype (default: the config's)")
-    p.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k", "q4_k_m", "fp8"),
+    p.add_argument("--quant", choices=("q8_0", "q4_0", "int8", "int4", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "fp8"),
                    help="with MODEL: quantize its linear weights (GGUF's blocks of 32, or int8 per "
                         "channel and int4 per group of 32 with bf16 scales, or fp8: e4m3 weights "
                         "and activations with row scales; strata/quant)")

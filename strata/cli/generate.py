@@ -51,8 +51,8 @@ def add_parser(sub) -> None:
     g.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="weight and activation dtype (default: the config's)")
     g.add_argument("--quant", metavar="FORMAT",
-                   help="quantize the linear weights at load: q8_0, q4_0, q4_k, q6_k or the "
-                        "q4_k_m mix (GGUF's block formats), int8 (per channel) or int4 (per group "
+                   help="quantize the linear weights at load: q8_0, q4_0, q4_k, q5_k, q6_k or the "
+                        "q4_k_m and q5_k_m mixes (GGUF's block formats), int8 (per channel) or int4 (per group "
                         "of 32), bf16 scales; or fp8 (e4m3 weights and activations, row scales)")
     g.add_argument("--temperature", type=float, metavar="T",
                    help="sample the next token inside the compiled program (default: greedy)")

@@ -13,12 +13,13 @@ as written (a QuantRow per activation row) are printed under `#else`.
 from __future__ import annotations
 
 from ..core.expr import Const, coefficient, substitute
-from ..kernel_ir.cpu_ir import BLOCK_LANES, LANES, QuantRows
+from ..kernel_ir.cpu_ir import BLOCK_LANES, KQ, LANES, QuantRows
 from .cfamily import cname, prelude, strip_parens
 
 INT8_ROWS_PRELUDE = prelude("c_int8_rows.h")
 PARTS = {"q4_0": ("unsigned char", "uint16_t"), "q8_0": ("signed char", "uint16_t"),
          "q4_k": ("unsigned char", "uint16_t", "unsigned char", "uint16_t", "unsigned char"),
+         "q5_k": ("unsigned char", "uint16_t", "unsigned char", "uint16_t", "unsigned char"),
          "q6_k": ("unsigned char", "uint16_t", "signed char")}
 
 
@@ -39,6 +40,7 @@ def emit_quant_rows(em, form: QuantRows, depth: int, as_written) -> None:
     k = (row.trip_count or 0) * BLOCK_LANES.get(row.fmt, LANES)
     unpack = {"q4_0": f"st_unpack_q4(&st_g, {k}, {bf}, 0, {ptrs}, 0, 0, 0, 0, 0, 0)",
               "q4_k": f"st_unpack_q4(&st_g, {k}, {bf}, 1, {ptrs})",
+              "q5_k": f"st_unpack_q5_k(&st_g, {k}, {bf}, {ptrs})",
               "q8_0": f"st_unpack_q8_0(&st_g, {k}, {bf}, {ptrs})",
               "q6_k": f"st_unpack_q6_k(&st_g, {k}, {bf}, {ptrs})"}[row.fmt]
     ldo = coefficient(form.out_at, form.m)
@@ -50,7 +52,7 @@ def emit_quant_rows(em, form: QuantRows, depth: int, as_written) -> None:
             f"st_g_k = {k}; }}", depth + 1)
     em.emit(f"{unpack};", depth + 1)
     em.emit(f"st_int8_rows_run(&st_xr_{cname(row.x)}, &st_g, {form.rows}, {k}, "
-            f"{16 if row.fmt == 'q6_k' else 32}, {int(row.fmt == 'q4_k')}, "
+            f"{16 if row.fmt == 'q6_k' else 32}, {int(row.fmt in KQ)}, "
             f"&{cname(form.out)}[{at(form.out_at, first)}], {ldo});", depth + 1)
     em.emit("}", depth)
     em.emit("#else", 0)

@@ -162,20 +162,22 @@ class LaneSum(CpuForm):
 
 
 LANES = 32                                  # weights per block (strata/quant/formats.py)
-BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q6_k": ("u8", 12)}
+BLOCK_BYTES = {"q8_0": ("i8", 32), "q4_0": ("u8", 16), "q4_k": ("u8", 16), "q5_k": ("u8", 20),
+               "q6_k": ("u8", 12)}
 BLOCK_LANES = {"q6_k": 16}                  # the others: LANES
+KQ = ("q4_k", "q5_k")                       # a scale and a minimum a block (w = scale * q - low)
 
 
 @dataclass(frozen=True)
 class QuantRow(CpuForm):
     """A loop over blocks of a quantized weight (kernel_ir/lower_quant.py): each step adds
     x[lane] * w(lane) for the block's 32 lanes (q6_k: 16) to the row's partial sums, w the
-    format's dequantization of its bytes (scale * q, q4_k's scale * q - low), in vector lanes, the
+    format's dequantization of its bytes (scale * q, q4_k's and q5_k's scale * q - low), in vector lanes, the
     scale applied to the block's sum; with `vnni` the activations are int8 blocks and the bytes
     run on int8 dot products (vpdpbusd, vpmaddubsw). With no activations (x None) each block's
     weights are stored dequantized (a prefill's, once). The expressions are in the loop's scope
     (its variable, the Lets its body starts with), so they are no operands of the statement."""
-    fmt: str = ""               # q8_0 | q4_0 | q4_k | q6_k
+    fmt: str = ""               # q8_0 | q4_0 | q4_k | q5_k | q6_k
     scale: object = None        # the block's scale, free of the lane variable
     qs: BufName = ""            # the quantized bytes
     qs_at: object = None        # the block's first byte
@@ -183,7 +185,7 @@ class QuantRow(CpuForm):
     x_at: object = None         # the activation of lane 0
     dest: BufName = ""          # the row's partial sums, or the dequantized weights (f32, bf16)
     dest_at: object = None      # its element of lane 0
-    low: object = None          # q4_k: the block's minimum (w = scale * nibble - low)
+    low: object = None          # q4_k, q5_k: the block's minimum (w = scale * q - low)
     vnni: tuple = ()            # QDOT=vnni: the scale loads (a K-quant's (d, sc[, dmin, mn]));
                                 # (): float lanes
 

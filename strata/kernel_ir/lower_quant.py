@@ -1,10 +1,10 @@
-"""Kernel IR for a CPU: a loop over blocks of Q8_0/Q4_0/Q4_K/Q6_K weights becomes a QuantRow.
+"""Kernel IR for a CPU: a loop over blocks of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights becomes a QuantRow.
 
 Matched by evaluation, not syntax: a QuantLinear's dequantization is a few torch ops, so by Kernel
 IR the block loop (cpu_block_loops) is Lets, masked loads and selects. The inner loop's weight
 expression is substituted into one and evaluated on random blocks and scales: only if it equals a
 format's dequantization for every lane, exactly or rounded to bf16, is the loop a QuantRow (q4_k's
-two lane-free parts, scale and minimum, told apart so too). QDOT=vnni takes the row to int8
+and q5_k's two lane-free parts, scale and minimum, told apart so too). QDOT=vnni takes the row to int8
 activations where it reads whole, aligned blocks of them, contiguous bytes and f16 or bf16 scales.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.expr import (
     Cast, Const, Expr, Op, Var, from_linear, affine_terms, cast_values, children, coefficient, evaluate, free_vars, map_expr, substitute)
-from .cpu_ir import BLOCK_BYTES, BLOCK_LANES, LANES, QuantRow
+from .cpu_ir import BLOCK_BYTES, BLOCK_LANES, KQ, LANES, QuantRow
 from .ir import Assign, For, If, Let, Load, Store
 
 
@@ -24,7 +24,7 @@ def quant_row(loop: For, bufs: dict, qdot: str | None) -> QuantRow | None:
     qb = match_quant_blocks(loop, bufs)
     row = qb and QuantRow.of(loop, **qb)
     if row and qdot == "vnni" and vnni_rows(loop, row, bufs):
-        row = replace(row, vnni=k_parts(loop, row, bufs) if row.fmt in ("q4_k", "q6_k") else (row.scale,))
+        row = replace(row, vnni=k_parts(loop, row, bufs) if row.fmt in (*KQ, "q6_k") else (row.scale,))
     return row
 
 
@@ -127,11 +127,12 @@ def _leaves(e: Expr, stop):
 
 
 def _format_of(w: Expr, lane: str, bufs: dict, lanes: int):
-    """(fmt, scale, qs buffer, block start, low) if w dequantizes one block of a q8_0, q4_0, q4_k
-    or q6_k buffer for every lane, found by evaluating it (see the module docstring); else None.
+    """(fmt, scale, qs buffer, block start, low) if w dequantizes one block of a q8_0, q4_0, q4_k,
+    q5_k or q6_k buffer for every lane, found by evaluating it (see the module docstring); else None.
     The scale is w's one leaf besides the lane, constants and the bytes (a load of the scales or
     a variable), or else the largest part of w free of the lane and the bytes (q6_k's d * sc);
-    q4_k's two such parts are its scale and its minimum (d * sc and dmin * mn, quant/kquants.py)."""
+    q4_k's and q5_k's two such parts are its scale and its minimum (d * sc and dmin * mn,
+    quant/kquants.py)."""
     leaves = set(_leaves(w, lambda x: isinstance(x, (Load, Var, Const))))
     qs = {x.buf for x in leaves if isinstance(x, Load) and bufs.get(x.buf) in ("i8", "u8")
           and lane in free_vars(x.index)}          # the bytes: read per lane (q4_k's scales: not)
@@ -152,7 +153,7 @@ def _format_of(w: Expr, lane: str, bufs: dict, lanes: int):
         params = _block_params(w, lane, qs)
         original = {Var(f"st_block_param{i}", "f32"): p for i, p in enumerate(params)}
         w = map_expr(w, {p: v for v, p in original.items()}.get)
-        params, formats = tuple(original), {1: ("q6_k",), 2: ("q4_k",)}.get(len(params), ())
+        params, formats = tuple(original), {1: ("q6_k",), 2: KQ}.get(len(params), ())
     for fmt in (f for f in formats if BLOCK_LANES.get(f, LANES) == lanes):
         dtype, nbytes = BLOCK_BYTES[fmt]
         for c in sorted(consts | {c + nbytes for c in consts}):     # where the block starts
@@ -179,7 +180,7 @@ def _block_params(w: Expr, lane: str, qs: str) -> tuple:
 def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, params: tuple, lane: str,
                  base: int) -> bool:
     """w(lane) == fmt's weight `lane` of a random block, for 0 <= lane < 32, exactly or rounded to
-    bf16, at three random draws of the block's parameters (its scale, and q4_k's minimum);
+    bf16, at three random draws of the block's parameters (its scale, and a K-quant's minimum);
     bytes read outside the block are noise, so they fail."""
     rng = np.random.default_rng(0)
     dtype = np.int8 if BLOCK_BYTES[fmt][0] == "i8" else np.uint8
@@ -193,9 +194,10 @@ def _dequantizes(w: Expr, fmt: str, nbytes: int, qs: str, params: tuple, lane: s
             high = np.concatenate([block[8:] >> s & 3 for s in (0, 2, 4, 6)])
             q = np.concatenate([block[:8] & 15, block[:8] >> 4]) | high << 4
             want = (q.astype(np.float32) - 32) * values[0]
-        else:
-            q = np.concatenate([block & 15, block >> 4]).astype(np.float32)
-            want = q * values[0] - values[1] if fmt == "q4_k" else (q - 8) * values[0]
+        else:                               # q5_k: q4_k's 16 bytes, then a fifth bit a weight
+            q = np.concatenate([block[:16] & 15, block[:16] >> 4]).astype(np.float32)
+            q += 16 * np.concatenate([block[16:] >> b & 1 for b in range(8)]) if fmt == "q5_k" else 0
+            want = q * values[0] - values[1] if fmt in KQ else (q - 8) * values[0]
 
         def extra(e, go):
             if isinstance(e, Load) and e.buf == qs:
@@ -232,7 +234,7 @@ def vnni_rows(loop: For, qb: QuantRow, bufs: dict) -> bool:
     a block (a K-quant's: k_parts)."""
     if qb.x is None:
         return False
-    if qb.fmt in ("q4_k", "q6_k"):
+    if qb.fmt in (*KQ, "q6_k"):
         parts = k_parts(loop, qb, bufs)
         scales = parts and parts[::2]
     else:
@@ -247,15 +249,15 @@ def vnni_rows(loop: For, qb: QuantRow, bufs: dict) -> bool:
 
 
 def k_parts(loop: For, qb: QuantRow, bufs: dict) -> tuple | None:
-    """The loads (d, sc, dmin, mn) of a q4_k row whose scale is d * sc and minimum dmin * mn (in
+    """The loads (d, sc, dmin, mn) of a q4_k or q5_k row whose scale is d * sc and minimum dmin * mn (in
     either order), or (d, sc) of a q6_k row: sc and mn one byte a block, d and dmin one a
     super-block (8 blocks of 32, 16 of 16), the row starting at a super-block; else None (a row
     of one super-block, whose d is a variable, too)."""
-    per, byte_type = (8, "u8") if qb.fmt == "q4_k" else (16, "i8")
+    per, byte_type = (8, "u8") if qb.fmt in KQ else (16, "i8")
     if not (isinstance(loop.start, Const) and int(loop.start.value) % per == 0):
         return None
     found = []
-    for e in (qb.scale, qb.low) if qb.fmt == "q4_k" else (qb.scale,):
+    for e in (qb.scale, qb.low) if qb.fmt in KQ else (qb.scale,):
         if not (isinstance(e, Op) and e.op == "multiply"):
             return None
         a, b = e.args

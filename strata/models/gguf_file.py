@@ -4,12 +4,12 @@ Why: users run LLMs quantized in GGUF files. A file holds the config as `llama.*
 tensors under llama.cpp's names, quantized ones as blocks of 32 weights (an fp16 scale, then the
 packed values). Reading maps the metadata to a LlamaConfig (source.py makes it the MODEL's config),
 checks every tensor's name, type and shape, and build.py then makes each linear layer whose weight
-is Q8_0, Q4_0, Q4_K or Q6_K a QuantLinear (strata/quant/formats.py) holding the file's blocks
+is Q8_0, Q4_0, Q4_K, Q5_K or Q6_K a QuantLinear (strata/quant/formats.py) holding the file's blocks
 split into parts (qs, d; a K-quant's unpacked scales): no float copy of a quantized weight is made. Float tensors (F32, F16, BF16) load as any
 checkpoint does; an embedding stored quantized is dequantized (a lookup table, not a matmul).
-Q4_K and Q6_K (the Q4_K_M files people download) become QuantLinears of their parts
-(quant/kquants.py: the blocks split and their scales unpacked at load); the other K-quants (Q2_K,
-Q3_K, Q5_K) are dequantized at load by the gguf package into float weights of the activations'
+Q4_K, Q5_K and Q6_K (the Q4_K_M and Q5_K_M files people download) become QuantLinears of their
+parts (quant/kquants.py: the blocks split and their scales unpacked at load); the other K-quants
+(Q2_K, Q3_K) are dequantized at load by the gguf package into float weights of the activations'
 type: they run as bf16 linears, correct but at bf16's speed.
 llama.cpp's converter permutes the rows of attn_q and attn_k for its rope layout; loading undoes
 it on whole rows, so quantized rows move as they are. The file is memory-mapped (gguf.GGUFReader):
@@ -32,8 +32,8 @@ from .hf import transformers
 
 MAGIC = b"GGUF"
 FLOAT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}   # -> quant.formats
-KQUANT = ("Q2_K", "Q3_K", "Q5_K")                    # dequantized at load
+QUANT = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k"}   # -> quant.formats
+KQUANT = ("Q2_K", "Q3_K")                            # dequantized at load
 DTYPE_NAME = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 ROPE_FREQS = "rope_freqs.weight"       # Llama-3 rope scaling: per-frequency divisors
 

@@ -1,5 +1,5 @@
 """Write a transformers Llama model as a llama.cpp GGUF file (F32, F16, BF16, Q8_0, Q4_0, or
-the mix a Q4_K_M file holds).
+the mix a Q4_K_M or Q5_K_M file holds).
 
 Why: nothing is downloaded here, so the tests (and a benchmark) make their GGUF files from a
 Hugging Face model: llama.cpp's tensor names and `llama.*` metadata, attn_q/attn_k rows permuted
@@ -8,7 +8,8 @@ llama.cpp's convert_hf_to_gguf.py and llama-quantize do. Quantized blocks are st
 quantize_weight (the same bytes as gguf.quants.quantize) packed as GGUF stores them: d, then qs.
 q4_k_m is llama.cpp's mix: Q6_K for output.weight and the down projections, Q4_K for the other
 2-d weights, Q8_0 where a row is not whole 256-weight super-blocks (quant/kquants.py's
-round-to-nearest K-quants: the same layout as llama-quantize's, other rounding).
+round-to-nearest K-quants: the same layout as llama-quantize's, other rounding); q5_k_m the
+same with Q5_K for Q4_K.
 Without a tokenizer a placeholder sentencepiece vocabulary is written (special tokens, "▁", single
 letters and "▁"-prefixed letters, then unused fillers), enough for transformers to build one.
 """
@@ -21,10 +22,10 @@ from torch import nn
 
 from ..core.errors import ModelError
 from ..quant.formats import BLOCK, quantize_weight
-from ..quant.kquants import QK_K, q4_k_m, quantize_q4_k, quantize_q6_k
+from ..quant.kquants import QK_K, ROWS, q4_k_m, q5_k_m
 from .gguf_names import gguf_name, rope_rows
 
-FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m")
+FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m")
 
 
 def _rope(config) -> tuple[float, dict]:
@@ -48,7 +49,7 @@ def placeholder_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
 
 def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | None = None) -> Path:
     """Write `model` (a LlamaForCausalLM with float weights) to `path` with its 2-d weights in
-    `fmt` (f32, f16, bf16, q8_0, q4_0 or q4_k_m); `tokens`: the vocabulary to store (default: a
+    `fmt` (f32, f16, bf16, q8_0, q4_0, q4_k_m or q5_k_m); `tokens`: the vocabulary to store (default: a
     placeholder)."""
     import gguf                      # the gguf package: imported only to write GGUF files
     if fmt not in FORMATS:
@@ -63,7 +64,7 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
     path = Path(path)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(path.stem)
-    w.add_file_type({"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k_m": 15, "bf16": 32}[fmt])
+    w.add_file_type({"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "bf16": 32}[fmt])
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(hidden)
     w.add_block_count(cfg.num_hidden_layers)
@@ -97,7 +98,7 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
         t = t.detach().float()
         if name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
             t = rope_rows(t, heads if ".q_proj" in name else kv_heads, to_gguf=True)
-        data, raw = _encode(t, _k_mix(name, t) if fmt == "q4_k_m" else fmt, gguf)
+        data, raw = _encode(t, _k_mix(name, t, fmt) if fmt.endswith("_k_m") else fmt, gguf)
         w.add_tensor(gguf_name(name), data, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -106,18 +107,17 @@ def write_gguf(model: nn.Module, path, fmt: str = "q8_0", tokens: list[str] | No
     return path
 
 
-def _k_mix(name: str, t: torch.Tensor) -> str:
-    """The type of one tensor in a q4_k_m file (the module docstring)."""
+def _k_mix(name: str, t: torch.Tensor, mix: str) -> str:
+    """The type of one tensor in a q4_k_m or q5_k_m file (the module docstring)."""
     if t.dim() != 2 or t.shape[1] % QK_K:
         return "q8_0"
-    return q4_k_m(name.removesuffix(".weight"))
+    return (q4_k_m if mix == "q4_k_m" else q5_k_m)(name.removesuffix(".weight"))
 
 
 def _encode(t: torch.Tensor, fmt: str, gguf):
     """(numpy data, GGML type or None) of one tensor: 1-d, f32, or K not whole blocks -> F32."""
-    if fmt in ("q4_k", "q6_k") and t.dim() == 2:
-        quantize = quantize_q4_k if fmt == "q4_k" else quantize_q6_k
-        return quantize(t.numpy()), gguf.GGMLQuantizationType[fmt.upper()]
+    if fmt in ROWS and t.dim() == 2:
+        return ROWS[fmt](t).numpy(), gguf.GGMLQuantizationType[fmt.upper()]
     if t.dim() == 1 or fmt == "f32" or (fmt.startswith("q") and t.shape[1] % BLOCK):
         return t.numpy(), None
     if fmt == "f16":

@@ -13,7 +13,7 @@ Formats (blocks of BLOCK = 32 weights along the input dimension K, one fp16 scal
 and, for a Hugging Face checkpoint quantized at load, the same layouts with bf16 scales:
   int8  per output channel: one scale a row, d [N, 1, 1] = max |w| / 127
   int4  per group of 32: q4_0's nibbles, d = max |w| / 7 (symmetric: q in -7..7, stored + 8)
-and llama.cpp's K-quants q4_k and q6_k (super-blocks of 256; their layout: quant/kquants.py).
+and llama.cpp's K-quants q4_k, q5_k and q6_k (super-blocks of 256; their layout: quant/kquants.py).
 `fp8` is not a block format: the layer becomes an FP8Linear (quant/fp8.py, torch._scaled_mm).
 K is padded with zeros to a multiple of 32 (256 for a K-quant) where it is not one (a Hugging Face
 weight; GGUF's are). quantize_weight rounds as llama.cpp does, so a weight quantized here and by the `gguf`
@@ -27,11 +27,11 @@ from torch import nn
 
 from ..core.errors import StrataError
 from .fp8 import FP8Linear
-from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, quantize_kquant
+from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, q5_k_m, quantize_kquant
 
 BLOCK = 32
-FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q6_k")
-MIXES = {"q4_k_m": q4_k_m}                               # a format per layer, by its name
+FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q5_k", "q6_k")
+MIXES = {"q4_k_m": q4_k_m, "q5_k_m": q5_k_m}                               # a format per layer, by its name
 LAYERS = ("fp8",)                                       # a module of its own (quant/fp8.py)
 BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
 INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers

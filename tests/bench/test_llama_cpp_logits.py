@@ -57,11 +57,13 @@ def strata_logits(path) -> torch.Tensor:
     return (out[0] if isinstance(out, (tuple, list)) else out).reshape(1, -1).double()
 
 
-@pytest.mark.parametrize("fmt,tol", [("f32", 1e-3), ("q8_0", 3e-2), ("q4_0", 5e-2), ("q4_k_m", 8e-2)])
+@pytest.mark.parametrize("fmt,tol", [("f32", 1e-3), ("q8_0", 3e-2), ("q4_0", 5e-2), ("q4_k_m", 8e-2),
+                                     ("q5_k_m", 8e-2)])
 def test_logits_agree_with_llama_cpp(fmt, tol, tmp_path):
-    """q4_k_m: Q4_K and Q6_K rows (K-quants take rows of 256: a wider tiny model); llama.cpp
-    rounds their activations to 8 bits per 256 (Q8_K), not per 32: 4.2% here (Zen 4)."""
-    wide = dict(hidden_size=256, intermediate_size=512) if fmt == "q4_k_m" else {}
+    """q4_k_m: Q4_K and Q6_K rows (q5_k_m: Q5_K and Q6_K; K-quants take rows of 256: a wider
+    tiny model); llama.cpp rounds their activations to 8 bits per 256 (Q8_K), not per 32: 4.2%
+    here (Zen 4)."""
+    wide = dict(hidden_size=256, intermediate_size=512) if fmt.endswith("_k_m") else {}
     path = write_gguf(hf_model("llama", seed=3, **wide), tmp_path / f"tiny-{fmt}.gguf", fmt)
     ours, theirs = strata_logits(path), llama_logits(path)[-1:]    # the prompt's last position
     assert ours.shape == theirs.shape

@@ -132,7 +132,7 @@ def test_a_row_kernel_takes_the_dot_form_and_f32_sums_in_lanes():
 
 
 @pytest.mark.parametrize("fmt,qdot", [("q4_0", "vnni"), ("q8_0", "float"), ("q4_k", "vnni"),
-                                      ("q6_k", "float")])
+                                      ("q5_k", "vnni"), ("q5_k", "float"), ("q6_k", "float")])
 def test_a_quantized_row_is_a_quant_row_and_the_simulator_runs_it_as_eager(fmt, qdot):
     torch.manual_seed(1)
     layer = QuantLinear.from_linear(torch.nn.Linear(512, 7, bias=True), fmt).eval().to(BF16)

@@ -25,7 +25,7 @@ from strata.models.gguf_write import FORMATS, write_gguf  # noqa: E402
 from strata.quant.formats import QuantLinear, dequantize, quantize_weight  # noqa: E402
 
 DEVICE = "cpu" if HAS_CC else "sim"
-BLOCKS = tuple(f for f in FORMATS if f != "q4_k_m")      # one type for every 2-d weight
+BLOCKS = tuple(f for f in FORMATS if not f.endswith("_k_m"))   # one type for every 2-d weight
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ IDS = ["--prompt-ids", "1,2"]
     ("text", IDS, "is a file but not a GGUF file"),
     ("tokenizer", ["--prompt", "hi"], "this file's tokenizer ('xxxxx') is not supported yet, so "
                                       "--prompt TEXT cannot be encoded: give --prompt-ids"),
-    ("q8", [*IDS, "--quant", "q5_k"], "unknown quantization 'q5_k'"),
+    ("q8", [*IDS, "--quant", "q3_k"], "unknown quantization 'q3_k'"),
     ("q8", [*IDS, "--quant", "q4_0"], "quantized already"),
 ])
 def test_bad_input_is_one_sentence(which, args, says, files, bad_files, capsys):
@@ -256,37 +256,38 @@ def test_bad_input_is_one_sentence(which, args, says, files, bad_files, capsys):
     assert rc != 0 and says in err and len(err.splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K"])
 def test_k_quant_bytes_are_ggufs_layout(kind):
     """quant/kquants.py writes what gguf.quants.dequantize reads back within a quantization
     step (a misplaced scale, nibble or high bit would be off by the weights' whole range)."""
-    from strata.quant.kquants import BYTES, quantize_q4_k, quantize_q6_k
+    from strata.quant.kquants import BYTES, ROWS
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((5, 768)) * rng.uniform(0.01, 1, (5, 1))).astype(np.float32)
     w[1, :256] = 0                                        # an all-zero super-block
     w[2, 256:512] += 0.5                                  # one that is all positive
-    blocks = (quantize_q4_k if kind == "Q4_K" else quantize_q6_k)(w)
+    blocks = ROWS[kind.lower()](torch.from_numpy(w)).numpy()
     assert blocks.shape == (5, 3 * BYTES[kind]) and blocks.dtype == np.uint8
     back = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind])
-    sub = w.reshape(5, -1, 32 if kind == "Q4_K" else 16)
+    sub = w.reshape(5, -1, 16 if kind == "Q6_K" else 32)
     step = (np.ptp(np.concatenate([sub, np.zeros_like(sub[..., :1])], -1), -1) /
-            (15 if kind == "Q4_K" else 63))
+            {"Q4_K": 15, "Q5_K": 31, "Q6_K": 63}[kind])
     err = np.abs(back - w).reshape(sub.shape).max(-1)
     assert np.all(err <= step + 1e-6), (err / np.maximum(step, 1e-9)).max()
     assert np.all(back[1, :256] == 0)
 
 
-def test_a_q4_k_m_file_loads_and_generates(tmp_path, capsys):
-    """llama.cpp's usual download: Q4_K tensors, Q6_K for output.weight and ffn_down, F32 norms;
-    the linears held as QuantLinear parts whose dequantization is bit-exact with the gguf
-    package's, the embedding dequantized; then generated from as eager does."""
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m"])
+def test_a_k_mix_file_loads_and_generates(mix, tmp_path, capsys):
+    """llama.cpp's usual downloads: Q4_K (Q5_K_M: Q5_K) tensors, Q6_K for output.weight and
+    ffn_down, F32 norms; the linears held as QuantLinear parts whose dequantization is bit-exact
+    with the gguf package's, the embedding dequantized; then generated from as eager does."""
     ref = hf_model("llama", seed=6, vocab_size=128, num_hidden_layers=2, hidden_size=256,
                    intermediate_size=512)
-    path = write_gguf(ref, tmp_path / "tiny-q4_k_m.gguf", "q4_k_m")
+    path = write_gguf(ref, tmp_path / f"tiny-{mix}.gguf", mix)
     by_name = {t.name: t for t in gguf.GGUFReader(path).tensors}
     assert by_name["output.weight"].tensor_type.name == "Q6_K"
     assert by_name["blk.1.ffn_down.weight"].tensor_type.name == "Q6_K"
-    assert by_name["blk.1.attn_q.weight"].tensor_type.name == "Q4_K"
+    assert by_name["blk.1.attn_q.weight"].tensor_type.name == mix[:4].upper()
     built = build(str(path), dtype="fp32", materialise=True)
     assert "dequantized to float32 at load" not in built.weights, built.weights
     heads, kv_heads = ref.config.num_attention_heads, ref.config.num_key_value_heads

@@ -6,7 +6,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from strata.core.errors import StrataError
 from strata.quant.formats import BLOCK, QuantLinear, dequantize, int8_blocks, quantize, quantize_weight
-from strata.quant.kquants import q4_k_rows, q6_k_rows
+from strata.quant.kquants import ROWS
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -45,11 +45,11 @@ def test_int8_activations_round_whole_blocks_as_the_kernels_do():
         assert torch.equal(layer(x), plain) == (k % 32 != 0)
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
     """A K-quant QuantLinear's parts dequantize bit for bit as the gguf package dequantizes the
     GGUF bytes they came from, and hold about as many bytes (q6_k: its 6-bit q, 12 bytes a
-    block); K = 300 is padded to 512 with zeros and sliced back; an all-zero super-block stays
+    block; q5_k: 20 bytes a block of 32); K = 300 is padded to 512 with zeros and sliced back; an all-zero super-block stays
     zero; quantizing works on fake tensors (a model compiled without weights)."""
     gguf = pytest.importorskip("gguf")
     torch.manual_seed(0)
@@ -58,28 +58,30 @@ def test_k_quant_linears_dequantize_as_gguf_does_and_pad_k(fmt):
         linear.weight[2, :256] = 0
     layer = QuantLinear.from_linear(linear, fmt)
     padded = torch.nn.functional.pad(linear.weight.detach(), (0, 212))
-    rows = (q4_k_rows if fmt == "q4_k" else q6_k_rows)(padded)
+    rows = ROWS[fmt](padded)
     want = gguf.quants.dequantize(rows.numpy(), gguf.GGMLQuantizationType[fmt.upper()])
     assert torch.equal(layer.weight(torch.float32), torch.from_numpy(want)[:, :300])
     assert layer.weight(torch.float32)[2, :256].abs().max() == 0
     held = sum(b.numel() * b.element_size() for b in layer.buffers())
-    assert held <= rows.numel() + 7 * 2 * 512 // 32, held    # q4_k: + its 6-bit scales and mins
+    assert held <= rows.numel() + 7 * 2 * 512 // 32, held    # q4_k, q5_k: + 6-bit scales and mins
     err = (layer.weight(torch.float32) - linear.weight).abs().max().item()
-    assert err < (0.01 if fmt == "q4_k" else 0.002), err
+    assert err < {"q4_k": 0.01, "q5_k": 0.005, "q6_k": 0.002}[fmt], err
     with FakeTensorMode():
         fake = QuantLinear.from_linear(torch.nn.Linear(512, 3), fmt)
     assert {n: tuple(b.shape) for n, b in fake.named_buffers()} == \
         {n: (3, *b.shape[1:]) for n, b in QuantLinear.from_linear(torch.nn.Linear(512, 5), fmt).named_buffers()}
 
 
-def test_q4_k_m_picks_q6_k_for_the_output_and_down_projections():
-    model = torch.nn.ModuleDict({"lm_head": torch.nn.Linear(256, 8),
-                                 "mlp": torch.nn.ModuleDict({"down_proj": torch.nn.Linear(256, 8),
-                                                             "up_proj": torch.nn.Linear(256, 8)})})
-    quantize(model, "q4_k_m")
-    assert [model.lm_head.fmt, model.mlp.down_proj.fmt, model.mlp.up_proj.fmt] == ["q6_k", "q6_k", "q4_k"]
-    with pytest.raises(StrataError, match="unknown quantization 'q5_k'"):
-        quantize(model, "q5_k")
+def test_q4_k_m_and_q5_k_m_pick_q6_k_for_the_output_and_down_projections():
+    def model():
+        return torch.nn.ModuleDict({"lm_head": torch.nn.Linear(256, 8),
+                                    "mlp": torch.nn.ModuleDict({"down_proj": torch.nn.Linear(256, 8),
+                                                                "up_proj": torch.nn.Linear(256, 8)})})
+    for mix, rest in (("q4_k_m", "q4_k"), ("q5_k_m", "q5_k")):
+        m = quantize(model(), mix)
+        assert [m.lm_head.fmt, m.mlp.down_proj.fmt, m.mlp.up_proj.fmt] == ["q6_k", "q6_k", rest]
+    with pytest.raises(StrataError, match="unknown quantization 'q3_k'"):
+        quantize(model(), "q3_k")
     for fmt in ("q4_k_m", "q6_k"):      # more than one (qs, d) pair: one sentence, not q4_0's
         with pytest.raises(StrataError, match=rf"{fmt} is not one \(qs, d\) pair"):
             quantize_weight(torch.zeros(2, 32), fmt)

@@ -11,7 +11,7 @@ from strata.bench.check import verify
 from strata.quant.formats import QuantLinear
 
 
-@pytest.mark.parametrize("fmt,k", [("q8_0", 96), ("q4_0", 96), ("q4_k", 512), ("q6_k", 512)])
+@pytest.mark.parametrize("fmt,k", [("q8_0", 96), ("q4_0", 96), ("q4_k", 512), ("q5_k", 512), ("q6_k", 512)])
 @pytest.mark.parametrize("m", [1, 37])
 def test_a_quantized_linear_for_the_gpu(fmt, k, m):
     torch.manual_seed(0)

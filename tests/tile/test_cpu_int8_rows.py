@@ -59,7 +59,7 @@ def close(got, fn, inputs):
 
 
 @needs_vnni
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("m,k,n,scales", [(16, 256, 8, torch.float16), (17, 512, 24, torch.float16),
                                           (33, 256, 16, BF16), (40, 768, 8, torch.float16)],
                          ids=str)
@@ -154,7 +154,7 @@ def test_a_nan_or_an_infinity_in_one_prompt_row_spoils_that_row_only():
 
 @pytest.mark.skipif(not host().has("avx2"), reason="this CPU lacks AVX2: C built for an AVX2-only "
                     "CPU cannot run here")
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"])
 def test_the_avx2_kernel_built_as_for_an_avx2_only_cpu(fmt, monkeypatch):
     """The int8 rows on vpmaddubsw (Zen 3's kernel: unsigned nibbles with their offset or minimum
     taken off by beta, Q8_0 and Q6_K signed through vpsignb), the C built with -march=x86-64-v3

@@ -96,13 +96,13 @@ def test_a_prefill_weight_is_dequantized_as_vector_blocks(fmt, m, k, n, dtype):
     torch.testing.assert_close(prog(x), slow(x), rtol=2e-2, atol=1e-3)
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("k,n,bias,dtype", [(512, 37, False, BF16), (256, 1, True, BF16),
                                             (768, 13, True, torch.float32)], ids=str)
 @pytest.mark.parametrize("target", [None, "cpu-avx2", "cpu"])
 def test_k_quant_rows_run_as_vector_blocks(fmt, k, n, bias, dtype, target):
-    """Q4_K (w = d * sc * q - dmin * mn, blocks of 32 in super-blocks of 256) and Q6_K (blocks of
-    16): the host's vector code, AVX2's, and the loop as written (x86-64: the #else)."""
+    """Q4_K and Q5_K (w = d * sc * q - dmin * mn, blocks of 32 in super-blocks of 256) and Q6_K
+    (blocks of 16): the host's vector code, AVX2's, and the loop as written (x86-64: the #else)."""
     layer, x = quant_linear(fmt, k, n, bias, dtype), torch.randn(1, k).to(dtype)
     prog, log = cpu_compile(layer, (x,), target=target)
     assert f"{fmt} blocks as vector code" in prog.source("c")
@@ -110,7 +110,7 @@ def test_k_quant_rows_run_as_vector_blocks(fmt, k, n, bias, dtype, target):
     assert_matches(prog, layer, (x,))
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("m,k", [(1, 300), (5, 512)], ids=str)
 def test_k_quant_prefill_and_a_k_past_the_blocks(fmt, m, k):
     """A prefill dequantizes the weight once as vector blocks; K = 300 is padded to 512 in the
@@ -177,10 +177,10 @@ def test_vnni_rows_of_bf16_activations_match_eager(fmt, k, n):                # 
 @pytest.mark.parametrize("k,n,dtype", [(512, 37, BF16), (2304, 5, torch.float32), (768, 3, BF16), (576, 7, BF16)],
                          ids=str)                # 2 super-blocks a step, 9 (a tail of 1), 3
 def test_k_quant_int8_rows_match_eager(target, k, n, dtype):
-    """Q4_K and Q6_K rows on int8 activations: Q4_K's 16 (AVX2: 8) scales and minimums a step
-    from the bytes and the two super-block scales, Q6_K's 16 blocks of 16 a step (bf16: a module moved to bf16; f16 as quantized, in an f32
+    """Q4_K, Q5_K and Q6_K rows on int8 activations: Q4_K's 16 (AVX2: 8) scales and minimums a
+    step from the bytes and the two super-block scales (Q5_K's too, two blocks a vpdpbusd), Q6_K's 16 blocks of 16 a step (bf16: a module moved to bf16; f16 as quantized, in an f32
     row with QDOT=vnni pinned)."""
-    for fmt in ("q4_k", "q6_k"):
+    for fmt in ("q4_k", "q5_k", "q6_k"):
         layer = quant_linear(fmt, k, n, True, dtype)
         x = torch.randn(1, k).to(dtype)
         prog, _ = cpu_compile(layer, (x,), {"QDOT": "vnni"}, target=target)

@@ -117,6 +117,21 @@ static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, lon
             st_wr8_put(g, b, r, st_s16(d[r * d_r + b], bf), st_sum_s8(lo) + st_sum_s8(hi), 0.0f);
         }
 }
+// q5_k: q4_k's scales and minimums, a block's 32 q (0..31) from its 20 bytes (c_qdot.h's st_q5_k_32)
+static void st_unpack_q5_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
+        long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
+        const unsigned char* mn, long mn_r) {
+    long nb = K / 32;
+    g->ns = nb;
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < nb; b++) {
+            __m256i w = st_q5_k_32(qs + r * qs_r + b * 20);
+            _mm256_storeu_si256((__m256i*)(g->w8 + r * K + b * 32), w);
+            st_wr8_put(g, b, r, st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b],
+                       st_sum_s8(_mm256_castsi256_si128(w)) + st_sum_s8(_mm256_extracti128_si256(w, 1)),
+                       st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b]);
+        }
+}
 // q6_k: sub-blocks of 16 in 12 bytes (q - 32), a scale d * sc each, d per 16: four sub-blocks a
 // step (c_qdot.h's st_q6_k_64u: 48 bytes to 64 q), each one's sum from vpsadbw on the q
 static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
@@ -205,7 +220,7 @@ static void st_wr8_free(st_wr8 g) { free(g.w8); free(g.sw); free(g.beta); free(g
 // The same QuantRows on AVX2 without VNNI (Zen 3, Haswell): vpmaddubsw + vpmaddwd, 8 activation
 // rows a ymm. Activations: s8 blocks of 32 laid out 8 rows x 4 bytes per step of 4 K, each block's
 // d and c = d * sum(q) per 8 rows (d NaN for a block holding a NaN or an infinity). Weights: Q4_0
-// and Q4_K nibbles unsigned (0..15), what their offset (8 * sw) or minimum takes off a block being
+// and Q4_K nibbles unsigned (0..15; Q5_K's q 0..31), what their offset (8 * sw) or minimum takes off a block being
 // beta * c; Q8_0 and Q6_K (q - 32) signed, multiplied as |w| by x with w's sign (vpsignb), beta 0.
 // vpmaddubsw's pairs stay in 16 bits: 2 x 15 x 127, 2 x 127 x 127 at most.
 #define ST_XR8(X, T, LOAD) \
@@ -254,6 +269,18 @@ static void st_unpack_q4(st_wr8* g, long K, int bf, int kq, const unsigned char*
             float sw = kq ? st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b] : st_s16(d[r * d_r + b], bf);
             g->sw[r * nb + b] = sw;
             g->beta[r * nb + b] = kq ? st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b] : 8.0f * sw;
+        }
+}
+static void st_unpack_q5_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
+        long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
+        const unsigned char* mn, long mn_r) {     // q 0..31 unsigned (c_qdot.h's st_q5_k_32)
+    long nb = K / 32;
+    g->ns = nb, g->sgn = 0;
+    for (int r = 0; r < ST_IR; r++)
+        for (long b = 0; b < nb; b++) {
+            _mm256_storeu_si256((__m256i*)(g->w8 + r * K + b * 32), st_q5_k_32(qs + r * qs_r + b * 20));
+            g->sw[r * nb + b] = st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b];
+            g->beta[r * nb + b] = st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b];
         }
 }
 static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, long qs_r, const uint16_t* d, long d_r) {

@@ -23,6 +23,19 @@ static inline __m128i st_q6_k_16(const unsigned char* q) {
 static inline int st_q6_k_at(const unsigned char* q, int j) {      // weight j, as an int
     return (((q[j & 7] >> (j & 8 ? 4 : 0)) & 15) | (((q[8 + (j & 3)] >> (2 * (j >> 2))) & 3) << 4)) - 32;
 }
+// q5_k: a block of 32 weights in 20 bytes (quant/kquants.py: Q4_0's 16 bytes of nibbles, then
+// weight j's fifth bit at bit j / 4 of byte 16 + j % 4) as its 32 q in 0..31, bytes in weight
+// order: the 4-byte word broadcast, byte lane j masked by 1 << j / 4, compared, 16 where set
+static inline __m256i st_q5_k_32(const unsigned char* q) {
+    int h;
+    __builtin_memcpy(&h, q + 16, 4);
+    __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)q));
+    __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
+    const __m256i bit = _mm256_set_epi64x((long long)0x8080808040404040ull, 0x2020202010101010ll,
+                                          0x0808080804040404ll, 0x0202020201010101ll);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_set1_epi32(h), bit), bit);
+    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
 #if defined(__AVX512F__)
 typedef __m512 st_qv;
 #define st_qzero _mm512_setzero_ps
@@ -51,6 +64,17 @@ static inline __m512 st_q6f(const unsigned char* q) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(st_q6_k_16(q)));
 }
 #define ST_Q6_K_BODY(X) __m512 s = _mm512_mul_ps(st_q6f(q), st_xv_##X(x));      // 16 weights
+// q5_k: q in 0..31 is d * q - m, the block's 32 weights computed once and looked up by vpermt2ps
+#define ST_Q5_K_W \
+    const __m512 lo16 = st_q4_k_values(d, m), hi16 = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), \
+        _mm512_set_ps(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16)), _mm512_set1_ps(m)); \
+    __m256i q32 = st_q5_k_32(q); \
+    __m512 w0 = _mm512_permutex2var_ps(lo16, _mm512_cvtepu8_epi32(_mm256_castsi256_si128(q32)), hi16); \
+    __m512 w1 = _mm512_permutex2var_ps(lo16, _mm512_cvtepu8_epi32(_mm256_extracti128_si256(q32, 1)), hi16);
+#define ST_Q5_K_BODY(X) \
+    ST_Q5_K_W \
+    acc = _mm512_fmadd_ps(w0, st_xv_##X(x), acc); \
+    acc = _mm512_fmadd_ps(w1, st_xv_##X(x + 16), acc);
 #define ST_Q4_K_BODY(X) \
     const __m512 values = st_q4_k_values(d, m); \
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
@@ -88,7 +112,9 @@ static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m
     const __m512 values = st_q4_k_values(d, m); \
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)q)); \
     st_qstore_##X(o, _mm512_permutexvar_ps(b, values), \
-                  _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values)); }
+                  _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), values)); } \
+static inline void st_q5_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
+    ST_Q5_K_W st_qstore_##X(o, w0, w1); }
 static inline void st_q6_k_to_f32(float* o, const unsigned char* q, float d) {
     _mm512_storeu_ps(o, _mm512_mul_ps(st_q6f(q), _mm512_set1_ps(d)));
 }
@@ -134,12 +160,18 @@ static inline __m256 st_q6f(__m128i w) { return _mm256_cvtepi32_ps(_mm256_cvtepi
     __m128i w = st_q6_k_16(q); \
     __m256 s = _mm256_fmadd_ps(st_q6f(_mm_srli_si128(w, 8)), st_xv_##X(x + 8), \
                                _mm256_mul_ps(st_q6f(w), st_xv_##X(x)));
-#define ST_Q4_K_BODY(X) \
-    ST_Q4_K_NIBBLES \
+#define ST_Q5_K_W \
+    __m256i q32 = st_q5_k_32(q); \
+    __m128i ql = _mm256_castsi256_si128(q32), qh = _mm256_extracti128_si256(q32, 1); \
+    __m256 w0 = st_q4_k_w(_mm256_cvtepu8_epi32(ql), d, m), w1 = st_q4_k_w(_mm256_cvtepu8_epi32(_mm_srli_si128(ql, 8)), d, m); \
+    __m256 w2 = st_q4_k_w(_mm256_cvtepu8_epi32(qh), d, m), w3 = st_q4_k_w(_mm256_cvtepu8_epi32(_mm_srli_si128(qh, 8)), d, m);
+#define ST_QK_FMA4(X) \
     acc = _mm256_fmadd_ps(w0, st_xv_##X(x), acc); \
     acc = _mm256_fmadd_ps(w1, st_xv_##X(x + 8), acc); \
     acc = _mm256_fmadd_ps(w2, st_xv_##X(x + 16), acc); \
     acc = _mm256_fmadd_ps(w3, st_xv_##X(x + 24), acc);
+#define ST_Q5_K_BODY(X) ST_Q5_K_W ST_QK_FMA4(X)
+#define ST_Q4_K_BODY(X) ST_Q4_K_NIBBLES ST_QK_FMA4(X)
 static inline void st_qlanes(float* l, __m256 a, __m256 b) {
     _mm256_storeu_ps(l, _mm256_add_ps(_mm256_loadu_ps(l), _mm256_add_ps(a, b)));
 }
@@ -176,7 +208,9 @@ static inline void st_q4_0_to_##X(T* o, const unsigned char* q, float d) { \
                   _mm256_mul_ps(st_nib(_mm256_srli_epi32(b0, 4)), s), \
                   _mm256_mul_ps(st_nib(_mm256_srli_epi32(b1, 4)), s)); } \
 static inline void st_q4_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
-    ST_Q4_K_NIBBLES st_qstore_##X(o, w0, w1, w2, w3); }
+    ST_Q4_K_NIBBLES st_qstore_##X(o, w0, w1, w2, w3); } \
+static inline void st_q5_k_to_##X(T* o, const unsigned char* q, float d, float m) { \
+    ST_Q5_K_W st_qstore_##X(o, w0, w1, w2, w3); }
 static inline void st_q6_k_to_f32(float* o, const unsigned char* q, float d) {
     __m128i w = st_q6_k_16(q);
     _mm256_storeu_ps(o, _mm256_mul_ps(st_q6f(w), _mm256_set1_ps(d)));
@@ -198,6 +232,8 @@ static inline st_qv st_q4_0_##X(st_qv acc, const unsigned char* q, const T* x, f
     ST_Q4_0_BODY(X) return st_qfma(s, d, acc); } \
 static inline st_qv st_q4_k_##X(st_qv acc, const unsigned char* q, const T* x, float d, float m) { \
     ST_Q4_K_BODY(X) return acc; } \
+static inline st_qv st_q5_k_##X(st_qv acc, const unsigned char* q, const T* x, float d, float m) { \
+    ST_Q5_K_BODY(X) return acc; } \
 static inline st_qv st_q6_k_##X(st_qv acc, const unsigned char* q, const T* x, float d) { \
     ST_Q6_K_BODY(X) return st_qfma(s, d, acc); }
 #if defined(__AVX512F__)
@@ -377,34 +413,39 @@ ST_QVNNI(q4_0, unsigned char, 16, 8.0f, bf16, ST_Q4_STEP16)
 ST_QVNNI(q8_0, signed char, 32, 128.0f, bf16, ST_Q8_STEP16)
 // q4_k (Q4_0's nibbles, a scale d * sc and a minimum dmin * mn a block, d and dmin one per 8
 // blocks): two super-blocks a step, their 16 scales and minimums made at once; the minimums
-// times the activations' block sums are the offset taken off
+// times the activations' block sums are the offset taken off. q5_k the same, its 32 q from 20
+// bytes a block (st_q5_k_32), two blocks a vpdpbusd
 static inline __m512 st_two_s1(float a, float b) {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 static inline __m512 st_u8x16(const unsigned char* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)));
 }
-#define ST_Q4K_VNNI(S) \
-static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
+static inline __m512i st_w2_q5_k(const unsigned char* q) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(st_q5_k_32(q)), st_q5_k_32(q + 20), 1);
+}
+#define ST_Q5_STEP16 ST_VNNI16(st_w2_q5_k, 20)
+#define ST_QK_VNNI(F, NBYTES, STEP, W1, S) \
+static inline __m512 st_##F##_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps(); \
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
     const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); \
-    const __m512i lo4 = _mm512_set1_epi8(15); \
+    const __m512i lo4 = _mm512_set1_epi8(15); (void)quad, (void)lo4; \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
-        ST_QFETCH(q + b * 16, 256); \
+        ST_QFETCH(q + b * (NBYTES), 16 * (NBYTES)); \
         __m512 dw = _mm512_mul_ps(st_two_s1(st_s1_##S(d[b / 8]), st_s1_##S(d[b / 8 + 1])), st_u8x16(sc + b)); \
         __m512 mw = _mm512_mul_ps(st_two_s1(st_s1_##S(dmin[b / 8]), st_s1_##S(dmin[b / 8 + 1])), st_u8x16(mn + b)); \
         off = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x->c + xb + b), off); \
         __m512 s16 = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d + xb + b)); \
-        ST_Q4_STEP16 \
+        STEP \
     } \
     __m256 tail = _mm256_setzero_ps(); \
     float rest = 0.0f; \
     for (; b < nb; b++) { \
         float dw = st_s1_##S(d[b / 8]) * (float)sc[b]; \
-        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), st_w1_q4_0(q + b * 16), \
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W1(q + b * (NBYTES)), \
                                         _mm256_loadu_si256((const __m256i*)(x->q + (xb + b) * 32))); \
         tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * x->d[xb + b]), tail); \
         rest += st_s1_##S(dmin[b / 8]) * (float)mn[b] * x->c[xb + b]; \
@@ -412,8 +453,10 @@ static inline __m512 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d,
     tail = _mm256_sub_ps(tail, _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); \
     return _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(acc0, acc1), off), \
                          _mm512_insertf32x8(_mm512_setzero_ps(), tail, 0)); }
-ST_Q4K_VNNI(f16)
-ST_Q4K_VNNI(bf16)
+ST_QK_VNNI(q4_k, 16, ST_Q4_STEP16, st_w1_q4_0, f16)
+ST_QK_VNNI(q4_k, 16, ST_Q4_STEP16, st_w1_q4_0, bf16)
+ST_QK_VNNI(q5_k, 20, ST_Q5_STEP16, st_q5_k_32, f16)
+ST_QK_VNNI(q5_k, 20, ST_Q5_STEP16, st_q5_k_32, bf16)
 // q6_k (blocks of 16 weights q - 32, q in 0..63 in 12 bytes, a scale d * sc a block, d one per
 // 16 blocks): 4 blocks (48 bytes) unpacked to 64 bytes q, a vpdpbusd of q by the activations
 // less 32 times the activations' sums (a second vpdpbusd), each int32 lane scaled by its
@@ -511,34 +554,40 @@ ST_QI8(q4_0, unsigned char, 16, 8.0f, f16)
 ST_QI8(q8_0, signed char, 32, 0.0f, f16)
 ST_QI8(q4_0, unsigned char, 16, 8.0f, bf16)
 ST_QI8(q8_0, signed char, 32, 0.0f, bf16)
-// q4_k (see the AVX-512 branch): a super-block of 8 blocks a step
+// q4_k and q5_k (see the AVX-512 branch): a super-block of 8 blocks a step
+static inline __m256i st_i8dot_q5_k(const unsigned char* q, const int8_t* x) {     // q 0..31
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(st_q5_k_32(q), _mm256_loadu_si256((const __m256i*)x)),
+                             _mm256_set1_epi16(1));
+}
 static inline __m256 st_u8x8(const unsigned char* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
-#define ST_Q4K_I8(S) \
-static inline __m256 st_q4_k_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
+#define ST_QK_I8(F, NBYTES, DOT, S) \
+static inline __m256 st_##F##_vnni_##S(const unsigned char* q, const uint16_t* d, const unsigned char* sc, \
         const uint16_t* dmin, const unsigned char* mn, const st_xq8* x, long xb, long nb) { \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), off = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 8 <= nb; b += 8) { \
-        ST_QFETCH(q + b * 16, 128); \
+        ST_QFETCH(q + b * (NBYTES), 8 * (NBYTES)); \
         __m256 dw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(d[b / 8])), st_u8x8(sc + b)); \
         __m256 mw = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(dmin[b / 8])), st_u8x8(mn + b)); \
         off = _mm256_fmadd_ps(mw, _mm256_loadu_ps(x->c + xb + b), off); \
         __m256 s8 = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + xb + b)); \
-        ST_I8x8(st_i8dot_q4_0, 16) \
+        ST_I8x8(DOT, NBYTES) \
     } \
     float rest = 0.0f; \
     for (; b < nb; b++) { \
         float dw = st_s1_##S(d[b / 8]) * (float)sc[b]; \
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q4_0(q + b * 16, x->q + (xb + b) * 32)), \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(q + b * (NBYTES), x->q + (xb + b) * 32)), \
                                _mm256_set1_ps(dw * x->d[xb + b]), acc0); \
         rest += st_s1_##S(dmin[b / 8]) * (float)mn[b] * x->c[xb + b]; \
     } \
     return _mm256_sub_ps(_mm256_sub_ps(_mm256_add_ps(acc0, acc1), off), \
                          _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
-ST_Q4K_I8(f16)
-ST_Q4K_I8(bf16)
+ST_QK_I8(q4_k, 16, st_i8dot_q4_0, f16)
+ST_QK_I8(q4_k, 16, st_i8dot_q4_0, bf16)
+ST_QK_I8(q5_k, 20, st_i8dot_q5_k, f16)
+ST_QK_I8(q5_k, 20, st_i8dot_q5_k, bf16)
 // q6_k (see the AVX-512 branch): two blocks of 16 a vpmaddubsw of q, less one of 32
 static inline __m256i st_i8dot_q6_k(const unsigned char* q, const int8_t* x) {   // two blocks:
     __m256i w = _mm256_set_m128i(st_q6_k_16u(q + 12), st_q6_k_16u(q));            // q by x less
