@@ -117,19 +117,23 @@ static void st_unpack_q8_0(st_wr8* g, long K, int bf, const signed char* qs, lon
             st_wr8_put(g, b, r, st_s16(d[r * d_r + b], bf), st_sum_s8(lo) + st_sum_s8(hi), 0.0f);
         }
 }
-// q5_k: q4_k's scales and minimums, a block's 32 q (0..31) from its 20 bytes (c_qdot.h's st_q5_k_32)
+// q5_k: q4_k's scales and minimums, a block's 32 q (0..31) from its 20 bytes (c_qdot.h's
+// st_q5_k_32), two blocks a step (K is whole super-blocks), their sums from one vpsadbw
 static void st_unpack_q5_k(st_wr8* g, long K, int bf, const unsigned char* qs, long qs_r, const uint16_t* d,
         long d_r, const unsigned char* sc, long sc_r, const uint16_t* dmin, long dmin_r,
         const unsigned char* mn, long mn_r) {
     long nb = K / 32;
     g->ns = nb;
     for (int r = 0; r < ST_IR; r++)
-        for (long b = 0; b < nb; b++) {
-            __m256i w = st_q5_k_32(qs + r * qs_r + b * 20);
-            _mm256_storeu_si256((__m256i*)(g->w8 + r * K + b * 32), w);
-            st_wr8_put(g, b, r, st_s16(d[r * d_r + b / 8], bf) * (float)sc[r * sc_r + b],
-                       st_sum_s8(_mm256_castsi256_si128(w)) + st_sum_s8(_mm256_extracti128_si256(w, 1)),
-                       st_s16(dmin[r * dmin_r + b / 8], bf) * (float)mn[r * mn_r + b]);
+        for (long b = 0; b < nb; b += 2) {
+            __m512i w = st_w2_q5_k(qs + r * qs_r + b * 20);
+            _mm512_storeu_si512(g->w8 + r * K + b * 32, w);
+            int64_t t[8];
+            _mm512_storeu_si512(t, _mm512_sad_epu8(w, _mm512_setzero_si512()));
+            for (int j = 0; j < 2; j++)
+                st_wr8_put(g, b + j, r, st_s16(d[r * d_r + (b + j) / 8], bf) * (float)sc[r * sc_r + b + j],
+                           (int)(t[4 * j] + t[4 * j + 1] + t[4 * j + 2] + t[4 * j + 3]),
+                           st_s16(dmin[r * dmin_r + (b + j) / 8], bf) * (float)mn[r * mn_r + b + j]);
         }
 }
 // q6_k: sub-blocks of 16 in 12 bytes (q - 32), a scale d * sc each, d per 16: four sub-blocks a
