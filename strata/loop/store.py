@@ -49,8 +49,9 @@ def recomputed(elementwise: dict, shape: tuple, outer: tuple) -> tuple[tuple[str
 def store_choices(prog, plans: list, pos: dict, materialized: set[str]) -> dict[str, Stores]:
     """{kernel target: the values it computes again (read at several indices, broadcast over
     axes it does not depend on, or computed by other kernels too) that no such value computed
-    by as many kernels reads (the mask, not the positions it is made of), costliest first:
-    times computed by the work of its inline cone, a transcendental counting 8 operations}."""
+    by as many kernels reads (the mask, not the positions it is made of): those the CPU rule
+    stores first, then the rest, each costliest first: times computed by the work of its
+    inline cone, a transcendental counting 8 operations}."""
     plans = [k for k in plans if getattr(k, "inline", ())]
     users = Counter(x for k in plans for x, _, _ in k.inline)       # kernels computing each
     out = {}
@@ -66,9 +67,11 @@ def store_choices(prog, plans: list, pos: dict, materialized: set[str]) -> dict[
         # a value below another is stored with it, unless more kernels compute it (RoPE's cos
         # under one layer's rotated q, in every layer)
         below = {y for x in again for y in cone[x] - {x} if users[y] <= users[x]}
-        chosen = sorted((x for x in again if x not in below),
-                        key=lambda x: (-inline[x] * users[x] * work[x], pos[x]))
+        # the rule's values first (STORE=n stores n): not behind a model's positions (an iota)
         size = prod(prog.node(k.target).type.shape)
+        chosen = sorted((x for x in again if x not in below),
+                        key=lambda x: (not _by_rule(prog, x, inline[x] * users[x], cone[x], size),
+                                       -inline[x] * users[x] * work[x], pos[x]))
         rule = takewhile(lambda x: _by_rule(prog, x, inline[x] * users[x], cone[x], size), chosen)
         if chosen:
             out[k.target] = Stores(tuple(chosen), len(list(rule)))

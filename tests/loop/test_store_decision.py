@@ -108,3 +108,28 @@ def test_a_cpu_stores_a_costly_broadcast_value_by_default():
     (k,) = back.lowered.loop.kernels
     assert k.tuning_key and "cos" not in k.reads       # planned again, keyed as the rule built it
     torch.testing.assert_close(back(*many), rope_from_positions(*many), rtol=1e-5, atol=1e-5)
+
+
+def rope_q_and_k(q, k, inv_freq):
+    """A whole model's RoPE: the positions an iota (arange + 0) that the mask reads too, cos and
+    sin computed once and read by q's and k's rotations."""
+    pos = torch.arange(q.shape[2]) + 0
+    e = torch.cat([pos.float()[:, None] * inv_freq[None]] * 2, -1)
+    cos, sin, h = e.cos(), e.sin(), q.shape[-1] // 2
+    rot = lambda x: x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin   # noqa: E731
+    return rot(q), rot(k), (pos[:, None] <= pos[None, :]).float()
+
+
+@native
+def test_the_rule_stores_cos_and_sin_where_a_cheap_iota_ranks_above_them():
+    """The positions, computed by every kernel reading them, rank first by cost but fail the
+    rule; STORE=n stores the first n, so the rule's values are listed first (a whole TinyLlama's
+    128-token prefill computed sin and cos in every q rotation: 61 of its 429 ms on Zen 5,
+    found by `strata tune`)."""
+    inputs = (torch.randn(1, 32, 16, 16), torch.randn(1, 4, 16, 16), torch.rand(8))
+    program = strata.compile(rope_q_and_k, inputs, device="cpu", ctx=Context(tuned=False))
+    (q_rot,) = [k for k in program.lowered.loop.kernels if k.stores and k.stores[0] == "cos"]
+    assert q_rot.stores[:2] == ("cos", "sin") and "add" in q_rot.stores
+    assert dict(q_rot.knobs) == {"STORE": 2} and {"cos", "sin"} <= set(q_rot.reads)
+    for got, want in zip(program(*inputs), rope_q_and_k(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
