@@ -31,7 +31,7 @@ from .kquants import PARTS, QK_K, dequantize_kquant, q4_k_m, q5_k_m, quantize_kq
 
 BLOCK = 32
 FORMATS = ("q8_0", "q4_0", "int8", "int4", "q4_k", "q5_k", "q6_k")
-MIXES = {"q4_k_m": q4_k_m, "q5_k_m": q5_k_m}                               # a format per layer, by its name
+MIXES = {"q4_k_m": q4_k_m, "q5_k_m": q5_k_m}         # a format per layer, by its name
 LAYERS = ("fp8",)                                       # a module of its own (quant/fp8.py)
 BYTES_PER_BLOCK = {"q8_0": 2 + 32, "q4_0": 2 + 16}      # the scale and the packed weights (GGUF's)
 INT8 = ("q8_0", "int8")                                  # bytes that are the weights' integers

@@ -1,10 +1,11 @@
 """llama.cpp's K-quants (Q4_K, Q5_K, Q6_K) as GGUF stores them: super-blocks of 256 weights.
 
 Why: the GGUF files people download are Q4_K_M (Q4_K tensors, Q6_K for the output and half the
-down projections) and Q5_K_M (Q5_K and Q6_K). Loading dequantizes them with the gguf package (the reference); this module
-writes them, so that tests and benchmarks make such files without a download: round-to-nearest
-scales, not llama.cpp's searched ones (its quantizer makes smaller errors; the bytes follow the
-same layout, which the tests check against gguf.quants.dequantize).
+down projections) and Q5_K_M (Q5_K and Q6_K). Loading dequantizes them with the gguf package
+(the reference); this module writes them (ROWS), so that tests and benchmarks make such files
+without a download: round-to-nearest scales, not llama.cpp's searched ones (its quantizer makes
+smaller errors; the bytes follow the same layout, which the tests check against
+gguf.quants.dequantize).
 
   Q4_K  144 bytes: d, dmin (fp16); 12 bytes of eight 6-bit scales and eight 6-bit mins, one per
         32 weights; 128 bytes of 4-bit q. w = d * scale * q - dmin * min.
@@ -15,7 +16,6 @@ same layout, which the tests check against gguf.quants.dequantize).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 QK_K = 256
@@ -78,21 +78,6 @@ def q6_k_rows(w: torch.Tensor) -> torch.Tensor:
     qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4
           | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
     return torch.cat([ql, qh, sc.to(torch.int8).view(torch.uint8), _bytes(d)], 1).reshape(rows, -1)
-
-
-def quantize_q4_k(w: np.ndarray) -> np.ndarray:
-    """(N, K) floats -> (N, K / 256 * 144) uint8, as GGUF's Q4_K."""
-    return q4_k_rows(torch.from_numpy(np.asarray(w, dtype=np.float32))).numpy()
-
-
-def quantize_q5_k(w: np.ndarray) -> np.ndarray:
-    """(N, K) floats -> (N, K / 256 * 176) uint8, as GGUF's Q5_K."""
-    return q4_k_rows(torch.from_numpy(np.asarray(w, dtype=np.float32)), top=31).numpy()
-
-
-def quantize_q6_k(w: np.ndarray) -> np.ndarray:
-    """(N, K) floats -> (N, K / 256 * 210) uint8, as GGUF's Q6_K."""
-    return q6_k_rows(torch.from_numpy(np.asarray(w, dtype=np.float32))).numpy()
 
 
 # How strata holds a K-quant weight: the file's blocks split into tensors (QuantLinear buffers)
