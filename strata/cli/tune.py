@@ -225,12 +225,12 @@ def _requests(args, pins: dict) -> list[tuple[str, dict]]:
                  "dtype": args.dtype}
         if args.layer is not None:
             return [(f"{args.model} layer {args.layer}", model)]
-        # the decode step `strata generate` compiles after a prompt of --seq-len tokens
+        # the prefill and decode step `strata generate` compiles for a prompt of --seq-len tokens
         from ..models.decode import NEW_TOKENS, cache_positions
         max_len = cache_positions(args.seq_len + NEW_TOKENS)
+        model["max_len"] = max_len
         return [(f"{args.model} prefill of {args.seq_len} tokens", model),
-                (f"{args.model} decode step ({max_len}-position cache)",
-                 {**model, "decode": True, "max_len": max_len})]
+                (f"{args.model} decode step ({max_len}-position cache)", {**model, "decode": True})]
     if args.code:
         return [(args.code if len(args.code) <= 40 else args.code[:37] + "...",
                  {**base, "code": args.code})]

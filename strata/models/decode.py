@@ -150,6 +150,16 @@ def new_caches(config, max_len: int, dtype: torch.dtype, device="cpu") -> list[t
             for _ in range(2 * config.num_hidden_layers)]
 
 
+def tuning_prefill(model: nn.Module, prompt_len: int, max_len: int) -> tuple[nn.Module, tuple]:
+    """The prefill `strata generate` compiles for a prompt of prompt_len tokens (its cache
+    writes, the head on the last position only) and its inputs: what `strata tune MODEL` tunes,
+    so the schedules it stores are the ones generate's kernels look up."""
+    if not 0 < prompt_len <= max_len:
+        raise StrataError(f"a prompt of {prompt_len} tokens does not fit a cache of {max_len}")
+    ids = torch.zeros((1, prompt_len), dtype=torch.long)
+    return Prefill(model).eval(), (ids, *new_caches(model.config, max_len, model_dtype(model)))
+
+
 def tuning_step(model: nn.Module, position: int, max_len: int) -> tuple[nn.Module, tuple]:
     """A decode step of `model` and its inputs at `position` of a max_len cache whose earlier
     positions hold random keys and values (seeded): the program `strata tune MODEL` tunes and

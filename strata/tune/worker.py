@@ -5,8 +5,9 @@ Why a process of its own: a candidate whose kernel crashes or never returns take
 with it, not the tuner, which kills and restarts it (search.py). It reads one JSON request per
 line on stdin and answers one JSON line on stdout (logs go to stderr):
 
-  {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D |
-   "case": SUITE CASE, "device": "cpu", "knobs": {pins}, "cost": "mca"?}
+  {"op": "prepare", "code": CODE | "model": M, "layer": N, "seq_len": S, "dtype": D,
+   "max_len": L?, "decode": true? | "case": SUITE CASE, "device": "cpu", "knobs": {pins},
+   "cost": "mca"?}   (max_len: generate's prefill, or with decode its step, on an L cache)
       -> {"kernels": [{"name", "signature", "label", "knobs": {NAME: value}, "ms"?}],
           "target": key}   (ms: on the CPU, the default schedule's time of the kernel alone)
   {"op": "estimate", "candidates": [{signature: {NAME: value}}, ...], "seconds": S?}
@@ -47,7 +48,7 @@ from ..core.errors import StrataError
 from ..frontend.snippet import parse_snippet
 from ..loop.ir import signature
 from ..models.build import build
-from ..models.decode import tuning_step
+from ..models.decode import tuning_prefill, tuning_step
 from ..pipeline import lower_torch_program
 from ..runtime import native_build
 from ..runtime.native import NativeProgram
@@ -90,8 +91,9 @@ class Worker:
             built = build(req["model"], layer=req.get("layer"), seq_len=req.get("seq_len", 128),
                           dtype=req.get("dtype"), materialise=True)
             self.module, self.inputs = built.module, tuple(built.example_inputs)
-            if req.get("decode"):
-                self.module, self.inputs = tuning_step(built.model, req["seq_len"], req["max_len"])
+            if req.get("max_len"):              # the programs `strata generate` compiles
+                how = tuning_step if req.get("decode") else tuning_prefill
+                self.module, self.inputs = how(built.model, req["seq_len"], req["max_len"])
         else:
             case = next(c for c in cases() if c.name == req["case"])
             self.module, self.inputs = case.build("cpu")

@@ -629,6 +629,32 @@ def test_tune_a_whole_model_prefill_and_decode(tmp_path, monkeypatch, capsys):
     assert "0 kernels timed" in capsys.readouterr().err
 
 
+def test_a_model_tune_times_the_kernels_generate_runs(tmp_path, monkeypatch):
+    """`strata tune MODEL`'s prefill is `strata generate`'s (cache writes, the head on the last
+    position), not the plain forward: every kernel of generate's prefill has a signature the
+    tuner searched, so what it stores is what generate looks up."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "models"))
+    from model_helpers import hf_model, write_checkpoint
+    from strata.loop.ir import signature
+    from strata.models.build import build
+    from strata.models.decode import compile_decoder
+    from strata.tune.worker import Worker
+    monkeypatch.setenv("STRATA_CACHE_DIR", str(tmp_path / "cache"))
+    d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "model")
+
+    def signatures(lowered) -> set:
+        buffers = {b.name: b for b in lowered.loop.buffers}
+        return {signature(k, buffers) for k in lowered.loop.kernels}
+    worker = Worker()
+    worker.device = "sim"
+    worker.build({"model": str(d), "seq_len": 7, "max_len": 32})
+    tuned = signatures(worker.compile({}).lowered)
+    prefill, _ = compile_decoder(build(str(d), seq_len=7, materialise=True).model, 7, 32, "sim")
+    assert signatures(prefill.lowered) == tuned
+    worker.build({"model": str(d), "seq_len": 7})           # --layer's way: the model's forward
+    assert signatures(worker.compile({}).lowered) != tuned
+
+
 def test_a_kernel_too_small_to_search_stays_so_when_timed_again(tmp_path, monkeypatch):
     """Under 2% of the program's kernel time a kernel is not searched, and that is kept: a second
     run whose noisy timings put it at 3% measures nothing (CI's whole-model test, run beside
