@@ -125,14 +125,18 @@ class WorkerProcess:
             self.proc.wait()
 
 
-def candidates(default_knobs: dict, cores: int = 1 << 10, stores: int = 8) -> list[dict]:
+def candidates(default_knobs: dict, cores: int = 1 << 10, stores: int = 8,
+               team: int = 0) -> list[dict]:
     """One knob changed at a time, to every other value it may take (no more THREADS than
-    the target has cores, no more STORE than the kernel has values to store)."""
+    the target has cores, no more STORE than the kernel has values to store). `team`: the
+    threads the default already runs on (1 serial, the cores in parallel; 0 unknown): THREADS
+    set to it builds the default's loops again, which only measures noise."""
     out = []
     for name, value in default_knobs.items():
         for v in VALUES.get(name, ()):
-            if v != value and KNOBS[name].ok(v) and not (name == "THREADS" and v > cores) \
-                    and not (name == "STORE" and v > stores):
+            if v != value and KNOBS[name].ok(v) and \
+                    not (name == "THREADS" and (v == team or v > cores)) and \
+                    not (name == "STORE" and v > stores):
                 out.append({name: v})
     return out
 
@@ -147,7 +151,7 @@ def tune_kernel(worker: WorkerProcess, k: dict, deadline: float, say, cores: int
     search of it stopped (TuningDB.search), whose timed candidates count and whose untried ones
     are what is left to try. Ctrl-C ends it with what it had not tried (stopped "interrupted")."""
     r = KernelResult(k["name"], k["label"], k["signature"], k["knobs"])
-    pending = candidates(r.default_knobs, cores, k.get("stores", 8))
+    pending = candidates(r.default_knobs, cores, k.get("stores", 8), k.get("team", 0))
     try:
         return _search(worker, r, pending, deadline, say, before, cores, k.get("ratios", {}))
     except KeyboardInterrupt:
@@ -301,7 +305,7 @@ def plan(info: dict, prepare: dict, db: TuningDB, force: bool, go_on: bool
         k["before"] = None if force else db.search(k["signature"], target)
         k["ratios"] = learned(measurements, k["signature"],         # this machine's (calibrate.py)
                               kind(candidates(k["knobs"], info.get("cores", 1 << 10),
-                                              k.get("stores", 8))))
+                                              k.get("stores", 8), k.get("team", 0))))
         if k["before"] and k["before"]["stopped"] == "budget" and not go_on:
             left = len(k["before"]["untried"])
             r.note = (f"tuned before; its budget ran out with {left} candidate"

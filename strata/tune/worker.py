@@ -43,6 +43,7 @@ from ..api import Program, compile as strata_compile, on_device
 from ..bench.cases import cases
 from ..bench.check import eager_error, expect, verify
 from ..bench.cpu_bench import interleaved_samples
+from ..codegen.c import runs_in_parallel
 from ..core.context import Context
 from ..core.errors import StrataError
 from ..frontend.snippet import parse_snippet
@@ -157,6 +158,10 @@ class Worker:
         """The default program's loop kernels: name, signature, label and schedule knobs."""
         lowered = self.default.lowered
         buffers = {b.name: b for b in lowered.loop.buffers}
+        teams: dict[str, set] = {}      # the threads each loop kernel's default runs on
+        for kk in lowered.kernel.kernels if not lowered.target.is_gpu else ():
+            team = (kk.threads or lowered.target.cores) if runs_in_parallel(kk) else 1
+            teams.setdefault(lowered.tile.origin.get(kk.name, kk.name), set()).add(team)
         kernels = []
         for k in lowered.loop.kernels:
             knobs: dict = {}
@@ -165,7 +170,9 @@ class Worker:
                     knobs.update(t.knobs)
             kernels.append({"name": k.name, "signature": signature(k, buffers),
                             "label": _label(k, lowered.loop), "knobs": knobs,
-                            "stores": len(k.stores)})
+                            "stores": len(k.stores),
+                            "team": next(iter(teams[k.name])) if len(teams.get(k.name, ())) == 1
+                            else 0})
             self.names.setdefault(kernels[-1]["signature"], []).append(k.name)
         return kernels
 
@@ -181,7 +188,7 @@ class Worker:
         default_ms = program_ms(low.kernel.kernels, low.target, low.source)   # unpriced: one sentence
         for k in kernels:
             k["ranked"], k["unpriced"] = [[{}, default_ms]], 0
-            for pins in candidates(k["knobs"], low.target.cores, k["stores"]):
+            for pins in candidates(k["knobs"], low.target.cores, k["stores"], k["team"]):
                 cand = self._lowered({k["signature"]: pins})
                 if cand is None or cand.source == low.source:
                     continue                    # does not fit, or the same program

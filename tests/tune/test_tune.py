@@ -111,6 +111,22 @@ def test_candidates_change_one_allowed_knob_at_a_time():
     assert candidates({"THREADS": 0}, cores=2) == [{"THREADS": 1}, {"THREADS": 2}]
 
 
+def test_threads_the_default_already_runs_on_are_no_candidate():
+    assert candidates({"THREADS": 0}, cores=2, team=2) == [{"THREADS": 1}]
+    assert candidates({"THREADS": 0}, cores=2, team=1) == [{"THREADS": 2}]
+
+
+@native
+def test_the_worker_names_the_threads_each_default_kernel_runs_on():
+    """A kernel of a few statements runs serially and a large one on every core: THREADS=1
+    and THREADS=cores would build their loops again (what the search used to time as noise)."""
+    from strata.tune.worker import Worker
+    info = Worker().prepare({"op": "prepare", "device": "cpu",
+                             "code": "torch.randn(8) + 1, torch.randn(512, 4096).sum(-1)"})
+    teams = sorted(k["team"] for k in info["kernels"])
+    assert teams == [1, info["cores"]] if info["cores"] > 1 else teams == [1, 1]
+
+
 def test_store_candidates_stop_at_the_values_a_kernel_has_to_store():
     assert candidates({"STORE": 0}, stores=2) == [{"STORE": 1}, {"STORE": 2}]
     assert candidates({"STORE": 0, "THREADS": 0}, cores=1, stores=1) == [
