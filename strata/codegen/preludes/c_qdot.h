@@ -217,10 +217,10 @@ static inline void st_q6_k_to_f32(float* o, const unsigned char* q, float d) {
     _mm256_storeu_ps(o + 8, _mm256_mul_ps(st_q6f(_mm_srli_si128(w, 8)), _mm256_set1_ps(d)));
 }
 static inline void st_q6_k_to_bf16(uint16_t* o, const unsigned char* q, float d) {
-    __m128i w = st_q6_k_16(q);
-    _mm_storeu_si128((__m128i*)o, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(
+    __m128i w = st_q6_k_16(q);              // all 16 (a 128-bit store kept 8: the rest unset)
+    _mm256_storeu_si256((__m256i*)o, _mm256_permute4x64_epi64(_mm256_packus_epi32(
         st_bf16_rne(_mm256_mul_ps(st_q6f(w), _mm256_set1_ps(d))),
-        st_bf16_rne(_mm256_mul_ps(st_q6f(_mm_srli_si128(w, 8)), _mm256_set1_ps(d)))), 0xD8)));
+        st_bf16_rne(_mm256_mul_ps(st_q6f(_mm_srli_si128(w, 8)), _mm256_set1_ps(d)))), 0xD8));
 }
 ST_QSTORES(f32, float)
 ST_QSTORES(bf16, uint16_t)
@@ -588,33 +588,49 @@ ST_QK_I8(q4_k, 16, st_i8dot_q4_0, f16)
 ST_QK_I8(q4_k, 16, st_i8dot_q4_0, bf16)
 ST_QK_I8(q5_k, 20, st_i8dot_q5_k, f16)
 ST_QK_I8(q5_k, 20, st_i8dot_q5_k, bf16)
-// q6_k (see the AVX-512 branch): two blocks of 16 a vpmaddubsw of q, less one of 32
-static inline __m256i st_i8dot_q6_k(const unsigned char* q, const int8_t* x) {   // two blocks:
-    __m256i w = _mm256_set_m128i(st_q6_k_16u(q + 12), st_q6_k_16u(q));            // q by x less
-    __m256i v = _mm256_loadu_si256((const __m256i*)x);                              // 32 x, pairs
-    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(w, v),           // in int16
-                                              _mm256_maddubs_epi16(_mm256_set1_epi8(32), v)),
-                             _mm256_set1_epi16(1));
+// q6_k (see the AVX-512 branch): two blocks of 16 (one activation block) a step, their 32 q
+// (0..63) unpacked at once: the two 8-byte nibble runs as qwords [a, a, b, b] shifted by 0 / 4,
+// the two 4-byte high-bit words as dwords [ha x 4, hb x 4] shifted by 0, 2, 4, 6. q by x less 32 x
+// in int16 pairs, times the blocks' scales (sc as int16, a block's in its half) by vpmaddwd; one
+// float FMA a step. A 32000-row lm_head, 2 threads, Zen 3: 4.4 ms -> 2.9 (one block at a time,
+// 16 bytes unpacked from 12 twice, the scales converted to float per step)
+static inline __m256i st_q6_k_32u(const unsigned char* q) {       // blocks q and q + 12
+    __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i*)q), _mm_loadl_epi64((const __m128i*)(q + 12)));
+    __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(_mm256_permute4x64_epi64(_mm256_castsi128_si256(lo), 0x50),
+                                                     _mm256_setr_epi64x(0, 4, 0, 4)), _mm256_set1_epi8(15));
+    __m256i h = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(q + 8))),
+                                            _mm256_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3));
+    __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(h, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)),
+                                  _mm256_set1_epi8(3));
+    return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
 }
+static inline __m256i st_i8dot_q6_k(const unsigned char* q, const int8_t* x, __m256i sc) {
+    __m256i v = _mm256_loadu_si256((const __m256i*)x);        // pairs <= 2 x 63 x 127: int16
+    return _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(st_q6_k_32u(q), v),
+                                              _mm256_maddubs_epi16(_mm256_set1_epi8(32), v)), sc);
+}
+// a super-block's 16 scales as int16, both halves holding scales 8h..8h + 7; `pick` + 4p takes
+// blocks 2p, 2p + 1 of the 8 into the low and the high half
+#define ST_Q6K_PAIR(C, P, ACC) \
+    ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q6_k(q + (b + 2 * (C)) * 12, xq + (b + 2 * (C)) * 16, \
+              _mm256_shuffle_epi8(half, _mm256_add_epi8(pick, _mm256_set1_epi8(4 * (P)))))), \
+              _mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(C)), ACC);
 #define ST_Q6K_I8(S) \
 static inline __m256 st_q6_k_vnni_##S(const unsigned char* q, const uint16_t* d, const signed char* sc, \
         const st_xq8* x, long xb, long nb) { \
     const int8_t* xq = x->q + xb * 32; \
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, \
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3); \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
     long b = 0; \
     for (; b + 16 <= nb; b += 16) { \
         ST_QFETCH(q + b * 12, 192); \
-        float dw = st_s1_##S(d[b / 16]); \
-        for (int p = 0; p < 16; p += 4) { \
-            __m256 s0 = _mm256_setr_ps(sc[b + p], sc[b + p], sc[b + p], sc[b + p], sc[b + p + 1], \
-                                       sc[b + p + 1], sc[b + p + 1], sc[b + p + 1]); \
-            __m256 s1 = _mm256_setr_ps(sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], sc[b + p + 2], \
-                                       sc[b + p + 3], sc[b + p + 3], sc[b + p + 3], sc[b + p + 3]); \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q6_k(q + (b + p) * 12, xq + (b + p) * 16)), \
-                                   _mm256_mul_ps(s0, _mm256_set1_ps(dw * x->d[xb + (b + p) / 2])), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_i8dot_q6_k(q + (b + p + 2) * 12, xq + (b + p + 2) * 16)), \
-                                   _mm256_mul_ps(s1, _mm256_set1_ps(dw * x->d[xb + (b + p + 2) / 2])), acc1); \
-        } \
+        __m256 s8 = _mm256_mul_ps(_mm256_set1_ps(st_s1_##S(d[b / 16])), _mm256_loadu_ps(x->d + xb + b / 2)); \
+        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(sc + b))); \
+        __m256i half = _mm256_permute2x128_si256(s16, s16, 0x00); \
+        ST_Q6K_PAIR(0, 0, acc0) ST_Q6K_PAIR(1, 1, acc1) ST_Q6K_PAIR(2, 2, acc0) ST_Q6K_PAIR(3, 3, acc1) \
+        half = _mm256_permute2x128_si256(s16, s16, 0x11); \
+        ST_Q6K_PAIR(4, 0, acc0) ST_Q6K_PAIR(5, 1, acc1) ST_Q6K_PAIR(6, 2, acc0) ST_Q6K_PAIR(7, 3, acc1) \
     } \
     ST_Q6K_TAIL(S) \
     return _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
