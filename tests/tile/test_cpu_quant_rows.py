@@ -192,6 +192,36 @@ def test_k_quant_int8_rows_match_eager(target, k, n, dtype):
         assert ((got - want).norm() / want.norm()).item() < 1.5e-2   # int8 activations: ~0.6%
 
 
+class _Sliced(torch.nn.Module):
+    """A row whose activations start `at` columns into its input: at 32 an odd block, which the
+    Q4 rows' nibble-ordered activations (pairs of blocks on AVX2, fours on AVX-512) cannot take."""
+
+    def __init__(self, layer, at):
+        super().__init__()
+        self.layer, self.at = layer, at
+
+    def forward(self, x):
+        return self.layer(x[:, self.at:])
+
+
+@pytest.mark.parametrize("target", [VNNI_TARGET, "cpu-avx2"], ids=["vnni", "avx2"])
+@pytest.mark.parametrize("at", [32, 64, 128])
+def test_q4_rows_whose_activations_start_at_any_block(target, at):
+    for fmt in ("q4_0", "q4_k"):
+        layer = quant_linear(fmt, 768, 5, True, BF16)
+        x = torch.randn(1, 768 + at).to(BF16)
+        prog, _ = cpu_compile(_Sliced(layer, at), (x,), {"QDOT": "vnni"}, target=target)
+        assert f"&st_xq_x, (a1_o * 32 + {at}) / 32" in prog.source("c")
+        got, want = prog(x).double(), _Sliced(layer, at)(x.double()).double()
+        assert ((got - want).norm() / want.norm()).item() < 1.5e-2
+        QuantLinear.int8_activations = True
+        try:
+            rounded = _Sliced(layer, at)(x.float()).double()
+        finally:
+            QuantLinear.int8_activations = False
+        assert ((got - rounded).norm() / rounded.norm()).item() < 8e-3      # bf16 rounding only
+
+
 class _UpcastRow(torch.nn.Module):
     """A bf16 model's last down projection as a decode step has it: its output added to the
     residual and cast to float32 (the final norm's upcast), so the row writes f32."""
