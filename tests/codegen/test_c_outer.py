@@ -57,6 +57,17 @@ def test_tile_shapes_follow_the_registers_and_l2():
     assert "K_CHUNK" not in spr and (spr["TILE_N"], spr["THREAD_M"]) == (32, 8)
 
 
+@pytest.mark.parametrize("m, thread_m", [(8, 4), (7, 4), (13, 5), (5, 5), (128, 6), (12, 6)])
+def test_a_register_tile_fits_few_rows(m, thread_m):
+    """8 rows (a decode step's GQA scores: 8 query heads a KV head) as 6 + 2 computed 12 rows;
+    as 4 + 4 they compute 8. Heights above half the default only, and only where the default
+    leaves over a fifth of the rows past M."""
+    code = f"torch.randn(4, {m}, 64) @ torch.randn(4, 64, 160)"    # (a linear of few rows: FORM=dot)
+    for target in ("cpu-spr", "cpu-avx2"):
+        knobs = tile_knobs(code, target)
+        assert (knobs["FORM"], knobs["THREAD_M"]) == ("outer", thread_m)
+
+
 def test_a_tile_too_big_for_the_registers_stays_scalar():
     c = c_source(F32_LINEAR, "cpu-spr", TILE_N=64, THREAD_M=8)   # 32 accumulators + 5
     assert "_mm512_fmadd_ps" not in c and "_mm256_fmadd_ps" not in c
