@@ -54,7 +54,8 @@ def test_a_candidate_is_compiled_alone_checked_and_timed():
     assert reply["scope"] == "kernel" and 0 < reply["ms"] < float("inf")
     assert w.try_({"kernel_knobs": {k["signature"]: {}}, "rounds": 3}) == {"same": True}
     # compiled ahead, two at once (the default's own code is not compiled again)
-    batch = [{k["signature"]: {"TILE_N": 16}}, {k["signature"]: {"TILE_N": 32}},
+    a, b = [n for n in (16, 32, 64) if n != k["knobs"].get("TILE_N")][:2]   # not the default's
+    batch = [{k["signature"]: {"TILE_N": a}}, {k["signature"]: {"TILE_N": b}},
              {k["signature"]: {}}]
     assert w.build_units(batch) == 2 and len(w._built) == 3
     assert w.try_({"kernel_knobs": batch[0], "rounds": 3})["scope"] == "kernel"
