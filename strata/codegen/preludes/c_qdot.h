@@ -551,7 +551,6 @@ static inline __m256 st_s8_bf16(const uint16_t* d) {
         acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), \
                                _mm256_permutevar8x32_ps(s8, _mm256_add_epi32(pair, _mm256_set1_epi32(p + 2))), acc1); \
     }
-#define ST_I8_STEP(DOT, NBYTES) ST_I8x8(DOT, NBYTES)
 #define ST_I8_STEP_Q4(DOT, NBYTES) if (xb & 1) { ST_I8x8(DOT, NBYTES) } else { ST_I8x8_Q4 }
 #define ST_I8_CONSTS \
     const __m256i pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), lo4 = _mm256_set1_epi8(15); \
@@ -578,9 +577,9 @@ static inline __m256 st_##F##_vnni_##S(const T* q, const uint16_t* d, const st_x
     return _mm256_sub_ps(_mm256_fnmadd_ps(off, _mm256_set1_ps(OFFSET), _mm256_add_ps(acc0, acc1)), \
                          _mm256_setr_ps((OFFSET) * rest, 0, 0, 0, 0, 0, 0, 0)); }
 ST_QI8(q4_0, unsigned char, 16, 8.0f, f16, ST_I8_STEP_Q4)
-ST_QI8(q8_0, signed char, 32, 0.0f, f16, ST_I8_STEP)
+ST_QI8(q8_0, signed char, 32, 0.0f, f16, ST_I8x8)
 ST_QI8(q4_0, unsigned char, 16, 8.0f, bf16, ST_I8_STEP_Q4)
-ST_QI8(q8_0, signed char, 32, 0.0f, bf16, ST_I8_STEP)
+ST_QI8(q8_0, signed char, 32, 0.0f, bf16, ST_I8x8)
 // q4_k and q5_k (see the AVX-512 branch): a super-block of 8 blocks a step
 static inline __m256i st_i8dot_q5_k(const unsigned char* q, const int8_t* x) {     // q 0..31
     return _mm256_madd_epi16(_mm256_maddubs_epi16(st_q5_k_32(q), _mm256_loadu_si256((const __m256i*)x)),
@@ -614,8 +613,8 @@ static inline __m256 st_##F##_vnni_##S(const unsigned char* q, const uint16_t* d
                          _mm256_setr_ps(rest, 0, 0, 0, 0, 0, 0, 0)); }
 ST_QK_I8(q4_k, 16, st_i8dot_q4_0, f16, ST_I8_STEP_Q4)
 ST_QK_I8(q4_k, 16, st_i8dot_q4_0, bf16, ST_I8_STEP_Q4)
-ST_QK_I8(q5_k, 20, st_i8dot_q5_k, f16, ST_I8_STEP)
-ST_QK_I8(q5_k, 20, st_i8dot_q5_k, bf16, ST_I8_STEP)
+ST_QK_I8(q5_k, 20, st_i8dot_q5_k, f16, ST_I8x8)
+ST_QK_I8(q5_k, 20, st_i8dot_q5_k, bf16, ST_I8x8)
 // q6_k (see the AVX-512 branch): two blocks of 16 (one activation block) a step, their 32 q
 // (0..63) unpacked at once from bytes 0..15 and 8..23 in the two halves: the nibble runs shuffled
 // to qwords [a, a | b, b] and shifted by 0 / 4, the high-bit words to dwords [ha x 4 | hb x 4]
