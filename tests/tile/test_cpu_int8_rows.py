@@ -170,6 +170,7 @@ def test_the_avx2_kernel_built_as_for_an_avx2_only_cpu(fmt, monkeypatch):
     x[5, 3] = float("nan")
     got = prog(x)
     assert not got[5].isfinite().any() and got[[0, 16]].isfinite().all()
-    big = layer_of(fmt, 2048, 64)            # the default on an AVX2-only CPU, at enough work
-    prog, _ = cpu_compile(big, (torch.randn(128, 2048).to(BF16),), target="cpu-avx2")
-    assert knobs_of(prog, "k_linear_reduce_int8")["QGEMM"] == "int8"
+    big, xb = layer_of(fmt, 2048, 64), torch.randn(128, 2048).to(BF16)   # the default on an AVX2-only
+    prog, _ = cpu_compile(big, (xb,), target="cpu-avx2")                  # CPU at enough work, K in
+    assert knobs_of(prog, "k_linear_reduce_int8")["QGEMM"] == "int8"      # several chunks of 512
+    close(prog(xb), big, (xb,))

@@ -310,8 +310,10 @@ static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, l
 // SUB weights, added to out[r][16 lanes]. vpmaddubsw's int16 pairs are summed RUN steps of 4 K
 // in int16 before one vpmaddwd widens them: Q4's nibbles 8 steps (8 x 2 x 15 x 127 = 30480),
 // Q6_K's |q - 32| <= 32 its 4 (4 x 2 x 32 x 127 = 32512), Q5_K's q and Q8_0's bytes 1; the
-// steps unrolled by 4, not 8 (8 spilled the 16 ymm registers). 128 x 2048 x 5632, one process,
-// interleaved, Zen 3 (2026-12-03): Q4_0 / Q4_K 1.15x, Q6_K 1.13x, bit-identical
+// steps unrolled whole. An empty asm after each sum keeps gcc from reassociating the unrolled sums
+// into a tree of temporaries, which spilled the 16 ymm registers (112 spills in Q8_0's kernel),
+// and signed formats (beta 0) skip beta's FMA. 128 x 2048 x 5632, one process, interleaved, Zen 3
+// (2026-12-03), bit-identical: Q4_0 / Q4_K 1.24x, Q5_K 1.25x, Q6_K 1.16x, Q8_0 1.11x
 #define ST_A2_R4(X) X(0) X(1) X(2) X(3)
 #define ST_A2_DP(r) { __m256i wv = _mm256_set1_epi32(w##r[q]); \
     if (sgn) { __m256i wa = _mm256_abs_epi8(wv); \
@@ -319,15 +321,16 @@ static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, l
         g##r = _mm256_add_epi16(g##r, _mm256_maddubs_epi16(wa, _mm256_sign_epi8(v, wv))); \
     } else { \
         h##r = _mm256_add_epi16(h##r, _mm256_maddubs_epi16(wv, u)); \
-        g##r = _mm256_add_epi16(g##r, _mm256_maddubs_epi16(wv, v)); } }
+        g##r = _mm256_add_epi16(g##r, _mm256_maddubs_epi16(wv, v)); } \
+    __asm__("" : "+x"(h##r), "+x"(g##r)); }
 #define ST_A2_WIDEN(r) s##r = _mm256_add_epi32(s##r, _mm256_madd_epi16(h##r, one)); \
-    t##r = _mm256_add_epi32(t##r, _mm256_madd_epi16(g##r, one));
-#define ST_A2_FL(r) { __m256 S = _mm256_set1_ps(sw[(r) * ns]), B = _mm256_set1_ps(be[(r) * ns]); \
-    float* o = out + (r0 + (r)) * 16; \
-    _mm256_store_ps(o, _mm256_fnmadd_ps(B, cx, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s##r), S), dx, \
-                                                               _mm256_load_ps(o)))); \
-    _mm256_store_ps(o + 8, _mm256_fnmadd_ps(B, cy, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t##r), S), \
-                                                                   dy, _mm256_load_ps(o + 8)))); }
+    t##r = _mm256_add_epi32(t##r, _mm256_madd_epi16(g##r, one)); __asm__("" : "+x"(s##r), "+x"(t##r));
+#define ST_A2_FL(r) { __m256 S = _mm256_set1_ps(sw[(r) * ns]); float* o = out + (r0 + (r)) * 16; \
+    __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s##r), S), dx, _mm256_load_ps(o)); \
+    __m256 b = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t##r), S), dy, _mm256_load_ps(o + 8)); \
+    if (!sgn) { __m256 B = _mm256_set1_ps(be[(r) * ns]); \
+        a = _mm256_fnmadd_ps(B, cx, a), b = _mm256_fnmadd_ps(B, cy, b); } \
+    _mm256_store_ps(o, a), _mm256_store_ps(o + 8, b); }
 #define ST_A2_MICRO(NAME, SUB, SGN, RUN) \
 static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long K, long b0, long b1, \
                         float* out) { \
@@ -342,7 +345,7 @@ static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long 
         _Pragma("GCC unroll 8") \
         for (int j0 = 0; j0 < (SUB) / 4; j0 += (RUN)) { \
             __m256i h0 = _mm256_setzero_si256(), h1 = h0, h2 = h0, h3 = h0, g0 = h0, g1 = h0, g2 = h0, g3 = h0; \
-            _Pragma("GCC unroll 4") \
+            _Pragma("GCC unroll 8") \
             for (int j = j0; j < j0 + (RUN); j++) { \
                 long q = s * ((SUB) / 4) + j; \
                 __m256i u = _mm256_loadu_si256((const __m256i*)(xa + q * 32)); \
