@@ -8,9 +8,10 @@ vectors). The scores are kept transposed, st_s = k_s @ q_s (keys x queries), so 
 a query's softmax needs runs along vectors of queries: x (scale, masks), the new running max (an
 elementwise max down the keys, no sum across vector lanes), exp(m_old - m_new) once a query and
 key block, and p = exp(x - m_new) with its sum. Then o_s = o_s * c + p @ v_s. Both products are
-register tiles of ROWS rows by `points` columns that kernel_ir/lower_cpu.py makes OuterFma
-(f32, FORM=outer: Q and P transposed) or PairsBf16 (bf16 on AVX512-BF16, FORM=pairs: Q and P
-as pairs of their K side by side, V and O transposed, V the one block transposed a step).
+register tiles of AttentionTile.tile_rows rows (a tail tile of fewer) by `points` columns that
+kernel_ir/lower_cpu.py makes OuterFma (f32, FORM=outer: Q and P transposed) or PairsBf16 (bf16
+on AVX512-BF16, FORM=pairs: Q and P as pairs of their K side by side, V and O transposed, V the
+one block transposed a step).
 After the last block out = o_s / l (and the log-sum-exp m + log l where the program saves it).
 """
 from __future__ import annotations
@@ -19,7 +20,6 @@ from math import prod
 
 from ..core.expr import Const, Var, add, call, floordiv, mod, mul
 from ..tile.ir import TileKernel, flat_index
-from ..tile.passes.cpu_attention import ROWS
 from .ir import Assign, For, If, Kernel, Let, Load, Param, Smem, Store
 from .lower_attention import (F32, NEG_INF, _f, _guarded, block_origin, bound_load, key_range,
                               operand, rescale, unmasked_scores)
@@ -59,20 +59,19 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
 
     def tiles(dest, acc_at, rows, rows_at, panel, panel_at, k_stop, width, init) -> list:
         """dest[acc_at(a, p)] = init(a, p) + sum over k < k_stop of rows_at(a, k) times
-        panel_at(k, p), as register tiles of ROWS of the `rows` x `points` columns: each K loop
+        panel_at(k, p), as register tiles of at.tile_rows of the `rows` x `points` columns: each K loop
         an OuterFma (f32), or a PairsBf16 over pairs of K (bf16: both operands' k and k + 1
         side by side)."""
         out, r0 = [], lambda a: add(I("fa_r0"), a)
         ks = [mul(t, 2), add(mul(t, 2), 1)] if pairs else [I("fa_k")]
-        for c0 in range(0, width, at.points):
-            w = min(at.points, width - c0)
-            accs = [[f"fa_{c0}_{a}_{p}" for p in range(w)] for a in range(ROWS)]
-            body = [Let(accs[a][p], F32, init(r0(a), c0 + p)) for a in range(ROWS) for p in range(w)]
+        def tile(nr: int, c0: int, w: int) -> list:     # nr rows from fa_r0 by columns c0..c0 + w
+            accs = [[f"fa_{c0}_{a}_{p}" for p in range(w)] for a in range(nr)]
+            body = [Let(accs[a][p], F32, init(r0(a), c0 + p)) for a in range(nr) for p in range(w)]
             k_body = [Let(f"fa_u{a}_{h}", stored, Load(rows_at[0], rows_at[1](r0(a), k), stored))
-                      for a in range(ROWS) for h, k in enumerate(ks)]
+                      for a in range(nr) for h, k in enumerate(ks)]
             k_body += [Let(f"fa_w{p}_{h}", stored, Load(panel, panel_at(k, c0 + p), stored))
                        for p in range(w) for h, k in enumerate(ks)]
-            for a in range(ROWS):
+            for a in range(nr):
                 for p in range(w):
                     if not pairs:
                         k_body.append(Assign(accs[a][p], call("fma", _f(f"fa_u{a}_0"), _f(f"fa_w{p}_0"),
@@ -83,8 +82,17 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
                                                                      Var(f"fa_w{p}_{h}", stored))),
                                    Assign(accs[a][p], call("add", _f(accs[a][p]), _f(f"fa_x{a}_{p}_{h}")))]
             body.append(loop("fa_t" if pairs else "fa_k", k_stop // 2 if pairs else k_stop, k_body))
-            body += [Store(dest, acc_at(r0(a), c0 + p), _f(accs[a][p])) for a in range(ROWS) for p in range(w)]
-            out.append(loop("fa_r0", rows, body, step=ROWS))
+            return body + [Store(dest, acc_at(r0(a), c0 + p), _f(accs[a][p]))
+                           for a in range(nr) for p in range(w)]
+        R = at.tile_rows
+        whole = rows - rows % R
+        for c0 in range(0, width, at.points):
+            w = min(at.points, width - c0)
+            if whole:
+                out.append(loop("fa_r0", whole, tile(R, c0, w), step=R))
+            if rows % R:                # the rows past the last whole tile: one tile of fewer
+                out.append(For("fa_r0", Const(whole), Const(rows), R, tuple(tile(rows % R, c0, w)),
+                               dtype=idx))
         return out
 
     # where each block lives: f32, S and P transposed; bf16, Q and P as pairs of their K and

@@ -71,6 +71,7 @@ class AttentionTile:
                                     # (lower_attention_mma.py, lower_attention_wgmma.py)
     kv_stages: int = 1              # wgmma: K/V buffers in dynamic shared memory (2: pipelined)
     points: int = 0                 # "cpu" (tile/passes/cpu_attention.py): a register tile's columns
+    tile_rows: int = 4              # "cpu": a register tile's rows
 
     def format(self, k, out: list[str]) -> None:     # as tile/ir.py's format_kernel asks
         format_attention_tile(k, out)
@@ -545,14 +546,14 @@ def _format_cpu(k: TileKernel, out: list[str]) -> None:
         out.append(f"        {name} = Scratch({name[0]}[{ax}] {dt}, 0 past {lk}):")
         for s in o.body:
             format_stmt(s, 3, out)
-    out.append(f"        st_s[{bn}, {bm}] = k_s @ q_s  # the scores transposed; register tiles of 4 x "
-               f"{at.points}, {form}")
+    out.append(f"        st_s[{bn}, {bm}] = k_s @ q_s  # the scores transposed; register tiles of "
+               f"{at.tile_rows} x {at.points}, {form}")
     out.append(f"        x = -inf past {lk}, else:")
     for s in op.x.body:
         format_stmt(s, 3, out)
     out.append("        m_new = max(m, max over keys of x); c = exp(m - m_new); p = exp(x - m_new)  "
                "# along vectors of queries; -inf - -inf counts as 0")
-    out.append(f"        l = l * c + sum(p); o_s = o_s * c + p @ v_s  # register tiles of 4 x {at.points}; "
+    out.append(f"        l = l * c + sum(p); o_s = o_s * c + p @ v_s  # register tiles of {at.tile_rows} x {at.points}; "
                f"m = m_new")
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}o_s / l")

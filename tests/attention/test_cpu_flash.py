@@ -3,6 +3,7 @@ lower_attention_cpu.py), run natively and compared with float64 eager: causal or
 lengths, more keys than queries, GQA, head dims that are no whole vector, bf16, transformers'
 additive and boolean masks, pinned blocks; FLASH=0 and short prompts keep the matmul and softmax
 kernels; a block size that is no whole register tile is one sentence."""
+import io
 import sys
 from pathlib import Path
 
@@ -98,6 +99,24 @@ def test_short_prompts_and_flash_0_keep_the_three_kernels():
     assert _flash(_run(_sdpa(True), short, {"FLASH": 1}))
     long = tuple(torch.randn(1, 2, 130, 64) for _ in range(3))
     assert not _flash(_run(_sdpa(True), long, {"FLASH": 0}))
+
+
+@pytest.mark.skipif(not host().has("avx2"), reason="this CPU lacks AVX2: C built for the AVX2 "
+                    "target cannot run here")
+@pytest.mark.parametrize("knobs", [{}, {"BLOCK_M": 20, "BLOCK_N": 28}, {"BLOCK_M": 4, "BLOCK_N": 8}], ids=str)
+def test_avx2_tiles_of_6_rows_and_their_tails(knobs):
+    """On AVX2 the register tiles are 6 x 16 (blocks of 48 queries by 96 keys by default); rows
+    past a block's last whole tile (20 = 3 x 6 + 2, 4 < 6) take one tile of fewer."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 101, 64) for _ in range(3))
+    log = io.StringIO()
+    ctx = Context(knobs=knobs, verbosity=2, stream=log, target="cpu-avx2")
+    prog = strata.compile(_sdpa(True), (q, k, v), device="cpu", ctx=ctx)
+    for res in check.verify(prog, _sdpa(True), (q, k, v), True).outputs:
+        assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+    bm, bn = knobs.get("BLOCK_M", 48), knobs.get("BLOCK_N", 96)
+    assert f"{bm} queries x {bn} keys a step" in log.getvalue()
+    assert "register tiles of 6 x 16" in log.getvalue()
 
 
 def test_a_block_of_no_whole_tile_is_one_sentence():
