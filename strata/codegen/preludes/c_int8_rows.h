@@ -310,7 +310,7 @@ static void st_unpack_q6_k(st_wr8* g, long K, int bf, const unsigned char* qs, l
 // 16 activation rows (row groups gi, gi + 1) by 4 weight rows (r0..r0 + 3), sub-blocks b0..b1 of
 // SUB weights, added to out[r][16 lanes]. vpmaddubsw's int16 pairs are summed RUN steps of 4 K
 // in int16 before one vpmaddwd widens them: Q4's nibbles 8 steps (8 x 2 x 15 x 127 = 30480),
-// Q6_K's |q - 32| <= 32 its 4 (4 x 2 x 32 x 127 = 32512), Q5_K's q and Q8_0's bytes 1; the
+// Q6_K's |q - 32| <= 32 and Q5_K's q <= 31 their 4 (4 x 2 x 32 x 127 = 32512), Q8_0's bytes 1; the
 // steps unrolled whole. An empty asm after each sum keeps gcc from reassociating the unrolled sums
 // into a tree of temporaries, which spilled the 16 ymm registers (112 spills in Q8_0's kernel),
 // and signed formats (beta 0) skip beta's FMA. 128 x 2048 x 5632, one process, interleaved, Zen 3
@@ -364,27 +364,87 @@ static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long 
         ST_A2_R4(ST_A2_FL) \
     } }
 ST_A2_MICRO(st_ir2_u32, 32, 0, 8)
-ST_A2_MICRO(st_ir2_u32_wide, 32, 0, 1)
+ST_A2_MICRO(st_ir2_u32_wide, 32, 0, 4)
 ST_A2_MICRO(st_ir2_s32, 32, 1, 1)
 ST_A2_MICRO(st_ir2_s16, 16, 1, 4)
-// The group's ST_IR rows by all M activation rows: out[m * ldo + r] (unpacked weights in g)
+// Unsigned weights (Q4_0, Q4_K, Q5_K): 32 activation rows (groups gi..gi + 3) by 2 weight rows,
+// 18 vector instructions a step of 4 K where 16 x 4 takes 20 (2 broadcasts, not 4, for 8
+// vpmaddubsw): 1.10x-1.17x on a Q4_K group, bit-identical (Zen 3, 2026-12-03). Signed weights
+// stay 16 x 4: their |x| for 4 vectors would not fit the 16 registers.
+#define ST_A4_DP(r) { __m256i wv = _mm256_set1_epi32(w##r[q]); \
+    h##r[0] = _mm256_add_epi16(h##r[0], _mm256_maddubs_epi16(wv, u0)); \
+    h##r[1] = _mm256_add_epi16(h##r[1], _mm256_maddubs_epi16(wv, u1)); \
+    h##r[2] = _mm256_add_epi16(h##r[2], _mm256_maddubs_epi16(wv, u2)); \
+    h##r[3] = _mm256_add_epi16(h##r[3], _mm256_maddubs_epi16(wv, u3)); \
+    __asm__("" : "+x"(h##r[0]), "+x"(h##r[1]), "+x"(h##r[2]), "+x"(h##r[3])); }
+#define ST_A4_MICRO(NAME, RUN) \
+static inline void NAME(const st_xr8* x, long gi, const st_wr8* g, int r0, long K, long b0, long b1, \
+                        float* out) { \
+    const long nb = K / 32, kq = K / 4, ns = g->ns; \
+    const int32_t *w0 = (const int32_t*)g->w8 + r0 * kq, *w1 = w0 + kq; \
+    const uint8_t* xa = x->q + gi * kq * 32; \
+    const __m256i one = _mm256_set1_epi16(1); \
+    for (long s = b0; s < b1; s++) { \
+        __m256i s0[4], s1[4]; \
+        for (int c = 0; c < 4; c++) s0[c] = s1[c] = _mm256_setzero_si256(); \
+        _Pragma("GCC unroll 8") \
+        for (int j0 = 0; j0 < 8; j0 += (RUN)) { \
+            __m256i h0[4], h1[4]; \
+            for (int c = 0; c < 4; c++) h0[c] = h1[c] = _mm256_setzero_si256(); \
+            _Pragma("GCC unroll 8") \
+            for (int j = j0; j < j0 + (RUN); j++) { \
+                long q = s * 8 + j; \
+                __m256i u0 = _mm256_loadu_si256((const __m256i*)(xa + q * 32)); \
+                __m256i u1 = _mm256_loadu_si256((const __m256i*)(xa + (kq + q) * 32)); \
+                __m256i u2 = _mm256_loadu_si256((const __m256i*)(xa + (2 * kq + q) * 32)); \
+                __m256i u3 = _mm256_loadu_si256((const __m256i*)(xa + (3 * kq + q) * 32)); \
+                ST_A4_DP(0) ST_A4_DP(1) \
+            } \
+            for (int c = 0; c < 4; c++) { \
+                s0[c] = _mm256_add_epi32(s0[c], _mm256_madd_epi16(h0[c], one)); \
+                s1[c] = _mm256_add_epi32(s1[c], _mm256_madd_epi16(h1[c], one)); } \
+        } \
+        const float *dp = x->d + (gi * nb + s) * 8, *cp = x->c + (gi * nb + s) * 8; \
+        for (int r = 0; r < 2; r++) { \
+            __m256 S = _mm256_set1_ps(g->sw[(r0 + r) * ns + s]), B = _mm256_set1_ps(g->beta[(r0 + r) * ns + s]); \
+            float* o = out + (r0 + r) * 32; \
+            for (int c = 0; c < 4; c++) { \
+                __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(r ? s1[c] : s0[c]), S), \
+                                           _mm256_loadu_ps(dp + c * nb * 8), _mm256_load_ps(o + 8 * c)); \
+                _mm256_store_ps(o + 8 * c, _mm256_fnmadd_ps(B, _mm256_loadu_ps(cp + c * nb * 8), a)); } \
+        } \
+    } }
+ST_A4_MICRO(st_ir4_u32, 8)
+ST_A4_MICRO(st_ir4_u32_wide, 4)
+// The group's ST_IR rows by all M activation rows: out[m * ldo + r] (unpacked weights in g).
+// K a step: 512 for 16 rows, 256 for 32, so that their activations (8 KB) stay in L1.
 static void st_int8_rows_run(const st_xr8* x, st_wr8* g, long M, long K, int sub, int mins, float* out, long ldo) {
-    float tile[ST_IR * 16] __attribute__((aligned(32)));
-    long ns = K / sub, chunk = 512 / sub;          // sub-blocks a step: a pair of row groups' 512 K
+    float tile[ST_IR * 32] __attribute__((aligned(32)));
+    long ns = K / sub;
     (void)mins;                                    // (q4_k's minimums are in beta here)
-    for (long gi = 0; gi < x->m16; gi += 2) {      // of activations stay in L1 across the 2 halves
+    for (long gi = 0; gi < x->m16; ) {
+        int wide = sub == 32 && !g->sgn && gi + 4 <= x->m16, rows = wide ? 32 : 16;
+        long chunk = (wide ? 256 : 512) / sub;
         memset(tile, 0, sizeof tile);
-        for (long b0 = 0; b0 < ns; b0 += chunk)
-            for (int r0 = 0; r0 < ST_IR; r0 += 4) {
-                long b1 = b0 + chunk < ns ? b0 + chunk : ns;
-                if (sub == 16) st_ir2_s16(x, gi, g, r0, K, b0, b1, tile);
-                else if (g->sgn) st_ir2_s32(x, gi, g, r0, K, b0, b1, tile);
-                else if (g->wide) st_ir2_u32_wide(x, gi, g, r0, K, b0, b1, tile);
-                else st_ir2_u32(x, gi, g, r0, K, b0, b1, tile);
-            }
-        for (long l = 0; l < 16 && gi * 8 + l < M; l++)
+        for (long b0 = 0; b0 < ns; b0 += chunk) {
+            long b1 = b0 + chunk < ns ? b0 + chunk : ns;
+            if (wide)
+                for (int r0 = 0; r0 < ST_IR; r0 += 2) {
+                    if (g->wide) st_ir4_u32_wide(x, gi, g, r0, K, b0, b1, tile);
+                    else st_ir4_u32(x, gi, g, r0, K, b0, b1, tile);
+                }
+            else
+                for (int r0 = 0; r0 < ST_IR; r0 += 4) {
+                    if (sub == 16) st_ir2_s16(x, gi, g, r0, K, b0, b1, tile);
+                    else if (g->sgn) st_ir2_s32(x, gi, g, r0, K, b0, b1, tile);
+                    else if (g->wide) st_ir2_u32_wide(x, gi, g, r0, K, b0, b1, tile);
+                    else st_ir2_u32(x, gi, g, r0, K, b0, b1, tile);
+                }
+        }
+        for (long l = 0; l < rows && gi * 8 + l < M; l++)
             for (int r = 0; r < ST_IR; r++)
-                out[(gi * 8 + l) * ldo + r] = tile[r * 16 + l];
+                out[(gi * 8 + l) * ldo + r] = tile[r * rows + l];
+        gi += rows / 8;
     }
 }
 static st_wr8 st_wr8_new(long K) {
