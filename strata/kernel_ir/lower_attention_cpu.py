@@ -59,9 +59,9 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
 
     def tiles(dest, acc_at, rows, rows_at, panel, panel_at, k_stop, width, init) -> list:
         """dest[acc_at(a, p)] = init(a, p) + sum over k < k_stop of rows_at(a, k) times
-        panel_at(k, p), as register tiles of at.tile_rows of the `rows` x `points` columns: each K loop
-        an OuterFma (f32), or a PairsBf16 over pairs of K (bf16: both operands' k and k + 1
-        side by side)."""
+        panel_at(k, p), as register tiles of at.tile_rows of the `rows` x `points` columns: each
+        K loop an OuterFma (f32), or a PairsBf16 over pairs of K (bf16: both operands' k and
+        k + 1 side by side)."""
         out, r0 = [], lambda a: add(I("fa_r0"), a)
         ks = [mul(t, 2), add(mul(t, 2), 1)] if pairs else [I("fa_k")]
         def tile(nr: int, c0: int, w: int) -> list:     # nr rows from fa_r0 by columns c0..c0 + w

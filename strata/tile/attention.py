@@ -553,8 +553,8 @@ def _format_cpu(k: TileKernel, out: list[str]) -> None:
         format_stmt(s, 3, out)
     out.append("        m_new = max(m, max over keys of x); c = exp(m - m_new); p = exp(x - m_new)  "
                "# along vectors of queries; -inf - -inf counts as 0")
-    out.append(f"        l = l * c + sum(p); o_s = o_s * c + p @ v_s  # register tiles of {at.tile_rows} x {at.points}; "
-               f"m = m_new")
+    out.append(f"        l = l * c + sum(p); o_s = o_s * c + p @ v_s  # register tiles of "
+               f"{at.tile_rows} x {at.points}; m = m_new")
     zero = "0 where m == -inf, else " if op.safe else ""
     out.append(f"    {op.out}[{', '.join(str(x) for x in op.out_index)}] = {zero}o_s / l")
     if op.lse:

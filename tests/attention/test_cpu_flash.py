@@ -103,7 +103,8 @@ def test_short_prompts_and_flash_0_keep_the_three_kernels():
 
 @pytest.mark.skipif(not host().has("avx2"), reason="this CPU lacks AVX2: C built for the AVX2 "
                     "target cannot run here")
-@pytest.mark.parametrize("knobs", [{}, {"BLOCK_M": 20, "BLOCK_N": 28}, {"BLOCK_M": 4, "BLOCK_N": 8}], ids=str)
+@pytest.mark.parametrize("knobs", [{}, {"BLOCK_M": 20, "BLOCK_N": 28}, {"BLOCK_M": 4, "BLOCK_N": 8}],
+                         ids=str)
 def test_avx2_tiles_of_6_rows_and_their_tails(knobs):
     """On AVX2 the register tiles are 6 x 16 (blocks of 48 queries by 96 keys by default); rows
     past a block's last whole tile (20 = 3 x 6 + 2, 4 < 6) take one tile of fewer."""

@@ -6,10 +6,10 @@ Why: as a matmul, a softmax and a matmul kernel, a long prompt's scores and weig
 memory (1.2 GB a call at 2048 tokens and 32 heads). Here a block's scores stay in L1/L2, the key
 loop stops at the block's causal limit, and only the diagonal and tail blocks pay for masks. The
 two block products (k @ q^T: the scores transposed, so that each query's softmax runs along
-vectors of queries; then p @ v) are register tiles of ROWS rows by `points` columns that
-kernel_ir/lower_cpu.py runs as vector FMAs (OuterFma, FORM=outer: 4 x 64 on AVX-512, 6 x 16 on
-AVX2), or for bf16 q, k, v on AVX512-BF16 as vdpbf16ps (PairsBf16, FORM=pairs). Columns that are
-no whole vectors (BLOCK_M not a multiple of 16) run as the loop is written.
+vectors of queries; then p @ v) are register tiles of ROWS (AVX2: AVX2_ROWS) rows by `points`
+columns that kernel_ir/lower_cpu.py runs as vector FMAs (OuterFma, FORM=outer: 4 x 64 on
+AVX-512, 6 x 16 on AVX2), or for bf16 q, k, v on AVX512-BF16 as vdpbf16ps (PairsBf16,
+FORM=pairs). Columns of no whole vector (BLOCK_M not a multiple of 16) run as written.
 
 On AVX2 the tiles are 6 x 16 (12 of the 16 ymm registers accumulate, as in cpu_matmul) and the
 blocks 48 queries by 96 keys: 1.08x over 4 x 16 and 64 x 64 at 2048 tokens, f32 and bf16 (Zen 3,
@@ -42,7 +42,7 @@ def cpu_attention(k, ctx: Context, buffers: tuple):
     # bf16 from 512 queries: 128 a block, as V is transposed for each block of them (Zen 4, 2048
     # tokens: 97 -> 90 ms); below, the diagonal block's masked half costs more (128 queries 0.83x)
     wide = bf16 and op.i[1] >= WIDE_FROM
-    narrow = ctx.arch.vector_bytes < 64
+    narrow = ctx.arch.vector_bytes == 32             # AVX2: the class these were measured on
     rows = AVX2_ROWS if narrow else ROWS
     m, n = AVX2_BLOCKS if narrow else (BLOCK * (2 if wide else 1), BLOCK)
     bm = ctx.knob("BLOCK_M", min(m, -(-op.i[1] // 16) * 16))
