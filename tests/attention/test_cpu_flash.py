@@ -120,6 +120,23 @@ def test_avx2_tiles_of_6_rows_and_their_tails(knobs):
     assert "register tiles of 6 x 16" in log.getvalue()
 
 
+@pytest.mark.parametrize("lq,lk,knobs", [(100, 100, {"BLOCK_M": 8, "BLOCK_N": 16}),
+                                         (37, 90, {"BLOCK_M": 12, "BLOCK_N": 40})],
+                         ids=["square", "offset"])
+def test_a_diagonal_block_stops_at_the_keys_its_last_query_sees(lq, lk, knobs):
+    """Keys past kv_hi are masked for every query of a block, so its copies, scores, exps and
+    both products stop at kv_n: a block of 8 queries on a diagonal block of 16 keys runs the
+    first 8 or all 16 (one tile of 6 and one of 2 when 8), and the answers stay eager's, with
+    more keys than queries and a tail tile of fewer rows."""
+    torch.manual_seed(5)
+    q, k, v = torch.randn(1, 2, lq, 64), torch.randn(1, 2, lk, 64), torch.randn(1, 2, lk, 64)
+    prog = _run(_sdpa(True), (q, k, v), {"FLASH": 1, **knobs})
+    assert prog.lowered.tile.kernels[0].attention.causal is not None
+    text = prog.ir("kernel")
+    assert f"kv_n = minimum({knobs['BLOCK_N']}, kv_hi - j0)" in text
+    assert text.count("; < kv_n; += 1:") >= 4          # copies (whole and edge), scores, exps
+
+
 def test_a_block_of_no_whole_tile_is_one_sentence():
     q = torch.randn(1, 2, 70, 64)
     with pytest.raises(KnobError, match="multiples of 4"):
