@@ -122,12 +122,12 @@ def test_avx2_tiles_of_6_rows_and_their_tails(knobs):
 
 @pytest.mark.parametrize("lq,lk,knobs", [(100, 100, {"BLOCK_M": 8, "BLOCK_N": 16}),
                                          (37, 90, {"BLOCK_M": 12, "BLOCK_N": 40})],
-                         ids=["square", "offset"])
+                         ids=["square", "more-keys"])
 def test_a_diagonal_block_stops_at_the_keys_its_last_query_sees(lq, lk, knobs):
     """Keys past kv_hi are masked for every query of a block, so its copies, scores, exps and
     both products stop at kv_n: a block of 8 queries on a diagonal block of 16 keys runs the
-    first 8 or all 16 (one tile of 6 and one of 2 when 8), and the answers stay eager's, with
-    more keys than queries and a tail tile of fewer rows."""
+    first 8 or all 16 (a tile of fewer rows where 8 is no whole number of tiles), and the
+    answers stay eager's, with more keys than queries too."""
     torch.manual_seed(5)
     q, k, v = torch.randn(1, 2, lq, 64), torch.randn(1, 2, lk, 64), torch.randn(1, 2, lk, 64)
     prog = _run(_sdpa(True), (q, k, v), {"FLASH": 1, **knobs})
