@@ -306,6 +306,12 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
     return coefficient(flat_index(load.index, k.shape_of(load.buf)), var) == 1
 
 
+def affine(k: TileKernel, load: Load, var: str) -> bool:
+    """Whether the load's element moves by a fixed stride as `var` steps (a row of heads x
+    head dim, read along both, does not)."""
+    return coefficient(flat_index(load.index, k.shape_of(load.buf)), var) is not None
+
+
 def outer_vectors(k_total: int, lanes: int, ctx: Context, chunkable: bool = False) -> int:
     """SIMD vectors across the outer form's register tile row, WIDE_N or CPU_VECTORS_N: a block
     packs a panel of that many vectors of columns (TILE_N's default) for K = `k_total`."""

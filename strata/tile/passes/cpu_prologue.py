@@ -19,7 +19,11 @@ fits two panels, which then takes one block that wide (contraction.one_block_n),
 the dot form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
-contiguous); the pairs form reads it the same way. A matrix-vector product's plain bf16
+contiguous); the pairs form reads it the same way. The outer form's plain f32 load is stored
+too where its index is not affine in K (attention's output read as rows of heads x head dim:
+each row jumps a head's whole block every 64 elements, and TinyLlama's o_proj at 2048 tokens
+ran 1.7x slower than q_proj, the same shape read contiguous, Zen 3, 2026-12-03); a transposed
+one (affine, a stride of M) is read as it is. A matrix-vector product's plain bf16
 vector is not widened either where vdpbf16ps runs: its rows run on both operands as loaded
 (`strata tune` measured the widening 1.2x to 1.75x slower on TinyLlama's decode projections).
 Declines, saying why, on a prologue that reads a value the row computes before its loop.
@@ -40,7 +44,7 @@ from __future__ import annotations
 from ...core import dtypes
 from ...core.context import Context
 from ...loop.ir import Let, Load
-from ..contraction import (CPU_VECTORS_N, along, bf16_exact, closure, cpu_form, dequantized,
+from ..contraction import (CPU_VECTORS_N, affine, along, bf16_exact, closure, cpu_form, dequantized,
                            held, match, one_block_n, outer_vectors, plain_bf16, sides,
                            split_prologues, uses, value_dtype)
 from ..ir import Mode, TileKernel
@@ -93,7 +97,7 @@ def cpu_prologue(k: TileKernel, ctx: Context):
         fp8 = dot and held(loop) != "bf16" and bf16_exact(k, c, loop)     # FP8 values
         if len(side) == 1 and isinstance(side[0], Load) and (
                 along(k, side[0], loop.var) and not (fp8 and k.dtype_of(side[0].buf) != "bf16")
-                if dot else k.dtype_of(side[0].buf) == dtype):
+                if dot else k.dtype_of(side[0].buf) == dtype and (c.m is None or affine(k, side[0], loop.var))):
             continue                    # a plain load: nothing to compute (or widen, dot form)
         if (dot or gemv) and held(loop) == "bf16" or fp8:
             stored = "bf16"             # eager holds it in bf16 too (RMSNorm's output), or its
