@@ -17,6 +17,9 @@ tokens are decoded by default (32: a 1.1B model decodes a few tokens per second 
 MODEL is a bundled name (random weights from the fixed seed, said in the report) or a local
 directory with config.json and safetensors weights. A variant that fails is a row saying why.
 
+--rounds R times strata and HF eager in turn, R rounds (bench/decode_rounds.py): the 2-core
+machines drift within minutes, and a long prompt's prefill takes a minute a variant.
+
 --gguf FILE (issue 27): the model is that llama GGUF file, loaded as `strata generate FILE.gguf`
 loads it (activations in the file's float type, fp32 for Q8_0/Q4_0, unless --dtype), on the CPU;
 strata and HF eager run as above and llama.cpp (llama-cpp-python, bench/llama_cpp.py, optional:
@@ -78,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip torch.compile (on quantized weights its CPU step takes minutes to "
                         "compile and runs below 1 token/s)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per variant (default 3)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="--gguf: rounds of strata then llama.cpp, in turn (default 3; "
-                        "bench/decode_rounds.py)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of strata then the baseline (llama.cpp with --gguf, else HF "
+                        "eager), in turn (default 3 with --gguf, else 1; bench/decode_rounds.py)")
     p.add_argument("--out", default="docs", help="report folder (default docs)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
@@ -93,6 +96,8 @@ def check_args(args) -> None:
         args.device = "cuda"
     if getattr(args, "dtype", "bf16") is None and getattr(args, "gguf", None) is None:
         args.dtype = "bf16"
+    if getattr(args, "rounds", 1) is None:
+        args.rounds = 3 if getattr(args, "gguf", None) is not None else 1
     if args.new_tokens is None:
         args.new_tokens = 32 if getattr(args, "device", "cuda") == "cpu" else 256
     if getattr(args, "threads", None) is not None and args.threads < 1:
@@ -179,8 +184,16 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         bench.variants.append(DecodeVariant(HF_EAGER, "skipped (--no-hf)"))
     else:
         say("decoding with Hugging Face eager")
-        bench.variants.append(measure(HF_EAGER, lambda k: hf_eager_greedy(lm, prompt, k, device=device),
-                                      n, args.repeats))
+        eager = lambda k: hf_eager_greedy(lm, prompt, k, device=device)  # noqa: E731
+        bench.variants.append(measure(HF_EAGER, eager, n, args.repeats))
+        if getattr(args, "gguf", None) is None:     # llama.cpp is the one in turn with --gguf
+            pair = [v for v in bench.variants if v.name in (STRATA, HF_EAGER)]
+            rows, more = more_rounds(pair, kept.get("run"),
+                                     lambda: [measure(HF_EAGER, eager, n, args.repeats, warmups=())],
+                                     getattr(args, "rounds", None) or 1, n, args.repeats, say)
+            done = {r.name: r for r in rows}
+            bench.variants = [done.get(v.name, v) for v in bench.variants]
+            bench.notes += more
     if getattr(args, "gguf", None) is not None:
         threads = args.threads or torch.get_num_threads()
 

@@ -122,16 +122,20 @@ def test_prompt_ids_are_fixed_and_in_the_vocabulary():
 
 def test_whole_run_on_the_cpu(tmp_path):
     """Every variant through the real loops: strata natively on the CPU, torch.compile's loop with
-    the static cache under dynamo's eager backend; fp32, so the greedy ids must all agree."""
+    the static cache under dynamo's eager backend; fp32, so the greedy ids must all agree.
+    strata and HF eager take 2 rounds in turn (decode_rounds.py), torch.compile one."""
     d = write_checkpoint(hf_model("llama", seed=3), tmp_path / "tiny")
     args = D.build_parser().parse_args([str(d), "--prompt-len", "5", "--new-tokens", "4",
-                                        "--dtype", "fp32", "--repeats", "1"])
+                                        "--dtype", "fp32", "--repeats", "1", "--rounds", "2"])
     compile_fn = lambda fn: torch.compile(fn, backend="eager", dynamic=False)
     b = D.run_bench(args, say=lambda s: None, device="cpu", copy_gbps=1.0, compile_fn=compile_fn)
     assert [v.name for v in b.variants] == [R.STRATA, R.HF_EAGER, R.TORCH_COMPILE]
     assert all(v.ok for v in b.variants), [v.status for v in b.variants]
     ids = [v.ids for v in b.variants]
     assert len(ids[0]) == 4 and ids[0] == ids[1] == ids[2]
+    assert [v.runs for v in b.variants] == [2, 2, 1]
+    assert any(note.startswith("2 interleaved rounds (strata, then HF eager") and "prefill" in note
+               for note in b.notes), b.notes
     assert "loaded from" in b.weights and b.hf_attention == "sdpa"
     assert b.weight_bytes == 4 * _hand_count_params(config_dict("llama"))
     assert b.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4 * 7
