@@ -160,3 +160,21 @@ def test_a_llama_prefill_skips_the_keys_past_the_diagonal_and_stores_its_roped_k
     assert len(att.op.k.body) == 1 and "rotary" not in str(att.op.k.body[0])
     for res in check.verify(prog, built.module, built.example_inputs, True).outputs:
         assert res.passed, res.problem or f"{res.name}: rel err {res.rel:.3g} (tol {res.tol})"
+
+
+@pytest.mark.parametrize("target,dt", [("cpu-znver4", torch.bfloat16), ("cpu-avx2", torch.float32)])
+def test_the_flash_kernel_of_another_cpu_on_the_simulator(target, dt):
+    """The pairs form (bf16 on AVX512-BF16) and the outer form, lowered for a CPU this machine
+    may not be and run on the simulator: causal, 61 queries in blocks of 8 by 12 keys (tails of
+    both), each block's accumulators rescaled as the P @ V tiles load them."""
+    from strata.api import to_numpy
+    from strata.kernel_ir.sim import simulate
+    fn = _sdpa(True)
+    inputs = tuple(torch.randn(1, 1, 61, 32, dtype=dt) for _ in range(3))
+    prog = strata.compile(fn, inputs, device="cpu", until="kernel", ctx=Context(
+        target=target, knobs={"FLASH": 1, "BLOCK_M": 8, "BLOCK_N": 12}))
+    assert _flash(prog)
+    feed = {name: to_numpy(x) for name, x in zip(prog.torch_program.inputs, inputs)}
+    out = simulate(prog.lowered.kernel, feed)[prog.lowered.kernel.outputs[0]]
+    res = check.compare("o", "f32", out, check.eager_reference(fn, inputs)[0], 1e-2)
+    assert res.passed, res
