@@ -8,11 +8,10 @@ vectors). The scores are kept transposed, st_s = k_s @ q_s (keys x queries), so 
 a query's softmax needs runs along vectors of queries: x (scale, masks), the new running max (an
 elementwise max down the keys, no sum across vector lanes), exp(m_old - m_new) once a query and
 key block, and p = exp(x - m_new) with its sum. Then o_s = o_s * c + p @ v_s (c applied as the
-product's register tile loads o_s). Both products are
-register tiles of AttentionTile.tile_rows rows (a tail tile of fewer) by `points` columns that
-kernel_ir/lower_cpu.py makes OuterFma (f32, FORM=outer: Q and P transposed) or PairsBf16 (bf16
-on AVX512-BF16, FORM=pairs: Q and P as pairs of their K side by side, V and O transposed, V the
-one block transposed a step).
+product's tiles load o_s). Both products are register tiles of AttentionTile.tile_rows rows (a
+tail tile of fewer) by `points` columns that kernel_ir/lower_cpu.py makes OuterFma (f32,
+FORM=outer: Q and P transposed) or PairsBf16 (bf16 on AVX512-BF16, FORM=pairs: Q and P as pairs
+of their K side by side, V and O transposed, V the one block transposed a step).
 After the last block out = o_s / l (and the log-sum-exp m + log l where the program saves it).
 """
 from __future__ import annotations
@@ -154,9 +153,8 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
         step.append(loop("fa_n", keys, [loop("fa_r", bm, [
             Let("fa_p", F32, p), Store("p_s", paired(n, bm)(r) if pairs else add(mul(n, bm), r), _f("fa_p")),
             Store("l_s", r, call("add", Load("l_s", r, F32), _f("fa_p")))])]))
-        # o = o * c + p @ v: register tiles of queries (f32) or of v's head dim (bf16) over the
-        # keys, each accumulator rescaled as it is loaded: one pass over o_s fewer (bit-identical,
-        # 1.007x at 2048 tokens f32, Zen 3, 2026-12-03)
+        # o = o * c + p @ v: tiles of queries (f32) or of v's head dim (bf16) over the keys, c
+        # applied as a tile loads o_s (a pass fewer: 1.007x at 2048 tokens f32, Zen 3, 2026-12-03)
         scaled = lambda q, x: call("multiply", Load("o_s", o_at(q, x), F32),
                                    Load("c_s", Const(q) if isinstance(q, int) else q, F32))
         if pairs:

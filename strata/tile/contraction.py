@@ -307,8 +307,7 @@ def along(k: TileKernel, load: Load, var: str) -> bool:
 
 
 def affine(k: TileKernel, load: Load, var: str) -> bool:
-    """Whether the load's element moves by a fixed stride as `var` steps (a row of heads x
-    head dim, read along both, does not)."""
+    """Whether the load moves a fixed stride a `var` step (rows of heads x head dim do not)."""
     return coefficient(flat_index(load.index, k.shape_of(load.buf)), var) is not None
 
 

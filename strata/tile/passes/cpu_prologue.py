@@ -19,11 +19,9 @@ fits two panels, which then takes one block that wide (contraction.one_block_n),
 the dot form (FORM=dot: every 8 columns would compute it again), there in bf16 when eager holds it in
 bf16 (Accum.operands; vdpbf16ps reads both operands in bf16), and a plain bf16 load is not
 widened at all (one not contiguous along K, attention's output before o_proj, is stored
-contiguous); the pairs form reads it the same way. The outer form's plain f32 load is stored
-too where its index is not affine in K (attention's output read as rows of heads x head dim:
-each row jumps a head's whole block every 64 elements, and TinyLlama's o_proj at 2048 tokens
-ran 1.7x slower than q_proj, the same shape read contiguous, Zen 3, 2026-12-03); a transposed
-one (affine, a stride of M) is read as it is. A matrix-vector product's plain bf16
+contiguous); the pairs form reads it the same way, and the outer form an f32 one not affine in
+K (rows of heads x head dim: TinyLlama's o_proj at 2048 tokens ran 1.7x slower than q_proj, Zen
+3, 2026-12-03; a transposed one, a stride of M, is read as it is). A matrix-vector product's plain bf16
 vector is not widened either where vdpbf16ps runs: its rows run on both operands as loaded
 (`strata tune` measured the widening 1.2x to 1.75x slower on TinyLlama's decode projections).
 Declines, saying why, on a prologue that reads a value the row computes before its loop.
