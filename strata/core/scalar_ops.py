@@ -61,8 +61,8 @@ def _op(name, arity, fn, c_float, c_int=None, result="same"):
 
 
 # the ops a CPU computes with a polynomial or a libm call (about ten multiply-adds each)
-TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log1p", "pow", "tanh", "sigmoid", "erf",
-                            "sin", "cos"})
+TRANSCENDENTAL = frozenset({"exp", "exp_shifted", "exp2", "expm1", "log", "log1p", "pow", "tanh",
+                            "sigmoid", "erf", "sin", "cos"})
 OPS: dict[str, ScalarOp] = {o.name: o for o in [
     # arithmetic
     _op("add", 2, np.add, "({0} + {1})", "({0} + {1})"),
@@ -82,6 +82,8 @@ OPS: dict[str, ScalarOp] = {o.name: o for o in [
     _op("fma", 3, _fma, "fma{f}({0}, {1}, {2})"),
     # transcendental
     _op("exp", 1, np.exp, "exp{f}({0})"),
+    # a softmax's exp(x - max): x <= 0, a result under 2^-126 is 0 (the C target's is cheaper)
+    _op("exp_shifted", 1, lambda x: np.where(x < -87.33, np.zeros_like(x), np.exp(x)), "exp{f}({0})"),
     _op("exp2", 1, np.exp2, "exp2{f}({0})"),
     _op("log", 1, np.log, "log{f}({0})"),
     _op("log1p", 1, np.log1p, "log1p{f}({0})"),

@@ -149,7 +149,7 @@ def lower_attention_cpu_kernel(tk: TileKernel) -> Kernel:
             Let("fa_mu", F32, mu), Store("c_s", r, rescale(Load("m_s", r, F32), _f("fa_mu"))),
             Store("mu_s", r, _f("fa_mu")), Store("m_s", r, Load("mx_s", r, F32)),
             Store("l_s", r, call("multiply", Load("l_s", r, F32), Load("c_s", r, F32)))]))
-        p = call("exp", call("subtract", Load("st_s", add(mul(n, bm), r), F32), Load("mu_s", r, F32)))
+        p = call("exp_shifted", call("subtract", Load("st_s", add(mul(n, bm), r), F32), Load("mu_s", r, F32)))
         step.append(loop("fa_n", keys, [loop("fa_r", bm, [
             Let("fa_p", F32, p), Store("p_s", paired(n, bm)(r) if pairs else add(mul(n, bm), r), _f("fa_p")),
             Store("l_s", r, call("add", Load("l_s", r, F32), _f("fa_p")))])]))

@@ -179,6 +179,19 @@ def empty_program() -> KernelProgram:
                           Buffer("out", "f32", (0, 5), "output")], [], ["out"])
 
 
+def unary_ops(n: int, ops: tuple, chunk: int = 1024) -> KernelProgram:
+    """out_<op>[i] = op(x[i]) in f32, a kernel per op."""
+    kernels = []
+    for op in ops:
+        grid, stmts = _elements(n, chunk, lambda i, op=op: (
+            Store(f"out_{op}", i, E.call(op, _load("x", i, "f32"))),))
+        kernels.append(Kernel(f"k_{op}", (Param("x", "f32", n), Param(f"out_{op}", "f32", n, output=True)),
+                              grid, 1, stmts))
+    return KernelProgram([Buffer("x", "f32", (n,), "input"),
+                          *(Buffer(f"out_{op}", "f32", (n,), "output") for op in ops)],
+                         kernels, [f"out_{op}" for op in ops])
+
+
 def convert(n: int, src: str, dst: str, chunk: int = 1024) -> KernelProgram:
     """out[i] = x[i] stored as `dst`: a load of `src` in its compute type, rounded by the store."""
     def body(i):

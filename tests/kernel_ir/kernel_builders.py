@@ -179,7 +179,9 @@ def _zoo_ops(dtype: str) -> list[str]:
 
 def _zoo_value(name: str, a, b, c: str):
     """op(a, b) with the operands `name` needs, cast back to the compute type `c`."""
-    if scalar_ops.get(name).arity == 1:
+    if name == "exp_shifted":             # its argument is a softmax's x - max: never above 0
+        val = fcall(name, fcall("negative", fcall("abs", a)))
+    elif scalar_ops.get(name).arity == 1:
         val = fcall(name, a)
     elif name == "where":
         val = fcall("where", fcall("lt", a, b), a, b)

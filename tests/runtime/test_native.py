@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_ir"))
 import cpu_builders as C  # noqa: E402
 import kernel_builders as B  # noqa: E402
 
-TRANSCENDENTAL = {"pow", "exp", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin",
-                  "cos"}
+TRANSCENDENTAL = {"pow", "exp", "exp_shifted", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid",
+                  "erf", "sin", "cos"}
 FLOATS = ("f32", "f64", "bf16", "f16")
 
 
@@ -246,6 +246,25 @@ def test_float_exp_is_within_one_and_a_half_ulps_and_keeps_every_special():
         ulps = np.abs(got - want)[normal] / np.spacing(np.abs(rounded[normal])).astype(np.float64)
     assert ulps.max() <= 1.5, x.numpy()[normal][ulps.argmax()]
     np.testing.assert_array_equal(got[~normal], rounded[~normal].astype(np.float64))
+
+
+def test_the_shifted_exp_is_the_exp_down_to_the_smallest_normal_result_then_zero():
+    """exp_shifted (a softmax's exp(x - max), x <= 0; kernel_ir/lower_attention_cpu.py): the
+    prelude's expf without its clamps, bit for bit the same as `exp` where the result is a normal
+    float, 0 below -87.33 (not a subnormal), 0 for -inf, NaN for NaN, as the simulator's NumPy."""
+    edges = np.array([0.0, -0.0, -1e-30, -1.0, -87.0, -87.32, -87.33, -87.34, -100.0, -np.inf,
+                      np.nan], dtype=np.float32)
+    x = np.concatenate([edges, -np.abs(np.random.default_rng(3).standard_normal(4096) * 30)]
+                       ).astype(np.float32)
+    program = C.unary_ops(len(x), ("exp", "exp_shifted"))
+    exp, shifted = (t.numpy() for t in native_run(program, {"x": x}))
+    with np.errstate(all="ignore"):
+        want = simulate(program, {"x": x})["out_exp_shifted"]
+    normal = exp >= np.finfo(np.float32).tiny
+    np.testing.assert_array_equal(shifted[normal], exp[normal])
+    np.testing.assert_array_equal(shifted[~normal & ~np.isnan(x)], 0.0)
+    assert np.isnan(shifted[np.isnan(x)]).all() and (x[~normal & ~np.isnan(x)] < -87.3).all()
+    np.testing.assert_allclose(shifted, want, rtol=3e-7, atol=0)     # 1.5 ulp, as exp above
 
 
 # ---------------------------------------------------------------- the runtime
