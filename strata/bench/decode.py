@@ -174,7 +174,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
                         kv_bytes_per_token(config, elem, args.prompt_len, n), copy_gbps,
                         device="cpu" if device == "cpu" else "cuda")
     say(f"weights: {built.weights}")
-    kept = {}
+    kept, rounds = {}, getattr(args, "rounds", None) or 1
     bench.variants += measure_strata(lm, args, prompt, device, ctx, say, bench, kept)
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -190,7 +190,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
             pair = [v for v in bench.variants if v.name in (STRATA, HF_EAGER)]
             rows, more = more_rounds(pair, kept.get("run"),
                                      lambda: [measure(HF_EAGER, eager, n, args.repeats, warmups=())],
-                                     getattr(args, "rounds", None) or 1, n, args.repeats, say)
+                                     rounds, n, args.repeats, say)
             done = {r.name: r for r in rows}
             bench.variants = [done.get(v.name, v) for v in bench.variants]
             bench.notes += more
@@ -202,7 +202,7 @@ def run_bench(args, say=print, device: str = "cuda", copy_gbps=None, compile_fn=
         rows, notes = llama_cpp()
         ours = [v for v in bench.variants if v.name == STRATA]
         rows, more = more_rounds([*ours, *rows], kept.get("run"), lambda: llama_cpp()[0],
-                                 getattr(args, "rounds", 1), n, args.repeats, say)
+                                 rounds, n, args.repeats, say)
         bench.variants = [rows[0] if v.name == STRATA else v
                           for v in bench.variants] + rows[len(ours):]
         bench.notes += notes + more

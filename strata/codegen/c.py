@@ -113,8 +113,8 @@ class CEmitter(CFamilyEmitter):
             return self.ex(a[0])                    # threadIdx.x is 0
         if e.op == "add" and isinstance(a[0], ThreadIdx):
             return self.ex(a[1])
-        if e.op in ("exp", "exp_shifted") and e.dtype == "f32":     # the prelude's (masked rows)
-            return f"st_expf{e.op[3:]}({strip_parens(self.expr(a[0]))})", ATOM
+        if e.op in ("exp", "exp_shifted") and e.dtype == "f32":    # st_expf[_shifted], c_tail.h
+            return f"st_expf{e.op.removeprefix('exp')}({strip_parens(self.expr(a[0]))})", ATOM
         return super().op(e)
 
     def stored(self, buf: str, value: Expr) -> str:
